@@ -1,0 +1,414 @@
+//! GGUF reader: memory-maps a model file, parses its metadata and tensor table,
+//! and hands out tensor bytes as slices of the mapping.
+//!
+//! It distrusts the file: every count, length, dimension and offset is checked
+//! against the bytes actually present before it is used, so a truncated or
+//! hostile file yields a [`GgufError`] naming what and where, never a panic or
+//! an allocation sized by the file's say-so.
+
+mod error;
+mod types;
+mod value;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+pub use error::{GgufError, Result};
+pub use types::GgmlType;
+pub use value::Value;
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// ggml tensors have at most four dimensions.
+const MAX_DIMS: u32 = 4;
+/// Nested arrays deeper than this are refused (real files nest one level).
+const MAX_ARRAY_DEPTH: u32 = 8;
+
+/// Where a tensor lives and what it holds.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions in ggml order: `dims[0]` is the contiguous (row) length.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Offset from the start of the data section.
+    pub offset: u64,
+    /// Total bytes, computed from dims and type.
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+    /// Elements in one row (the first, contiguous dimension).
+    pub fn row_len(&self) -> usize {
+        self.dims.first().copied().unwrap_or(1) as usize
+    }
+    /// Number of rows: the product of every dimension after the first.
+    pub fn n_rows(&self) -> usize {
+        self.dims.iter().skip(1).product::<u64>() as usize
+    }
+}
+
+/// The parsed header of a GGUF file: metadata and tensor table.
+#[derive(Clone, Debug)]
+pub struct GgufHeader {
+    pub version: u32,
+    pub alignment: u64,
+    /// Metadata in file order.
+    pub metadata: Vec<(String, Value)>,
+    pub tensors: Vec<TensorInfo>,
+    /// Absolute offset of the tensor data section.
+    pub data_offset: u64,
+    index: HashMap<String, usize>,
+    tensor_index: HashMap<String, usize>,
+}
+
+/// A bounds-checked little-endian reader over the file's bytes.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
+        let remaining = (self.buf.len() - self.pos) as u64;
+        if n > remaining {
+            return Err(GgufError::Truncated {
+                what: what(),
+                offset: self.pos as u64,
+                needed: n,
+                file_len: self.buf.len() as u64,
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+    fn remaining(&self) -> u64 {
+        (self.buf.len() - self.pos) as u64
+    }
+    fn u8(&mut self, what: &dyn Fn() -> String) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &dyn Fn() -> String) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap()))
+    }
+    fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    fn u64(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    /// A count or length: u32 in GGUF v1, u64 from v2 on.
+    fn len(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
+        self.u64(what)
+    }
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        let at = self.pos as u64;
+        let n = self.len(what)?;
+        let bytes = self.take(n, what)?;
+        // Real files hold valid UTF-8; llama.cpp keeps invalid bytes as they are,
+        // so a lossy decode is closer to it than a refusal.
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) if bytes.len() < (1 << 20) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+            Err(e) => Err(GgufError::Malformed { what: what(), offset: at, problem: e.to_string() }),
+        }
+    }
+}
+
+fn value_min_size(type_id: u32) -> Option<u64> {
+    Some(match type_id {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4 | 5 | 6 => 4,
+        8 => 8,  // string: its length prefix
+        9 => 12, // array: type + count
+        10 | 11 | 12 => 8,
+        _ => return None,
+    })
+}
+
+fn read_value(c: &mut Cursor, type_id: u32, key: &str, depth: u32) -> Result<Value> {
+    let what = || format!("metadata value of {key:?}");
+    Ok(match type_id {
+        0 => Value::U8(c.u8(&what)?),
+        1 => Value::I8(c.u8(&what)? as i8),
+        2 => Value::U16(c.u16(&what)?),
+        3 => Value::I16(c.u16(&what)? as i16),
+        4 => Value::U32(c.u32(&what)?),
+        5 => Value::I32(c.u32(&what)? as i32),
+        6 => Value::F32(f32::from_bits(c.u32(&what)?)),
+        7 => {
+            let at = c.pos as u64;
+            match c.u8(&what)? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => {
+                    return Err(GgufError::Malformed {
+                        what: what(),
+                        offset: at,
+                        problem: format!("bool byte is {b}, expected 0 or 1"),
+                    })
+                }
+            }
+        }
+        8 => Value::String(c.string(&what)?),
+        9 => {
+            let at = c.pos as u64;
+            if depth >= MAX_ARRAY_DEPTH {
+                return Err(GgufError::Malformed {
+                    what: what(),
+                    offset: at,
+                    problem: format!("arrays nested deeper than {MAX_ARRAY_DEPTH}"),
+                });
+            }
+            let elem_type = c.u32(&what)?;
+            let Some(min) = value_min_size(elem_type) else {
+                return Err(GgufError::UnknownValueType { key: key.to_owned(), type_id: elem_type, offset: at });
+            };
+            let count = c.len(&what)?;
+            // Refuse a count the rest of the file cannot possibly hold before
+            // allocating anything for it.
+            if count.saturating_mul(min) > c.remaining() {
+                return Err(GgufError::Truncated {
+                    what: format!("array of {count} values in {key:?}"),
+                    offset: c.pos as u64,
+                    needed: count.saturating_mul(min),
+                    file_len: c.buf.len() as u64,
+                });
+            }
+            let mut items = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                items.push(read_value(c, elem_type, key, depth + 1)?);
+            }
+            Value::Array(items)
+        }
+        10 => Value::U64(c.u64(&what)?),
+        11 => Value::I64(c.u64(&what)? as i64),
+        12 => Value::F64(f64::from_bits(c.u64(&what)?)),
+        other => {
+            return Err(GgufError::UnknownValueType {
+                key: key.to_owned(),
+                type_id: other,
+                offset: c.pos as u64 - 4,
+            })
+        }
+    })
+}
+
+impl GgufHeader {
+    /// Parses the header of a GGUF image held in `buf` (the whole file).
+    pub fn parse(buf: &[u8]) -> Result<GgufHeader> {
+        let mut c = Cursor { buf, pos: 0 };
+        let magic: [u8; 4] = c.take(4, &|| "magic".into())?.try_into().unwrap();
+        if &magic != MAGIC {
+            return Err(GgufError::BadMagic(magic));
+        }
+        let version = c.u32(&|| "version".into())?;
+        if version != 2 && version != 3 {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let n_tensors = c.len(&|| "tensor count".into())?;
+        let n_kv = c.len(&|| "metadata count".into())?;
+        // Each key-value pair takes at least 8 + 4 + 1 bytes, each tensor entry 8 + 4 + 8 + 4 + 8.
+        if n_kv.saturating_mul(13) > c.remaining() || n_tensors.saturating_mul(32) > c.remaining() {
+            return Err(GgufError::Malformed {
+                what: "header".into(),
+                offset: 8,
+                problem: format!(
+                    "{n_kv} metadata entries and {n_tensors} tensors cannot fit in a file of {} bytes",
+                    buf.len()
+                ),
+            });
+        }
+
+        let mut metadata = Vec::with_capacity(n_kv as usize);
+        let mut index = HashMap::with_capacity(n_kv as usize);
+        for i in 0..n_kv {
+            let key = c.string(&|| format!("key of metadata entry {i}"))?;
+            let at = c.pos as u64;
+            let type_id = c.u32(&|| format!("value type of {key:?}"))?;
+            if value_min_size(type_id).is_none() {
+                return Err(GgufError::UnknownValueType { key, type_id, offset: at });
+            }
+            let value = read_value(&mut c, type_id, &key, 0)?;
+            if index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(GgufError::BadMetadata { key, problem: "key appears twice".into() });
+            }
+            metadata.push((key, value));
+        }
+
+        let alignment = match index.get("general.alignment").map(|&i| &metadata[i].1) {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => match v.as_u64() {
+                Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
+                _ => {
+                    return Err(GgufError::BadMetadata {
+                        key: "general.alignment".into(),
+                        problem: format!("{v} is not a power of two up to 1 MiB"),
+                    })
+                }
+            },
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        for i in 0..n_tensors {
+            let name = c.string(&|| format!("name of tensor {i}"))?;
+            let what = || format!("tensor {name}");
+            let n_dims = c.u32(&what)?;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(GgufError::BadTensor { name, problem: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)") });
+            }
+            let mut dims = Vec::with_capacity(n_dims as usize);
+            for _ in 0..n_dims {
+                dims.push(c.u64(&what)?);
+            }
+            let type_id = c.u32(&what)?;
+            let offset = c.u64(&what)?;
+            let Some(ty) = GgmlType::from_id(type_id) else {
+                return Err(GgufError::BadTensor { name, problem: format!("unknown type id {type_id}") });
+            };
+            let mut n_elem: u64 = 1;
+            for &d in &dims {
+                n_elem = match n_elem.checked_mul(d) {
+                    Some(n) if d > 0 => n,
+                    _ => return Err(GgufError::BadTensor { name, problem: format!("dimensions {dims:?} are empty or overflow") }),
+                };
+            }
+            let Some(row_bytes) = ty.row_bytes(dims[0]) else {
+                return Err(GgufError::BadTensor {
+                    name,
+                    problem: format!("row length {} is not a multiple of {}'s block of {}", dims[0], ty, ty.block_size()),
+                });
+            };
+            let n_bytes = row_bytes.checked_mul(n_elem / dims[0]).ok_or_else(|| GgufError::BadTensor {
+                name: name.clone(),
+                problem: "size overflows".into(),
+            })?;
+            if offset % alignment != 0 {
+                return Err(GgufError::BadTensor { name, problem: format!("offset {offset} is not aligned to {alignment}") });
+            }
+            if tensor_index.insert(name.clone(), tensors.len()).is_some() {
+                return Err(GgufError::BadTensor { name, problem: "name appears twice".into() });
+            }
+            tensors.push(TensorInfo { name, dims, ty, offset, n_bytes });
+        }
+
+        let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+        let data_len = (buf.len() as u64).saturating_sub(data_offset);
+        for t in &tensors {
+            let end = t.offset.checked_add(t.n_bytes);
+            if end.is_none_or(|e| e > data_len) {
+                return Err(GgufError::BadTensor {
+                    name: t.name.clone(),
+                    problem: format!(
+                        "data [{}, +{}) lies outside the file (data section holds {} bytes from byte {})",
+                        t.offset, t.n_bytes, data_len, data_offset
+                    ),
+                });
+            }
+        }
+        Ok(GgufHeader { version, alignment, metadata, tensors, data_offset, index, tensor_index })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// A required string value.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        let v = self.require(key)?;
+        v.as_str().ok_or_else(|| wrong_type(key, v, "a string"))
+    }
+
+    /// An optional unsigned integer: absent is `None`, present but of another type is an error.
+    pub fn get_u64_opt(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| wrong_type(key, v, "an unsigned integer")),
+        }
+    }
+
+    pub fn get_f64_opt(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| wrong_type(key, v, "a number")),
+        }
+    }
+
+    pub fn get_bool_opt(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| wrong_type(key, v, "a bool")),
+        }
+    }
+
+    pub fn get_str_opt(&self, key: &str) -> Result<Option<&str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| wrong_type(key, v, "a string")),
+        }
+    }
+
+    pub fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| GgufError::BadMetadata { key: key.into(), problem: "missing".into() })
+    }
+
+    /// The model's architecture name (`general.architecture`).
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+    }
+}
+
+fn wrong_type(key: &str, v: &Value, expected: &str) -> GgufError {
+    GgufError::BadMetadata { key: key.into(), problem: format!("is {} ({}), expected {expected}", v.type_name(), v) }
+}
+
+/// A GGUF file mapped into memory.
+pub struct GgufFile {
+    map: memmap2::Mmap,
+    header: GgufHeader,
+}
+
+impl GgufFile {
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let io = |source| GgufError::Io { path: path.display().to_string(), source };
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the mapping is read-only; a file truncated underneath us by
+        // another process is outside what any mmap-based loader can defend.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let header = GgufHeader::parse(&map)?;
+        Ok(GgufFile { map, header })
+    }
+
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The bytes of a tensor, bounds already checked at parse time.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        let start = (self.header.data_offset + t.offset) as usize;
+        &self.map[start..start + t.n_bytes as usize]
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+}
+
+impl std::ops::Deref for GgufFile {
+    type Target = GgufHeader;
+    fn deref(&self) -> &GgufHeader {
+        &self.header
+    }
+}

@@ -1,0 +1,1 @@
+//! Per-sequence KV cache: append, truncate, copy, save and restore.

@@ -1,0 +1,1 @@
+//! Forward passes of the supported families over mapped GGUF weights.

@@ -1,0 +1,1 @@
+//! Quant block formats, dequantizers and dot-product kernels.
