@@ -24,6 +24,19 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: u32 = 4;
 /// Nested arrays deeper than this are refused (real files nest one level).
 const MAX_ARRAY_DEPTH: u32 = 8;
+/// Array elements the whole metadata may hold. Each costs a `Value` (32 bytes)
+/// for as little as one byte of file, so without a bound a large file made of
+/// one byte array would cost 32 times its size in memory. The largest real
+/// tokenizers hold about a million entries across their arrays.
+const MAX_METADATA_VALUES: u64 = 1 << 24;
+/// The most entries reserved up front for any count the file states; beyond
+/// it, collections grow as entries actually parse, so a lying count cannot
+/// request a huge allocation (which aborts rather than returning an error).
+const MAX_PREALLOC: u64 = 1 << 16;
+
+fn prealloc(count: u64) -> usize {
+    count.min(MAX_PREALLOC) as usize
+}
 
 /// Where a tensor lives and what it holds.
 #[derive(Clone, Debug)]
@@ -132,7 +145,8 @@ fn value_min_size(type_id: u32) -> Option<u64> {
     })
 }
 
-fn read_value(c: &mut Cursor, type_id: u32, key: &str, depth: u32) -> Result<Value> {
+/// `budget` is how many more array elements the metadata may hold.
+fn read_value(c: &mut Cursor, type_id: u32, key: &str, depth: u32, budget: &mut u64) -> Result<Value> {
     let what = || format!("metadata value of {key:?}");
     Ok(match type_id {
         0 => Value::U8(c.u8(&what)?),
@@ -181,9 +195,17 @@ fn read_value(c: &mut Cursor, type_id: u32, key: &str, depth: u32) -> Result<Val
                     file_len: c.buf.len() as u64,
                 });
             }
-            let mut items = Vec::with_capacity(count as usize);
+            if count > *budget {
+                return Err(GgufError::Malformed {
+                    what: format!("array of {count} values in {key:?}"),
+                    offset: at,
+                    problem: format!("metadata may hold at most {MAX_METADATA_VALUES} array values in all"),
+                });
+            }
+            *budget -= count;
+            let mut items = Vec::with_capacity(prealloc(count));
             for _ in 0..count {
-                items.push(read_value(c, elem_type, key, depth + 1)?);
+                items.push(read_value(c, elem_type, key, depth + 1, budget)?);
             }
             Value::Array(items)
         }
@@ -226,8 +248,9 @@ impl GgufHeader {
             });
         }
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut index = HashMap::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity(prealloc(n_kv));
+        let mut index = HashMap::with_capacity(prealloc(n_kv));
+        let mut budget = MAX_METADATA_VALUES;
         for i in 0..n_kv {
             let key = c.string(&|| format!("key of metadata entry {i}"))?;
             let at = c.pos as u64;
@@ -235,7 +258,7 @@ impl GgufHeader {
             if value_min_size(type_id).is_none() {
                 return Err(GgufError::UnknownValueType { key, type_id, offset: at });
             }
-            let value = read_value(&mut c, type_id, &key, 0)?;
+            let value = read_value(&mut c, type_id, &key, 0, &mut budget)?;
             if index.insert(key.clone(), metadata.len()).is_some() {
                 return Err(GgufError::BadMetadata { key, problem: "key appears twice".into() });
             }
@@ -255,8 +278,8 @@ impl GgufHeader {
             },
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(prealloc(n_tensors));
+        let mut tensor_index = HashMap::with_capacity(prealloc(n_tensors));
         for i in 0..n_tensors {
             let name = c.string(&|| format!("name of tensor {i}"))?;
             let what = || format!("tensor {name}");
@@ -280,16 +303,15 @@ impl GgufHeader {
                     _ => return Err(GgufError::BadTensor { name, problem: format!("dimensions {dims:?} are empty or overflow") }),
                 };
             }
-            let Some(row_bytes) = ty.row_bytes(dims[0]) else {
+            if dims[0] % ty.block_size() as u64 != 0 {
                 return Err(GgufError::BadTensor {
                     name,
                     problem: format!("row length {} is not a multiple of {}'s block of {}", dims[0], ty, ty.block_size()),
                 });
+            }
+            let Some(n_bytes) = ty.row_bytes(dims[0]).and_then(|r| r.checked_mul(n_elem / dims[0])) else {
+                return Err(GgufError::BadTensor { name, problem: format!("size of {dims:?} {ty} overflows") });
             };
-            let n_bytes = row_bytes.checked_mul(n_elem / dims[0]).ok_or_else(|| GgufError::BadTensor {
-                name: name.clone(),
-                problem: "size overflows".into(),
-            })?;
             if offset % alignment != 0 {
                 return Err(GgufError::BadTensor { name, problem: format!("offset {offset} is not aligned to {alignment}") });
             }

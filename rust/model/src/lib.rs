@@ -1,1 +1,130 @@
-//! Forward passes of the supported families over mapped GGUF weights.
+//! Forward passes of the supported families (llama, qwen2, qwen3, gemma3) over
+//! weights that stay in the GGUF file's mapping.
+//!
+//! A [`Model`] is immutable once loaded and owns its worker pool; the state of
+//! a conversation lives in a [`Session`], so one model serves many sequences.
+
+mod attention;
+pub mod config;
+mod error;
+mod forward;
+pub mod generate;
+mod matmul;
+mod ops;
+pub mod weights;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ember_gguf::GgufFile;
+use ember_tokenizer::Tokenizer;
+
+pub use config::{Arch, Config, FamilyOptions};
+pub use ember_kv::KvType;
+pub use error::{ModelError, Result};
+pub use forward::{Logits, Session};
+pub use generate::{GenerateParams, Generation, Step, StopReason};
+
+pub struct LoadOptions {
+    /// Worker threads; 0 picks the number of physical cores.
+    pub threads: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { threads: 0 }
+    }
+}
+
+pub struct Model {
+    pub config: Config,
+    pub tokenizer: Tokenizer,
+    // Declared before `file` so the weights, which borrow its mapping, drop first.
+    weights: weights::Weights,
+    /// (inverse frequencies, position scale) per rope variant: global, then windowed.
+    rope_tables: Vec<(Vec<f32>, f32)>,
+    /// Which rope table each layer uses.
+    rope_variant: Vec<usize>,
+    pool: rayon::ThreadPool,
+    n_threads: usize,
+    file: Arc<GgufFile>,
+}
+
+impl Model {
+    pub fn load(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model> {
+        let file = Arc::new(GgufFile::open(path)?);
+        let config = Config::from_gguf(&file)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        if tokenizer.n_vocab() != config.n_vocab {
+            return Err(ModelError::Invalid(format!(
+                "the tokenizer has {} tokens but the model's embedding has {}",
+                tokenizer.n_vocab(),
+                config.n_vocab
+            )));
+        }
+        let weights = weights::bind(&file, &config)?;
+        let mut rope_tables = vec![(ops::rope_inv_freq(config.rope_base, config.n_rot), config.rope_freq_scale)];
+        let mut rope_variant = vec![0; config.n_layer];
+        if let Some(base) = config.opts.swa_rope_base {
+            rope_tables.push((ops::rope_inv_freq(base, config.n_rot), 1.0));
+            for (il, v) in rope_variant.iter_mut().enumerate() {
+                if config.is_swa_layer(il) {
+                    *v = 1;
+                }
+            }
+        }
+        let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n_threads)
+            .thread_name(|i| format!("ember-worker-{i}"))
+            .build()
+            .map_err(|e| ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}")))?;
+        Ok(Model { config, tokenizer, weights, rope_tables, rope_variant, pool, n_threads, file })
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn threads(&self) -> usize {
+        self.n_threads
+    }
+
+    /// Tensors in the file that this architecture never read.
+    pub fn unread_tensors(&self) -> &[String] {
+        &self.weights.unread
+    }
+
+    pub fn weights(&self) -> &weights::Weights {
+        &self.weights
+    }
+}
+
+/// Physical cores, not hardware threads: two threads on one core fight over
+/// the same vector units and gain nothing on these kernels.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    #[cfg(target_os = "linux")]
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        let mut cores = std::collections::BTreeSet::new();
+        let (mut phys, mut core) = (None, None);
+        for line in info.lines().chain(std::iter::once("")) {
+            if line.trim().is_empty() {
+                if let (Some(p), Some(c)) = (phys.take(), core.take()) {
+                    cores.insert((p, c));
+                }
+                continue;
+            }
+            let mut kv = line.splitn(2, ':');
+            match (kv.next().map(str::trim), kv.next().map(str::trim)) {
+                (Some("physical id"), Some(v)) => phys = Some(v.to_string()),
+                (Some("core id"), Some(v)) => core = Some(v.to_string()),
+                _ => {}
+            }
+        }
+        if !cores.is_empty() {
+            return cores.len().min(logical);
+        }
+    }
+    logical
+}

@@ -1,1 +1,317 @@
-//! Python bindings.
+//! `ember._native`: the Python face of the Rust crates. It converts types,
+//! releases the GIL around long work and maps each crate's errors onto the
+//! small exception hierarchy that `ember.errors` re-exports. Nothing else.
+
+use std::sync::Arc;
+
+use ember_gguf::{GgufFile, Value};
+use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, StopReason};
+use ember_sample::SamplingParams;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+create_exception!(_native, EmberError, PyException, "Base of every error ember raises.");
+create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be read or run.");
+create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
+create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
+
+fn map_err(e: ModelError) -> PyErr {
+    match e {
+        ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => ContextFullError::new_err(e.to_string()),
+        ModelError::BadToken { .. } | ModelError::Sample(_) | ModelError::Invalid(_) | ModelError::Kv(_) => {
+            InvalidRequestError::new_err(e.to_string())
+        }
+        _ => ModelLoadError::new_err(e.to_string()),
+    }
+}
+
+fn kv_type(s: &str) -> PyResult<KvType> {
+    KvType::parse(s).ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\" or \"f32\"")))
+}
+
+/// A metadata value as a Python object; long arrays (vocabularies) come back whole.
+fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+        Value::F32(f) => f.into_pyobject(py)?.into_any(),
+        Value::F64(f) => f.into_pyobject(py)?.into_any(),
+        Value::String(s) => s.into_pyobject(py)?.into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for it in items {
+                list.append(value_to_py(py, it)?)?;
+            }
+            list.into_any()
+        }
+        other => other.as_i64().unwrap_or_default().into_pyobject(py)?.into_any(),
+    })
+}
+
+/// Header facts of a GGUF file, read without binding any weights: metadata
+/// (arrays longer than `max_array` replaced by their length) and the tensor table.
+#[pyfunction]
+#[pyo3(signature = (path, max_array = 64))]
+fn inspect<'py>(py: Python<'py>, path: &str, max_array: usize) -> PyResult<Bound<'py, PyDict>> {
+    let path = path.to_string();
+    let file = py.detach(move || GgufFile::open(&path)).map_err(|e| ModelLoadError::new_err(e.to_string()))?;
+    let out = PyDict::new(py);
+    let meta = PyDict::new(py);
+    for (k, v) in &file.metadata {
+        match v {
+            Value::Array(a) if a.len() > max_array => meta.set_item(k, format!("[{} values]", a.len()))?,
+            _ => meta.set_item(k, value_to_py(py, v)?)?,
+        }
+    }
+    out.set_item("version", file.version)?;
+    out.set_item("metadata", meta)?;
+    let tensors = PyList::empty(py);
+    for t in &file.tensors {
+        tensors.append((t.name.as_str(), t.ty.name(), t.dims.clone(), t.n_bytes))?;
+    }
+    out.set_item("tensors", tensors)?;
+    out.set_item("file_size", file.file_len())?;
+    Ok(out)
+}
+
+#[pyclass(frozen, module = "ember._native")]
+struct Model {
+    inner: Arc<ember_model::Model>,
+    n_ctx: usize,
+    max_batch: usize,
+    kv_type: KvType,
+}
+
+#[pymethods]
+impl Model {
+    #[new]
+    #[pyo3(signature = (path, n_ctx = 0, threads = 0, kv_type = "f16", max_batch = 512))]
+    fn new(py: Python<'_>, path: &str, n_ctx: usize, threads: usize, kv_type: &str, max_batch: usize) -> PyResult<Model> {
+        let kv = self::kv_type(kv_type)?;
+        if max_batch == 0 {
+            return Err(InvalidRequestError::new_err("max_batch must be at least 1"));
+        }
+        let path = path.to_string();
+        let inner = py.detach(move || ember_model::Model::load(&path, LoadOptions { threads })).map_err(map_err)?;
+        let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
+        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv })
+    }
+
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.inner.config.n_vocab
+    }
+    #[getter]
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    #[getter]
+    fn n_ctx_train(&self) -> usize {
+        self.inner.config.n_ctx_train
+    }
+    #[getter]
+    fn architecture(&self) -> &'static str {
+        self.inner.config.arch.name()
+    }
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.threads()
+    }
+    #[getter]
+    fn bos_id(&self) -> Option<u32> {
+        self.inner.tokenizer.bos()
+    }
+    #[getter]
+    fn eos_id(&self) -> Option<u32> {
+        self.inner.tokenizer.eos()
+    }
+    #[getter]
+    fn eog_ids(&self) -> Vec<u32> {
+        self.inner.tokenizer.eog_ids().to_vec()
+    }
+
+    /// Hyperparameters as a dict.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = &self.inner.config;
+        let d = PyDict::new(py);
+        d.set_item("architecture", c.arch.name())?;
+        d.set_item("n_vocab", c.n_vocab)?;
+        d.set_item("n_embd", c.n_embd)?;
+        d.set_item("n_layer", c.n_layer)?;
+        d.set_item("n_head", c.n_head)?;
+        d.set_item("n_head_kv", c.n_head_kv)?;
+        d.set_item("head_dim", c.head_dim_k)?;
+        d.set_item("n_ff", c.n_ff)?;
+        d.set_item("n_ctx_train", c.n_ctx_train)?;
+        d.set_item("rope_base", c.rope_base)?;
+        d.set_item("sliding_window", c.sliding_window)?;
+        Ok(d)
+    }
+
+    fn unread_tensors(&self) -> Vec<String> {
+        self.inner.unread_tensors().to_vec()
+    }
+
+    /// A metadata value of the file, or None.
+    fn metadata<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.inner.file().get(key).map(|v| value_to_py(py, v)).transpose()
+    }
+
+    #[pyo3(signature = (text, add_special = true, parse_special = false))]
+    fn tokenize(&self, py: Python<'_>, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let text = text.to_string();
+        py.detach(|| self.inner.tokenizer.tokenize(&text, add_special, parse_special))
+    }
+
+    #[pyo3(signature = (ids, special = false))]
+    fn detokenize(&self, ids: Vec<u32>, special: bool) -> PyResult<String> {
+        self.check_ids(&ids)?;
+        Ok(self.inner.tokenizer.detokenize(&ids, special))
+    }
+
+    #[pyo3(signature = (id, special = false))]
+    fn token_to_piece<'py>(&self, py: Python<'py>, id: u32, special: bool) -> PyResult<Bound<'py, PyBytes>> {
+        self.check_ids(&[id])?;
+        Ok(PyBytes::new(py, &self.inner.tokenizer.token_to_piece(id, special)))
+    }
+
+    fn is_eog(&self, id: u32) -> bool {
+        self.inner.tokenizer.is_eog(id)
+    }
+
+    /// Teacher-forced logits of every position, as little-endian f32 bytes
+    /// (rows of n_vocab); `ember.Model.logits` wraps them in a numpy array.
+    fn logits<'py>(&self, py: Python<'py>, ids: Vec<u32>) -> PyResult<Bound<'py, PyBytes>> {
+        self.check_ids(&ids)?;
+        if ids.is_empty() {
+            return Err(InvalidRequestError::new_err("ids is empty"));
+        }
+        let n_ctx = self.n_ctx.max(ids.len());
+        let out = py
+            .detach(|| {
+                let mut s = self.inner.new_session(n_ctx, self.max_batch, self.kv_type);
+                self.inner.prefill(&mut s, &ids, Logits::All)
+            })
+            .map_err(map_err)?;
+        let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
+    #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
+        typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
+        logit_bias = Vec::new(), seed = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        ids: Vec<u32>,
+        max_tokens: usize,
+        ignore_eos: bool,
+        temperature: f32,
+        top_k: i32,
+        top_p: f32,
+        min_p: f32,
+        typical_p: f32,
+        repeat_penalty: f32,
+        repeat_last_n: i32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        logit_bias: Vec<(u32, f32)>,
+        seed: Option<u64>,
+    ) -> PyResult<Generator> {
+        self.check_ids(&ids)?;
+        let sampling = SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            typical_p,
+            repeat_penalty,
+            repeat_last_n,
+            frequency_penalty,
+            presence_penalty,
+            logit_bias,
+            seed,
+        };
+        let params = GenerateParams { max_tokens, ignore_eos, sampling };
+        let model = self.inner.clone();
+        let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
+        let gen = py
+            .detach(move || {
+                let session = model.new_session(n_ctx, max_batch, kv);
+                Generation::new(model, session, &ids, params)
+            })
+            .map_err(map_err)?;
+        Ok(Generator { inner: std::sync::Mutex::new(Some(gen)) })
+    }
+}
+
+impl Model {
+    fn check_ids(&self, ids: &[u32]) -> PyResult<()> {
+        let n = self.inner.config.n_vocab;
+        match ids.iter().find(|&&id| id as usize >= n) {
+            Some(id) => Err(InvalidRequestError::new_err(format!("token id {id} is out of range (the vocabulary has {n} tokens)"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Iterator of (token id, text, stop reason or None).
+#[pyclass(module = "ember._native")]
+struct Generator {
+    inner: std::sync::Mutex<Option<Generation>>,
+}
+
+#[pymethods]
+impl Generator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<(u32, String, Option<&'static str>)>> {
+        if let Err(e) = py.check_signals() {
+            *self.inner.lock().unwrap() = None;
+            return Err(e);
+        }
+        let mut guard = self.inner.lock().unwrap();
+        let Some(gen) = guard.as_mut() else { return Ok(None) };
+        let step = py.detach(|| gen.next_step()).map_err(map_err)?;
+        Ok(step.map(|s| {
+            let stop = s.stop.map(|r| match r {
+                StopReason::EndOfGeneration => "stop",
+                StopReason::Length => "length",
+                StopReason::ContextFull => "context",
+            });
+            (s.token, s.text, stop)
+        }))
+    }
+
+    #[getter]
+    fn n_prompt(&self) -> usize {
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_prompt()).unwrap_or(0)
+    }
+    #[getter]
+    fn n_generated(&self) -> usize {
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_generated()).unwrap_or(0)
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Model>()?;
+    m.add_class::<Generator>()?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add("EmberError", py.get_type::<EmberError>())?;
+    m.add("ModelLoadError", py.get_type::<ModelLoadError>())?;
+    m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;
+    m.add("ContextFullError", py.get_type::<ContextFullError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,1 +1,715 @@
-//! Samplers in llama.cpp's order: penalties, bias, top-k, top-p, min-p, temperature.
+//! Token sampling as llama.cpp's common sampling chain applies it: logit bias,
+//! penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw.
+//! Also owns the log-probabilities reported alongside sampled tokens.
+//!
+//! ```
+//! use ember_sample::{Sampler, SamplingParams};
+//!
+//! let params = SamplingParams { seed: Some(7), ..Default::default() };
+//! let mut sampler = Sampler::new(params, 4).unwrap();
+//! let token = sampler.sample(&[0.1, 2.5, -1.0, 0.3]);
+//! sampler.accept(token);
+//! ```
+
+mod params;
+mod rng;
+mod stages;
+
+use std::collections::VecDeque;
+
+pub use params::{SampleError, SamplingParams};
+
+use rng::Rng;
+use stages::{Adjust, Candidates};
+
+/// Above this the penalty window is grown on demand rather than reserved up
+/// front, so a huge or unbounded `repeat_last_n` cannot reserve gigabytes.
+const MAX_RESERVED_WINDOW: usize = 1 << 16;
+
+/// One generation's sampling state: the parameters, the penalty window and
+/// the random stream. Build one per sequence; `reset` reuses it.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    n_vocab: usize,
+    cands: Candidates,
+    penalties_on: bool,
+    /// `logit_bias` as a dense per-token row (duplicates summed); empty when
+    /// there is none.
+    bias: Vec<f32>,
+    /// The penalty window's length; `None` for the whole sequence.
+    window_len: Option<usize>,
+    /// The last `window_len` accepted tokens, oldest first.
+    window: VecDeque<u32>,
+    /// How often each token occurs in `window`; empty when penalties are off.
+    counts: Vec<u32>,
+    seed: u64,
+    rng: Rng,
+}
+
+impl Sampler {
+    /// Checks `params` against a vocabulary of `n_vocab` tokens (the length of
+    /// every logits row that will be passed to [`Sampler::sample`]) and
+    /// reserves all the memory sampling needs.
+    pub fn new(params: SamplingParams, n_vocab: usize) -> Result<Sampler, SampleError> {
+        params::validate(&params, n_vocab)?;
+        // Validated to be >= -1; -1 (negative) means an unbounded window.
+        let window_len = usize::try_from(params.repeat_last_n).ok();
+        let penalties_on = params.repeat_last_n != 0
+            && (params.repeat_penalty != 1.0
+                || params.frequency_penalty != 0.0
+                || params.presence_penalty != 0.0);
+        let (window, counts) = if penalties_on {
+            let reserve = window_len.unwrap_or(MAX_RESERVED_WINDOW);
+            (
+                VecDeque::with_capacity(reserve.min(MAX_RESERVED_WINDOW)),
+                vec![0; n_vocab],
+            )
+        } else {
+            (VecDeque::new(), Vec::new())
+        };
+        let mut bias = Vec::new();
+        if !params.logit_bias.is_empty() {
+            bias.resize(n_vocab, 0.0);
+            for &(id, b) in &params.logit_bias {
+                bias[id as usize] += b;
+            }
+        }
+        let seed = params.seed.unwrap_or_else(rng::entropy_seed);
+        Ok(Sampler {
+            params,
+            n_vocab,
+            cands: Candidates::with_capacity(n_vocab),
+            penalties_on,
+            bias,
+            window_len,
+            window,
+            counts,
+            seed,
+            rng: Rng::new(seed),
+        })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// The seed in use: the requested one, or the one drawn from entropy
+    /// (report it to make an unseeded run reproducible).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Picks the next token from one row of logits.
+    ///
+    /// Panics if `logits.len()` differs from the `n_vocab` given to `new`:
+    /// that is a wiring bug, not a request error.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        assert_eq!(
+            logits.len(),
+            self.n_vocab,
+            "logits row has {} entries but the sampler was built for {} tokens",
+            logits.len(),
+            self.n_vocab
+        );
+        let p = &self.params;
+        let adjust = adjust_of(p, &self.bias, &self.counts);
+        if p.temperature <= 0.0 {
+            return stages::argmax(logits, &adjust);
+        }
+        let c = &mut self.cands;
+        match usize::try_from(p.top_k) {
+            Ok(k) if k > 0 && k < self.n_vocab => c.fill_top_k(logits, k, &adjust),
+            _ => {
+                c.fill(logits, &adjust);
+                stages::top_k(c, p.top_k);
+            }
+        }
+        stages::typical(c, p.typical_p);
+        stages::top_p(c, p.top_p);
+        stages::min_p(c, p.min_p);
+        stages::temperature(c, p.temperature);
+        stages::draw(c, &mut self.rng)
+    }
+
+    /// Records a token as part of the sequence so the penalties see it.
+    /// Prompt tokens may be accepted too, as llama.cpp's server does. Ids
+    /// outside the vocabulary are ignored: no logit could be penalised.
+    pub fn accept(&mut self, token: u32) {
+        if !self.penalties_on || token as usize >= self.n_vocab {
+            return;
+        }
+        if Some(self.window.len()) == self.window_len {
+            if let Some(old) = self.window.pop_front() {
+                self.counts[old as usize] -= 1;
+            }
+        }
+        self.window.push_back(token);
+        self.counts[token as usize] += 1;
+    }
+
+    /// Forgets the history and restarts the random stream: from the same
+    /// seed when one was given (so a reset sampler repeats itself), from
+    /// fresh entropy otherwise, as llama.cpp's dist sampler does.
+    pub fn reset(&mut self) {
+        for t in self.window.drain(..) {
+            self.counts[t as usize] -= 1;
+        }
+        self.seed = self.params.seed.unwrap_or_else(rng::entropy_seed);
+        self.rng = Rng::new(self.seed);
+    }
+}
+
+/// Bias and penalties for one `sample` call. `counts` is empty exactly when
+/// the penalties are off, which `Adjust` reads as "skip".
+fn adjust_of<'a>(p: &SamplingParams, bias: &'a [f32], counts: &'a [u32]) -> Adjust<'a> {
+    Adjust {
+        bias,
+        counts,
+        repeat: p.repeat_penalty,
+        freq: p.frequency_penalty,
+        presence: p.presence_penalty,
+    }
+}
+
+/// Log-sum-exp of a logits row, ignoring NaN. `None` when no entry is finite
+/// enough to normalise against (all -inf, or some +inf).
+fn log_sum_exp(logits: &[f32]) -> Option<f64> {
+    let max = logits
+        .iter()
+        .filter(|x| !x.is_nan())
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    if !max.is_finite() {
+        return None;
+    }
+    let sum: f64 = logits
+        .iter()
+        .filter(|x| !x.is_nan())
+        .map(|&x| ((x - max) as f64).exp())
+        .sum();
+    Some(max as f64 + sum.ln())
+}
+
+/// Log-probability of each entry of `logits` under its full softmax, with the
+/// degenerate rows handled: all -inf gives a uniform row, +inf entries share
+/// all the mass. NaN entries get -inf.
+fn log_probs_fn(logits: &[f32]) -> impl Fn(f32) -> f32 + '_ {
+    let lse = log_sum_exp(logits);
+    let (max, n_max) = if lse.is_none() {
+        let max = logits
+            .iter()
+            .filter(|x| !x.is_nan())
+            .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        (max, logits.iter().filter(|&&x| x == max).count().max(1))
+    } else {
+        (0.0, 1)
+    };
+    move |x: f32| match lse {
+        _ if x.is_nan() => f32::NEG_INFINITY,
+        Some(lse) => (x as f64 - lse) as f32,
+        None if x == max => -(n_max as f32).ln(),
+        None => f32::NEG_INFINITY,
+    }
+}
+
+/// The `n` most likely tokens of a raw logits row with their natural-log
+/// probabilities under the softmax of the whole row (what OpenAI's
+/// `logprobs` reports), most likely first, equal logits by lower id.
+/// Bias, penalties and truncation are deliberately not applied.
+pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let n = n.min(logits.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    let key = |i: u32| {
+        let x = logits[i as usize];
+        if x.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            x
+        }
+    };
+    let desc = |a: &u32, b: &u32| {
+        key(*b)
+            .partial_cmp(&key(*a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(b))
+    };
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    if n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, desc);
+        ids.truncate(n);
+    }
+    ids.sort_unstable_by(desc);
+    let logprob = log_probs_fn(logits);
+    ids.into_iter()
+        .map(|i| (i, logprob(logits[i as usize])))
+        .collect()
+}
+
+/// Natural-log probability of one token under the softmax of the whole raw
+/// row, for reporting the sampled token's own logprob.
+pub fn token_logprob(logits: &[f32], token: u32) -> f32 {
+    log_probs_fn(logits)(logits[token as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stage off: a plain draw from softmax(logits / temperature).
+    fn plain(temperature: f32, seed: u64) -> SamplingParams {
+        SamplingParams {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            typical_p: 1.0,
+            seed: Some(seed),
+            ..Default::default()
+        }
+    }
+
+    fn ln(probs: &[f32]) -> Vec<f32> {
+        probs.iter().map(|p| p.ln()).collect()
+    }
+
+    fn softmax(logits: &[f32]) -> Vec<f64> {
+        let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f64> = logits.iter().map(|&x| ((x - m) as f64).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.iter().map(|x| x / s).collect()
+    }
+
+    /// The logits the truncation stages would see.
+    fn adjusted(s: &Sampler, logits: &[f32]) -> Vec<f32> {
+        let a = adjust_of(&s.params, &s.bias, &s.counts);
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| a.apply(i, l))
+            .collect()
+    }
+
+    fn histogram(s: &mut Sampler, logits: &[f32], draws: usize) -> Vec<f64> {
+        let mut h = vec![0usize; logits.len()];
+        for _ in 0..draws {
+            h[s.sample(logits) as usize] += 1;
+        }
+        h.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    fn assert_close(got: &[f64], want: &[f64], tol: f64) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() < tol,
+                "token {i}: got {g:.4}, want {w:.4} (all {got:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn distribution_matches_softmax_at_temperature_one() {
+        let logits = [1.0, 2.0, 3.0];
+        let mut s = Sampler::new(plain(1.0, 11), 3).unwrap();
+        assert_close(&histogram(&mut s, &logits, 10_000), &softmax(&logits), 0.02);
+    }
+
+    #[test]
+    fn temperature_sharpens_and_flattens() {
+        let logits = [1.0, 2.0, 3.0];
+        let mut s = Sampler::new(plain(0.5, 12), 3).unwrap();
+        assert_close(
+            &histogram(&mut s, &logits, 10_000),
+            &softmax(&[2.0, 4.0, 6.0]),
+            0.02,
+        );
+        let mut s = Sampler::new(plain(2.0, 13), 3).unwrap();
+        assert_close(
+            &histogram(&mut s, &logits, 10_000),
+            &softmax(&[0.5, 1.0, 1.5]),
+            0.02,
+        );
+    }
+
+    #[test]
+    fn greedy_picks_argmax_with_ties_to_lowest_id() {
+        let mut s = Sampler::new(SamplingParams::greedy(), 5).unwrap();
+        assert_eq!(s.sample(&[0.0, 4.0, 1.0, 4.0, 3.0]), 1);
+        assert_eq!(s.sample(&[9.0, 9.0, 9.0, 9.0, 9.0]), 0);
+        let mut s = Sampler::new(
+            SamplingParams {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!(s.sample(&[0.0, 0.0, 1.0]), 2);
+    }
+
+    #[test]
+    fn greedy_sees_bias_and_penalties() {
+        let p = SamplingParams {
+            logit_bias: vec![(2, -10.0)],
+            repeat_penalty: 4.0,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 3).unwrap();
+        let logits = [1.0, 3.0, 5.0];
+        assert_eq!(s.sample(&logits), 1, "bias sinks token 2");
+        s.accept(1);
+        assert_eq!(s.sample(&logits), 0, "3 / 4 < 1");
+    }
+
+    #[test]
+    fn bias_applies_before_penalties() {
+        // Token 0: 1.0 - 2.0 = -1.0 after bias, then the repeat penalty
+        // multiplies (negative): -2.0. The other order would give -1.5.
+        let p = SamplingParams {
+            logit_bias: vec![(0, -2.0)],
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 2).unwrap();
+        s.accept(0);
+        assert_eq!(adjusted(&s, &[1.0, 0.5]), vec![-2.0, 0.5]);
+    }
+
+    #[test]
+    fn penalties_follow_llama_cpp_formulas() {
+        let p = SamplingParams {
+            repeat_penalty: 2.0,
+            frequency_penalty: 0.5,
+            presence_penalty: 0.25,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        for t in [0, 0, 1, 2] {
+            s.accept(t);
+        }
+        assert_eq!(
+            adjusted(&s, &[4.0, -4.0, 0.0, 1.0]),
+            vec![4.0 / 2.0 - 2.0 * 0.5 - 0.25, -8.0 - 0.5 - 0.25, -0.75, 1.0]
+        );
+    }
+
+    #[test]
+    fn penalty_window_slides() {
+        let p = SamplingParams {
+            presence_penalty: 1.0,
+            repeat_last_n: 2,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        for t in [0, 1, 2] {
+            s.accept(t);
+        }
+        assert_eq!(
+            adjusted(&s, &[0.0; 4]),
+            vec![0.0, -1.0, -1.0, 0.0],
+            "token 0 left the window"
+        );
+        s.reset();
+        assert_eq!(
+            adjusted(&s, &[0.0; 4]),
+            vec![0.0; 4],
+            "reset clears history"
+        );
+        assert!(s.counts.iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn top_k_sees_bias_and_penalties() {
+        // Token 3 is last on raw logits but first after its bias; token 0 is
+        // penalised below token 1. With top-k 2 only tokens 3 and 1 survive.
+        let p = SamplingParams {
+            top_k: 2,
+            logit_bias: vec![(3, 5.0)],
+            presence_penalty: 5.0,
+            ..plain(1.0, 8)
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        s.accept(0);
+        let h = histogram(&mut s, &[5.0, 4.0, 3.0, 0.0], 2000);
+        assert_eq!(h[0] + h[2], 0.0, "{h:?}");
+        assert!(h[1] > 0.0 && h[3] > 0.0, "{h:?}");
+    }
+
+    #[test]
+    fn unbounded_window_remembers_everything() {
+        let p = SamplingParams {
+            presence_penalty: 1.0,
+            repeat_last_n: -1,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 3).unwrap();
+        s.accept(0);
+        for _ in 0..100_000 {
+            s.accept(1);
+        }
+        assert_eq!(adjusted(&s, &[0.0; 3]), vec![-1.0, -1.0, 0.0]);
+        s.reset();
+        assert_eq!(adjusted(&s, &[0.0; 3]), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn penalties_off_ignore_history() {
+        let p = SamplingParams {
+            repeat_last_n: 0,
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 2).unwrap();
+        s.accept(0);
+        assert_eq!(s.sample(&[1.0, 0.9]), 0);
+        s.accept(7); // out of vocabulary: ignored, not a panic
+    }
+
+    #[test]
+    fn top_k_runs_before_top_p() {
+        // top-k 2 renormalises 0.4, 0.3 to 0.57, 0.43, so top-p 0.5 keeps one
+        // token. top-p first would keep two (0.4 < 0.5).
+        let p = SamplingParams {
+            top_k: 2,
+            top_p: 0.5,
+            ..plain(1.0, 3)
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        let logits = ln(&[0.4, 0.3, 0.2, 0.1]);
+        assert!((0..500).all(|_| s.sample(&logits) == 0));
+    }
+
+    #[test]
+    fn typical_runs_before_top_p() {
+        // typical 0.45 keeps tokens 1, 2 (0.3, 0.2 -> 0.6, 0.4) and top-p 0.5
+        // then keeps token 1; the reverse order always yields token 0.
+        let p = SamplingParams {
+            typical_p: 0.45,
+            top_p: 0.5,
+            ..plain(1.0, 4)
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        let logits = ln(&[0.4, 0.3, 0.2, 0.1]);
+        assert!((0..500).all(|_| s.sample(&logits) == 1));
+    }
+
+    #[test]
+    fn min_p_runs_before_temperature() {
+        // min-p 0.5 on probs 0.5, 0.2, 0.3 keeps tokens 0 and 2. Had the
+        // temperature 0.5 come first (0.66, 0.11, 0.24), token 2 would fall
+        // below half the best and never be drawn.
+        let p = SamplingParams {
+            min_p: 0.5,
+            ..plain(0.5, 5)
+        };
+        let mut s = Sampler::new(p, 3).unwrap();
+        let h = histogram(&mut s, &ln(&[0.5, 0.2, 0.3]), 5000);
+        assert_eq!(h[1], 0.0);
+        // Survivors 0.5, 0.3 at temperature 0.5: 0.25 / 0.34 and 0.09 / 0.34.
+        assert_close(&h, &[0.25 / 0.34, 0.0, 0.09 / 0.34], 0.025);
+    }
+
+    #[test]
+    fn truncation_survives_high_temperature() {
+        // A very high temperature flattens survivors but cannot revive
+        // tokens the truncation stages dropped.
+        let p = SamplingParams {
+            top_k: 2,
+            temperature: 100.0,
+            seed: Some(9),
+            ..Default::default()
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        let h = histogram(&mut s, &[5.0, 4.0, 3.0, 2.0], 4000);
+        assert_eq!(h[2] + h[3], 0.0);
+        assert_close(&h[..2], &[0.5, 0.5], 0.04);
+    }
+
+    #[test]
+    fn banned_tokens_are_never_drawn() {
+        let p = SamplingParams {
+            logit_bias: vec![(0, f32::NEG_INFINITY)],
+            ..plain(1.0, 6)
+        };
+        let mut s = Sampler::new(p, 2).unwrap();
+        assert!((0..1000).all(|_| s.sample(&[10.0, 0.0]) == 1));
+        // Everything banned still yields a token instead of NaN chaos.
+        let p = SamplingParams {
+            logit_bias: vec![(0, f32::NEG_INFINITY), (1, f32::NEG_INFINITY)],
+            ..SamplingParams::default()
+        };
+        let mut s = Sampler::new(p, 2).unwrap();
+        assert!(s.sample(&[1.0, 2.0]) < 2);
+    }
+
+    #[test]
+    fn defaults_sample_from_the_plausible_head() {
+        let mut s = Sampler::new(
+            SamplingParams {
+                seed: Some(1),
+                ..Default::default()
+            },
+            100,
+        )
+        .unwrap();
+        // Token 0 dominates; min-p 0.05 drops everything below e^-3 of it.
+        let mut logits = vec![0.0f32; 100];
+        logits[0] = 10.0;
+        logits[1] = 8.0;
+        for _ in 0..1000 {
+            assert!(s.sample(&logits) <= 1);
+        }
+    }
+
+    fn run(seed: u64, steps: usize) -> Vec<u32> {
+        let p = SamplingParams {
+            seed: Some(seed),
+            top_k: 0,
+            repeat_penalty: 1.1,
+            frequency_penalty: 0.1,
+            ..Default::default()
+        };
+        let n = 257;
+        let mut s = Sampler::new(p, n).unwrap();
+        let mut out = Vec::new();
+        for step in 0..steps {
+            let logits: Vec<f32> = (0..n)
+                .map(|i| (((i * 31 + step * 17) % 97) as f32 / 24.0).sin() * 3.0)
+                .collect();
+            let t = s.sample(&logits);
+            s.accept(t);
+            out.push(t);
+        }
+        out
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        assert_eq!(run(1234, 200), run(1234, 200));
+        assert_ne!(run(1234, 200), run(4321, 200));
+    }
+
+    #[test]
+    fn reset_replays_a_seeded_sampler() {
+        let mut s = Sampler::new(plain(1.0, 77), 8).unwrap();
+        let logits = [0.0f32; 8];
+        let first: Vec<u32> = (0..50).map(|_| s.sample(&logits)).collect();
+        s.reset();
+        let again: Vec<u32> = (0..50).map(|_| s.sample(&logits)).collect();
+        assert_eq!(first, again);
+        assert!(first.iter().any(|&t| t != first[0]));
+    }
+
+    #[test]
+    fn unseeded_samplers_differ() {
+        let p = SamplingParams {
+            seed: None,
+            ..plain(1.0, 0)
+        };
+        let a = Sampler::new(p.clone(), 4).unwrap();
+        let b = Sampler::new(p, 4).unwrap();
+        assert_ne!(a.seed(), b.seed());
+    }
+
+    #[test]
+    fn sample_does_not_reallocate() {
+        let n = 32_000;
+        let mut s = Sampler::new(
+            SamplingParams {
+                top_k: 0,
+                repeat_penalty: 1.3,
+                seed: Some(2),
+                ..Default::default()
+            },
+            n,
+        )
+        .unwrap();
+        let logits: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32) * 0.01).collect();
+        let (ptr, cap) = (s.cands.data.as_ptr(), s.cands.data.capacity());
+        for _ in 0..20 {
+            let t = s.sample(&logits);
+            s.accept(t);
+        }
+        assert_eq!((s.cands.data.as_ptr(), s.cands.data.capacity()), (ptr, cap));
+    }
+
+    #[test]
+    fn new_rejects_bad_params() {
+        let e = Sampler::new(
+            SamplingParams {
+                top_p: -1.0,
+                ..Default::default()
+            },
+            10,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), "top_p");
+        let e = Sampler::new(
+            SamplingParams {
+                logit_bias: vec![(3, 1.0)],
+                ..Default::default()
+            },
+            3,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            SampleError::BiasTokenOutOfRange {
+                token: 3,
+                n_vocab: 3
+            }
+        );
+        assert!(Sampler::new(SamplingParams::default(), 0).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "logits row has 2 entries")]
+    fn wrong_row_length_panics() {
+        Sampler::new(SamplingParams::default(), 3)
+            .unwrap()
+            .sample(&[0.0, 1.0]);
+    }
+
+    #[test]
+    fn top_logprobs_from_full_softmax() {
+        let logits = [1.0f32, 3.0, 2.0, 0.0];
+        let lse = logits.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+        let got = top_logprobs(&logits, 2);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0, got[1].0), (1, 2));
+        assert!((got[0].1 as f64 - (3.0 - lse)).abs() < 1e-6);
+        assert!((got[1].1 as f64 - (2.0 - lse)).abs() < 1e-6);
+        let all = top_logprobs(&logits, 10);
+        assert_eq!(
+            all.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![1, 2, 0, 3]
+        );
+        let total: f64 = all.iter().map(|x| (x.1 as f64).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert!(top_logprobs(&logits, 0).is_empty());
+        assert!((token_logprob(&logits, 3) as f64 - (0.0 - lse)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_logprobs_ties_and_degenerate_rows() {
+        let got = top_logprobs(&[2.0, 5.0, 5.0, 5.0], 2);
+        assert_eq!((got[0].0, got[1].0), (1, 2));
+        let got = top_logprobs(&[f32::NEG_INFINITY; 4], 1);
+        assert!((got[0].1 - (0.25f32).ln()).abs() < 1e-6);
+        let got = top_logprobs(&[0.0, f32::INFINITY, f32::NAN], 3);
+        assert_eq!(got[0], (1, 0.0));
+        assert_eq!(got[1].1, f32::NEG_INFINITY);
+        assert_eq!(got[2], (2, f32::NEG_INFINITY));
+    }
+
+    #[test]
+    fn top_logprobs_large_logits_are_stable() {
+        let got = top_logprobs(&[1000.0, 1000.0], 1);
+        assert!((got[0].1 - (0.5f32).ln()).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,29 @@
+"""ember: local LLM inference on GGUF models, with its own Rust kernels.
+
+    import ember
+    model = ember.Model()            # the default model, fetched once
+    print(model.generate("Once upon a time", 32))
+"""
+
+from ember._native import __version__
+from ember.errors import (
+    ContextFullError,
+    EmberError,
+    InvalidRequestError,
+    ModelFetchError,
+    ModelLoadError,
+    TemplateError,
+)
+from ember.model import Completion, Model
+
+__all__ = [
+    "__version__",
+    "Model",
+    "Completion",
+    "EmberError",
+    "ModelLoadError",
+    "InvalidRequestError",
+    "ContextFullError",
+    "TemplateError",
+    "ModelFetchError",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from ember.cli import main
+
+sys.exit(main())

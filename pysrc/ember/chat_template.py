@@ -1,0 +1,242 @@
+"""Chat templates: renders a GGUF file's Hugging Face-style Jinja template the
+way transformers does, in a sandbox, and supplies built-in ChatML and Gemma
+templates for files that carry none.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from collections.abc import Container, Iterable
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+try:
+    from ember.errors import InvalidRequestError, TemplateError
+except ImportError:  # the compiled module is absent: keep this pure-Python module usable on its own
+
+    class TemplateError(Exception):  # type: ignore[no-redef]
+        """A chat template failed to parse or render (including its own raise_exception)."""
+
+    class InvalidRequestError(ValueError):  # type: ignore[no-redef]
+        """A request that cannot be served as given."""
+
+
+__all__ = [
+    "FALLBACKS",
+    "InvalidRequestError",
+    "TemplateError",
+    "normalize_messages",
+    "pick_fallback",
+    "render_chat",
+    "template_takes_content_parts",
+]
+
+# ChatML, as llama.cpp's built-in "chatml" writes it.
+CHATML = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{ message['content'] }}{% endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+# Gemma's official template (Gemma 3's, text only): a system message becomes a
+# prefix of the first user turn, "assistant" is spelled "model", turn text is
+# trimmed. The official one also raises on non-alternating roles; a fallback
+# for files without a template should render what it is given instead.
+GEMMA = r"""{{ bos_token }}
+{%- if messages and messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if message['role'] == 'assistant' -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{ '<start_of_turn>model\n' }}
+{%- endif -%}
+"""
+
+FALLBACKS: dict[str, str] = {"chatml": CHATML, "gemma": GEMMA}
+
+# Names the renderer sets itself; chat_template_kwargs may not replace them.
+_RESERVED = frozenset({"messages", "add_generation_prompt", "tools"})
+
+
+def pick_fallback(architecture: str, token_texts: Container[str]) -> str:
+    """The built-in template for a file without one: Gemma's turn markup when
+    the vocabulary has ``<start_of_turn>``, otherwise ChatML. The vocabulary
+    decides rather than ``architecture``, since fine-tunes often keep an
+    architecture but retrain the markup."""
+    return "gemma" if "<start_of_turn>" in token_texts else "chatml"
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """transformers' ``{% generation %}...{% endgeneration %}`` marks assistant
+    text for training masks; templates that use it must still parse, and for
+    rendering the block is just its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The stock sandbox turns an unsafe attribute into an Undefined that only
+    fails when used further, so ``{{ x.__class__ }}`` quietly renders as
+    nothing. A chat template has no business there: fail at the touch."""
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    # Jinja's own tojson HTML-escapes (<, >, &, ') and sorts keys; templates
+    # are written against transformers' plain json.dumps.
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@lru_cache(maxsize=1)
+def _env() -> _Sandbox:
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _syntax_error(e: jinja2.TemplateSyntaxError) -> TemplateError:
+    return TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}")
+
+
+@lru_cache(maxsize=32)
+def _compile(source: str) -> jinja2.Template:
+    try:
+        return _env().from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise _syntax_error(e) from None
+
+
+def _is_content_ref(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Getitem):
+        return isinstance(node.arg, nodes.Const) and node.arg.value == "content"
+    if isinstance(node, nodes.Getattr):
+        return node.attr == "content"
+    return isinstance(node, nodes.Name) and node.name == "content"
+
+
+@lru_cache(maxsize=32)
+def template_takes_content_parts(source: str) -> bool:
+    """Whether the template itself walks a list of content parts (loops over
+    ``message['content']``), as multimodal templates do; for all others ember
+    flattens parts to a string first. The same test vLLM applies."""
+    try:
+        ast = _env().parse(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise _syntax_error(e) from None
+    return any(_is_content_ref(loop.iter) for loop in ast.find_all(nodes.For))
+
+
+def normalize_messages(messages: Iterable[dict], *, keep_parts: bool = False) -> list[dict]:
+    """Copies ``messages``, turning OpenAI-style content part lists
+    (``[{"type": "text", "text": ...}, ...]``) into one string, the text parts
+    joined by newlines as llama.cpp joins them, unless ``keep_parts``. Only
+    text parts are accepted: ember serves text models."""
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequestError(f"messages[{i}]: expected an object, got {type(message).__name__}")
+        message = dict(message)
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise InvalidRequestError(
+                        f"messages[{i}].content[{j}]: only text parts are supported, got {kind or type(part).__name__!r}"
+                    )
+                texts.append(part["text"])
+            if not keep_parts:
+                message["content"] = "\n".join(texts)
+        out.append(message)
+    return out
+
+
+def render_chat(
+    template: str | None,
+    messages: list[dict],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+    tools: list[dict] | None = None,
+    extra_kwargs: dict | None = None,
+    fallback: str = "chatml",
+) -> str:
+    """Renders ``messages`` into a prompt with ``template`` (a Hugging Face
+    chat template), or with the built-in ``fallback`` ("chatml" or "gemma")
+    when ``template`` is None or empty.
+
+    The context matches transformers': ``messages``, ``tools`` (None when not
+    given, as there), ``add_generation_prompt``, ``bos_token``, ``eos_token``,
+    the ``raise_exception`` and ``strftime_now`` functions, and
+    ``extra_kwargs`` (a request's chat_template_kwargs). Every failure of the
+    template, its own ``raise_exception`` included, is a TemplateError.
+    """
+    if not template:
+        try:
+            template = FALLBACKS[fallback]
+        except KeyError:
+            raise ValueError(f"unknown fallback chat template {fallback!r}; known: {', '.join(FALLBACKS)}") from None
+    compiled = _compile(template)
+    msgs = normalize_messages(messages, keep_parts=template_takes_content_parts(template))
+    context: dict[str, Any] = {"bos_token": bos_token, "eos_token": eos_token}
+    if extra_kwargs:
+        clash = _RESERVED.intersection(extra_kwargs)
+        if clash:
+            raise InvalidRequestError(f"chat_template_kwargs may not set {', '.join(sorted(clash))}")
+        context.update(extra_kwargs)
+    context.update(messages=msgs, tools=tools, add_generation_prompt=add_generation_prompt)
+    try:
+        return compiled.render(context)
+    except TemplateError:
+        raise
+    except SecurityError as e:
+        raise TemplateError(f"chat template attempted an unsafe operation: {e}") from None
+    except jinja2.UndefinedError as e:
+        raise TemplateError(f"chat template used an undefined value: {e.message}") from None
+    except jinja2.TemplateSyntaxError as e:  # from a template it includes or compiles late
+        raise _syntax_error(e) from None
+    except Exception as e:
+        raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None

@@ -1,0 +1,178 @@
+"""The `ember` command: `run` a completion or a chat, `info` about a model file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ember.errors import EmberError
+
+__all__ = ["main"]
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", help="GGUF model file (default: SmolLM2-135M-Instruct, fetched once)")
+    p.add_argument("-c", "--ctx-size", type=int, default=0, help="context length (0: the model's trained length)")
+    p.add_argument("-t", "--threads", type=int, default=0, help="worker threads (0: physical cores)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens to generate at most")
+    p.add_argument("--temp", type=float, default=0.8, help="temperature (0: greedy)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--repeat-last-n", type=int, default=64)
+    p.add_argument("--presence-penalty", type=float, default=0.0)
+    p.add_argument("--frequency-penalty", type=float, default=0.0)
+    p.add_argument("-s", "--seed", type=int, default=None)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("-r", "--reverse-prompt", action="append", default=[], help="stop string (repeatable)")
+
+
+def _sampling(a: argparse.Namespace) -> dict:
+    return dict(
+        temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, repeat_penalty=a.repeat_penalty,
+        repeat_last_n=a.repeat_last_n, presence_penalty=a.presence_penalty, frequency_penalty=a.frequency_penalty,
+        seed=a.seed, ignore_eos=a.ignore_eos, stop=a.reverse_prompt,
+    )
+
+
+def _load(a: argparse.Namespace):
+    from ember.model import Model
+
+    return Model(a.model, n_ctx=a.ctx_size, threads=a.threads)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    model = _load(a)
+    if a.chat:
+        return _chat_loop(model, a)
+    prompt = a.prompt
+    if prompt is None:
+        prompt = sys.stdin.read()
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    for piece in model.generate(prompt, a.n_predict, stream=True, **_sampling(a)):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def _chat_loop(model, a: argparse.Namespace) -> int:
+    messages: list[dict] = []
+    if a.system:
+        messages.append({"role": "system", "content": a.system})
+    print(f"ember: chatting with {model.name}; an empty line or Ctrl-D ends.", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print()
+            return 0
+        if not line.strip():
+            return 0
+        messages.append({"role": "user", "content": line})
+        reply = []
+        try:
+            for piece in model.chat(messages, a.n_predict, stream=True, **_sampling(a)):
+                reply.append(piece)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            sys.stdout.write(" [interrupted]")
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from ember import _native
+
+    path = a.model
+    if path is None:
+        from ember.fetch import default_model_path
+
+        path = str(default_model_path())
+    info = _native.inspect(path)
+    meta = info["metadata"]
+    arch = meta.get("general.architecture", "?")
+    print(f"file:          {path} ({_human_bytes(info['file_size'])}, GGUF v{info['version']})")
+    print(f"architecture:  {arch}")
+    print(f"name:          {meta.get('general.name', '')}")
+    for label, key in [
+        ("context", "context_length"),
+        ("embedding", "embedding_length"),
+        ("layers", "block_count"),
+        ("heads", "attention.head_count"),
+        ("kv heads", "attention.head_count_kv"),
+        ("feed-forward", "feed_forward_length"),
+        ("rope base", "rope.freq_base"),
+        ("sliding window", "attention.sliding_window"),
+    ]:
+        v = meta.get(f"{arch}.{key}")
+        if v is not None:
+            print(f"{label + ':':<15}{v}")
+    print(f"tokenizer:     {meta.get('tokenizer.ggml.model', '?')} (pre: {meta.get('tokenizer.ggml.pre', '-')}, "
+          f"{meta.get('tokenizer.ggml.tokens', '?')} tokens)")
+    print(f"chat template: {'yes' if 'tokenizer.chat_template' in meta else 'none (ember uses a built-in fallback)'}")
+    by_type: dict[str, list[int]] = {}
+    for _, ty, _, nbytes in info["tensors"]:
+        c = by_type.setdefault(ty, [0, 0])
+        c[0] += 1
+        c[1] += nbytes
+    print(f"tensors:       {len(info['tensors'])}")
+    for ty, (count, nbytes) in sorted(by_type.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {ty:<8} {count:>5} tensors  {_human_bytes(nbytes):>10}")
+    try:
+        model = _native.Model(path, 0, 1)
+    except EmberError as e:
+        print(f"ember cannot run this file: {e}")
+        return 1
+    unread = model.unread_tensors()
+    if unread:
+        print(f"unread by the {arch} forward pass ({len(unread)}): {', '.join(unread[:20])}" + (" ..." if len(unread) > 20 else ""))
+    else:
+        print(f"weights:       every tensor is read by the {arch} forward pass")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember", description="Local LLM inference on GGUF models.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="stream a completion, or chat with --chat")
+    _add_model_args(run)
+    _add_sampling_args(run)
+    run.add_argument("-p", "--prompt", help="prompt text (default: read stdin)")
+    run.add_argument("--chat", action="store_true", help="interactive chat using the model's chat template")
+    run.add_argument("--system", help="system message for --chat")
+    run.set_defaults(func=cmd_run)
+    info = sub.add_parser("info", help="describe a GGUF file and what ember makes of it")
+    info.add_argument("-m", "--model")
+    info.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except EmberError as e:
+        print(f"ember: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nember: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

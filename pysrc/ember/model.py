@@ -1,0 +1,280 @@
+"""The in-process API: load a GGUF model, tokenize, score, generate and chat.
+
+The engine runs in Rust with the GIL released; this layer owns what a user of
+the Python API sees: text in and out, stop strings, chat templates.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ember import _native
+from ember.errors import InvalidRequestError
+
+__all__ = ["Model", "Completion"]
+
+
+@dataclass
+class Completion:
+    """A finished generation."""
+
+    text: str
+    tokens: list[int] = field(default_factory=list)
+    #: "stop" (end of turn or a stop string), "length" (max_tokens) or "context" (context full)
+    finish_reason: str = "stop"
+    #: the stop string that ended the text, if one did
+    stop_string: str | None = None
+    n_prompt: int = 0
+
+
+class StopMatcher:
+    """Finds stop strings in streamed text, holding back any tail that could
+    still grow into one, so no part of a stop string ever reaches the client."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def push(self, text: str) -> tuple[str, str | None]:
+        """Returns (text safe to emit, the stop string hit or None)."""
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, None
+        hits = [(self.pending.find(s), s) for s in self.stops]
+        hits = [(i, s) for i, s in hits if i >= 0]
+        if hits:
+            i, s = min(hits)
+            out, self.pending = self.pending[:i], ""
+            return out, s
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        cut = len(self.pending) - hold
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, None
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    stops = list(stop)
+    for s in stops:
+        if not isinstance(s, str):
+            raise InvalidRequestError(f"stop: expected strings, got {type(s).__name__}")
+    return stops
+
+
+class Model:
+    """A GGUF model loaded for inference.
+
+    ``Model()`` with no path loads ember's default model (SmolLM2-135M-Instruct),
+    fetching it once into the user's cache.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        *,
+        n_ctx: int = 0,
+        threads: int = 0,
+        kv_type: str = "f16",
+        max_batch: int = 512,
+    ):
+        if path is None:
+            from ember.fetch import default_model_path
+
+            path = default_model_path()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise _native.ModelLoadError(f"{self.path}: no such file")
+        self._native = _native.Model(str(self.path), n_ctx, threads, kv_type, max_batch)
+        self._template: str | None = self._native.metadata("tokenizer.chat_template")
+
+    # -- facts ---------------------------------------------------------------
+    @property
+    def n_vocab(self) -> int:
+        return self._native.n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        return self._native.n_ctx
+
+    @property
+    def architecture(self) -> str:
+        return self._native.architecture
+
+    @property
+    def name(self) -> str:
+        return self._native.name or self.path.stem
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._template
+
+    def metadata(self, key: str):
+        return self._native.metadata(key)
+
+    # -- tokens --------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self._native.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, ids: Sequence[int], special: bool = False) -> str:
+        return self._native.detokenize(list(ids), special)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        return self._native.token_to_piece(token, special)
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Teacher-forced logits: one float32 row of n_vocab per position."""
+        ids = list(ids)
+        raw = self._native.logits(ids)
+        return np.frombuffer(raw, dtype="<f4").reshape(len(ids), self.n_vocab)
+
+    # -- generation ----------------------------------------------------------
+    def _prompt_ids(self, prompt: str | Sequence[int], add_special: bool, parse_special: bool) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise InvalidRequestError("prompt: empty")
+        return ids
+
+    def stream_completion(
+        self,
+        prompt: str | Sequence[int],
+        max_tokens: int = 128,
+        *,
+        stop: str | Sequence[str] | None = None,
+        ignore_eos: bool = False,
+        add_special: bool = True,
+        parse_special: bool = False,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        repeat_penalty: float = 1.0,
+        repeat_last_n: int = 64,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        logit_bias: dict[int, float] | None = None,
+        seed: int | None = None,
+    ) -> Iterator[tuple[str, int | None, Completion | None]]:
+        """Yields (text, token, None) per drawn token, then ("", None, Completion) once."""
+        if max_tokens < 0:
+            raise InvalidRequestError("max_tokens: must be >= 0")
+        stops = _check_stop(stop)
+        ids = self._prompt_ids(prompt, add_special, parse_special)
+        gen = self._native.generate(
+            ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
+            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed,
+        )
+        matcher = StopMatcher(stops)
+        done = Completion(text="", n_prompt=len(ids), finish_reason="length")
+        pieces: list[str] = []
+        for token, text, reason in gen:
+            done.tokens.append(token)
+            out, hit = matcher.push(text)
+            if out:
+                pieces.append(out)
+                yield out, token, None
+            if hit is not None:
+                done.finish_reason, done.stop_string = "stop", hit
+                break
+            if reason is not None:
+                done.finish_reason = reason
+                break
+        if done.stop_string is None:
+            tail = matcher.flush()
+            if tail:
+                pieces.append(tail)
+                yield tail, None, None
+        done.text = "".join(pieces)
+        yield "", None, done
+
+    def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:
+        """Generates to the end and returns the text with its finish reason and tokens."""
+        result = None
+        for _, _, result in self.stream_completion(prompt, max_tokens, **kwargs):
+            pass
+        assert result is not None
+        return result
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, *, stream: bool = False, **kwargs):
+        """Generates text after ``prompt``: the whole text, or with ``stream=True``
+        an iterator of text pieces as they are drawn."""
+        if stream:
+            return (text for text, _, final in self.stream_completion(prompt, max_tokens, **kwargs) if final is None)
+        return self.complete(prompt, max_tokens, **kwargs).text
+
+    # -- chat ----------------------------------------------------------------
+    def render_chat(
+        self,
+        messages: list[dict],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+        template: str | None = None,
+    ) -> str:
+        """The prompt the model's chat template (or ember's fallback) makes of ``messages``."""
+        from ember.chat_template import pick_fallback, render_chat
+
+        bos = self._piece_text(self._native.bos_id)
+        eos = self._piece_text(self._native.eos_id)
+        tmpl = template if template is not None else self._template
+        fallback = None
+        if tmpl is None:
+            fallback = pick_fallback(self.architecture, _VocabProbe(self))
+        return render_chat(
+            tmpl, messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos,
+            tools=tools, extra_kwargs=chat_template_kwargs, fallback=fallback or "chatml",
+        )
+
+    def chat(self, messages: list[dict], max_tokens: int = 128, *, stream: bool = False, tools=None,
+             chat_template_kwargs: dict | None = None, **kwargs):
+        """Answers a conversation: the reply text, or a stream of its pieces."""
+        prompt = self.chat_prompt_ids(messages, tools=tools, chat_template_kwargs=chat_template_kwargs)
+        return self.generate(prompt, max_tokens, stream=stream, **kwargs)
+
+    def chat_prompt_ids(self, messages: list[dict], **render_kwargs) -> list[int]:
+        """Token ids of a rendered conversation: control tokens parsed, BOS by the
+        model's rule and never twice (templates that write `bos_token` themselves
+        would otherwise double it, as llama.cpp also guards against)."""
+        ids = self.tokenize(self.render_chat(messages, **render_kwargs), add_special=True, parse_special=True)
+        bos = self._native.bos_id
+        if len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]
+        return ids
+
+    def _piece_text(self, token: int | None) -> str:
+        if token is None:
+            return ""
+        return self._native.token_to_piece(token, True).decode("utf-8", "replace")
+
+
+class _VocabProbe:
+    """Answers `"<start_of_turn>" in vocab` by tokenizing the spelling as a special token."""
+
+    def __init__(self, model: Model):
+        self.model = model
+
+    def __contains__(self, text: str) -> bool:
+        ids = self.model.tokenize(text, add_special=False, parse_special=True)
+        return len(ids) == 1 and self.model.token_to_piece(ids[0], True).decode("utf-8", "replace") == text

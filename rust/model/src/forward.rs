@@ -1,0 +1,265 @@
+//! The forward pass: a batch of tokens of one sequence in, their logits out.
+//!
+//! One code path for every family (the differences are read from
+//! `FamilyOptions`) and for every batch size: a prompt and a single decoded
+//! token go through the same loop, so prefill and decode cannot drift apart.
+//! Scratch buffers grow to the largest batch seen and are then reused: the
+//! token loop allocates nothing.
+
+use ember_kv::{KvCache, KvType, LayerShape};
+use rayon::prelude::*;
+
+use crate::attention::{attention, AttnShape};
+use crate::config::{Config, FfnActivation};
+use crate::error::{ModelError, Result};
+use crate::matmul::{matmul, Acts};
+use crate::ops;
+use crate::Model;
+
+/// Which positions of a pass need logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    None,
+    Last,
+    All,
+}
+
+/// Per-pass working memory, sized for the largest batch seen.
+#[derive(Default)]
+struct Scratch {
+    cap: usize,
+    x: Vec<f32>,    // [t, n_embd] residual stream
+    h: Vec<f32>,    // [t, n_embd] normed input of a block
+    q: Vec<f32>,    // [t, n_head * head_dim_k]
+    k: Vec<f32>,    // [t, n_head_kv * head_dim_k]
+    v: Vec<f32>,    // [t, n_head_kv * head_dim_v]
+    att: Vec<f32>,  // [t, n_head * head_dim_v]
+    o: Vec<f32>,    // [t, n_embd] block output
+    gate: Vec<f32>, // [t, n_ff]
+    up: Vec<f32>,   // [t, n_ff]
+    cos: Vec<f32>,  // [t, n_rot / 2], one table per rope variant: global then windowed
+    sin: Vec<f32>,
+    acts: Acts,
+    logits: Vec<f32>, // [rows wanted, n_vocab]
+}
+
+impl Scratch {
+    fn ensure(&mut self, c: &Config, t: usize) {
+        if t <= self.cap {
+            return;
+        }
+        let half = c.n_rot / 2;
+        let sizes: [(&mut Vec<f32>, usize); 11] = [
+            (&mut self.x, c.n_embd),
+            (&mut self.h, c.n_embd),
+            (&mut self.q, c.n_head * c.head_dim_k),
+            (&mut self.k, c.n_head_kv * c.head_dim_k),
+            (&mut self.v, c.n_head_kv * c.head_dim_v),
+            (&mut self.att, c.n_head * c.head_dim_v),
+            (&mut self.o, c.n_embd),
+            (&mut self.gate, c.n_ff),
+            (&mut self.up, c.n_ff),
+            (&mut self.cos, 2 * half),
+            (&mut self.sin, 2 * half),
+        ];
+        for (buf, width) in sizes {
+            buf.resize(t * width, 0.0);
+        }
+        self.cap = t;
+    }
+}
+
+/// One sequence's state: its KV cache and the pass scratch.
+pub struct Session {
+    pub cache: KvCache,
+    scratch: Scratch,
+}
+
+impl Session {
+    /// Positions held in the cache.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+    /// Logits of the last pass: rows of n_vocab.
+    pub fn logits(&self) -> &[f32] {
+        &self.scratch.logits
+    }
+}
+
+impl Model {
+    /// A sequence of up to `n_ctx` positions, fed at most `max_batch` tokens per pass.
+    pub fn new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Session {
+        let c = &self.config;
+        let shapes: Vec<LayerShape> = (0..c.n_layer)
+            .map(|il| LayerShape {
+                k_width: c.n_head_kv * c.head_dim_k,
+                v_width: c.n_head_kv * c.head_dim_v,
+                window: if c.is_swa_layer(il) { c.sliding_window } else { None },
+            })
+            .collect();
+        Session { cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes), scratch: Scratch::default() }
+    }
+
+    /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
+    /// after what the session holds, and returns the logits asked for.
+    pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
+        let c = &self.config;
+        if tokens.is_empty() {
+            return Err(ModelError::Invalid("a pass needs at least one token".into()));
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+            return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
+        }
+        s.cache.reserve(tokens.len())?;
+        self.pool.install(|| self.pass(s, tokens, want));
+        Ok(&s.scratch.logits)
+    }
+
+    /// Feeds any number of tokens in passes of at most `max_batch`; returns the
+    /// logits of every position (`Logits::All`) or of the last one.
+    pub fn prefill(&self, s: &mut Session, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let step = s.cache.max_batch();
+        s.cache.reserve(0)?;
+        if s.cache.len() + tokens.len() > s.cache.n_ctx() {
+            return Err(ember_kv::KvError::ContextFull { needed: s.cache.len() + tokens.len(), capacity: s.cache.n_ctx() }.into());
+        }
+        let mut all = Vec::new();
+        let n_chunks = tokens.len().div_ceil(step);
+        for (i, chunk) in tokens.chunks(step).enumerate() {
+            let last = i + 1 == n_chunks;
+            let w = match want {
+                Logits::All => Logits::All,
+                Logits::Last if last => Logits::Last,
+                _ => Logits::None,
+            };
+            let out = self.forward(s, chunk, w)?;
+            if w == Logits::All {
+                all.extend_from_slice(out);
+            } else if w == Logits::Last {
+                all = out.to_vec();
+            }
+        }
+        Ok(all)
+    }
+
+    fn pass(&self, s: &mut Session, tokens: &[u32], want: Logits) {
+        let c = &self.config;
+        let w = &self.weights;
+        let t = tokens.len();
+        let start = s.cache.len();
+        let (e, hk, hv) = (c.n_embd, c.head_dim_k, c.head_dim_v);
+        let (qw, kw, vw) = (c.n_head * hk, c.n_head_kv * hk, c.n_head_kv * hv);
+        let half = c.n_rot / 2;
+        let sc = &mut s.scratch;
+        sc.ensure(c, t);
+
+        // Token embeddings.
+        let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
+        sc.x[..t * e].par_chunks_mut(e).zip(tokens.par_iter()).for_each(|(row, &id)| {
+            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row).expect("embedding row bound at load");
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        });
+
+        // Rope angles for this pass, per rope variant.
+        for (variant, (inv, fscale)) in self.rope_tables.iter().enumerate() {
+            for j in 0..t {
+                let at = (variant * t + j) * half;
+                ops::rope_angles(start + j, *fscale, inv, &mut sc.cos[at..at + half], &mut sc.sin[at..at + half]);
+            }
+        }
+
+        for (il, l) in w.layers.iter().enumerate() {
+            let variant = self.rope_variant[il];
+            // Attention block.
+            norm_rows(&sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
+            sc.acts.invalidate();
+            matmul(&l.wq, sc.acts.get(l.wq.act, &sc.h, t, e), t, &mut sc.q);
+            matmul(&l.wk, sc.acts.get(l.wk.act, &sc.h, t, e), t, &mut sc.k);
+            matmul(&l.wv, sc.acts.get(l.wv.act, &sc.h, t, e), t, &mut sc.v);
+            for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
+                if let Some(b) = bias {
+                    buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                }
+            }
+            let (cos, sin) = (&sc.cos[variant * t * half..], &sc.sin[variant * t * half..]);
+            for (buf, norm, width) in [(&mut sc.q, &l.q_norm, qw), (&mut sc.k, &l.k_norm, kw)] {
+                buf[..t * width].par_chunks_mut(width).enumerate().for_each(|(j, row)| {
+                    for head in row.chunks_mut(hk) {
+                        if let Some(n) = norm {
+                            ops::rms_norm_inplace(head, n, c.rms_eps);
+                        }
+                        ops::rope_apply(head, c.opts.rope, &cos[j * half..(j + 1) * half], &sin[j * half..(j + 1) * half]);
+                    }
+                });
+            }
+            for j in 0..t {
+                s.cache.write(il, start + j, &sc.k[j * kw..(j + 1) * kw], &sc.v[j * vw..(j + 1) * vw]);
+            }
+            let shape = AttnShape {
+                n_head: c.n_head,
+                n_head_kv: c.n_head_kv,
+                head_dim_k: hk,
+                head_dim_v: hv,
+                scale: c.attn_scale,
+                window: if c.is_swa_layer(il) { c.sliding_window } else { None },
+            };
+            attention(&s.cache, il, &shape, &sc.q, start, t, &mut sc.att);
+            sc.acts.invalidate();
+            matmul(&l.wo, sc.acts.get(l.wo.act, &sc.att, t, c.n_head * hv), t, &mut sc.o);
+            residual_add(&mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
+
+            // Feed-forward block.
+            norm_rows(&sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
+            sc.acts.invalidate();
+            matmul(&l.w_gate, sc.acts.get(l.w_gate.act, &sc.h, t, e), t, &mut sc.gate);
+            matmul(&l.w_up, sc.acts.get(l.w_up.act, &sc.h, t, e), t, &mut sc.up);
+            let act = c.opts.activation;
+            sc.gate[..t * c.n_ff].par_chunks_mut(c.n_ff).zip(sc.up[..t * c.n_ff].par_chunks(c.n_ff)).for_each(|(g, u)| {
+                for (g, u) in g.iter_mut().zip(u) {
+                    *g = match act {
+                        FfnActivation::Silu => ops::silu(*g),
+                        FfnActivation::GeluTanh => ops::gelu_tanh(*g),
+                    } * u;
+                }
+            });
+            sc.acts.invalidate();
+            matmul(&l.w_down, sc.acts.get(l.w_down.act, &sc.gate, t, c.n_ff), t, &mut sc.o);
+            residual_add(&mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
+        }
+        s.cache.commit(t);
+
+        // Output head, on the rows asked for only.
+        let (first, n) = match want {
+            Logits::None => {
+                sc.logits.clear();
+                return;
+            }
+            Logits::Last => (t - 1, 1),
+            Logits::All => (0, t),
+        };
+        norm_rows(&sc.x[first * e..], &w.output_norm, c.rms_eps, &mut sc.h, e, n);
+        let out = w.output();
+        sc.logits.resize(n * c.n_vocab, 0.0);
+        sc.acts.invalidate();
+        matmul(out, sc.acts.get(out.act, &sc.h, n, e), n, &mut sc.logits);
+    }
+}
+
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {
+    out[..t * width].par_chunks_mut(width).zip(x[..t * width].par_chunks(width)).for_each(|(o, x)| ops::rms_norm(x, w, eps, o));
+}
+
+/// `x += norm(o)` (or `x += o` without a post-norm).
+fn residual_add(x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, eps: f32, width: usize, t: usize) {
+    x[..t * width].par_chunks_mut(width).zip(o[..t * width].par_chunks_mut(width)).for_each(|(x, o)| {
+        if let Some(n) = post_norm {
+            ops::rms_norm_inplace(o, n, eps);
+        }
+        x.iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
+    });
+}

@@ -1,0 +1,120 @@
+//! Token-by-token generation over one session: prefill, then draw, decode and
+//! feed back one token at a time, with text handed out only as whole UTF-8.
+//!
+//! Stop strings are the caller's: they need the text as the user sees it, and
+//! the Python layer that owns the API manners decides what a stop means.
+
+use std::sync::Arc;
+
+use ember_sample::{Sampler, SamplingParams};
+use ember_tokenizer::StreamDecoder;
+
+use crate::error::{ModelError, Result};
+use crate::forward::{Logits, Session};
+use crate::Model;
+
+#[derive(Clone, Debug)]
+pub struct GenerateParams {
+    pub max_tokens: usize,
+    /// Keep going past end-of-generation tokens (they are masked out of the draw).
+    pub ignore_eos: bool,
+    pub sampling: SamplingParams,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model ended its turn (an end-of-generation token).
+    EndOfGeneration,
+    /// `max_tokens` reached.
+    Length,
+    /// The context is full.
+    ContextFull,
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub token: u32,
+    /// Text that became whole with this token (may be empty).
+    pub text: String,
+    /// Set on the last step.
+    pub stop: Option<StopReason>,
+}
+
+pub struct Generation {
+    model: Arc<Model>,
+    session: Session,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    params: GenerateParams,
+    logits: Vec<f32>,
+    n_prompt: usize,
+    n_generated: usize,
+    done: bool,
+}
+
+impl Generation {
+    /// Reads `prompt` into a fresh session and readies the first draw.
+    pub fn new(model: Arc<Model>, mut session: Session, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(ModelError::Invalid("the prompt is empty".into()));
+        }
+        let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
+        let logits = model.prefill(&mut session, prompt, Logits::Last)?;
+        let decoder = model.tokenizer.stream_decoder();
+        Ok(Generation { model, session, sampler, decoder, params, logits, n_prompt: prompt.len(), n_generated: 0, done: false })
+    }
+
+    pub fn n_prompt(&self) -> usize {
+        self.n_prompt
+    }
+    pub fn n_generated(&self) -> usize {
+        self.n_generated
+    }
+
+    /// Draws the next token; `None` once generation has stopped.
+    pub fn next_step(&mut self) -> Result<Option<Step>> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.params.max_tokens == 0 {
+            self.done = true;
+            return Ok(None);
+        }
+        let tok = &self.model.tokenizer;
+        if self.params.ignore_eos {
+            for &id in tok.eog_ids() {
+                self.logits[id as usize] = f32::NEG_INFINITY;
+            }
+        }
+        let token = self.sampler.sample(&self.logits);
+        self.sampler.accept(token);
+        self.n_generated += 1;
+        let mut stop = None;
+        let mut text;
+        if tok.is_eog(token) && !self.params.ignore_eos {
+            stop = Some(StopReason::EndOfGeneration);
+            text = String::new();
+        } else {
+            text = self.decoder.push(tok, token);
+            if self.n_generated >= self.params.max_tokens {
+                stop = Some(StopReason::Length);
+            } else if self.session.len() >= self.session.cache.n_ctx() {
+                stop = Some(StopReason::ContextFull);
+            }
+        }
+        if stop.is_some() {
+            text.push_str(&self.decoder.flush());
+            self.done = true;
+        } else {
+            let out = self.model.forward(&mut self.session, &[token], Logits::Last)?;
+            self.logits.clear();
+            self.logits.extend_from_slice(out);
+        }
+        Ok(Some(Step { token, text, stop }))
+    }
+
+    /// Gives the session back (its cache holds prompt and output).
+    pub fn into_session(self) -> Session {
+        self.session
+    }
+}

@@ -1,0 +1,75 @@
+//! Matrix products of the forward pass: a weight matrix in its file format
+//! against a batch of activation rows quantized once to the format its kernel
+//! dots with.
+//!
+//! Work is split by weight rows, and each row meets every column of the batch
+//! while it is hot in cache, so a pass of several tokens reads the weights once.
+
+use ember_quant::ActType;
+use rayon::prelude::*;
+
+use crate::weights::Matrix;
+
+/// Activation rows, quantized on first use per format and reused by every
+/// matrix of that format reading the same input (q, k and v share one).
+#[derive(Default)]
+pub struct Acts {
+    entries: Vec<(ActType, Vec<u8>, bool)>,
+}
+
+impl Acts {
+    /// Forgets the quantized rows: the input they came from has changed.
+    pub fn invalidate(&mut self) {
+        for e in &mut self.entries {
+            e.2 = false;
+        }
+    }
+
+    /// The `t` rows of `x` (each `k` wide) in format `act`.
+    pub fn get(&mut self, act: ActType, x: &[f32], t: usize, k: usize) -> &[u8] {
+        let i = match self.entries.iter().position(|e| e.0 == act) {
+            Some(i) => i,
+            None => {
+                self.entries.push((act, Vec::new(), false));
+                self.entries.len() - 1
+            }
+        };
+        let e = &mut self.entries[i];
+        if !e.2 {
+            let rb = ember_quant::act_row_bytes(act, k).expect("row width checked when the weights were bound");
+            e.1.resize(rb * t, 0);
+            e.1.par_chunks_mut(rb).zip(x[..t * k].par_chunks(k)).for_each_init(Vec::new, |tmp, (dst, src)| {
+                ember_quant::quantize_activation(act, src, tmp).expect("row width checked when the weights were bound");
+                dst.copy_from_slice(tmp);
+            });
+            e.2 = true;
+        }
+        &self.entries[i].1
+    }
+}
+
+struct SendPtr(*mut f32);
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+/// `out[j][r] = dot(w.row(r), acts[j])` for `t` columns; `out` is `t` rows of `w.rows`.
+pub fn matmul(w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
+    debug_assert!(out.len() >= t * w.rows);
+    let arb = acts.len() / t;
+    let (rows, k, dot) = (w.rows, w.cols, w.dot);
+    let out = SendPtr(out.as_mut_ptr());
+    let n_threads = rayon::current_num_threads().max(1);
+    // Several chunks per thread to even out stragglers, each big enough to amortise scheduling.
+    let chunk = rows.div_ceil(n_threads * 4).max(16);
+    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let out = &out;
+        for r in c * chunk..((c + 1) * chunk).min(rows) {
+            let wr = w.row(r);
+            for j in 0..t {
+                let v = dot(k, wr, &acts[j * arb..(j + 1) * arb]);
+                // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
+                unsafe { *out.0.add(j * rows + r) = v };
+            }
+        }
+    });
+}

@@ -1,0 +1,99 @@
+//! Shared by the model tests: where the test models and llama.cpp's reference
+//! outputs live, and how a difference from the reference is measured.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// A test model, or `None` when model tests are skipped on purpose
+/// (`EMBER_SKIP_MODEL_TESTS=1`). A missing file is a failure that says how to fetch it.
+pub fn model_path(file: &str) -> Option<PathBuf> {
+    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let dir = std::env::var_os("EMBER_TEST_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        home.join(".cache/ember/models")
+    });
+    let p = dir.join(file);
+    assert!(p.is_file(), "test model {} is missing: run `python tests/fetch_test_models.py` (or set EMBER_TEST_MODELS)", p.display());
+    Some(p)
+}
+
+pub fn golden(file: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(file);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Agreement with llama.cpp over teacher-forced positions.
+#[derive(Default, Debug)]
+pub struct Agreement {
+    pub positions: usize,
+    pub argmax_equal: usize,
+    /// Positions where llama.cpp's top-1 leads its top-2 by 1.0 or more.
+    pub confident: usize,
+    pub confident_equal: usize,
+    pub abs_diff_sum: f64,
+    pub abs_diff_n: usize,
+    pub max_abs_diff: f64,
+}
+
+impl Agreement {
+    /// Adds one position: `ours` is the full logit row, `reference` a golden `positions` entry.
+    pub fn add(&mut self, ours: &[f32], reference: &Value) {
+        let top_ids = ids(&reference["top_ids"]);
+        let top: Vec<f64> = reference["top_logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let argmax = ours.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
+        self.positions += 1;
+        let equal = argmax as u32 == top_ids[0];
+        self.argmax_equal += equal as usize;
+        if top[0] - top[1] >= 1.0 {
+            self.confident += 1;
+            self.confident_equal += equal as usize;
+        }
+        for (&id, &l) in top_ids.iter().zip(&top) {
+            let d = (ours[id as usize] as f64 - l).abs();
+            self.abs_diff_sum += d;
+            self.abs_diff_n += 1;
+            self.max_abs_diff = self.max_abs_diff.max(d);
+        }
+    }
+
+    pub fn mean_abs_diff(&self) -> f64 {
+        self.abs_diff_sum / self.abs_diff_n.max(1) as f64
+    }
+    pub fn argmax_rate(&self) -> f64 {
+        self.argmax_equal as f64 / self.positions.max(1) as f64
+    }
+
+    pub fn report(&self, what: &str) -> String {
+        format!(
+            "{what}: argmax equal at {}/{} positions ({:.1}%), confident {}/{}, mean |diff| over llama.cpp's top-20 {:.4} (max {:.3})",
+            self.argmax_equal,
+            self.positions,
+            100.0 * self.argmax_rate(),
+            self.confident_equal,
+            self.confident,
+            self.mean_abs_diff(),
+            self.max_abs_diff
+        )
+    }
+
+    /// The parity gate: every confident position agrees, 97% of all agree, mean diff below 0.35.
+    pub fn check(&self, what: &str) {
+        let r = self.report(what);
+        println!("{r}");
+        assert_eq!(self.confident_equal, self.confident, "{r}");
+        assert!(self.argmax_rate() >= 0.97, "{r}");
+        assert!(self.mean_abs_diff() < 0.35, "{r}");
+    }
+}

@@ -1,0 +1,102 @@
+//! Dot-product kernels and their dispatch: the scalar reference set, the
+//! SIMD variants, and the one-time choice between them for this CPU.
+
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::sync::OnceLock;
+
+use ember_gguf::GgmlType;
+
+use crate::quantize::{act_row_bytes, activation_type};
+
+/// A dot-product kernel: `k` elements of a weight row (in the weight type's
+/// on-disk format) against an activation row in the format
+/// [`activation_type`] names for that weight type.
+pub type DotFn = fn(k: usize, w_row: &[u8], act_row: &[u8]) -> f32;
+
+/// The scalar reference kernel for `w`, or `None` when `w` has none.
+pub fn scalar_dot_fn(w: GgmlType) -> Option<DotFn> {
+    use GgmlType::*;
+    Some(match w {
+        F32 => scalar::vec_dot_f32_f32,
+        F16 => scalar::vec_dot_f16_f16,
+        BF16 => scalar::vec_dot_bf16_bf16,
+        Q4_0 => scalar::vec_dot_q4_0_q8_0,
+        Q4_1 => scalar::vec_dot_q4_1_q8_0,
+        Q5_0 => scalar::vec_dot_q5_0_q8_0,
+        Q5_1 => scalar::vec_dot_q5_1_q8_0,
+        Q8_0 => scalar::vec_dot_q8_0_q8_0,
+        IQ4_NL => scalar::vec_dot_iq4_nl_q8_0,
+        Q2_K => scalar::vec_dot_q2_K_q8_K,
+        Q3_K => scalar::vec_dot_q3_K_q8_K,
+        Q4_K => scalar::vec_dot_q4_K_q8_K,
+        Q5_K => scalar::vec_dot_q5_K_q8_K,
+        Q6_K => scalar::vec_dot_q6_K_q8_K,
+        Q8_K => scalar::vec_dot_q8_K_q8_K,
+        IQ4_XS => scalar::vec_dot_iq4_xs_q8_K,
+        _ => return None,
+    })
+}
+
+/// The instruction set the kernels were chosen for, decided once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Level {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+fn level() -> Level {
+    static LEVEL: OnceLock<Level> = OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if x86::avx2::available() {
+            return Level::Avx2;
+        }
+        Level::Scalar
+    })
+}
+
+/// The fastest kernel for `w` on this CPU, or `None` when `w` has no dot
+/// product. Fetch it once per matrix; calling it is then a plain indirect call.
+pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => x86::avx2::dot_fn(w).or_else(|| scalar_dot_fn(w)),
+        Level::Scalar => scalar_dot_fn(w),
+    }
+}
+
+/// Name of the instruction set [`dot_fn`] picks kernels for ("avx2" or
+/// "scalar"), for logs and benchmarks.
+pub fn simd_level() -> &'static str {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => "avx2",
+        Level::Scalar => "scalar",
+    }
+}
+
+/// Dot product of a `k`-element weight row of type `w` with an activation row
+/// produced by [`quantize_activation`](crate::quantize_activation) for
+/// [`activation_type`]`(w)`.
+///
+/// # Panics
+/// When `w` has no kernel ([`dot_fn`] returns `None`) or a row is shorter
+/// than `k` elements. Exact row lengths are checked in debug builds.
+pub fn vec_dot(w: GgmlType, w_row: &[u8], act_row: &[u8], k: usize) -> f32 {
+    debug_assert_eq!(
+        Some(w_row.len() as u64),
+        w.row_bytes(k as u64),
+        "{w} weight row length"
+    );
+    debug_assert_eq!(
+        Some(act_row.len()),
+        act_row_bytes(activation_type(w), k),
+        "{w} activation row length"
+    );
+    let f = dot_fn(w).unwrap_or_else(|| panic!("no dot product kernel for {w}"));
+    f(k, w_row, act_row)
+}

@@ -1,0 +1,4 @@
+//! x86-64 SIMD kernels, each chosen at run time only after the CPU has been
+//! seen to support its instruction set.
+
+pub(crate) mod avx2;

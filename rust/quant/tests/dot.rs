@@ -1,0 +1,213 @@
+//! Dot products: exactness against the dequantized operands, error budget
+//! against the unquantized activations, and SIMD kernels against their
+//! scalar twins.
+
+mod common;
+
+use common::{random_row, Rng, SUPPORTED};
+use ember_gguf::GgmlType;
+use ember_quant::{
+    act_row_bytes, activation_type, dequantize_row, dot_fn, quantize_activation, scalar_dot_fn,
+    simd_level, vec_dot, ActType,
+};
+
+const K: usize = 4096;
+const ROWS: u64 = 24;
+
+fn dequant(ty: GgmlType, bytes: &[u8], k: usize) -> Vec<f32> {
+    let mut out = vec![0.0; k];
+    dequantize_row(ty, bytes, &mut out).unwrap();
+    out
+}
+
+fn act_dequant(act: ActType, bytes: &[u8], k: usize) -> Vec<f32> {
+    let ty = match act {
+        ActType::Q8_0 => GgmlType::Q8_0,
+        ActType::Q8_K => GgmlType::Q8_K,
+        ActType::F32 => GgmlType::F32,
+        ActType::F16 => GgmlType::F16,
+        ActType::BF16 => GgmlType::BF16,
+    };
+    dequant(ty, bytes, k)
+}
+
+/// (Σ a b, Σ |a b|) in f64.
+fn dot64(a: &[f32], b: &[f32]) -> (f64, f64) {
+    a.iter().zip(b).fold((0.0, 0.0), |(s, m), (&a, &b)| {
+        let p = a as f64 * b as f64;
+        (s + p, m + p.abs())
+    })
+}
+
+/// Activations partly aligned with the weights, so the true sum is far from
+/// zero and its relative error is meaningful.
+fn activations(w: &[f32], rng: &mut Rng) -> Vec<f32> {
+    let rms = (w.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / w.len() as f64).sqrt();
+    w.iter()
+        .map(|&v| (0.25 * v as f64 / rms + rng.normal()) as f32)
+        .collect()
+}
+
+fn quantized(act: ActType, x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    quantize_activation(act, x, &mut out).unwrap();
+    out
+}
+
+/// The kernels compute the exact product of the dequantized weights and the
+/// dequantized activations (integer sums are exact); only f32 rounding of the
+/// per-block scaling and the cross-block sum may differ, bounded by 1e-5 of
+/// Σ |w x|. This is the test that pins down scale unpacking and bit layout
+/// in the kernels.
+#[test]
+fn scalar_kernels_equal_product_of_dequantized_operands() {
+    for ty in SUPPORTED {
+        let act = activation_type(ty);
+        let dot = scalar_dot_fn(ty).unwrap();
+        let mut rng = Rng::new(1000 + ty.id() as u64);
+        for _ in 0..ROWS {
+            let w_row = random_row(ty, K, &mut rng);
+            let w = dequant(ty, &w_row, K);
+            let xq = quantized(act, &activations(&w, &mut rng));
+            let (exact, mag) = dot64(&w, &act_dequant(act, &xq, K));
+            let got = dot(K, &w_row, &xq) as f64;
+            assert!(
+                (got - exact).abs() <= 1e-5 * mag,
+                "{ty}: kernel {got} vs dequantized product {exact} (Σ|wx| {mag})"
+            );
+        }
+    }
+}
+
+/// Budget for the error of a kernel's result against the f64 product of the
+/// dequantized weights with the original (unquantized) f32 activations,
+/// relative to that sum. The weights enter exactly, so the error is the
+/// activation quantization (plus f32 rounding) and depends mainly on the
+/// activation type.
+///
+/// Measured worst case over 24 rows of 4096 (activations 0.25 w / rms(w) +
+/// N(0, 1), so the sum is well away from zero), budget about 3x that:
+///
+/// | weight                      | act  | measured      | budget |
+/// |-----------------------------|------|---------------|--------|
+/// | F32                         | F32  | 2.3e-7        | 2e-6   |
+/// | F16                         | F16  | 2.8e-5        | 1e-4   |
+/// | BF16                        | BF16 | 3.2e-4        | 1e-3   |
+/// | Q4_0 Q4_1 Q5_0 Q5_1 Q8_0    | Q8_0 | 5.0e-4..7.9e-4| 2.5e-3 |
+/// | IQ4_NL                      | Q8_0 | 7.8e-4        | 2.5e-3 |
+/// | Q2_K Q3_K Q4_K Q5_K Q6_K    | Q8_K | 8.3e-4..9.8e-4| 3e-3   |
+/// | IQ4_XS                      | Q8_K | 1.1e-3        | 3.5e-3 |
+/// | Q8_K                        | Q8_K | 1.3e-3        | 4e-3   |
+fn budget(w: GgmlType) -> f64 {
+    use GgmlType::*;
+    match w {
+        F32 => 2e-6,
+        F16 => 1e-4,
+        BF16 => 1e-3,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => 2.5e-3,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => 3e-3,
+        IQ4_XS => 3.5e-3,
+        Q8_K => 4e-3,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn dot_products_within_budget_of_f32_product() {
+    for ty in SUPPORTED {
+        let act = activation_type(ty);
+        let dot = dot_fn(ty).unwrap();
+        let mut rng = Rng::new(2000 + ty.id() as u64);
+        let mut worst = 0.0f64;
+        for _ in 0..ROWS {
+            let w_row = random_row(ty, K, &mut rng);
+            let w = dequant(ty, &w_row, K);
+            let x = activations(&w, &mut rng);
+            let (reference, _) = dot64(&w, &x);
+            let got = dot(K, &w_row, &quantized(act, &x)) as f64;
+            worst = worst.max((got - reference).abs() / reference.abs());
+        }
+        eprintln!(
+            "{ty:>6} x {:<4}: worst relative error {worst:.2e}",
+            act.name()
+        );
+        assert!(
+            worst <= budget(ty),
+            "{ty}: relative error {worst:e} over budget {:e}",
+            budget(ty)
+        );
+    }
+}
+
+/// Every kernel `dot_fn` picks (SIMD where available) equals its scalar twin
+/// up to f32 summation order: within 1e-5 of Σ |w x|.
+#[test]
+fn best_kernels_match_scalar() {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
+        assert_eq!(simd_level(), "avx2");
+    }
+    eprintln!("kernels: {}", simd_level());
+    for ty in SUPPORTED {
+        let act = activation_type(ty);
+        let (best, scalar) = (dot_fn(ty).unwrap(), scalar_dot_fn(ty).unwrap());
+        let mut rng = Rng::new(3000 + ty.id() as u64);
+        let bs = ty.block_size().max(act.block_size()).max(32);
+        // Several lengths, including odd block counts.
+        for k in [bs, 3 * bs, 7 * bs, K] {
+            for _ in 0..8 {
+                let w_row = random_row(ty, k, &mut rng);
+                let w = dequant(ty, &w_row, k);
+                let xq = quantized(act, &rng.normals(k, 1.0));
+                let (_, mag) = dot64(&w, &act_dequant(act, &xq, k));
+                let (b, s) = (best(k, &w_row, &xq), scalar(k, &w_row, &xq));
+                assert!(
+                    ((b - s) as f64).abs() <= 1e-5 * mag,
+                    "{ty} k={k}: best {b} vs scalar {s} (Σ|wx| {mag})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn vec_dot_dispatches_like_dot_fn() {
+    let mut rng = Rng::new(4);
+    for ty in SUPPORTED {
+        let act = activation_type(ty);
+        let w_row = random_row(ty, 512, &mut rng);
+        let xq = quantized(act, &rng.normals(512, 1.0));
+        assert_eq!(act_row_bytes(act, 512), Some(xq.len()));
+        let a = vec_dot(ty, &w_row, &xq, 512);
+        let b = dot_fn(ty).unwrap()(512, &w_row, &xq);
+        assert_eq!(a.to_bits(), b.to_bits(), "{ty}");
+    }
+}
+
+#[test]
+fn zero_activations_give_zero() {
+    let mut rng = Rng::new(5);
+    for ty in SUPPORTED {
+        let act = activation_type(ty);
+        let w_row = random_row(ty, 512, &mut rng);
+        let xq = quantized(act, &[0.0; 512]);
+        assert_eq!(dot_fn(ty).unwrap()(512, &w_row, &xq), 0.0, "{ty}");
+        assert_eq!(scalar_dot_fn(ty).unwrap()(512, &w_row, &xq), 0.0, "{ty}");
+    }
+}
+
+#[test]
+fn types_without_kernels_report_none() {
+    for ty in [
+        GgmlType::Q8_1,
+        GgmlType::IQ2_XXS,
+        GgmlType::I32,
+        GgmlType::MXFP4,
+    ] {
+        assert!(dot_fn(ty).is_none(), "{ty}");
+        assert_eq!(activation_type(ty), ActType::F32);
+    }
+}

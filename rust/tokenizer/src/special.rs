@@ -1,0 +1,137 @@
+//! Splitting text at the spellings of special tokens before tokenization,
+//! as llama.cpp's `tokenizer_st_partition` does: longest spellings first, each
+//! one cutting every text fragment left by the longer ones.
+
+use crate::vocab::{attr, Vocab};
+
+/// A piece of the input: raw text (a byte range) or a special token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fragment {
+    Text(usize, usize),
+    Token(u32),
+}
+
+/// The special tokens in partition order, and a byte trie over their
+/// spellings to find which of them occur in a text at all, so that a text is
+/// only searched for the few that can cut it (Gemma has over 6000).
+pub(crate) struct Specials {
+    /// Control, user-defined and unknown tokens, longest text first.
+    order: Vec<u32>,
+    /// Trie nodes: sorted (byte, child) edges and the index in `order` that
+    /// ends here, if any.
+    nodes: Vec<(Vec<(u8, u32)>, Option<u32>)>,
+}
+
+impl Specials {
+    pub fn new(vocab: &Vocab) -> Specials {
+        let mut order: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&id| vocab.attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+            .collect();
+        // llama.cpp's std::sort leaves equal lengths in unspecified order; ids
+        // ascending is the deterministic choice.
+        order.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).len()));
+        let mut nodes: Vec<(Vec<(u8, u32)>, Option<u32>)> = vec![(Vec::new(), None)];
+        for (k, &id) in order.iter().enumerate() {
+            let mut node = 0usize;
+            for &b in vocab.text(id).as_bytes() {
+                node = match nodes[node].0.binary_search_by_key(&b, |e| e.0) {
+                    Ok(i) => nodes[node].0[i].1 as usize,
+                    Err(i) => {
+                        let child = nodes.len() as u32;
+                        nodes[node].0.insert(i, (b, child));
+                        nodes.push((Vec::new(), None));
+                        child as usize
+                    }
+                };
+            }
+            nodes[node].1 = Some(k as u32);
+        }
+        Specials { order, nodes }
+    }
+
+    /// Indices into `order` of every special spelling that occurs in `text`.
+    fn present(&self, text: &[u8]) -> Vec<u32> {
+        let mut found = Vec::new();
+        for start in 0..text.len() {
+            let mut node = 0usize;
+            for &b in &text[start..] {
+                match self.nodes[node].0.binary_search_by_key(&b, |e| e.0) {
+                    Ok(i) => node = self.nodes[node].0[i].1 as usize,
+                    Err(_) => break,
+                }
+                if let Some(k) = self.nodes[node].1 {
+                    found.push(k);
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
+    }
+
+    /// Cuts `text` at special spellings. Without `parse_special` only
+    /// user-defined tokens cut (control and unknown spellings stay text), as
+    /// in llama.cpp and Hugging Face tokenizers.
+    pub fn partition(&self, vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
+        let mut frags = vec![Fragment::Text(0, text.len())];
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let bytes = text.as_bytes();
+        for k in self.present(bytes) {
+            let id = self.order[k as usize];
+            let a = vocab.attrs[id as usize];
+            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+                continue;
+            }
+            let needle = vocab.text(id);
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Fragment::Text(mut start, end) = f else {
+                    next.push(f);
+                    continue;
+                };
+                loop {
+                    let Some(m) = text[start..end].find(needle).map(|m| m + start) else {
+                        next.push(Fragment::Text(start, end));
+                        break;
+                    };
+                    let mut left_end = m;
+                    if a & attr::LSTRIP != 0 {
+                        while left_end > start && bytes[left_end - 1].is_ascii_whitespace_c() {
+                            left_end -= 1;
+                        }
+                    }
+                    if left_end > start {
+                        next.push(Fragment::Text(start, left_end));
+                    }
+                    next.push(Fragment::Token(id));
+                    let mut right = m + needle.len();
+                    if a & attr::RSTRIP != 0 {
+                        while right < end && bytes[right].is_ascii_whitespace_c() {
+                            right += 1;
+                        }
+                    }
+                    if right >= end {
+                        break;
+                    }
+                    start = right;
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+}
+
+/// C's `isspace` in the C locale, which llama.cpp uses for lstrip/rstrip
+/// (it includes vertical tab, unlike `u8::is_ascii_whitespace`).
+trait CSpace {
+    fn is_ascii_whitespace_c(&self) -> bool;
+}
+
+impl CSpace for u8 {
+    fn is_ascii_whitespace_c(&self) -> bool {
+        matches!(self, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
+    }
+}
