@@ -106,9 +106,9 @@ def cmd_info(a: argparse.Namespace) -> int:
     info = _native.inspect(path)
     meta = info["metadata"]
     arch = meta.get("general.architecture", "?")
-    print(f"file:          {path} ({_human_bytes(info['file_size'])}, GGUF v{info['version']})")
-    print(f"architecture:  {arch}")
-    print(f"name:          {meta.get('general.name', '')}")
+    print(f"file:           {path} ({_human_bytes(info['file_size'])}, GGUF v{info['version']})")
+    print(f"architecture:   {arch}")
+    print(f"name:           {meta.get('general.name', '')}")
     for label, key in [
         ("context", "context_length"),
         ("embedding", "embedding_length"),
@@ -121,16 +121,16 @@ def cmd_info(a: argparse.Namespace) -> int:
     ]:
         v = meta.get(f"{arch}.{key}")
         if v is not None:
-            print(f"{label + ':':<15}{v}")
-    print(f"tokenizer:     {meta.get('tokenizer.ggml.model', '?')} (pre: {meta.get('tokenizer.ggml.pre', '-')}, "
-          f"{meta.get('tokenizer.ggml.tokens', '?')} tokens)")
-    print(f"chat template: {'yes' if 'tokenizer.chat_template' in meta else 'none (ember uses a built-in fallback)'}")
+            print(f"{label + ':':<16}{v}")
+    n_tokens = str(meta.get("tokenizer.ggml.tokens", "?")).strip("[]").replace(" values", "")
+    print(f"tokenizer:      {meta.get('tokenizer.ggml.model', '?')} (pre: {meta.get('tokenizer.ggml.pre', '-')}, {n_tokens} tokens)")
+    print(f"chat template:  {'yes' if 'tokenizer.chat_template' in meta else 'none (ember uses a built-in fallback)'}")
     by_type: dict[str, list[int]] = {}
     for _, ty, _, nbytes in info["tensors"]:
         c = by_type.setdefault(ty, [0, 0])
         c[0] += 1
         c[1] += nbytes
-    print(f"tensors:       {len(info['tensors'])}")
+    print(f"tensors:        {len(info['tensors'])}")
     for ty, (count, nbytes) in sorted(by_type.items(), key=lambda kv: -kv[1][1]):
         print(f"  {ty:<8} {count:>5} tensors  {_human_bytes(nbytes):>10}")
     try:
@@ -142,7 +142,7 @@ def cmd_info(a: argparse.Namespace) -> int:
     if unread:
         print(f"unread by the {arch} forward pass ({len(unread)}): {', '.join(unread[:20])}" + (" ..." if len(unread) > 20 else ""))
     else:
-        print(f"weights:       every tensor is read by the {arch} forward pass")
+        print(f"weights:        every tensor is read by the {arch} forward pass")
     return 0
 
 

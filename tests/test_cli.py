@@ -1,0 +1,67 @@
+"""The `ember` command line, run as a user runs it: a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def ember(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_streams_a_completion(smollm2, smollm2_path):
+    r = ember("run", "-m", str(smollm2_path), "-p", "The capital of France is", "-n", "8", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    expected = smollm2.generate("The capital of France is", 8, temperature=0)
+    assert r.stdout == "The capital of France is" + expected + "\n"
+
+
+def test_chat_mode_answers_and_exits_on_eof(smollm2_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "ember", "run", "-m", str(smollm2_path), "--chat", "-n", "12", "--temp", "0"],
+        input="What is 2+2?\n", capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("> ") and len(r.stdout.strip()) > 2
+
+
+def test_info_reports_the_file_and_unread_tensors(gemma3_path, smollm2_path):
+    r = ember("info", "-m", str(gemma3_path))
+    assert r.returncode == 0, r.stderr
+    for needle in ["architecture:   gemma3", "sliding window: 512", "Q4_K", "Q6_K", "every tensor is read", "chat template:  none"]:
+        assert needle in r.stdout, (needle, r.stdout)
+    r = ember("info", "-m", str(smollm2_path))
+    assert "architecture:   llama" in r.stdout and "chat template:  yes" in r.stdout
+
+
+def test_a_file_ember_cannot_read_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 24)
+    r = ember("info", "-m", str(bad))
+    assert r.returncode == 1
+    assert r.stderr.startswith("ember: ") and "Traceback" not in r.stderr
+    r = ember("run", "-m", str(tmp_path / "missing.gguf"), "-p", "x")
+    assert r.returncode == 1 and "no such file" in r.stderr
+
+
+def test_ctrl_c_interrupts_a_generation(smollm2_path):
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ember", "run", "-m", str(smollm2_path), "-p", "Once", "-n", "100000", "--ignore-eos", "-c", "4096"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # Wait until tokens flow, then interrupt.
+    first = p.stdout.read(6)
+    assert first
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("ember did not stop on SIGINT")
+    assert p.returncode == 130
+    assert "interrupted" in err
