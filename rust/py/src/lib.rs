@@ -250,6 +250,21 @@ impl Model {
             .map_err(map_err)?;
         Ok(Generator { inner: std::sync::Mutex::new(Some(gen)) })
     }
+
+    /// Seconds to read `ids` into an empty context (logits of the last position only),
+    /// as llama-bench's `pp` measures it.
+    fn bench_prompt(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<f64> {
+        self.check_ids(&ids)?;
+        let max_batch = self.max_batch;
+        py.detach(|| ember_model::bench::prompt_processing(&self.inner, &ids, max_batch)).map(|t| t.seconds).map_err(map_err)
+    }
+
+    /// Seconds to decode `n` tokens one at a time from an empty context, as
+    /// llama-bench's `tg` measures it.
+    fn bench_generation(&self, py: Python<'_>, first: u32, n: usize) -> PyResult<f64> {
+        self.check_ids(&[first])?;
+        py.detach(|| ember_model::bench::text_generation(&self.inner, first, n)).map(|t| t.seconds).map_err(map_err)
+    }
 }
 
 impl Model {
