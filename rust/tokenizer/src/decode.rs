@@ -94,7 +94,7 @@ pub(crate) fn clean_spaces(text: &mut Vec<u8>) {
                 total -= 1;
             } else if i + 2 < total3 {
                 let x2 = t[i + 2];
-                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                if (x1 == b'r' || x1 == b'v') && x2 == b'e' {
                     total -= 1;
                 }
             }

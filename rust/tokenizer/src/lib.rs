@@ -5,8 +5,13 @@
 //! ```no_run
 //! let file = ember_gguf::GgufFile::open("model.gguf")?;
 //! let tok = ember_tokenizer::Tokenizer::from_gguf(&file)?;
-//! let ids = tok.tokenize("Hello world", true, true);
-//! assert_eq!(tok.detokenize(&ids, false), "Hello world");
+//! let ids = tok.tokenize("<|im_start|>user\nHello<|im_end|>", true, true);
+//! let text = tok.detokenize(&ids, true);
+//! let mut stream = tok.stream_decoder();
+//! for &id in &ids {
+//!     print!("{}", stream.push(&tok, id));
+//! }
+//! print!("{}", stream.flush());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -39,16 +44,18 @@ pub enum TokenizerKind {
 }
 
 enum Algo {
-    Bpe { merges: bpe::Merges, pre: pretokenize::PreTokenizer },
-    Spm { byte_ids: [Option<u32>; 256] },
+    Bpe { merges: Box<bpe::Merges>, pre: pretokenize::PreTokenizer },
+    Spm { byte_ids: Box<[Option<u32>; 256]> },
 }
+
+type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
 
 /// Words longer than this are not worth caching.
 const CACHE_MAX_WORD: usize = 48;
 const CACHE_MAX_ENTRIES: usize = 1 << 16;
 
-/// A tokenizer read from GGUF metadata. Immutable and `Sync`: one can serve
-/// many threads.
+/// A tokenizer read from GGUF metadata. It is `Send + Sync` and all its
+/// methods take `&self`, so one can serve many threads.
 pub struct Tokenizer {
     vocab: Vocab,
     algo: Algo,
@@ -67,7 +74,7 @@ pub struct Tokenizer {
     add_space_prefix: bool,
     clean_spaces: bool,
     /// BPE results of recent words; prompts repeat words a lot.
-    word_cache: Mutex<FxHashMap<Box<[u8]>, Box<[u32]>>>,
+    word_cache: Mutex<WordCache>,
 }
 
 /// The special token ids the metadata names (or llama.cpp infers).
@@ -111,7 +118,8 @@ impl Tokenizer {
         }
         match &self.algo {
             Algo::Spm { byte_ids } => {
-                // A space is prefixed at the start and after every special token.
+                // llama.cpp prefixes the space at the start and after every
+                // special token, as if each text run began a sentence.
                 let mut prev_special = true;
                 let mut buf = String::new();
                 for f in frags {
@@ -136,6 +144,8 @@ impl Tokenizer {
             }
             Algo::Bpe { merges, pre } => {
                 let mut scratch = bpe::Scratch::default();
+                // Another thread tokenizing holds the cache: go without it
+                // rather than wait.
                 let mut cache = self.word_cache.try_lock().ok();
                 for f in frags {
                     match f {
@@ -341,16 +351,6 @@ impl Tokenizer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn tokenizer_is_shareable_across_threads() {
-        fn check<T: Send + Sync>() {}
-        check::<super::Tokenizer>();
-        check::<super::StreamDecoder>();
-    }
-}
-
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
@@ -362,5 +362,15 @@ impl std::fmt::Debug for Tokenizer {
             .field("add_bos", &self.add_bos)
             .field("add_eos", &self.add_eos)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokenizer_is_shareable_across_threads() {
+        fn check<T: Send + Sync>() {}
+        check::<super::Tokenizer>();
+        check::<super::StreamDecoder>();
     }
 }

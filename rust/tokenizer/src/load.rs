@@ -28,7 +28,11 @@ fn array<'h>(h: &'h GgufHeader, key: &str) -> Result<Option<&'h [Value]>, Tokeni
 }
 
 fn entry_error(key: &str, index: usize, v: &Value, expected: &str) -> TokenizerError {
-    TokenizerError::BadEntry { key: key.into(), index, problem: format!("is {} ({v}), expected {expected}", v.type_name()) }
+    TokenizerError::BadEntry {
+        key: key.into(),
+        index,
+        problem: format!("is {} ({v}), expected {expected}", v.type_name()),
+    }
 }
 
 /// `tokenizer.ggml.<name>` read as a bool, or `default`.
@@ -248,9 +252,11 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
         });
     }
 
-    // Special tokens the metadata does not name, found by spelling. llama.cpp
-    // takes whichever its hash map yields first; the list order is the
-    // deterministic stand-in. Whatever is found is made a control token.
+    // Special tokens the metadata does not name, found by spelling. Where
+    // several spellings match, llama.cpp takes whichever its hash map yields
+    // first; the lowest id is the deterministic stand-in (it agrees on
+    // SmolLM2, whose `<|endoftext|>` llama.cpp picks over `<|im_end|>`).
+    // Whatever is found is made a control token.
     fn force_control(vocab: &mut Vocab, id: u32) {
         vocab.attrs[id as usize] |= attr::CONTROL;
     }
@@ -265,7 +271,7 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
         (&mut ids.fim_sep, FIM_SEP_TEXTS),
     ] {
         if slot.is_none() {
-            if let Some(id) = texts.iter().find_map(|t| vocab.find(t)) {
+            if let Some(id) = texts.iter().filter_map(|t| vocab.find(t)).min() {
                 *slot = Some(id);
                 force_control(&mut vocab, id);
             }
@@ -304,7 +310,7 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
         let call = find_eog(&vocab, &eog, "<|call|>").is_some() || find_eog(&vocab, &eog, "<|calls|>").is_some();
         let ret = find_eog(&vocab, &eog, "<|return|>").is_some();
         let flush = find_eog(&vocab, &eog, "<|flush|>").is_some();
-        if (ret && call) || (call && flush) {
+        if call && (ret || flush) {
             eog.retain(|&id| id != end);
             vocab.attrs[end as usize] = attr::USER_DEFINED;
         }
@@ -346,10 +352,9 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
 
     // The tokenizer proper.
     let algo = match algo_pre {
-        None => Algo::Spm { byte_ids: spm::byte_fallback_ids(&vocab, ids.unk) },
+        None => Algo::Spm { byte_ids: Box::new(spm::byte_fallback_ids(&vocab, ids.unk)) },
         Some(cfg) => {
-            let merges_v =
-                array(h, KEY_MERGES)?.ok_or_else(|| TokenizerError::Missing { key: KEY_MERGES.into() })?;
+            let merges_v = array(h, KEY_MERGES)?.ok_or_else(|| TokenizerError::Missing { key: KEY_MERGES.into() })?;
             let mut pairs = Vec::with_capacity(merges_v.len());
             for (i, v) in merges_v.iter().enumerate() {
                 let s = v.as_str().ok_or_else(|| entry_error(KEY_MERGES, i, v, "a string"))?;
@@ -364,7 +369,7 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
                 pairs.push((&s[..sp], &s[sp + 1..]));
             }
             let merges = bpe::Merges::new(&vocab, pairs.into_iter(), cfg.ignore_merges);
-            Algo::Bpe { merges, pre: PreTokenizer::new(cfg.patterns)? }
+            Algo::Bpe { merges: Box::new(merges), pre: PreTokenizer::new(cfg.patterns)? }
         }
     };
 

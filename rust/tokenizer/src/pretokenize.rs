@@ -28,6 +28,23 @@ const GPT4O_RE: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^
 const BAILING_RE: &str = r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
 const SEED_CODER_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+";
 const EXAONE_MOE_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+";
+const UFAKZEKA_RE: &str = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const MINICPM5_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const TINY_AYA_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const YOUTU_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Hangul, CJK punctuation, bopomofo and CJK ideographs with kana (youtu).
+const YOUTU_CJK_RE: &str = "[\u{AC00}-\u{D7A3}\u{3131}-\u{318E}]+|[\u{FF01}\u{2026}\u{201C}\u{201D}\u{2018}\u{2019}\u{2014}\u{FF1A}\u{FF1B}\u{FF0C}\u{3001}-\u{303F}\u{FE30}-\u{FE4F}]+|[\u{3105}-\u{312F}]+|[\u{4E00}-\u{9FA5}\u{3040}-\u{309F}\u{30A0}-\u{30FF}]+";
+const GRANITE_EMB_MULTI_RE: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// CJK, kana, Thai, Lao, Khmer, Myanmar and Hangul blocks (afmoe).
+const AFMOE_CJK_RE: &str = "[\u{4E00}-\u{9FFF}\u{3400}-\u{4DBF}\u{8C48}-\u{FAFF}\u{3040}-\u{309F}\u{30A0}-\u{30FF}\u{FF65}-\u{FF9F}\u{2F00}-\u{2FDF}\u{E40}-\u{E7F}\u{E80}-\u{EFF}\u{1780}-\u{17FF}\u{1000}-\u{109F}\u{AA60}-\u{AA7F}\u{A9E0}-\u{A9FF}\u{AC00}-\u{D7AF}\u{1100}-\u{11FF}]+";
+/// Latin, Greek, Cyrillic and other cased scripts as deepseek-llm lists them.
+const DEEPSEEK_LLM_LETTERS_RE: &str = "\\s?[A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-\u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}\u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\u{52F}\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\u{1C90}-\u{1CBA}\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\u{1D9A}\u{1E00}-\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\u{1F50}-\u{1F57}\u{1F59}\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}\u{2124}\u{2126}\u{2128}\u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}\u{2145}-\u{2149}\u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-\u{2CEE}\u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-\u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\u{FF21}-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\u{1E900}-\u{1E943}]+";
+/// ASCII and full-width punctuation (deepseek-llm).
+const DEEPSEEK_LLM_PUNCT_RE: &str = "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]+";
+/// Names llama.cpp gives hand-written splitters instead of a regex.
+const NEWLINES_RE: &str = r"[^\n]+|[\n]+";
+const AFMOE_DIGITS_RE: &str = r"\p{AFMoE_digits}";
+const TINY_AYA_DIGITS_RE: &str = r"\d{1,3}(?=(?:\d{3})*\b)";
 
 /// How a pre-tokenizer name configures the BPE tokenizer, beyond its regexes.
 pub(crate) struct PreConfig {
@@ -87,26 +104,20 @@ const BAILING: &[&str] = &[BAILING_RE];
 const SEED_CODER: &[&str] = &[SEED_CODER_RE];
 const EXAONE_MOE: &[&str] = &[EXAONE_MOE_RE];
 const JAIS2: &[&str] = &[JAIS2_RE];
+const UFAKZEKA: &[&str] = &[UFAKZEKA_RE];
+const LAGUNA: &[&str] = &[NEWLINES_RE, QWEN2_RE];
+const MINICPM5: &[&str] = &[r"\p{N}{1,3}", MINICPM5_RE];
+const TINY_AYA: &[&str] = &[TINY_AYA_DIGITS_RE, TINY_AYA_RE];
+const YOUTU: &[&str] = &[YOUTU_CJK_RE, YOUTU_RE];
+const GRANITE_EMB_MULTI: &[&str] = &[GRANITE_EMB_MULTI_RE];
+const AFMOE: &[&str] = &[AFMOE_DIGITS_RE, AFMOE_CJK_RE, DEEPSEEK3_RE];
+const DEEPSEEK_LLM: &[&str] =
+    &["[\r\n]", DEEPSEEK_LLM_LETTERS_RE, DEEPSEEK_LLM_PUNCT_RE, r"\s+$", DEEPSEEK_CJK_RE, r"\p{N}+"];
 
-/// Pre-tokenizer names llama.cpp knows but ember does not implement (custom
-/// splitters, SentencePiece-style BPE, or regexes std::regex reads differently).
-const UNSUPPORTED: &[&str] = &[
-    "deepseek-llm",
-    "youtu",
-    "gemma4",
-    "granite-embed-multi-311m",
-    "granite-embed-multi-97m",
-    "sarvam-moe",
-    "whitespace",
-    "tiny_aya",
-    "cohere2moe",
-    "superbpe",
-    "kimi-k2",
-    "ufakzeka",
-    "afmoe",
-    "laguna",
-    "minicpm5",
-];
+/// Pre-tokenizer names llama.cpp knows but ember does not implement: the
+/// SentencePiece-style BPE models (raw UTF-8, no byte encoding), Kimi-K2's
+/// hand-written splitter, and superbpe's empty-match regex.
+const UNSUPPORTED: &[&str] = &["gemma4", "granite-embed-multi-311m", "sarvam-moe", "whitespace", "superbpe", "kimi-k2"];
 
 /// llama.cpp's table from `tokenizer.ggml.pre` to pre-tokenizer (`llama_vocab::impl::load`).
 pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
@@ -120,6 +131,19 @@ pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
             p.no_default_bos = true;
             p
         }
+        "glm5" => {
+            let mut p = pre(LLAMA3).ignore_merges();
+            p.no_default_bos = true;
+            p
+        }
+        "deepseek-llm" => pre(DEEPSEEK_LLM).keep_spaces(),
+        "youtu" => pre(YOUTU).keep_spaces().ignore_merges(),
+        "minicpm5" => pre(MINICPM5).ignore_merges(),
+        "granite-embed-multi-97m" => pre(GRANITE_EMB_MULTI).keep_spaces().ignore_merges(),
+        "tiny_aya" | "cohere2moe" => pre(TINY_AYA).keep_spaces(),
+        "ufakzeka" => pre(UFAKZEKA).keep_spaces(),
+        "afmoe" => pre(AFMOE).keep_spaces(),
+        "laguna" => pre(LAGUNA).keep_spaces(),
         "deepseek-coder" => pre(DEEPSEEK_CODER).keep_spaces(),
         "deepseek-v3" | "hunyuan-dense" | "hy_v4" | "joyai-llm" => pre(DEEPSEEK3).keep_spaces(),
         "spark2_5" => pre(SPARK).keep_spaces(),
@@ -153,11 +177,23 @@ pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
 
 enum Splitter {
     Gpt2,
-    Llama3,
+    /// The Llama-3 (up to 3 digits), Qwen2 (1 digit) and Qwen3.5 (1 digit,
+    /// marks join letters) splitters, one hand-written routine in llama.cpp.
+    Words {
+        max_digits: usize,
+        marks: bool,
+    },
+    /// Runs of newlines and runs of everything else.
+    Newlines,
+    /// Digit runs cut into groups of three from the right.
+    DigitGroups,
     /// A general regex. `collapsed` regexes use Unicode classes and run on
     /// llama.cpp's one-character-per-class stand-in text; the others run on
     /// the text itself with non-ASCII whitespace replaced by U+000B.
-    Regex { re: Regex, collapsed: bool },
+    Regex {
+        re: Regex,
+        collapsed: bool,
+    },
 }
 
 /// A compiled pre-tokenizer: the regexes applied in turn, each splitting the
@@ -195,7 +231,7 @@ fn unicode_class(pat: &str) -> Option<(char, &'static str)> {
         Cat::Letter => "A-Za-z",
         Cat::Punct => r"!-#%-*,-/:-;?-@\[-\]_\{\}",
         Cat::Mark => "",
-        Cat::Symbol => r"\$\+<->\^`\|",
+        Cat::Symbol => r"\$\+<->\^`\|\x7E",
         Cat::Other => unreachable!(),
     };
     Some((collapsed_char(cat), ascii))
@@ -253,11 +289,15 @@ fn collapse_pattern(pattern: &str) -> String {
 }
 
 fn compile(pattern: &str) -> Result<Splitter, TokenizerError> {
-    if pattern == GPT2_RE {
-        return Ok(Splitter::Gpt2);
-    }
-    if pattern == LLAMA3_RE {
-        return Ok(Splitter::Llama3);
+    // llama.cpp picks its hand-written splitters by the exact pattern text.
+    match pattern {
+        GPT2_RE => return Ok(Splitter::Gpt2),
+        LLAMA3_RE => return Ok(Splitter::Words { max_digits: 3, marks: false }),
+        QWEN2_RE => return Ok(Splitter::Words { max_digits: 1, marks: false }),
+        QWEN35_RE => return Ok(Splitter::Words { max_digits: 1, marks: true }),
+        NEWLINES_RE => return Ok(Splitter::Newlines),
+        AFMOE_DIGITS_RE | TINY_AYA_DIGITS_RE => return Ok(Splitter::DigitGroups),
+        _ => {}
     }
     let collapsed = uses_unicode_classes(pattern);
     let source = if collapsed {
@@ -295,7 +335,9 @@ impl PreTokenizer {
         for s in &self.splitters {
             lens = match s {
                 Splitter::Gpt2 => split_gpt2(&cpts, &lens),
-                Splitter::Llama3 => split_llama3(&cpts, &lens),
+                &Splitter::Words { max_digits, marks } => split_words(&cpts, &lens, max_digits, marks),
+                Splitter::Newlines => split_newlines(&cpts, &lens),
+                Splitter::DigitGroups => split_digit_groups(&cpts, &lens),
                 Splitter::Regex { re, collapsed: true } => {
                     split_regex(re, collapsed.get_or_insert_with(|| Haystack::collapsed(&cpts)), &lens)
                 }
@@ -529,10 +571,14 @@ fn split_gpt2(cpts: &[char], lens: &[usize]) -> Vec<usize> {
     out
 }
 
-/// llama.cpp's `unicode_regex_split_custom_llama3`.
-fn split_llama3(cpts: &[char], lens: &[usize]) -> Vec<usize> {
+/// llama.cpp's `unicode_regex_split_custom_llama3`, `_qwen2` and `_qwen35`:
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}|
+/// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, with `\p{M}`
+/// counted as letter when `marks`.
+fn split_words(cpts: &[char], lens: &[usize], max_digits: usize, marks: bool) -> Vec<usize> {
     let mut out = Vec::with_capacity(lens.len());
     let mut start = 0;
+    let letter = |f: Flags| f.letter || (marks && f.mark);
     for &len in lens {
         let mut p = Piece { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
         start += len;
@@ -547,20 +593,20 @@ fn split_llama3(cpts: &[char], lens: &[usize]) -> Vec<usize> {
             }
             let newline = is_char(cpt, '\r') || is_char(cpt, '\n');
             // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(newline || flags.number) && (flags.letter || p.flags(pos + 1).letter) {
+            if !(newline || flags.number) && (letter(flags) || letter(p.flags(pos + 1))) {
                 pos += 1;
-                while p.flags(pos).letter {
+                while letter(p.flags(pos)) {
                     pos += 1;
                 }
                 p.add(pos);
                 continue;
             }
-            // \p{N}{1,3}
+            // \p{N}{1,max}
             if flags.number {
                 let mut ini = pos;
                 while p.flags(pos).number {
                     pos += 1;
-                    if pos - ini >= 3 {
+                    if pos - ini >= max_digits {
                         p.add(pos);
                         ini = pos;
                     }
@@ -572,9 +618,9 @@ fn split_llama3(cpts: &[char], lens: &[usize]) -> Vec<usize> {
             // character's own flags for definedness, not the lookahead's)
             let space = is_char(cpt, ' ');
             let mut f2 = if space { p.flags(pos + 1) } else { flags };
-            if !(f2.whitespace || f2.letter || f2.number) && flags.defined {
+            if !(f2.whitespace || letter(f2) || f2.number) && flags.defined {
                 pos += space as usize;
-                while !(f2.whitespace || f2.letter || f2.number) && f2.defined {
+                while !(f2.whitespace || letter(f2) || f2.number) && f2.defined {
                     pos += 1;
                     f2 = p.flags(pos);
                 }
@@ -619,6 +665,64 @@ fn split_llama3(cpts: &[char], lens: &[usize]) -> Vec<usize> {
     out
 }
 
+/// llama.cpp's `unicode_regex_split_custom_newlines` (`[^\n]+|[\n]+`).
+fn split_newlines(cpts: &[char], lens: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut pos = 0;
+    for &len in lens {
+        let end = pos + len;
+        while pos < end {
+            let nl = cpts[pos] == '\n';
+            let run = pos;
+            while pos < end && (cpts[pos] == '\n') == nl {
+                pos += 1;
+            }
+            out.push(pos - run);
+        }
+    }
+    out
+}
+
+/// llama.cpp's `unicode_regex_split_custom_afmoe`: each digit run is cut
+/// into a leading group of 1-2 digits and groups of three. Text before a run
+/// is not cut off on its own; it joins the run's first group, and the
+/// regexes that follow split it again.
+fn split_digit_groups(cpts: &[char], lens: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut start = 0;
+    for &len in lens {
+        let mut p = Piece { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
+        start += len;
+        let mut pos = p.ini;
+        while pos < p.end {
+            if p.flags(pos).number {
+                let first = pos;
+                while pos < p.end && p.flags(pos).number {
+                    pos += 1;
+                }
+                let count = pos - first;
+                let lead = count % 3;
+                let mut cur = first;
+                if lead != 0 {
+                    cur += lead;
+                    p.add(cur);
+                }
+                while cur < first + count {
+                    cur += 3;
+                    p.add(cur);
+                }
+                continue;
+            }
+            pos += 1;
+        }
+        if p.prev_end < p.end {
+            let end = p.end;
+            p.add(end);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,11 +749,19 @@ mod tests {
     fn llama3_words() {
         assert_eq!(split(LLAMA3, "Hello world 12345"), ["Hello", " world", " ", "123", "45"]);
         assert_eq!(split(LLAMA3, "I'M here\n\n"), ["I", "'M", " here", "\n\n"]);
+        assert_eq!(split(QWEN2, "x 123"), ["x", " ", "1", "2", "3"]);
+    }
+
+    #[test]
+    fn digit_groups_and_newlines() {
+        assert_eq!(split(&[AFMOE_DIGITS_RE], "ab1234567c"), ["ab1", "234", "567", "c"]);
+        assert_eq!(split(&[NEWLINES_RE], "a b\n\nc\n"), ["a b", "\n\n", "c", "\n"]);
     }
 
     #[test]
     fn qwen2_collapsed_regex() {
         assert_eq!(split(QWEN2, "Hello 日本 123!"), ["Hello", " 日本", " ", "1", "2", "3", "!"]);
+        assert_eq!(split(&[UFAKZEKA_RE], "Hello 日本 123!"), ["Hello", " 日本", " ", "1", "2", "3", "!"]);
     }
 
     #[test]
@@ -662,7 +774,8 @@ mod tests {
     fn every_supported_pre_compiles() {
         for p in [DEFAULT, LLAMA3, GPT2, STARCODER, QWEN2, QWEN35, FALCON, DEEPSEEK_CODER, DEEPSEEK3, SPARK, PORO]
             .into_iter()
-            .chain([VIKING, TEKKEN, CHAMELEON, GPT4O, BAILING, SEED_CODER, EXAONE_MOE, JAIS2])
+            .chain([VIKING, TEKKEN, CHAMELEON, GPT4O, BAILING, SEED_CODER, EXAONE_MOE, JAIS2, UFAKZEKA, LAGUNA])
+            .chain([MINICPM5, TINY_AYA, YOUTU, GRANITE_EMB_MULTI, AFMOE, DEEPSEEK_LLM])
         {
             let pt = PreTokenizer::new(p).unwrap();
             let text = "Hello, World! It's 2024: naïve café 日本語 ½ x²  \n\tend";

@@ -17,9 +17,15 @@ pub(crate) enum Fragment {
 pub(crate) struct Specials {
     /// Control, user-defined and unknown tokens, longest text first.
     order: Vec<u32>,
-    /// Trie nodes: sorted (byte, child) edges and the index in `order` that
-    /// ends here, if any.
-    nodes: Vec<(Vec<(u8, u32)>, Option<u32>)>,
+    nodes: Vec<TrieNode>,
+}
+
+#[derive(Default)]
+struct TrieNode {
+    /// (byte, child), sorted by byte.
+    edges: Vec<(u8, u32)>,
+    /// The index in `order` of the spelling that ends here, if any.
+    end: Option<u32>,
 }
 
 impl Specials {
@@ -30,21 +36,21 @@ impl Specials {
         // llama.cpp's std::sort leaves equal lengths in unspecified order; ids
         // ascending is the deterministic choice.
         order.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).len()));
-        let mut nodes: Vec<(Vec<(u8, u32)>, Option<u32>)> = vec![(Vec::new(), None)];
+        let mut nodes = vec![TrieNode::default()];
         for (k, &id) in order.iter().enumerate() {
             let mut node = 0usize;
             for &b in vocab.text(id).as_bytes() {
-                node = match nodes[node].0.binary_search_by_key(&b, |e| e.0) {
-                    Ok(i) => nodes[node].0[i].1 as usize,
+                node = match nodes[node].edges.binary_search_by_key(&b, |e| e.0) {
+                    Ok(i) => nodes[node].edges[i].1 as usize,
                     Err(i) => {
                         let child = nodes.len() as u32;
-                        nodes[node].0.insert(i, (b, child));
-                        nodes.push((Vec::new(), None));
+                        nodes[node].edges.insert(i, (b, child));
+                        nodes.push(TrieNode::default());
                         child as usize
                     }
                 };
             }
-            nodes[node].1 = Some(k as u32);
+            nodes[node].end = Some(k as u32);
         }
         Specials { order, nodes }
     }
@@ -55,11 +61,11 @@ impl Specials {
         for start in 0..text.len() {
             let mut node = 0usize;
             for &b in &text[start..] {
-                match self.nodes[node].0.binary_search_by_key(&b, |e| e.0) {
-                    Ok(i) => node = self.nodes[node].0[i].1 as usize,
+                match self.nodes[node].edges.binary_search_by_key(&b, |e| e.0) {
+                    Ok(i) => node = self.nodes[node].edges[i].1 as usize,
                     Err(_) => break,
                 }
-                if let Some(k) = self.nodes[node].1 {
+                if let Some(k) = self.nodes[node].end {
                     found.push(k);
                 }
             }

@@ -71,7 +71,12 @@ pub(crate) fn tokenize(vocab: &Vocab, byte_ids: &[Option<u32>; 256], text: &str,
         // Live neighbours are contiguous, so their concatenation is a slice.
         let piece = &text[ls.start as usize..(rs.start + rs.len) as usize];
         if let Some(id) = vocab.find(piece) {
-            heap.push(Bigram { score: vocab.scores[id as usize], left: l as u32, right: r as u32, size: piece.len() as u32 });
+            heap.push(Bigram {
+                score: vocab.scores[id as usize],
+                left: l as u32,
+                right: r as u32,
+                size: piece.len() as u32,
+            });
         }
     };
     for i in 1..syms.len() {

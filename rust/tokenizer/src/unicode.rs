@@ -24,6 +24,7 @@ pub(crate) enum Cat {
 pub(crate) struct Flags {
     pub letter: bool,
     pub number: bool,
+    pub mark: bool,
     pub whitespace: bool,
     pub defined: bool,
 }
@@ -38,7 +39,9 @@ fn class_ranges(pattern: &str) -> Vec<(u32, u32)> {
     use regex_syntax::hir::{Class, HirKind};
     let hir = regex_syntax::Parser::new().parse(pattern).expect("built-in Unicode class parses");
     match hir.kind() {
-        HirKind::Class(Class::Unicode(cls)) => cls.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect(),
+        HirKind::Class(Class::Unicode(cls)) => {
+            cls.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect()
+        }
         other => unreachable!("{pattern} parsed to {other:?}"),
     }
 }
@@ -90,7 +93,13 @@ pub(crate) fn is_whitespace(c: char) -> bool {
 
 pub(crate) fn flags(c: char) -> Flags {
     let cat = category(c);
-    Flags { letter: cat == Cat::Letter, number: cat == Cat::Number, whitespace: is_whitespace(c), defined: true }
+    Flags {
+        letter: cat == Cat::Letter,
+        number: cat == Cat::Number,
+        mark: cat == Cat::Mark,
+        whitespace: is_whitespace(c),
+        defined: true,
+    }
 }
 
 fn is_printable_byte(b: u32) -> bool {

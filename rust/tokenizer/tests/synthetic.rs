@@ -241,7 +241,8 @@ fn spm(extra: impl FnOnce(Gguf) -> Gguf) -> Tokenizer {
         tokens.push(format!("<0x{b:02X}>"));
         types.push(6);
     }
-    let pieces = [("▁", -1.0), ("a", -2.0), ("b", -2.0), ("c", -2.0), ("ab", -3.0), ("bc", -1.5), ("▁a", -4.0), ("▁abc", -0.5)];
+    let pieces =
+        [("▁", -1.0), ("a", -2.0), ("b", -2.0), ("c", -2.0), ("ab", -3.0), ("bc", -1.5), ("▁a", -4.0), ("▁abc", -0.5)];
     let mut scores = vec![0.0; tokens.len()];
     for (p, s) in pieces {
         tokens.push(p.into());
@@ -374,9 +375,39 @@ fn unknown_models_and_pre_tokenizers_are_named() {
 #[test]
 fn every_listed_pre_tokenizer_loads() {
     for pre in [
-        "default", "llama-bpe", "llama3", "qwen2", "smollm", "starcoder", "gpt-2", "falcon", "deepseek-coder",
-        "deepseek-v3", "gpt-4o", "tekken", "command-r", "stablelm2", "bloom", "chameleon", "seed-coder",
-        "bailingmoe", "exaone-moe", "jais-2", "viking", "qwen35", "dbrx",
+        "default",
+        "llama-bpe",
+        "llama3",
+        "qwen2",
+        "smollm",
+        "starcoder",
+        "gpt-2",
+        "falcon",
+        "deepseek-llm",
+        "deepseek-coder",
+        "deepseek-v3",
+        "gpt-4o",
+        "tekken",
+        "command-r",
+        "stablelm2",
+        "bloom",
+        "chameleon",
+        "seed-coder",
+        "bailingmoe",
+        "exaone-moe",
+        "jais-2",
+        "viking",
+        "qwen35",
+        "dbrx",
+        "youtu",
+        "afmoe",
+        "tiny_aya",
+        "laguna",
+        "minicpm5",
+        "glm5",
+        "ufakzeka",
+        "granite-embed-multi-97m",
+        "spark2_5",
     ] {
         let tok = Tokenizer::from_gguf(&bpe(pre).header()).unwrap_or_else(|e| panic!("{pre}: {e}"));
         let text = "hello world <|ctl|> 123, naïve 日本!";
