@@ -8,9 +8,13 @@
 //! its scores in a per-thread buffer that grows to the longest span seen.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
+use ember_gguf::GgmlType;
 use ember_kv::{KvCache, Rows};
+use ember_quant::DotFn;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 pub struct AttnShape {
@@ -22,9 +26,29 @@ pub struct AttnShape {
     pub window: Option<usize>,
 }
 
+/// Per-thread buffers: the scores of one (position, head), the query in f32
+/// and in f16, and one value row widened to f32.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    q32: Vec<f32>,
+    q16: Vec<f16>,
+    v32: Vec<f32>,
+}
+
 thread_local! {
-    /// Scores of one (position, head), and the query rounded to f16.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The f16 x f16 dot kernel (SIMD where the CPU has it), fetched once.
+fn f16_dot() -> DotFn {
+    static DOT: OnceLock<DotFn> = OnceLock::new();
+    *DOT.get_or_init(|| ember_quant::dot_fn(GgmlType::F16).expect("F16 has a dot kernel"))
+}
+
+fn f16_bytes(v: &[f16]) -> &[u8] {
+    // SAFETY: f16 is two plain bytes with no padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 /// `q`: t rows of n_head * head_dim_k; `out`: t rows of n_head * head_dim_v.
@@ -45,33 +69,48 @@ pub fn attention(cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: us
             Some(w) => (pos + 1).saturating_sub(w),
             None => 0,
         };
-        SCRATCH.with_borrow_mut(|(scores, qr)| {
+        SCRATCH.with_borrow_mut(|sc| {
+            let Scratch { scores, q32, q16, v32 } = sc;
             scores.clear();
-            qr.clear();
-            let half_precision = matches!(keys, Rows::F16(_));
-            qr.extend(qh.iter().map(|&x| if half_precision { f16::from_f32(x).to_f32() } else { x }));
             let mut max = f32::NEG_INFINITY;
-            for p in first..=pos {
-                let row = cache.row_of(il, p);
-                let score = s.scale
-                    * match &keys {
-                        Rows::F16(k) => dot_f16(qr, &k[row * kw + kvh * hk..][..hk]),
-                        Rows::F32(k) => dot_f32(qr, &k[row * kw + kvh * hk..][..hk]),
-                    };
-                max = max.max(score);
-                scores.push(score);
+            match &keys {
+                Rows::F16(k) => {
+                    q16.resize(hk, f16::ZERO);
+                    q16.convert_from_f32_slice(qh);
+                    let (dot, qb) = (f16_dot(), f16_bytes(q16));
+                    for p in first..=pos {
+                        let row = cache.row_of(il, p);
+                        let score = s.scale * dot(hk, f16_bytes(&k[row * kw + kvh * hk..][..hk]), qb);
+                        max = max.max(score);
+                        scores.push(score);
+                    }
+                }
+                Rows::F32(k) => {
+                    q32.clear();
+                    q32.extend_from_slice(qh);
+                    for p in first..=pos {
+                        let row = cache.row_of(il, p);
+                        let score = s.scale * dot_f32(q32, &k[row * kw + kvh * hk..][..hk]);
+                        max = max.max(score);
+                        scores.push(score);
+                    }
+                }
             }
             let mut sum = 0.0f64;
-            for sc in scores.iter_mut() {
-                *sc = (*sc - max).exp();
-                sum += *sc as f64;
+            for e in scores.iter_mut() {
+                *e = (*e - max).exp();
+                sum += *e as f64;
             }
             let inv = (1.0 / sum) as f32;
             o.fill(0.0);
+            v32.resize(hv, 0.0);
             for (p, &e) in (first..=pos).zip(scores.iter()) {
                 let row = cache.row_of(il, p);
                 match &values {
-                    Rows::F16(v) => axpy_f16(f16::from_f32(e * inv).to_f32(), &v[row * vw + kvh * hv..][..hv], o),
+                    Rows::F16(v) => {
+                        v[row * vw + kvh * hv..][..hv].convert_to_f32_slice(v32);
+                        axpy_f32(f16::from_f32(e * inv).to_f32(), v32, o);
+                    }
                     Rows::F32(v) => axpy_f32(e * inv, &v[row * vw + kvh * hv..][..hv], o),
                 }
             }
@@ -85,20 +124,9 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[inline]
-fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
-}
-
-#[inline]
 fn axpy_f32(w: f32, v: &[f32], o: &mut [f32]) {
     for (o, x) in o.iter_mut().zip(v) {
         *o += w * x;
     }
 }
 
-#[inline]
-fn axpy_f16(w: f32, v: &[f16], o: &mut [f32]) {
-    for (o, x) in o.iter_mut().zip(v) {
-        *o += w * x.to_f32();
-    }
-}
