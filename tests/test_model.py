@@ -28,17 +28,17 @@ def test_tokenize_matches_llama_cpp(model_and_golden):
 def test_logits_follow_llama_cpp(model_and_golden):
     """Teacher-forced through the Python API (the full gate runs in rust/model/tests/parity.rs)."""
     model, g = model_and_golden
-    case = g["cases"][0]
-    seq = case["prompt_ids"] + case["greedy_ids"]
-    logits = model.logits(seq)
-    assert logits.shape == (len(seq), model.n_vocab) and logits.dtype == np.float32
     diffs = []
-    for row in case["positions"]:
-        ours = logits[row["pos"]]
-        top = row["top_logits"]
-        if top[0] - top[1] >= 1.0:
-            assert int(np.argmax(ours)) == row["top_ids"][0]
-        diffs.extend(abs(float(ours[i]) - l) for i, l in zip(row["top_ids"], top))
+    for case in g["cases"]:
+        seq = case["prompt_ids"] + case["greedy_ids"]
+        logits = model.logits(seq)
+        assert logits.shape == (len(seq), model.n_vocab) and logits.dtype == np.float32
+        for row in case["positions"]:
+            ours = logits[row["pos"]]
+            top = row["top_logits"]
+            if top[0] - top[1] >= 1.0:
+                assert int(np.argmax(ours)) == row["top_ids"][0]
+            diffs.extend(abs(float(ours[i]) - l) for i, l in zip(row["top_ids"], top))
     assert np.mean(diffs) < 0.35
 
 
@@ -62,6 +62,18 @@ def test_stream_equals_whole_text(smollm2):
     pieces = list(smollm2.generate("Once upon a time", 20, stream=True, temperature=0))
     assert len(pieces) > 1
     assert "".join(pieces) == smollm2.generate("Once upon a time", 20, temperature=0)
+
+
+def test_logprobs_are_the_models_softmax(smollm2):
+    ids = smollm2.tokenize("The capital of France is")
+    pieces = [p for p in smollm2.stream_completion(ids, 3, temperature=0, n_probs=5) if isinstance(p, ember.Piece) and p.token is not None]
+    row = smollm2.logits(ids)[-1].astype(np.float64)
+    lse = np.log(np.exp(row - row.max()).sum()) + row.max()
+    first = pieces[0]
+    assert [t for t, _ in first.top] == list(np.argsort(-row)[:5])
+    assert first.token == first.top[0][0]
+    assert abs(first.logprob - (row[first.token] - lse)) < 1e-3
+    assert all(a[1] >= b[1] for a, b in zip(first.top, first.top[1:]))
 
 
 def test_max_tokens_and_finish_reason(smollm2):

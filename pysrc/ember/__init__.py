@@ -14,12 +14,13 @@ from ember.errors import (
     ModelLoadError,
     TemplateError,
 )
-from ember.model import Completion, Model
+from ember.model import Completion, Model, Piece
 
 __all__ = [
     "__version__",
     "Model",
     "Completion",
+    "Piece",
     "EmberError",
     "ModelLoadError",
     "InvalidRequestError",

@@ -16,7 +16,20 @@ import numpy as np
 from ember import _native
 from ember.errors import InvalidRequestError
 
-__all__ = ["Model", "Completion"]
+__all__ = ["Model", "Completion", "Piece"]
+
+
+@dataclass
+class Piece:
+    """One drawn token and the text it released (empty while held back: an
+    incomplete UTF-8 character, or a possible start of a stop string)."""
+
+    text: str
+    token: int | None
+    #: log-probability of the token, when n_probs > 0
+    logprob: float | None = None
+    #: the n_probs most likely (token, log-probability) pairs at this draw
+    top: list[tuple[int, float]] | None = None
 
 
 @dataclass
@@ -175,25 +188,25 @@ class Model:
         presence_penalty: float = 0.0,
         logit_bias: dict[int, float] | None = None,
         seed: int | None = None,
-    ) -> Iterator[tuple[str, int | None, Completion | None]]:
-        """Yields (text, token, None) per drawn token, then ("", None, Completion) once."""
+        n_probs: int = 0,
+    ) -> Iterator[Piece | Completion]:
+        """Yields a `Piece` per drawn token, then the `Completion` once."""
         if max_tokens < 0:
             raise InvalidRequestError("max_tokens: must be >= 0")
         stops = _check_stop(stop)
         ids = self._prompt_ids(prompt, add_special, parse_special)
         gen = self._native.generate(
             ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
-            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed,
+            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
         )
         matcher = StopMatcher(stops)
         done = Completion(text="", n_prompt=len(ids), finish_reason="length")
         pieces: list[str] = []
-        for token, text, reason in gen:
+        for token, text, reason, logprob, top in gen:
             done.tokens.append(token)
             out, hit = matcher.push(text)
-            if out:
-                pieces.append(out)
-                yield out, token, None
+            pieces.append(out)
+            yield Piece(out, token, logprob, top if n_probs else None)
             if hit is not None:
                 done.finish_reason, done.stop_string = "stop", hit
                 break
@@ -204,23 +217,23 @@ class Model:
             tail = matcher.flush()
             if tail:
                 pieces.append(tail)
-                yield tail, None, None
+                yield Piece(tail, None)
         done.text = "".join(pieces)
-        yield "", None, done
+        yield done
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:
         """Generates to the end and returns the text with its finish reason and tokens."""
         result = None
-        for _, _, result in self.stream_completion(prompt, max_tokens, **kwargs):
+        for result in self.stream_completion(prompt, max_tokens, **kwargs):
             pass
-        assert result is not None
+        assert isinstance(result, Completion)
         return result
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, *, stream: bool = False, **kwargs):
         """Generates text after ``prompt``: the whole text, or with ``stream=True``
         an iterator of text pieces as they are drawn."""
         if stream:
-            return (text for text, _, final in self.stream_completion(prompt, max_tokens, **kwargs) if final is None)
+            return (p.text for p in self.stream_completion(prompt, max_tokens, **kwargs) if isinstance(p, Piece) and p.text)
         return self.complete(prompt, max_tokens, **kwargs).text
 
     # -- chat ----------------------------------------------------------------

@@ -18,6 +18,8 @@ pub struct GenerateParams {
     pub max_tokens: usize,
     /// Keep going past end-of-generation tokens (they are masked out of the draw).
     pub ignore_eos: bool,
+    /// Report the log-probabilities of the `n_probs` most likely tokens at each draw (0: none).
+    pub n_probs: usize,
     pub sampling: SamplingParams,
 }
 
@@ -38,6 +40,11 @@ pub struct Step {
     pub text: String,
     /// Set on the last step.
     pub stop: Option<StopReason>,
+    /// Log-probability of the drawn token under the model (before sampling
+    /// transforms), when `n_probs` > 0.
+    pub logprob: Option<f32>,
+    /// The `n_probs` most likely tokens with their log-probabilities.
+    pub top: Vec<(u32, f32)>,
 }
 
 pub struct Generation {
@@ -86,7 +93,10 @@ impl Generation {
                 self.logits[id as usize] = f32::NEG_INFINITY;
             }
         }
+        // Probabilities are the model's own softmax, before the samplers' transforms.
+        let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(&self.logits, self.params.n_probs) } else { Vec::new() };
         let token = self.sampler.sample(&self.logits);
+        let logprob = (self.params.n_probs > 0).then(|| ember_sample::token_logprob(&self.logits, token));
         self.sampler.accept(token);
         self.n_generated += 1;
         let mut stop = None;
@@ -110,7 +120,7 @@ impl Generation {
             self.logits.clear();
             self.logits.extend_from_slice(out);
         }
-        Ok(Some(Step { token, text, stop }))
+        Ok(Some(Step { token, text, stop, logprob, top }))
     }
 
     /// Gives the session back (its cache holds prompt and output).

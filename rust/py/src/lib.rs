@@ -205,7 +205,7 @@ impl Model {
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None))]
+        logit_bias = Vec::new(), seed = None, n_probs = 0))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -224,6 +224,7 @@ impl Model {
         presence_penalty: f32,
         logit_bias: Vec<(u32, f32)>,
         seed: Option<u64>,
+        n_probs: usize,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let sampling = SamplingParams {
@@ -239,7 +240,10 @@ impl Model {
             logit_bias,
             seed,
         };
-        let params = GenerateParams { max_tokens, ignore_eos, sampling };
+        if n_probs > self.inner.config.n_vocab {
+            return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
+        }
+        let params = GenerateParams { max_tokens, ignore_eos, n_probs, sampling };
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
         let gen = py
@@ -277,7 +281,7 @@ impl Model {
     }
 }
 
-/// Iterator of (token id, text, stop reason or None).
+/// Iterator of (token id, text, stop reason or None, logprob or None, top logprobs).
 #[pyclass(module = "ember._native")]
 struct Generator {
     inner: std::sync::Mutex<Option<Generation>>,
@@ -289,7 +293,8 @@ impl Generator {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<(u32, String, Option<&'static str>)>> {
+    #[allow(clippy::type_complexity)]
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<(u32, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>)>> {
         if let Err(e) = py.check_signals() {
             *self.inner.lock().unwrap() = None;
             return Err(e);
@@ -303,7 +308,7 @@ impl Generator {
                 StopReason::Length => "length",
                 StopReason::ContextFull => "context",
             });
-            (s.token, s.text, stop)
+            (s.token, s.text, stop, s.logprob, s.top)
         }))
     }
 
