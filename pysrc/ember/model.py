@@ -7,6 +7,7 @@ the Python API sees: text in and out, stop strings, chat templates.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -43,6 +44,9 @@ class Completion:
     #: the stop string that ended the text, if one did
     stop_string: str | None = None
     n_prompt: int = 0
+    #: milliseconds spent reading the prompt, and drawing the tokens after it
+    prompt_ms: float = 0.0
+    gen_ms: float = 0.0
 
 
 class StopMatcher:
@@ -195,12 +199,14 @@ class Model:
             raise InvalidRequestError("max_tokens: must be >= 0")
         stops = _check_stop(stop)
         ids = self._prompt_ids(prompt, add_special, parse_special)
+        t0 = time.perf_counter()
         gen = self._native.generate(
             ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
         )
+        t1 = time.perf_counter()
         matcher = StopMatcher(stops)
-        done = Completion(text="", n_prompt=len(ids), finish_reason="length")
+        done = Completion(text="", n_prompt=len(ids), finish_reason="length", prompt_ms=(t1 - t0) * 1e3)
         pieces: list[str] = []
         for token, text, reason, logprob, top in gen:
             done.tokens.append(token)
@@ -219,6 +225,7 @@ class Model:
                 pieces.append(tail)
                 yield Piece(tail, None)
         done.text = "".join(pieces)
+        done.gen_ms = (time.perf_counter() - t1) * 1e3
         yield done
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:

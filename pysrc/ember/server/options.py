@@ -1,0 +1,33 @@
+"""What `ember serve` was asked for: the settings the HTTP app and the engine
+read, already validated by the command line (`ember.server.cli`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServerOptions:
+    #: GGUF file; None means ember's default model (fetched once)
+    model: str | None = None
+    host: str = "127.0.0.1"
+    #: 0 takes a free port (printed at start)
+    port: int = 8080
+    #: 0: the model's trained context, capped by memory
+    ctx_size: int = 0
+    #: requests served at once; until slots exist, more than 1 only queues
+    parallel: int = 1
+    #: default max tokens per request; -1 means until the context is full
+    n_predict: int = -1
+    #: 0: physical cores
+    threads: int = 0
+    #: model name the API reports; default general.name, else the file's stem
+    alias: str | None = None
+    api_keys: list[str] = field(default_factory=list)
+    chat_template_file: str | None = None
+    metrics: bool = False
+    slot_save_path: str | None = None
+    #: requests waiting beyond the ones being served; past it, 503
+    queue_depth: int = 64
+    #: request body cap in bytes; None derives it from the context size
+    body_limit: int | None = None
