@@ -137,10 +137,10 @@ fn value_min_size(type_id: u32) -> Option<u64> {
     Some(match type_id {
         0 | 1 | 7 => 1,
         2 | 3 => 2,
-        4 | 5 | 6 => 4,
+        4..=6 => 4,
         8 => 8,  // string: its length prefix
         9 => 12, // array: type + count
-        10 | 11 | 12 => 8,
+        10..=12 => 8,
         _ => return None,
     })
 }

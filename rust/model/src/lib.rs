@@ -26,15 +26,10 @@ pub use error::{ModelError, Result};
 pub use forward::{Logits, Session};
 pub use generate::{GenerateParams, Generation, Step, StopReason};
 
+#[derive(Default)]
 pub struct LoadOptions {
     /// Worker threads; 0 picks the number of physical cores.
     pub threads: usize,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions { threads: 0 }
-    }
 }
 
 pub struct Model {

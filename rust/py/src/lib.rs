@@ -177,7 +177,7 @@ impl Model {
     #[pyo3(signature = (id, special = false))]
     fn token_to_piece<'py>(&self, py: Python<'py>, id: u32, special: bool) -> PyResult<Bound<'py, PyBytes>> {
         self.check_ids(&[id])?;
-        Ok(PyBytes::new(py, &self.inner.tokenizer.token_to_piece(id, special)))
+        Ok(PyBytes::new(py, self.inner.tokenizer.token_to_piece(id, special)))
     }
 
     fn is_eog(&self, id: u32) -> bool {
