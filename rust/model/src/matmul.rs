@@ -38,13 +38,33 @@ impl Acts {
         if !e.2 {
             let rb = ember_quant::act_row_bytes(act, k).expect("row width checked when the weights were bound");
             e.1.resize(rb * t, 0);
-            e.1.par_chunks_mut(rb).zip(x[..t * k].par_chunks(k)).for_each_init(Vec::new, |tmp, (dst, src)| {
-                ember_quant::quantize_activation(act, src, tmp).expect("row width checked when the weights were bound");
-                dst.copy_from_slice(tmp);
-            });
+            e.1.par_chunks_mut(rb).zip(x[..t * k].par_chunks(k)).for_each(|(dst, src)| quantize_into(act, src, dst));
             e.2 = true;
         }
         &self.entries[i].1
+    }
+}
+
+/// One activation row written in place (the token loop allocates nothing).
+fn quantize_into(act: ActType, src: &[f32], dst: &mut [u8]) {
+    match act {
+        ActType::Q8_0 => ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind"),
+        ActType::Q8_K => ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind"),
+        ActType::F32 => {
+            for (o, v) in dst.chunks_exact_mut(4).zip(src) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        ActType::F16 => {
+            for (o, &v) in dst.chunks_exact_mut(2).zip(src) {
+                o.copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+            }
+        }
+        ActType::BF16 => {
+            for (o, &v) in dst.chunks_exact_mut(2).zip(src) {
+                o.copy_from_slice(&ember_quant::blocks::float::fp32_to_bf16(v).to_bits().to_le_bytes());
+            }
+        }
     }
 }
 
