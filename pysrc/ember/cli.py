@@ -1,8 +1,10 @@
-"""The `ember` command: `run` a completion or a chat, `info` about a model file."""
+"""The `ember` command: `run` a completion or a chat, `info` about a model file,
+`serve` a model over HTTP (its flags live in `ember.server.cli`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ember.errors import EmberError
@@ -159,10 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe a GGUF file and what ember makes of it")
     info.add_argument("-m", "--model")
     info.set_defaults(func=cmd_info)
+    # Listed here for `ember --help`; main() hands its arguments over before
+    # argparse sees them, so llama-server's flags parse in one place.
+    sub.add_parser("serve", help="serve a model over HTTP (llama-server's flags; see `ember serve --help`)", add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "serve":
+        from ember.server.cli import main as serve_main
+
+        return serve_main(argv[1:], prog="ember serve")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -172,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nember: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`ember info | head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

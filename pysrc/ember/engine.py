@@ -55,6 +55,12 @@ class Job:
         the engine ends it before the next token."""
         self._cancelled.set()
 
+    def abandon(self, exc: BaseException) -> None:
+        """Cancels the job and wakes its reader with ``exc`` (loop side only): a
+        reader whose client went away must not wait on a job the engine will skip."""
+        self._cancelled.set()
+        self._events.put_nowait(exc)
+
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
@@ -99,7 +105,11 @@ class Engine:
         self.model = model
         self.queue_depth = queue_depth
         self._jobs: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="ember-engine", daemon=True)
+        # Not a daemon: the interpreter must not finalize while this thread is
+        # inside the model (a daemon thread re-entering a finalizing
+        # interpreter is killed by a forced unwind, which aborts the process).
+        # It ends by itself once the main thread is gone.
+        self._thread = threading.Thread(target=self._run, name="ember-engine", daemon=False)
         self._closing = False
         self.busy = False
         self.n_processed = 0
@@ -145,7 +155,12 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=0.25)
+            except queue.Empty:
+                if not threading.main_thread().is_alive():
+                    return
+                continue
             if job is _STOP:
                 return
             if job.cancelled:

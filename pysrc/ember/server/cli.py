@@ -1,0 +1,516 @@
+"""`ember serve` / `ember-server`: llama-server's flags, its LLAMA_ARG_* variables
+and a --config file merged into one validated `ServerOptions`, the start lines
+that explain each choice, and the process around the HTTP app (bind, signals, exit).
+
+Precedence: the command line, then --config, then the environment, then defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ember.server.options import ServerOptions
+
+__all__ = ["OptionError", "build_parser", "main", "parse_options", "serve"]
+
+# Positions smaller than this cannot hold a useful chat, so a memory cap below
+# it is reported as an error rather than silently served.
+_MIN_CTX = 256
+_TRUTHY = {"1", "true", "on", "enabled", "yes"}
+_FALSEY = {"0", "false", "off", "disabled", "no"}
+
+
+class OptionError(Exception):
+    """A setting ember cannot honour; `code` is the exit status (2: usage, 1: the rest)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class _Flag:
+    name: str  # the long flag without dashes: also the --config key
+    spellings: tuple[str, ...]
+    kind: type  # int, str or bool
+    env: str | None
+    help: str
+    default: Any = None
+
+
+_FLAGS = [
+    _Flag("model", ("-m", "--model"), str, "LLAMA_ARG_MODEL", "GGUF model file (default: SmolLM2-135M-Instruct, fetched once)"),
+    _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "address to listen on (default 127.0.0.1)", "127.0.0.1"),
+    _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
+    _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
+    _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "requests served at once (more than 1 only queues for now)", 1),
+    _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
+    _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
+    _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
+    _Flag("api-key", ("--api-key",), str, "LLAMA_API_KEY", "comma-separated keys a request must present"),
+    _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE", "file of keys, one a line"),
+    _Flag("chat-template-file", ("--chat-template-file",), str, "LLAMA_ARG_CHAT_TEMPLATE_FILE", "Jinja chat template replacing the model's"),
+    _Flag("metrics", ("--metrics",), bool, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics at /metrics", False),
+    _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
+    _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
+    _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
+]
+_BY_NAME = {f.name: f for f in _FLAGS}
+_READ_ENV = {f.env for f in _FLAGS if f.env}
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse exits on its own; raising keeps parse_options callable from tests
+    # and lets main() print one line and choose the status.
+    def error(self, message: str):  # type: ignore[override]
+        raise OptionError(message, 2)
+
+
+def build_parser(prog: str = "ember serve") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description="Serve a GGUF model over HTTP: OpenAI- and llama-server-compatible routes.",
+                epilog="Each flag also reads its llama-server variable (LLAMA_ARG_*); the command line wins.")
+    for f in _FLAGS:
+        env = f" [env {f.env}]" if f.env else ""
+        if f.kind is bool:
+            p.add_argument(*f.spellings, dest=f.name, action="store_true", default=None, help=f.help + env)
+        else:
+            p.add_argument(*f.spellings, dest=f.name, type=f.kind, default=None, metavar=f.name.split("-")[-1].upper(),
+                           help=f.help + env)
+    p.add_argument("--config", metavar="FILE", help="JSON object of long flag names, e.g. {\"ctx-size\": 4096}")
+    return p
+
+
+def _flag(name: str) -> str:
+    return "--" + name
+
+
+def _show(f: _Flag, value: Any) -> str:
+    if f.name == "api-key":
+        return "(hidden)"
+    if f.kind is bool:
+        return "true" if value else "false"
+    return str(value)
+
+
+def _env_value(f: _Flag, raw: str) -> Any:
+    if f.kind is bool:
+        low = raw.strip().lower()
+        if low in _TRUTHY:
+            return True
+        if low in _FALSEY:
+            return False
+        raise OptionError(f"{f.env}={raw!r} is not a yes/no value (use 1/0, true/false, on/off)")
+    if f.kind is int:
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise OptionError(f"{f.env}={raw!r} is not an integer") from None
+    return raw
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OptionError(f"--config {path}: {e.strerror or e}", 1) from None
+    except json.JSONDecodeError as e:
+        raise OptionError(f"--config {path}: not JSON ({e})", 1) from None
+    if not isinstance(data, dict):
+        raise OptionError(f"--config {path}: must be a JSON object of flag names", 1)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        f = _BY_NAME.get(key)
+        if f is None:
+            raise OptionError(f"--config {path}: unknown key {key!r} (keys are long flag names such as \"ctx-size\")", 1)
+        if f.name == "api-key" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        # bool is an int in Python; a JSON `true` for a number is a mistake, not 1.
+        ok = isinstance(value, f.kind) and not (f.kind is int and isinstance(value, bool))
+        if not ok:
+            want = {int: "an integer", str: "a string", bool: "true or false"}[f.kind]
+            raise OptionError(f"--config {path}: {key!r} must be {want}, not {json.dumps(value)}", 1)
+        out[key] = value
+    return out
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _physical_cores() -> int:
+    # Mirrors the Rust engine's choice for threads=0, so the start line names
+    # the number it will really use.
+    try:
+        logical = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        logical = os.cpu_count() or 1
+    cores: set[tuple[str, str]] = set()
+    try:
+        phys = core = None
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in list(fh) + [""]:
+                if not line.strip():
+                    if phys is not None and core is not None:
+                        cores.add((phys, core))
+                    phys = core = None
+                    continue
+                k, _, v = line.partition(":")
+                if k.strip() == "physical id":
+                    phys = v.strip()
+                elif k.strip() == "core id":
+                    core = v.strip()
+    except OSError:
+        pass
+    return min(len(cores), logical) if cores else logical
+
+
+def kv_bytes_per_position(meta: Mapping[str, Any]) -> int | None:
+    """f16 K and V bytes one position costs across all layers, from the GGUF header."""
+    arch = meta.get("general.architecture")
+    try:
+        n_layer = int(meta[f"{arch}.block_count"])
+        n_head = meta[f"{arch}.attention.head_count"]
+        n_kv = meta.get(f"{arch}.attention.head_count_kv", n_head)
+        n_embd = int(meta[f"{arch}.embedding_length"])
+        # Some files store per-layer head counts as arrays.
+        head0 = int(max(n_head)) if isinstance(n_head, list) else int(n_head)
+        k_dim = int(meta.get(f"{arch}.attention.key_length") or n_embd // head0)
+        v_dim = int(meta.get(f"{arch}.attention.value_length") or k_dim)
+        kv_heads = [int(x) for x in n_kv] if isinstance(n_kv, list) else [int(n_kv)] * n_layer
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return sum(h * (k_dim + v_dim) * 2 for h in kv_heads)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def _resolve_model(model: str | None, source: str, lines: list[str]) -> str:
+    if model is None:
+        from ember.fetch import default_model_path
+
+        path = default_model_path()
+        lines.append(f"model: {path} (ember's default, SmolLM2-135M-Instruct; pass -m FILE for another)")
+        return str(path)
+    p = Path(model).expanduser()
+    if not p.is_file():
+        raise OptionError(f"--model {model}: no such file", 1)
+    lines.append(f"model: {p} (from {source})")
+    return str(p)
+
+
+def _choose_ctx(requested: int, meta: Mapping[str, Any], mem_available: int | None, lines: list[str]) -> int:
+    arch = meta.get("general.architecture")
+    trained = meta.get(f"{arch}.context_length")
+    per_pos = kv_bytes_per_position(meta)
+    cap = None
+    if per_pos and mem_available:
+        cap = (mem_available // 2 // per_pos) // _MIN_CTX * _MIN_CTX
+    if requested > 0:
+        note = ""
+        if isinstance(trained, int) and requested > trained:
+            note = f"; beyond the {trained} positions the model was trained on, quality may fall"
+        if cap is not None and requested > cap:
+            note += f"; its KV cache ({_mib(requested * per_pos)}) exceeds half the available memory"
+        lines.append(f"context: {requested} positions (from -c/--ctx-size{note})")
+        return requested
+    if not isinstance(trained, int) or trained <= 0:
+        raise OptionError("--ctx-size: the model file does not state its trained context length; pass -c N", 1)
+    if cap is None:
+        lines.append(f"context: {trained} positions (the model's trained length; free memory unknown, not capped)")
+        return trained
+    if cap < _MIN_CTX:
+        raise OptionError(
+            f"--ctx-size: even {_MIN_CTX} positions need {_mib(_MIN_CTX * per_pos)} of KV cache, "
+            f"more than half the available {_mib(mem_available)}", 1)
+    if trained > cap:
+        lines.append(
+            f"context: {cap} positions, not the trained {trained}: {trained} would need "
+            f"{_mib(trained * per_pos)} of KV cache and half the available memory is {_mib(mem_available // 2)} "
+            f"(pass -c N to choose)")
+        return cap
+    lines.append(f"context: {trained} positions (the model's trained length; KV cache {_mib(trained * per_pos)})")
+    return trained
+
+
+def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "ember serve",
+                  mem_available: int | None = None) -> tuple[ServerOptions, list[str]]:
+    """The validated options and the start lines (without the `ember: ` prefix).
+
+    Raises `OptionError` for anything ember cannot honour. `mem_available`
+    replaces /proc/meminfo's MemAvailable (tests)."""
+    args = build_parser(prog).parse_args(argv)
+    lines: list[str] = []
+    config: dict[str, Any] = _read_config(args.config) if args.config else {}
+
+    for key in sorted(environ):
+        if key.startswith("LLAMA_ARG_") and key not in _READ_ENV:
+            lines.append(f"{key} is not read by ember")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f in _FLAGS:
+        cli = getattr(args, f.name)
+        env_raw = environ.get(f.env) if f.env else None
+        env = _env_value(f, env_raw) if env_raw is not None else None
+        if cli is not None:
+            values[f.name], sources[f.name] = cli, "the command line"
+            if f.name in config:
+                lines.append(f"{_flag(f.name)} {_show(f, cli)} from the command line replaces "
+                             f"\"{f.name}\": {_show(f, config[f.name])} from {args.config}")
+            elif env_raw is not None:
+                shown = "(hidden)" if f.name == "api-key" else env_raw
+                lines.append(f"{_flag(f.name)} {_show(f, cli)} from the command line overrides {f.env}={shown}")
+        elif f.name in config:
+            values[f.name], sources[f.name] = config[f.name], args.config
+            if env_raw is not None:
+                shown = "(hidden)" if f.name == "api-key" else env_raw
+                lines.append(f"\"{f.name}\": {_show(f, config[f.name])} from {args.config} overrides {f.env}={shown}")
+        elif env_raw is not None:
+            values[f.name], sources[f.name] = env, f.env
+        else:
+            values[f.name], sources[f.name] = f.default, "default"
+
+    def bad(name: str, why: str, code: int = 2) -> OptionError:
+        return OptionError(f"{_flag(name)} {values[name]}: {why} (from {sources[name]})", code)
+
+    port = values["port"]
+    if not 0 <= port <= 65535:
+        raise bad("port", "out of range 0-65535")
+    if values["ctx-size"] < 0:
+        raise bad("ctx-size", "must be 0 (the model's length) or positive")
+    if values["parallel"] < 1:
+        raise bad("parallel", "must be at least 1")
+    if values["n-predict"] < -1:
+        raise bad("n-predict", "must be -1 (no limit) or a count")
+    if values["threads"] < -1:
+        raise bad("threads", "must be 0 (physical cores) or a count")
+    if values["queue-depth"] < 0:
+        raise bad("queue-depth", "must be 0 or more")
+    if not values["host"]:
+        raise bad("host", "is empty")
+
+    model = _resolve_model(values["model"], sources["model"], lines)
+    from ember import _native
+
+    try:
+        meta = _native.inspect(model, 0)["metadata"]
+    except Exception as e:  # any unreadable header is the user's file, not a bug to trace
+        raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
+
+    ctx = _choose_ctx(values["ctx-size"], meta, _mem_available() if mem_available is None else mem_available, lines)
+
+    parallel, depth = values["parallel"], values["queue-depth"]
+    if parallel > 1:
+        lines.append(f"slots: 1 request at a time for now; --parallel {parallel} only lets the other "
+                     f"{parallel - 1} wait in the queue (depth {depth})")
+    else:
+        lines.append(f"slots: 1 request at a time, up to {depth} more waiting; past that, 503")
+
+    threads = max(values["threads"], 0)
+    if threads:
+        lines.append(f"threads: {threads} (from {sources['threads']})")
+    else:
+        lines.append(f"threads: {_physical_cores()} (the physical cores)")
+
+    if values["n-predict"] >= 0:
+        lines.append(f"max tokens per request: {values['n-predict']} unless the request asks for fewer or more")
+
+    alias = values["alias"]
+    lines.append(f"model name: {alias} (from {sources['alias']})" if alias is not None
+                 else f"model name: {meta.get('general.name') or Path(model).stem} (from the file)")
+
+    template = values["chat-template-file"]
+    if template is not None:
+        tp = Path(template).expanduser()
+        try:
+            tp.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OptionError(f"--chat-template-file {template}: cannot read it ({e})", 1) from None
+        template = str(tp)
+        lines.append(f"chat template: {tp} (from --chat-template-file)")
+    elif meta.get("tokenizer.chat_template"):
+        lines.append("chat template: the model file's own")
+    else:
+        lines.append("chat template: ember's built-in fallback (the file has none)")
+
+    keys: list[str] = []
+    if values["api-key"]:
+        keys += [k.strip() for k in values["api-key"].split(",") if k.strip()]
+    if values["api-key-file"]:
+        try:
+            text = Path(values["api-key-file"]).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OptionError(f"--api-key-file {values['api-key-file']}: cannot read it ({e})", 1) from None
+        keys += [k.strip() for k in text.splitlines() if k.strip()]
+    lines.append(f"API keys: {len(keys)} accepted (Authorization: Bearer KEY)" if keys
+                 else "API keys: none; any client on the network that reaches the address is served")
+
+    slot_path = values["slot-save-path"]
+    if slot_path is not None:
+        if not Path(slot_path).expanduser().is_dir():
+            raise bad("slot-save-path", "is not an existing directory", 1)
+        slot_path = str(Path(slot_path).expanduser())
+        lines.append(f"slot save path: {slot_path}")
+
+    if values["metrics"]:
+        lines.append("metrics: at /metrics")
+    if values["no-webui"]:
+        lines.append("--no-webui: ember has no web page, so there is nothing to turn off")
+
+    opts = ServerOptions(
+        model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
+        threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
+        slot_save_path=slot_path, queue_depth=depth,
+    )
+    return opts, lines
+
+
+def _say(line: str) -> None:
+    print(f"ember: {line}", file=sys.stderr, flush=True)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> int:
+    """Binds, prints the listening line, and runs until a signal, POST /shutdown
+    or a failed model load. Returns the exit status."""
+    from aiohttp import web
+
+    if create_app is None:
+        try:
+            from ember.server.app import create_app
+        except ModuleNotFoundError as e:
+            if e.name != "ember.server.app":
+                raise
+            _say("this install has no HTTP app (ember.server.app); reinstall ember")
+            return 1
+
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[str] = loop.create_future()
+
+    def request_stop(cause: str) -> None:
+        if stop.done():
+            # The first request is already unwinding; a second one means the
+            # user will not wait for it.
+            _say(f"stopping at once ({cause})")
+            os._exit(130)
+        stop.set_result(cause)
+
+    def request_shutdown(cause: str) -> None:
+        # Handlers may call it from a worker thread as well as from the loop.
+        loop.call_soon_threadsafe(request_stop, cause)
+
+    app = create_app(opts)
+    app["request_shutdown"] = request_shutdown
+    app.setdefault("closing", False)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, request_stop, sig.name)
+        except (NotImplementedError, RuntimeError):  # platforms without loop signal support
+            signal.signal(sig, lambda s, _f: loop.call_soon_threadsafe(request_stop, signal.Signals(s).name))
+
+    # Handlers still streaming get this long after the engine stops them.
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    site = web.TCPSite(runner, opts.host, opts.port)
+    try:
+        await site.start()
+    except OSError as e:
+        _say(f"cannot listen on {_url(opts.host, opts.port)}: {e.strerror or e}")
+        await runner.cleanup()
+        return 1
+    sockets = getattr(site._server, "sockets", None) or []
+    port = sockets[0].getsockname()[1] if sockets else opts.port
+    _say(f"listening on {_url(opts.host, port)}")
+
+    waits: list[asyncio.Future] = [stop]
+    failed = app.get("load_failed")
+    if isinstance(failed, asyncio.Event):
+        waits.append(asyncio.ensure_future(failed.wait()))
+    elif isinstance(failed, asyncio.Future):
+        waits.append(failed)
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+
+    status = 0
+    if stop.done():
+        _say(f"stopping ({stop.result()})")
+    else:
+        status = 1
+        _say(f"the model failed to load: {_load_failure(app, failed)}")
+    app["closing"] = True
+    state = app.get("state")
+    if state is not None and hasattr(state, "closing"):
+        # The app keeps its own flag there; both say the same thing.
+        state.closing = True
+    engine = app.get("engine")
+    if engine is not None and hasattr(engine, "close"):
+        # close() joins the engine thread: off the loop, so a second signal
+        # is still heard while the current request ends.
+        await asyncio.to_thread(engine.close)
+    await runner.cleanup()
+    for w in waits[1:]:
+        if isinstance(w, asyncio.Task):
+            w.cancel()
+    return status
+
+
+def _load_failure(app, failed) -> str:
+    if isinstance(failed, asyncio.Future) and failed.done() and not failed.cancelled():
+        exc = failed.exception()
+        if exc is not None:
+            return str(exc) or type(exc).__name__
+        if failed.result() is not None:
+            return str(failed.result())
+    reason = app.get("load_error") or getattr(app.get("state"), "load_error", None)
+    return str(reason) if reason is not None else "see the lines above"
+
+
+def main(argv: list[str] | None = None, *, prog: str = "ember-server") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts, lines = parse_options(argv, os.environ, prog=prog)
+    except OptionError as e:
+        print(f"ember: {e}", file=sys.stderr, flush=True)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # fetching the default model, mostly: one line, not a traceback
+        from ember.errors import EmberError
+
+        if not isinstance(e, (EmberError, OSError)):
+            raise
+        print(f"ember: {e}", file=sys.stderr, flush=True)
+        return 1
+    for line in lines:
+        _say(line)
+    try:
+        return asyncio.run(serve(opts))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _console() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _console()

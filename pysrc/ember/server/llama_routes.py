@@ -1,0 +1,211 @@
+"""llama-server's own API over the engine: /completion, /tokenize, /detokenize,
+/apply-template, /props and /metrics, with its field names and stop types, so
+tools written for llama-server talk to ember unchanged."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ember.errors import TemplateError
+from ember.model import Completion, Piece
+from ember.server import wire
+from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.errors import ApiError
+
+__all__ = ["add_routes"]
+
+# Sampling defaults as llama-server reports them; Model.stream_completion shares them.
+_DEFAULTS = {
+    "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "repeat_last_n": 64,
+    "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+}
+
+
+def _settings(state: ServerState, n_predict: int, opts: dict, stream: bool) -> dict:
+    s = {k: opts.get(k, v) for k, v in _DEFAULTS.items()}
+    s.update({
+        "n_predict": n_predict, "seed": opts.get("seed", -1), "stop": opts.get("stop", []),
+        "ignore_eos": opts.get("ignore_eos", False), "n_probs": opts.get("n_probs", 0), "stream": stream,
+        "logit_bias": [[t, finite(b)] for t, b in opts.get("logit_bias", {}).items()],
+        "n_keep": 0, "n_discard": 0, "min_keep": 0, "model": state.model_id(),
+    })
+    return s
+
+
+def _probs(model, p: Piece, k: int) -> dict:
+    def entry(t: int, lp: float | None) -> dict:
+        raw = model.token_to_piece(t)
+        return {"id": t, "token": raw.decode("utf-8", "replace"), "logprob": finite(lp), "bytes": list(raw)}
+
+    e = entry(p.token, p.logprob)
+    e["top_logprobs"] = [entry(t, lp) for t, lp in (p.top or [])[:k]]
+    return e
+
+
+def _stop_type(c: Completion) -> str:
+    if c.stop_string is not None:
+        return "word"
+    return "eos" if c.finish_reason == "stop" else "limit"
+
+
+async def completion(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    model = state.model
+    req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
+    name, v = ("n_predict", req.n_predict) if req.n_predict is not None else ("max_tokens", req.max_tokens)
+    n_predict = wire.max_tokens(name, v, state.opts.n_predict)
+    wire.check_logprobs("n_probs", req.n_probs)
+    opts = wire.sampling_options(req, model.n_vocab)
+    if req.n_probs:
+        opts["n_probs"] = req.n_probs
+    if isinstance(req.prompt, str):
+        prompt = model.tokenize(req.prompt, add_special=True, parse_special=True)
+        prompt_text = req.prompt
+    else:
+        prompt = list(req.prompt)
+        prompt_text = None
+    gen = Generation(request, prompt, n_predict, opts)
+    if prompt_text is None:
+        prompt_text = model.detokenize(prompt)
+
+    def final(c: Completion, content: str, probs: list | None) -> dict:
+        body = {
+            "index": 0, "content": content, "tokens": c.tokens if req.return_tokens else [], "id_slot": 0,
+            "stop": True, "model": state.model_id(), "tokens_predicted": len(c.tokens),
+            "tokens_evaluated": len(prompt), "generation_settings": _settings(state, n_predict, opts, req.stream),
+            "prompt": prompt_text, "has_new_line": "\n" in c.text, "truncated": False,
+            "stop_type": _stop_type(c), "stopping_word": c.stop_string or "", "tokens_cached": 0,
+            "timings": gen.timings(),
+        }
+        if probs is not None:
+            body["completion_probabilities"] = probs
+        return body
+
+    if not req.stream:
+        probs: list | None = [] if req.n_probs else None
+        async with gen:
+            async for ev in gen.events():
+                if isinstance(ev, Piece) and probs is not None and ev.token is not None:
+                    probs.append(_probs(model, ev, req.n_probs))
+        return json_response(final(gen.completion, gen.completion.text, probs))
+
+    async with gen:
+        resp = await sse_start(request)
+        try:
+            async for ev in gen.events():
+                if isinstance(ev, Piece):
+                    if not ev.text and not (req.n_probs and ev.token is not None):
+                        continue
+                    chunk = {"index": 0, "content": ev.text,
+                             "tokens": [ev.token] if req.return_tokens and ev.token is not None else [],
+                             "stop": False, "id_slot": 0, "tokens_predicted": gen.n_drawn, "tokens_evaluated": len(prompt)}
+                    if req.n_probs and ev.token is not None:
+                        chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs)]
+                    await sse_send(resp, chunk)
+                elif isinstance(ev, Completion):
+                    await sse_send(resp, final(ev, "", None))
+        except ApiError as e:
+            await sse_error(resp, e)
+    await resp.write_eof()
+    return resp
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    model = request.app["state"].model
+    req = wire.decode(await read_body(request), wire.TokenizeRequest)
+    ids = model.tokenize(req.content, add_special=req.add_special, parse_special=req.parse_special)
+    if not req.with_pieces:
+        return json_response({"tokens": ids})
+    out = []
+    for t in ids:
+        raw = model.token_to_piece(t, True)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)  # a fragment of a character: the bytes, as llama-server sends them
+        out.append({"id": t, "piece": piece})
+    return json_response({"tokens": out})
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    model = request.app["state"].model
+    req = wire.decode(await read_body(request), wire.DetokenizeRequest)
+    for i, t in enumerate(req.tokens):
+        if not 0 <= t < model.n_vocab:
+            raise ApiError(400, f"tokens[{i}]: token id {t} is outside the vocabulary (0..{model.n_vocab - 1})",
+                           param=f"tokens[{i}]")
+    return json_response({"content": model.detokenize(req.tokens)})
+
+
+async def apply_template(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
+    messages = wire.chat_messages(req.messages)
+    try:
+        prompt = state.model.render_chat(messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools,
+                                         chat_template_kwargs=req.chat_template_kwargs, template=state.template)
+    except TemplateError as e:
+        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
+    return json_response({"prompt": prompt})
+
+
+async def props(request: web.Request) -> web.Response:
+    from ember import __version__
+
+    state: ServerState = request.app["state"]
+    m = state.model
+    engine = state.engine
+
+    def piece(t):
+        return m.token_to_piece(t, True).decode("utf-8", "replace") if t is not None else ""
+
+    return json_response({
+        "default_generation_settings": {
+            "id": 0, "id_task": -1, "n_ctx": m.n_ctx, "speculative": False, "is_processing": bool(engine.busy),
+            "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
+        },
+        "total_slots": state.opts.parallel,
+        "model_path": str(m.path),
+        "model_alias": state.model_id(),
+        "chat_template": state.template if state.template is not None else (m.chat_template or ""),
+        "bos_token": piece(m._native.bos_id),
+        "eos_token": piece(m._native.eos_id),
+        "modalities": {"vision": False, "audio": False},
+        "build_info": f"ember {__version__}",
+    })
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if not state.opts.metrics:
+        raise ApiError(501, "This server does not support metrics endpoint. Start it with `--metrics`",
+                       type="not_supported_error")
+    s = state.metrics
+    engine = state.engine
+    rows = [
+        ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.prompt_tokens),
+        ("prompt_seconds_total", "counter", "Prompt process time", s.prompt_seconds),
+        ("tokens_predicted_total", "counter", "Number of generation tokens processed.", s.predicted_tokens),
+        ("tokens_predicted_seconds_total", "counter", "Predict process time", s.predicted_seconds),
+        ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0),
+        ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         s.predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0),
+        ("requests_processing", "gauge", "Number of requests processing.", int(bool(engine.busy))),
+        ("requests_deferred", "gauge", "Number of requests deferred.", engine.waiting()),
+    ]
+    lines = []
+    for name, kind, help_, value in rows:
+        lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value}"]
+    return web.Response(body=("\n".join(lines) + "\n").encode(),
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/completion", completion)
+    app.router.add_post("/completions", completion)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/apply-template", apply_template)
+    app.router.add_get("/props", props)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,238 @@
+"""OpenAI's API over the engine: chat completions, text completions and the
+model list, in the shapes the official clients parse (with llama-server's
+`timings` beside them), streamed as server-sent events when asked."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from aiohttp import web
+
+from ember.errors import TemplateError
+from ember.model import Completion, Piece
+from ember.server import wire
+from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.errors import ApiError
+
+__all__ = ["add_routes"]
+
+_FINISH = {"stop": "stop", "length": "length", "context": "length"}
+
+
+def _usage(g: Generation) -> dict:
+    n_p = len(g.prompt)
+    n_g = len(g.completion.tokens) if g.completion else g.n_drawn
+    return {"prompt_tokens": n_p, "completion_tokens": n_g, "total_tokens": n_p + n_g,
+            "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def _token_entry(model, token: int, logprob: float | None) -> dict:
+    raw = model.token_to_piece(token)
+    return {"token": raw.decode("utf-8", "replace"), "logprob": finite(logprob), "bytes": list(raw)}
+
+
+def _chat_logprobs(model, p: Piece, k: int) -> dict:
+    e = _token_entry(model, p.token, p.logprob)
+    e["top_logprobs"] = [_token_entry(model, t, lp) for t, lp in (p.top or [])[:k]]
+    return e
+
+
+def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
+    for name, v in fields:
+        if v is not None:
+            return wire.max_tokens(name, v, state.opts.n_predict)
+    return wire.max_tokens("max_tokens", None, state.opts.n_predict)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    model = state.model
+    req = wire.decode(await read_body(request), wire.ChatRequest)
+    wire.check_n(req.n)
+    wire.check_logprobs("top_logprobs", req.top_logprobs)
+    messages = wire.chat_messages(req.messages)
+    max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
+                             ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
+    opts = wire.sampling_options(req, model.n_vocab)
+    k = req.top_logprobs or 0
+    if req.logprobs:
+        opts["n_probs"] = max(1, k)  # the drawn token's own log-probability needs at least one
+    try:
+        prompt = model.chat_prompt_ids(messages, tools=req.tools, chat_template_kwargs=req.chat_template_kwargs,
+                                       template=state.template)
+    except TemplateError as e:
+        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
+    gen = Generation(request, prompt, max_tokens, opts)
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
+            "system_fingerprint": _fingerprint()}
+
+    if not req.stream:
+        content: list[dict] = []
+        async with gen:
+            async for ev in gen.events():
+                if isinstance(ev, Piece) and req.logprobs and ev.token is not None:
+                    content.append(_chat_logprobs(model, ev, k))
+        c = gen.completion
+        return json_response({
+            "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
+            "system_fingerprint": _fingerprint(),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": {"content": content} if req.logprobs else None,
+                "finish_reason": _FINISH.get(c.finish_reason, c.finish_reason),
+            }],
+            "usage": _usage(gen),
+            "timings": gen.timings(),
+        })
+
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    async with gen:
+        resp = await sse_start(request)
+        try:
+            await sse_send(resp, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                       "logprobs": None, "finish_reason": None}]})
+            async for ev in gen.events():
+                if isinstance(ev, Piece):
+                    lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
+                    if ev.text or lp:
+                        await sse_send(resp, {**base, "choices": [{
+                            "index": 0, "delta": {"content": ev.text},
+                            "logprobs": {"content": lp} if lp else None, "finish_reason": None}]})
+                elif isinstance(ev, Completion):
+                    await sse_send(resp, {**base, "choices": [{
+                        "index": 0, "delta": {}, "logprobs": None,
+                        "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}],
+                        "timings": gen.timings()})
+            if include_usage:
+                await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+            await resp.write(b"data: [DONE]\n\n")
+        except ApiError as e:
+            await sse_error(resp, e)
+    await resp.write_eof()
+    return resp
+
+
+def _completion_prompt(model, prompt) -> list[int]:
+    if isinstance(prompt, str):
+        return model.tokenize(prompt, add_special=True, parse_special=True)
+    if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+        if isinstance(prompt, str):
+            return model.tokenize(prompt, add_special=True, parse_special=True)
+    elif any(isinstance(x, (str, list)) for x in prompt):
+        raise ApiError(400, "prompt: ember answers one prompt per request", param="prompt")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        raise ApiError(400, "prompt: expected a string or a list of token ids", param="prompt")
+    return list(prompt)
+
+
+class _TextLogprobs:
+    """OpenAI's legacy completion logprobs: parallel lists, offsets into the text."""
+
+    def __init__(self, model, k: int, offset: int):
+        self.model, self.k, self.offset = model, k, offset
+        self.tokens: list[str] = []
+        self.token_logprobs: list[float | None] = []
+        self.top: list[dict] = []
+        self.text_offset: list[int] = []
+
+    def add(self, p: Piece) -> None:
+        text = self.model.token_to_piece(p.token).decode("utf-8", "replace")
+        self.tokens.append(text)
+        self.token_logprobs.append(finite(p.logprob))
+        top = {}
+        for t, lp in (p.top or [])[: self.k]:
+            top[self.model.token_to_piece(t).decode("utf-8", "replace")] = finite(lp)
+        self.top.append(top)
+        self.text_offset.append(self.offset)
+        self.offset += len(text)
+
+    def body(self, since: int = 0) -> dict:
+        return {"tokens": self.tokens[since:], "token_logprobs": self.token_logprobs[since:],
+                "top_logprobs": self.top[since:], "text_offset": self.text_offset[since:]}
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    model = state.model
+    req = wire.decode(await read_body(request), wire.TextCompletionRequest)
+    wire.check_n(req.n)
+    wire.check_logprobs("logprobs", req.logprobs)
+    max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
+    opts = wire.sampling_options(req, model.n_vocab)
+    prompt = _completion_prompt(model, req.prompt)
+    if req.logprobs is not None:
+        opts["n_probs"] = max(1, req.logprobs)
+    gen = Generation(request, prompt, max_tokens, opts)
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    echo = ""
+    if req.echo:
+        echo = req.prompt if isinstance(req.prompt, str) else model.detokenize(prompt)
+    lps = _TextLogprobs(model, req.logprobs or 0, len(echo)) if req.logprobs is not None else None
+    base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id(),
+            "system_fingerprint": _fingerprint()}
+
+    if not req.stream:
+        async with gen:
+            async for ev in gen.events():
+                if isinstance(ev, Piece) and lps is not None and ev.token is not None:
+                    lps.add(ev)
+        c = gen.completion
+        return json_response({**base, "choices": [{
+            "text": echo + c.text, "index": 0, "logprobs": lps.body() if lps else None,
+            "finish_reason": _FINISH.get(c.finish_reason, c.finish_reason)}],
+            "usage": _usage(gen), "timings": gen.timings()})
+
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    async with gen:
+        resp = await sse_start(request)
+        try:
+            if echo:
+                await sse_send(resp, {**base, "choices": [{"text": echo, "index": 0, "logprobs": None, "finish_reason": None}]})
+            async for ev in gen.events():
+                if isinstance(ev, Piece):
+                    n = len(lps.tokens) if lps else 0
+                    if lps is not None and ev.token is not None:
+                        lps.add(ev)
+                    if ev.text or (lps and len(lps.tokens) > n):
+                        await sse_send(resp, {**base, "choices": [{
+                            "text": ev.text, "index": 0, "logprobs": lps.body(n) if lps else None, "finish_reason": None}]})
+                elif isinstance(ev, Completion):
+                    await sse_send(resp, {**base, "choices": [{
+                        "text": "", "index": 0, "logprobs": None,
+                        "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}], "timings": gen.timings()})
+            if include_usage:
+                await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+            await resp.write(b"data: [DONE]\n\n")
+        except ApiError as e:
+            await sse_error(resp, e)
+    await resp.write_eof()
+    return resp
+
+
+async def models(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    m = state.model
+    return json_response({"object": "list", "data": [{
+        "id": state.model_id(), "object": "model", "created": int(state.started), "owned_by": "ember",
+        "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m._native.n_ctx_train,
+                 "architecture": m.architecture},
+    }]})
+
+
+def _fingerprint() -> str:
+    from ember import __version__
+
+    return f"ember-{__version__}"
+
+
+def add_routes(app: web.Application) -> None:
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_get(f"{prefix}/models", models)
+    app.router.add_post("/v1/completions", completions)

@@ -1,0 +1,256 @@
+"""Request bodies as typed structs and their checks: what every route accepts,
+decoded once with msgspec (unknown fields ignored, as OpenAI and llama-server
+clients send many), ranges checked here, failures raised as 400s naming the field."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from ember.server.errors import ApiError
+
+__all__ = [
+    "ChatMessage", "ChatRequest", "TextCompletionRequest", "LlamaCompletionRequest",
+    "TokenizeRequest", "DetokenizeRequest", "ApplyTemplateRequest", "decode", "sampling_options",
+    "chat_messages", "ROLES",
+]
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_AT = re.compile(r" - at `\$\.?(.*)`$")
+_MAX_LOGPROBS = 20
+
+
+class ContentPart(msgspec.Struct, forbid_unknown_fields=False):
+    type: str = "text"
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct, forbid_unknown_fields=False):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=False):
+    include_usage: bool = False
+
+
+class Sampling(msgspec.Struct, forbid_unknown_fields=False):
+    """The fields OpenAI and llama-server share; defaults are llama-server's."""
+
+    stream: bool = False
+    stop: str | list[str] | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    seed: int | None = None
+    # OpenAI: {"token id": bias}; llama-server also takes [[id, bias], ...] with bias false for "never"
+    logit_bias: dict[str, float] | list[list[int | float | bool]] | None = None
+    ignore_eos: bool = False
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = []
+    model: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    stream_options: StreamOptions | None = None
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    n_predict: int | None = None
+
+
+class TextCompletionRequest(Sampling):
+    # a string, token ids, or a one-string list (msgspec takes one array type per union: checked by hand)
+    prompt: str | list[Any] = ""
+    model: str | None = None
+    max_tokens: int | None = None
+    n: int | None = None
+    echo: bool = False
+    logprobs: int | None = None
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+
+
+class LlamaCompletionRequest(Sampling):
+    prompt: str | list[int] = ""
+    n_predict: int | None = None
+    max_tokens: int | None = None
+    n_probs: int = 0
+    cache_prompt: bool = True
+    return_tokens: bool = False
+    id_slot: int = -1
+
+
+class TokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):
+    content: str = ""
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):
+    tokens: list[int] = []
+
+
+class ApplyTemplateRequest(msgspec.Struct, forbid_unknown_fields=False):
+    messages: list[ChatMessage] = []
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+
+
+def decode(body: bytes, type):
+    if not body.strip():
+        raise ApiError(400, "the request body is empty: expected a JSON object")
+    try:
+        return msgspec.json.decode(body, type=type)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        m = _AT.search(msg)
+        param = m.group(1) if m else None
+        if param is not None:
+            what = msg[: m.start()]
+            raise ApiError(400, f"{param or 'body'}: {what[0].lower() + what[1:] if what else 'invalid'}", param=param or None)
+        raise ApiError(400, f"invalid request: {msg}")
+    except msgspec.DecodeError as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}")
+
+
+def _finite(name: str, v: float | None, lo: float | None = None, hi: float | None = None) -> None:
+    if v is None:
+        return
+    if not math.isfinite(v):
+        raise ApiError(400, f"{name}: must be a finite number", param=name)
+    if lo is not None and v < lo:
+        raise ApiError(400, f"{name}: must be >= {lo}, got {v}", param=name)
+    if hi is not None and v > hi:
+        raise ApiError(400, f"{name}: must be <= {hi}, got {v}", param=name)
+
+
+def check_n(n: int | None) -> None:
+    if n is not None and n != 1:
+        raise ApiError(400, f"n: ember answers one choice per request, got n={n}", param="n")
+
+
+def check_logprobs(name: str, v: int | None) -> None:
+    if v is not None and not 0 <= v <= _MAX_LOGPROBS:
+        raise ApiError(400, f"{name}: must be between 0 and {_MAX_LOGPROBS}, got {v}", param=name)
+
+
+def max_tokens(name: str, v: int | None, default: int) -> int:
+    """-1 (llama-server's 'until the context is full') or a count; 0 answers at once."""
+    if v is None:
+        v = default
+    if v < -1:
+        raise ApiError(400, f"{name}: must be >= -1, got {v}", param=name)
+    return v
+
+
+def sampling_options(req: Sampling, n_vocab: int) -> dict:
+    """`Model.stream_completion`'s keywords for the fields the request set."""
+    _finite("temperature", req.temperature, 0.0)
+    _finite("top_p", req.top_p, 0.0, 1.0)
+    _finite("min_p", req.min_p, 0.0, 1.0)
+    _finite("typical_p", req.typical_p, 0.0, 1.0)
+    _finite("repeat_penalty", req.repeat_penalty, 0.0)
+    _finite("frequency_penalty", req.frequency_penalty, -2.0, 2.0)
+    _finite("presence_penalty", req.presence_penalty, -2.0, 2.0)
+    if req.top_k is not None and req.top_k < 0:
+        raise ApiError(400, f"top_k: must be >= 0, got {req.top_k}", param="top_k")
+    if req.repeat_last_n is not None and req.repeat_last_n < -1:
+        raise ApiError(400, f"repeat_last_n: must be >= -1, got {req.repeat_last_n}", param="repeat_last_n")
+    opts: dict = {}
+    for k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+              "frequency_penalty", "presence_penalty"):
+        v = getattr(req, k)
+        if v is not None:
+            opts[k] = v
+    if opts.get("repeat_last_n") == -1:
+        opts.pop("repeat_last_n")  # -1 is "the whole context": the engine's widest window stands in
+    if req.seed is not None and req.seed != -1:
+        if req.seed < 0 or req.seed >= 2**64:
+            raise ApiError(400, f"seed: must be -1 or between 0 and 2^64-1, got {req.seed}", param="seed")
+        opts["seed"] = req.seed
+    if req.ignore_eos:
+        opts["ignore_eos"] = True
+    if req.stop is not None:
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop)
+        if len(stops) > 16:
+            raise ApiError(400, "stop: at most 16 stop strings", param="stop")
+        opts["stop"] = [s for s in stops if s]
+    if req.logit_bias:
+        opts["logit_bias"] = _logit_bias(req.logit_bias, n_vocab)
+    return opts
+
+
+def _logit_bias(raw, n_vocab: int) -> dict[int, float]:
+    out: dict[int, float] = {}
+    items = raw.items() if isinstance(raw, dict) else raw
+    for item in items:
+        if isinstance(raw, dict):
+            key, bias = item
+            try:
+                tok = int(key)
+            except ValueError:
+                raise ApiError(400, f"logit_bias: keys are token ids, got {key!r}", param="logit_bias")
+        else:
+            if len(item) != 2 or isinstance(item[0], bool) or not isinstance(item[0], int):
+                raise ApiError(400, "logit_bias: expected [token id, bias] pairs", param="logit_bias")
+            tok, bias = item
+        if bias is False:
+            bias = -math.inf
+        elif isinstance(bias, bool):
+            raise ApiError(400, "logit_bias: a bias is a number, or false for 'never'", param="logit_bias")
+        elif not math.isfinite(bias):
+            raise ApiError(400, "logit_bias: biases must be finite", param="logit_bias")
+        if not 0 <= tok < n_vocab:
+            raise ApiError(400, f"logit_bias: token id {tok} is outside the vocabulary (0..{n_vocab - 1})", param="logit_bias")
+        out[tok] = float(bias)
+    return out
+
+
+def chat_messages(msgs: list[ChatMessage], name: str = "messages") -> list[dict]:
+    """The dicts a chat template reads: content parts joined to text."""
+    if not msgs:
+        raise ApiError(400, f"{name}: at least one message is required", param=name)
+    out = []
+    for i, m in enumerate(msgs):
+        if m.role not in ROLES:
+            raise ApiError(400, f"{name}[{i}].role: unknown role {m.role!r} (expected one of {', '.join(ROLES)})",
+                           param=f"{name}[{i}].role")
+        content = m.content
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if part.type != "text":
+                    raise ApiError(400, f"{name}[{i}].content[{j}].type: {part.type!r} is not supported (text only)",
+                                   param=f"{name}[{i}].content[{j}].type")
+                texts.append(part.text or "")
+            content = "".join(texts)
+        d: dict = {"role": m.role, "content": content if content is not None else ""}
+        if m.name is not None:
+            d["name"] = m.name
+        if m.tool_calls is not None:
+            d["tool_calls"] = m.tool_calls
+        if m.tool_call_id is not None:
+            d["tool_call_id"] = m.tool_call_id
+        if m.reasoning_content is not None:
+            d["reasoning_content"] = m.reasoning_content
+        out.append(d)
+    return out

@@ -1,0 +1,87 @@
+"""A real `ember serve` process for the HTTP tests: started on a free port,
+ready once /health answers 200, stopped with SIGTERM; its stderr is kept so
+a test can read the per-request log lines."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+_LISTENING = re.compile(r"listening on (http://\S+)")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ServerProcess:
+    def __init__(self, model: str | os.PathLike, *extra: str, ctx: int = 2048, timeout: float = 120.0):
+        cmd = [sys.executable, "-m", "ember", "serve", "-m", str(model), "--port", "0", "-c", str(ctx), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.lines: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        # Both pipes drained in threads: a full pipe would block the server mid-request.
+        for stream in (self.proc.stderr, self.proc.stdout):
+            threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
+        self.url = self._wait_listening(timeout)
+        self._wait_healthy(timeout)
+
+    def _drain(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+            self._lines.put(line)
+
+    def _wait_listening(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            m = _LISTENING.search(line)
+            if m:
+                return m.group(1).rstrip("/")
+        self.stop()
+        raise RuntimeError("the server never said where it listens:\n" + "\n".join(self.lines))
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                if e.code != 503:
+                    raise
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the server never became healthy:\n" + "\n".join(self.lines))
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,412 @@
+"""`ember serve` / `ember-server`: option parsing as a function, and the process
+(listening line, signals, exit codes) as a user runs it. Until the HTTP app
+exists, the process tests run the real command line around a stand-in app."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ember.server.cli import OptionError, kv_bytes_per_position, parse_options
+
+ROOT = Path(__file__).resolve().parents[1]
+BIG_MEM = 64 * 2**30
+
+
+def _have_app() -> bool:
+    # The app and its route modules land separately; only a whole one is used.
+    try:
+        from ember.server.app import create_app
+        from ember.server.options import ServerOptions
+
+        create_app(ServerOptions())
+    except Exception:
+        return False
+    return True
+
+
+HAVE_APP = _have_app()
+
+# Runs ember's own entry points with a minimal app put in ember.server.app's
+# place; the alias picks its misbehaviour.
+STANDIN = r'''
+import asyncio, sys, time, types
+from aiohttp import web
+
+def create_app(opts, *, log=None):
+    app = web.Application()
+    async def health(request):
+        if request.app.get("closing"):
+            return web.json_response({"status": "closing"}, status=503)
+        return web.json_response({"status": "ok"})
+    async def shutdown(request):
+        request.app["request_shutdown"]("POST /shutdown")
+        return web.json_response({"ok": True})
+    app.router.add_get("/health", health)
+    app.router.add_post("/shutdown", shutdown)
+    class SlowEngine:
+        def close(self):
+            print("standin: engine closing", file=sys.stderr, flush=True)
+            time.sleep(60)
+    async def startup(app):
+        app["load_failed"] = asyncio.Event()
+        if opts.alias == "fail-load":
+            app["load_error"] = "stand-in cannot load"
+            app["load_failed"].set()
+        if opts.alias == "slow-close":
+            app["engine"] = SlowEngine()
+    app.on_startup.append(startup)
+    return app
+
+mod = types.ModuleType("ember.server.app")
+mod.create_app = create_app
+sys.modules["ember.server.app"] = mod
+which, args = sys.argv[1], sys.argv[2:]
+if which == "ember-server":
+    from ember.server.cli import main
+    sys.exit(main(args))
+from ember.cli import main
+sys.exit(main(["serve", *args]))
+'''
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_")}
+    env.update(extra)
+    return env
+
+
+class Server:
+    """One `ember serve` process with its stderr read line by line."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, standin: bool = not HAVE_APP,
+                 spelling: str = "ember"):
+        if standin:
+            cmd = [sys.executable, "-c", STANDIN, spelling, *args]
+        elif spelling == "ember-server":
+            exe = shutil.which("ember-server", path=str(Path(sys.executable).parent)) or shutil.which("ember-server")
+            cmd = [exe, *args] if exe else [sys.executable, "-c", "from ember.server.cli import _console; _console()", *args]
+        else:
+            cmd = [sys.executable, "-m", "ember", "serve", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=env or _clean_env())
+        self.lines: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stderr:
+            self._q.put(line.rstrip("\n"))
+        self._q.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise AssertionError(f"no line matching {pattern!r}; stderr so far:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        rc = self.proc.wait(timeout)
+        while (line := self._q.get(timeout=10)) is not None:
+            self.lines.append(line)
+        return rc, "\n".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def server_factory():
+    started: list[Server] = []
+
+    def make(*args, **kw) -> Server:
+        s = Server(list(args), **kw)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.kill()
+
+
+def _get(url: str, timeout: float = 5) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _parse(argv, env=None, **kw):
+    return parse_options(list(argv), env or {}, mem_available=kw.pop("mem_available", BIG_MEM), **kw)
+
+
+# -- parsing -------------------------------------------------------------------
+
+
+def test_defaults_and_start_lines(smollm2_path):
+    opts, lines = _parse(["-m", str(smollm2_path)])
+    assert (opts.host, opts.port, opts.ctx_size, opts.parallel, opts.queue_depth) == ("127.0.0.1", 8080, 8192, 1, 64)
+    assert opts.model == str(smollm2_path) and opts.api_keys == [] and not opts.metrics
+    text = "\n".join(lines)
+    for needle in ["model: ", "(from the command line)", "context: 8192 positions (the model's trained length",
+                   "slots: 1 request at a time", "threads: ", "chat template: the model file's own"]:
+        assert needle in text, (needle, text)
+
+
+def test_kv_bytes_per_position_from_the_header(smollm2_path):
+    from ember import _native
+
+    meta = _native.inspect(str(smollm2_path), 0)["metadata"]
+    assert kv_bytes_per_position(meta) == 30 * 2 * 3 * 64 * 2
+
+
+def test_context_is_capped_by_memory_with_a_reason(smollm2_path):
+    per_pos = 30 * 2 * 3 * 64 * 2
+    opts, lines = _parse(["-m", str(smollm2_path)], mem_available=2 * 3000 * per_pos)
+    assert opts.ctx_size == 2816  # 3000 positions fit, rounded down to a multiple of 256
+    assert any("not the trained 8192" in line and "half the available memory" in line for line in lines), lines
+    with pytest.raises(OptionError, match="ctx-size"):
+        _parse(["-m", str(smollm2_path)], mem_available=per_pos * 100)
+    opts, lines = _parse(["-m", str(smollm2_path), "-c", "1024"], mem_available=2 * 3000 * per_pos)
+    assert opts.ctx_size == 1024 and any("from -c/--ctx-size" in line for line in lines)
+
+
+def test_environment_is_read_and_the_command_line_wins(smollm2_path):
+    env = {
+        "LLAMA_ARG_MODEL": str(smollm2_path), "LLAMA_ARG_PORT": "8081", "LLAMA_ARG_CTX_SIZE": "1024",
+        "LLAMA_ARG_N_PARALLEL": "3", "LLAMA_ARG_N_PREDICT": "50", "LLAMA_ARG_THREADS": "2", "LLAMA_ARG_ALIAS": "smol",
+        "LLAMA_API_KEY": "k1,k2", "LLAMA_ARG_ENDPOINT_METRICS": "1", "LLAMA_ARG_NO_WEBUI": "true",
+        "LLAMA_ARG_HOST": "0.0.0.0",
+    }
+    opts, lines = _parse([], env)
+    assert (opts.model, opts.port, opts.ctx_size, opts.parallel, opts.n_predict, opts.threads, opts.alias) == (
+        str(smollm2_path), 8081, 1024, 3, 50, 2, "smol")
+    assert opts.api_keys == ["k1", "k2"] and opts.metrics and opts.host == "0.0.0.0"
+    assert any("only lets the other 2 wait" in line for line in lines)
+    assert any("--no-webui" in line and "no web page" in line for line in lines)
+    assert not any("k1" in line for line in lines), "keys must never be printed"
+
+    opts, lines = _parse(["--port", "9000"], env)
+    assert opts.port == 9000
+    assert "--port 9000 from the command line overrides LLAMA_ARG_PORT=8081" in lines
+
+
+def test_unread_llama_arg_variables_are_reported(smollm2_path):
+    _, lines = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_FLASH_ATTN": "1", "LLAMA_ARG_N_GPU_LAYERS": "99"})
+    assert "LLAMA_ARG_FLASH_ATTN is not read by ember" in lines
+    assert "LLAMA_ARG_N_GPU_LAYERS is not read by ember" in lines
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"LLAMA_ARG_PORT": "abc"}, "LLAMA_ARG_PORT"),
+    ({"LLAMA_ARG_ENDPOINT_METRICS": "maybe"}, "LLAMA_ARG_ENDPOINT_METRICS"),
+    ({"LLAMA_ARG_CTX_SIZE": "-4"}, "LLAMA_ARG_CTX_SIZE"),
+])
+def test_bad_environment_values_name_the_variable(smollm2_path, env, needle):
+    with pytest.raises(OptionError, match=needle):
+        _parse(["-m", str(smollm2_path)], env)
+
+
+def test_config_file_is_merged_and_the_command_line_replaces_it(smollm2_path, tmp_path):
+    cfg = tmp_path / "ember.json"
+    cfg.write_text(json.dumps({"ctx-size": 4096, "port": 0, "metrics": True, "model": str(smollm2_path),
+                               "api-key": ["a", "b"]}))
+    opts, lines = _parse(["--config", str(cfg)])
+    assert (opts.ctx_size, opts.port, opts.metrics, opts.api_keys) == (4096, 0, True, ["a", "b"])
+    opts, lines = _parse(["--config", str(cfg), "--port", "9001"], {"LLAMA_ARG_CTX_SIZE": "512"})
+    assert opts.port == 9001 and opts.ctx_size == 4096
+    assert any(line.startswith('--port 9001 from the command line replaces "port": 0') for line in lines), lines
+    assert any('"ctx-size": 4096' in line and "overrides LLAMA_ARG_CTX_SIZE=512" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("content, needle", [
+    ({"ctx_size": 10}, "'ctx_size'"),
+    ({"flash-attn": True}, "'flash-attn'"),
+    ({"port": "8080"}, "'port' must be an integer"),
+    ({"ctx-size": True}, "'ctx-size' must be an integer"),
+    ({"metrics": 1}, "'metrics' must be true or false"),
+    ([1, 2], "JSON object"),
+])
+def test_bad_config_names_the_key(smollm2_path, tmp_path, content, needle):
+    cfg = tmp_path / "bad.json"
+    cfg.write_text(json.dumps(content))
+    with pytest.raises(OptionError, match=re.escape(needle)) as e:
+        _parse(["-m", str(smollm2_path), "--config", str(cfg)])
+    assert e.value.code == 1
+
+
+@pytest.mark.parametrize("argv, needle, code", [
+    (["--bogus"], "--bogus", 2),
+    (["-c", "-5"], "--ctx-size -5", 2),
+    (["--port", "70000"], "--port 70000", 2),
+    (["--port", "http"], "--port", 2),
+    (["-np", "0"], "--parallel 0", 2),
+    (["--queue-depth", "-1"], "--queue-depth -1", 2),
+    (["-m", "no-such-model.gguf"], "no-such-model.gguf", 1),
+])
+def test_bad_flags_name_themselves(smollm2_path, argv, needle, code):
+    if "-m" not in argv:
+        argv = ["-m", str(smollm2_path), *argv]
+    with pytest.raises(OptionError) as e:
+        _parse(argv)
+    assert needle in str(e.value) and e.value.code == code
+
+
+def test_files_the_flags_name_are_checked(smollm2_path, tmp_path):
+    a_file = tmp_path / "f.txt"
+    a_file.write_text("x")
+    with pytest.raises(OptionError, match="slot-save-path"):
+        _parse(["-m", str(smollm2_path), "--slot-save-path", str(a_file)])
+    with pytest.raises(OptionError, match="api-key-file"):
+        _parse(["-m", str(smollm2_path), "--api-key-file", str(tmp_path / "missing")])
+    keys = tmp_path / "keys"
+    keys.write_text("one\n\n two \n")
+    tmpl = tmp_path / "t.jinja"
+    tmpl.write_text("{{ messages[0]['content'] }}")
+    opts, lines = _parse(["-m", str(smollm2_path), "--api-key", "zero", "--api-key-file", str(keys),
+                          "--chat-template-file", str(tmpl), "--slot-save-path", str(tmp_path)])
+    assert opts.api_keys == ["zero", "one", "two"] and opts.slot_save_path == str(tmp_path)
+    assert opts.chat_template_file == str(tmpl)
+    assert any("from --chat-template-file" in line for line in lines)
+    assert "API keys: 3 accepted (Authorization: Bearer KEY)" in lines
+
+
+def test_a_file_without_a_template_gets_the_fallback(gemma3_path):
+    _, lines = _parse(["-m", str(gemma3_path)])
+    assert "chat template: ember's built-in fallback (the file has none)" in lines
+
+
+# -- the process ---------------------------------------------------------------
+
+
+def _listening(s: Server) -> int:
+    m = s.wait_for(r"^ember: listening on http://127\.0\.0\.1:(\d+)$")
+    return int(m.group(1))
+
+
+def _wait_healthy(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        status = _get(f"http://127.0.0.1:{port}/health")
+        if status == 200:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"/health answered {status}")
+
+
+def test_port_zero_listens_on_a_real_port_and_is_healthy(server_factory, smollm2_path):
+    s = server_factory("-m", str(smollm2_path), "--port", "0", env=_clean_env(LLAMA_ARG_FLASH_ATTN="on",
+                                                                              LLAMA_ARG_PORT="8081"))
+    port = _listening(s)
+    assert 0 < port < 65536
+    text = "\n".join(s.lines)
+    assert "ember: --port 0 from the command line overrides LLAMA_ARG_PORT=8081" in text
+    assert "ember: LLAMA_ARG_FLASH_ATTN is not read by ember" in text
+    _wait_healthy(port)
+    s.proc.send_signal(signal.SIGTERM)
+    rc, text = s.finish()
+    assert rc == 0 and "ember: stopping (SIGTERM)" in text
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_with_exit_0_and_names_the_cause(server_factory, smollm2_path, sig):
+    s = server_factory("-m", str(smollm2_path), "--port", "0")
+    _listening(s)
+    s.proc.send_signal(sig)
+    rc, text = s.finish()
+    assert rc == 0, text
+    assert f"ember: stopping ({sig.name})" in text
+    assert "Traceback" not in text
+
+
+def test_a_second_sigint_ends_at_once(server_factory, smollm2_path):
+    s = server_factory("-m", str(smollm2_path), "--port", "0", "-a", "slow-close", standin=True)
+    _listening(s)
+    s.proc.send_signal(signal.SIGINT)
+    s.wait_for(r"standin: engine closing")
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGINT)
+    rc, text = s.finish(timeout=20)
+    assert rc == 130 and time.monotonic() - t0 < 15
+    assert "ember: stopping at once (SIGINT)" in text
+
+
+def test_post_shutdown_stops_like_sigterm(server_factory, smollm2_path):
+    s = server_factory("-m", str(smollm2_path), "--port", "0", standin=True)
+    port = _listening(s)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/shutdown", method="POST", data=b"")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+    rc, text = s.finish()
+    assert rc == 0 and "ember: stopping (POST /shutdown)" in text
+
+
+def test_a_failed_model_load_exits_1_with_the_reason(server_factory, smollm2_path):
+    s = server_factory("-m", str(smollm2_path), "--port", "0", "-a", "fail-load", standin=True)
+    rc, text = s.finish()
+    assert rc == 1, text
+    assert "ember: the model failed to load: stand-in cannot load" in text
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (["--no-such-flag"], 2, "--no-such-flag"),
+    (["--port", "-3"], 2, "--port -3"),
+    (["-m", "missing.gguf"], 1, "missing.gguf"),
+])
+def test_bad_flags_exit_nonzero_without_a_traceback(args, code, needle):
+    r = subprocess.run([sys.executable, "-m", "ember", "serve", *args], capture_output=True, text=True, timeout=60,
+                       env=_clean_env())
+    assert r.returncode == code, r.stderr
+    assert needle in r.stderr and r.stderr.startswith("ember: ") and "Traceback" not in r.stderr
+
+
+def test_bad_config_key_exits_1_naming_it(tmp_path, smollm2_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"n-gpu-layers": 99}')
+    r = subprocess.run([sys.executable, "-m", "ember", "serve", "-m", str(smollm2_path), "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert r.returncode == 1 and "'n-gpu-layers'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ember_server_spelling(server_factory, smollm2_path):
+    s = server_factory("-m", str(smollm2_path), "--port", "0", "-c", "512", spelling="ember-server")
+    port = _listening(s)
+    assert "ember: context: 512 positions (from -c/--ctx-size)" in s.lines
+    s.proc.send_signal(signal.SIGTERM)
+    rc, text = s.finish()
+    assert rc == 0 and port > 0
+
+
+def test_ember_server_is_a_console_script():
+    assert 'ember-server = "ember.server.cli:_console"' in (ROOT / "pyproject.toml").read_text()
+    from importlib.metadata import entry_points
+
+    found = [e for e in entry_points(group="console_scripts") if e.name == "ember-server"]
+    if not found:
+        pytest.skip("ember is installed without the ember-server script yet: pip install -e .")
+    assert found[0].value == "ember.server.cli:_console"
