@@ -59,6 +59,42 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
     # OpenAI: {"token id": bias}; llama-server also takes [[id, bias], ...] with bias false for "never"
     logit_bias: dict[str, float] | list[list[int | float | bool]] | None = None
     ignore_eos: bool = False
+    # Fields ember knows but cannot honour yet: read so that a request setting
+    # them is refused by name instead of being served as if they were absent.
+    response_format: Any = None
+    grammar: Any = None
+    json_schema: Any = None
+    tool_choice: Any = None
+    mirostat: Any = None
+    dry_multiplier: Any = None
+    xtc_probability: Any = None
+    top_n_sigma: Any = None
+    dynatemp_range: Any = None
+    samplers: Any = None
+    lora: Any = None
+
+
+# (field, is it set to something ember would have to act on?, why it is refused)
+_UNHONOURED = [
+    ("response_format", lambda v: v not in (None, {"type": "text"}), "structured output is not supported yet"),
+    ("grammar", lambda v: bool(v), "grammars are not supported yet"),
+    ("json_schema", lambda v: v not in (None, {}), "JSON schemas are not supported yet"),
+    ("tool_choice", lambda v: v not in (None, "auto", "none"),
+     "forcing a tool call is not supported yet (tool_choice may be \"auto\" or \"none\")"),
+    ("mirostat", lambda v: v not in (None, 0), "the mirostat sampler is not supported"),
+    ("dry_multiplier", lambda v: v not in (None, 0, 0.0), "the DRY sampler is not supported"),
+    ("xtc_probability", lambda v: v not in (None, 0, 0.0), "the XTC sampler is not supported"),
+    ("top_n_sigma", lambda v: v not in (None, -1, -1.0, 0, 0.0), "the top-n-sigma sampler is not supported"),
+    ("dynatemp_range", lambda v: v not in (None, 0, 0.0), "dynamic temperature is not supported"),
+    ("samplers", lambda v: v is not None, "a custom sampler order is not supported"),
+    ("lora", lambda v: bool(v), "LoRA adapters are not supported"),
+]
+
+
+def refuse_unhonoured(req: Sampling) -> None:
+    for name, is_set, why in _UNHONOURED:
+        if is_set(getattr(req, name)):
+            raise ApiError(400, f"{name}: {why}", param=name)
 
 
 class ChatRequest(Sampling):
@@ -164,6 +200,7 @@ def max_tokens(name: str, v: int | None, default: int) -> int:
 
 def sampling_options(req: Sampling, n_vocab: int) -> dict:
     """`Model.stream_completion`'s keywords for the fields the request set."""
+    refuse_unhonoured(req)
     _finite("temperature", req.temperature, 0.0)
     _finite("top_p", req.top_p, 0.0, 1.0)
     _finite("min_p", req.min_p, 0.0, 1.0)
@@ -181,8 +218,6 @@ def sampling_options(req: Sampling, n_vocab: int) -> dict:
         v = getattr(req, k)
         if v is not None:
             opts[k] = v
-    if opts.get("repeat_last_n") == -1:
-        opts.pop("repeat_last_n")  # -1 is "the whole context": the engine's widest window stands in
     if req.seed is not None and req.seed != -1:
         if req.seed < 0 or req.seed >= 2**64:
             raise ApiError(400, f"seed: must be -1 or between 0 and 2^64-1, got {req.seed}", param="seed")

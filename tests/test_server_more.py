@@ -1,0 +1,305 @@
+"""More of `ember serve` against real processes: /metrics counters, the model
+alias, a chat template file, -n/--n-predict, -np queueing, request-shape
+errors; and, in-process, the answers while the model is still loading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from server_process import ServerProcess
+
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+TEMPLATE = "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}"
+ALIAS = "my-alias"
+
+
+def http(url: str, body=None, *, method: str | None = None, raw: bytes | None = None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def error_of(reply, status: int) -> dict:
+    got, _, body = reply
+    assert got == status, body
+    e = json.loads(body)["error"]
+    assert e["code"] == status
+    return e
+
+
+def sse(body: bytes) -> list:
+    out = []
+    for block in body.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def metrics(url: str) -> dict[str, float]:
+    status, headers, body = http(url + "/metrics")
+    assert status == 200, body
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def template_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("tpl") / "chat.jinja"
+    p.write_text(TEMPLATE, encoding="utf-8")
+    return p
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path, template_file):
+    """One process for the flags that do not get in each other's way."""
+    with ServerProcess(smollm2_path, "--metrics", "-a", ALIAS, "--chat-template-file", str(template_file),
+                       "-n", "5", "-np", "2") as s:
+        yield s
+
+
+# -- 1. --metrics ----------------------------------------------------------------------
+
+def test_metrics_text_and_counters(server):
+    status, headers, body = http(server.url + "/metrics")
+    assert status == 200
+    ctype = headers["Content-Type"]
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
+    text = body.decode()
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred"):
+        assert re.search(rf"^{re.escape(name)} [0-9.e+-]+$", text, re.M), name
+        assert f"# TYPE {name} " in text
+    before = metrics(server.url)
+    assert before["llamacpp:requests_processing"] == 0 and before["llamacpp:requests_deferred"] == 0
+    status, _, out = http(server.url + "/v1/chat/completions",
+                          {"messages": CHAT, "max_tokens": 7, "temperature": 0, "ignore_eos": True})
+    assert status == 200, out
+    usage = json.loads(out)["usage"]
+    after = metrics(server.url)
+    assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == usage["prompt_tokens"]
+    assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == usage["completion_tokens"] == 7
+    assert after["llamacpp:requests_processing"] == 0 and after["llamacpp:requests_deferred"] == 0
+
+
+# -- 2. while the model loads (in-process) ----------------------------------------------
+
+def test_answers_while_loading_then_ready(smollm2_path, monkeypatch):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    import ember.model
+    from ember.server.app import create_app
+    from ember.server.options import ServerOptions
+
+    release = threading.Event()
+    real = ember.model.Model
+
+    class BlockingModel(real):
+        def __init__(self, *a, **kw):
+            assert release.wait(60), "the test never released the load"
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(ember.model, "Model", BlockingModel)
+
+    async def go():
+        app = create_app(ServerOptions(model=str(smollm2_path), port=0, ctx_size=256), log=lambda line: None)
+        async with TestClient(TestServer(app)) as c:
+            try:
+                await asyncio.sleep(0.2)  # the load thread is now blocked in the constructor
+                loading = []
+                for path in ("/v1/models", "/health", "/v1/health"):
+                    r = await c.get(path)
+                    loading.append((path, r.status, await r.json()))
+                r = await c.post("/v1/chat/completions", json={"messages": CHAT})
+                loading.append(("/v1/chat/completions", r.status, await r.json()))
+            finally:
+                release.set()
+            await asyncio.wait_for(app["ready"].wait(), 60)
+            ready = []
+            for path in ("/v1/models", "/health"):
+                r = await c.get(path)
+                ready.append((path, r.status, await r.json()))
+            return loading, ready
+
+    loading, ready = asyncio.run(go())
+    expected = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+    for path, status, body in loading:
+        assert status == 503, (path, body)
+        assert body["error"]["type"] == "unavailable_error"
+        assert "loading" in body["error"]["message"].lower(), (path, body)
+    assert loading[1][2] == expected and loading[2][2] == expected
+    (_, ms, mb), (_, hs, hb) = ready
+    assert ms == 200 and mb["data"][0]["id"] == "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    assert hs == 200 and hb == {"status": "ok"}
+
+
+# -- 3. -a/--alias -------------------------------------------------------------------------
+
+def test_alias_is_the_model_id(server):
+    models = json.loads(http(server.url + "/v1/models")[2])
+    assert [m["id"] for m in models["data"]] == [ALIAS]
+    status, _, out = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})
+    assert status == 200 and json.loads(out)["model"] == ALIAS
+    status, _, out = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "stream": True})
+    chunks = [c for c in sse(out) if c != "[DONE]"]
+    assert chunks and all(c["model"] == ALIAS for c in chunks)
+    assert any(f"model name: {ALIAS}" in l for l in server.lines)
+
+
+def test_without_alias_the_id_is_general_name(smollm2_path):
+    from ember import _native
+
+    name = _native.inspect(str(smollm2_path), 0)["metadata"]["general.name"]
+    with ServerProcess(smollm2_path, ctx=256) as s:
+        models = json.loads(http(s.url + "/v1/models")[2])
+        assert [m["id"] for m in models["data"]] == [name]
+        status, _, out = http(s.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1})
+        assert status == 200 and json.loads(out)["model"] == name
+
+
+# -- 4. --chat-template-file ----------------------------------------------------------------
+
+def test_chat_template_file_is_rendered(server):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, _, body = http(server.url + "/apply-template", {"messages": msgs})
+    assert status == 200, body
+    assert json.loads(body)["prompt"] == "<<system>>Be brief.<<user>>Hi"
+    props = json.loads(http(server.url + "/props")[2])
+    assert props["chat_template"] == TEMPLATE
+
+
+# -- 5. -n/--n-predict ---------------------------------------------------------------------
+
+def test_n_predict_is_the_default_max_tokens(server):
+    status, _, out = http(server.url + "/v1/chat/completions", {"messages": CHAT, "ignore_eos": True, "temperature": 0})
+    assert status == 200, out
+    r = json.loads(out)
+    assert r["usage"]["completion_tokens"] == 5 and r["choices"][0]["finish_reason"] == "length"
+    # A request that asks for more still gets more.
+    status, _, out = http(server.url + "/v1/chat/completions",
+                          {"messages": CHAT, "ignore_eos": True, "temperature": 0, "max_tokens": 8})
+    assert json.loads(out)["usage"]["completion_tokens"] == 8
+
+
+# -- 6. -np 2 ------------------------------------------------------------------------------
+
+def _stream_text(url: str, prompt: str, n: int) -> str:
+    status, _, out = http(url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0,
+        "ignore_eos": True, "stream": True})
+    assert status == 200, out
+    chunks = sse(out)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"])
+
+
+def test_parallel_two_queues_and_both_complete(server):
+    assert any("--parallel 2 only lets the other 1 wait in the queue" in l for l in server.lines), server.lines
+    prompts = ["Tell me a long story about a dragon.", "List the planets of the solar system."]
+    n = 120
+    got: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            got[i] = _stream_text(server.url, prompts[i], n)
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    first = threading.Thread(target=run, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 30
+    while metrics(server.url)["llamacpp:requests_processing"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = threading.Thread(target=run, args=(1,))
+    second.start()
+    deferred_seen = False
+    while second.is_alive() and time.monotonic() < deadline + 30:
+        m = metrics(server.url)
+        if m["llamacpp:requests_deferred"] == 1:
+            deferred_seen = True
+            break
+        time.sleep(0.01)
+    first.join(120)
+    second.join(120)
+    assert not errors, errors
+    # 120 tokens take far longer than a few /metrics polls: the second is seen waiting.
+    assert deferred_seen
+    alone = [_stream_text(server.url, p, n) for p in prompts]
+    assert got[0] == alone[0] and got[1] == alone[1]
+
+
+# -- 7. request shapes ---------------------------------------------------------------------
+
+def test_array_body_is_400(server):
+    for path in ("/v1/chat/completions", "/v1/completions", "/completion", "/tokenize"):
+        e = error_of(http(server.url + path, [CHAT[0]]), 400)
+        assert e["type"] == "invalid_request_error" and "object" in e["message"], (path, e)
+
+
+def test_image_content_part_is_400_naming_the_field(server):
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    e = error_of(http(server.url + "/v1/chat/completions", {"messages": msgs, "max_tokens": 2}), 400)
+    assert e["param"] == "messages[0].content[1].type" and "image_url" in e["message"]
+
+
+def test_five_stop_strings_work(server):
+    stops = ["zzqx1", "zzqx2", "zzqx3", "zzqx4", "."]
+    status, _, out = http(server.url + "/v1/chat/completions",
+                          {"messages": CHAT, "max_tokens": 40, "temperature": 0, "stop": stops})
+    assert status == 200, out
+    r = json.loads(out)
+    assert "." not in r["choices"][0]["message"]["content"]
+
+
+def test_negative_max_tokens_is_400(server):
+    e = error_of(http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": -2}), 400)
+    assert e["param"] == "max_tokens" and "max_tokens" in e["message"]
+    e = error_of(http(server.url + "/v1/completions", {"prompt": "Hi", "max_tokens": -2}), 400)
+    assert e["param"] == "max_tokens"
+    # -1 stays llama-server's "until the context is full", which is allowed.
+    status, _, _ = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": -1, "stop": ["\n", " "]})
+    assert status == 200
+
+
+@pytest.mark.parametrize("field,value", [
+    ("response_format", {"type": "json_object"}),
+    ("grammar", "root ::= \"a\""),
+    ("json_schema", {"type": "object"}),
+    ("tool_choice", "required"),
+    ("mirostat", 2),
+    ("dry_multiplier", 0.8),
+    ("xtc_probability", 0.5),
+])
+def test_a_field_ember_cannot_honour_is_refused_by_name(server, field, value):
+    """Never fail open: a request asking for something ember does not do yet is a
+    400 naming the field, not an answer that silently ignores it."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, field: value}
+    e = error_of(http(server.url + "/v1/chat/completions", body), 400)
+    assert e["param"] == field and field in e["message"]
+    e = error_of(http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, field: value}), 400)
+    assert e["param"] == field
+
+
+def test_repeat_last_n_minus_one_is_the_whole_history(server):
+    status, _, body = http(server.url + "/completion", {"prompt": "Hi", "n_predict": 3, "repeat_last_n": -1,
+                                                        "repeat_penalty": 1.3, "temperature": 0})
+    assert status == 200, body
