@@ -62,7 +62,9 @@ def fetch_gemma(fetch, target: Path) -> None:
 def main() -> int:
     fetch = load_fetch()
     env = os.environ.get("EMBER_TEST_MODELS")
-    dest = Path(env).expanduser() if env else fetch.models_dir()
+    # The tests read $EMBER_TEST_MODELS, else ~/.cache/ember/models: the same
+    # rule here, whatever cache variables the user's ember itself follows.
+    dest = Path(env).expanduser() if env else Path.home() / ".cache" / "ember" / "models"
     dest.mkdir(parents=True, exist_ok=True)
     print(f"test models directory: {dest}")
 
