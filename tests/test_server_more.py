@@ -83,7 +83,8 @@ def test_metrics_text_and_counters(server):
     assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
     text = body.decode()
     for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
-                 "llamacpp:requests_processing", "llamacpp:requests_deferred"):
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred",
+                 "llamacpp:kv_cache_tokens", "llamacpp:kv_cache_usage_ratio"):
         assert re.search(rf"^{re.escape(name)} [0-9.e+-]+$", text, re.M), name
         assert f"# TYPE {name} " in text
     before = metrics(server.url)
@@ -96,6 +97,7 @@ def test_metrics_text_and_counters(server):
     assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == usage["prompt_tokens"]
     assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == usage["completion_tokens"] == 7
     assert after["llamacpp:requests_processing"] == 0 and after["llamacpp:requests_deferred"] == 0
+    assert after["llamacpp:kv_cache_tokens"] == 0  # the finished request's cache is freed
 
 
 # -- 2. while the model loads (in-process) ----------------------------------------------
@@ -235,6 +237,8 @@ def test_parallel_two_queues_and_both_complete(server):
         m = metrics(server.url)
         if m["llamacpp:requests_deferred"] == 1:
             deferred_seen = True
+            # The running request's cache holds its prompt and what it has drawn.
+            assert m["llamacpp:kv_cache_tokens"] > 0 and 0 < m["llamacpp:kv_cache_usage_ratio"] <= 1
             break
         time.sleep(0.01)
     first.join(120)

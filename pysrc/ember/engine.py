@@ -113,6 +113,8 @@ class Engine:
         self._closing = False
         self.busy = False
         self.n_processed = 0
+        #: positions the running request holds in its KV cache (0 when idle)
+        self.kv_tokens = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -170,9 +172,12 @@ class Engine:
             job._mark_started()
             try:
                 req = job.request
+                self.kv_tokens = len(req.prompt)
                 for ev in self.model.stream_completion(req.prompt, req.max_tokens, **req.options):
                     if job.cancelled and isinstance(ev, Piece):
                         break
+                    if isinstance(ev, Piece) and ev.token is not None:
+                        self.kv_tokens += 1
                     job._deliver(ev)
             except EmberError as e:
                 job._deliver(e)
@@ -181,6 +186,7 @@ class Engine:
             finally:
                 self._current = None
                 self.busy = False
+                self.kv_tokens = 0
                 self.n_processed += 1
 
 

@@ -193,6 +193,9 @@ async def metrics(request: web.Request) -> web.Response:
          s.predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0),
         ("requests_processing", "gauge", "Number of requests processing.", int(bool(engine.busy))),
         ("requests_deferred", "gauge", "Number of requests deferred.", engine.waiting()),
+        ("kv_cache_tokens", "gauge", "KV-cache tokens.", engine.kv_tokens),
+        ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         engine.kv_tokens / state.model.n_ctx if state.model is not None else 0.0),
     ]
     lines = []
     for name, kind, help_, value in rows:
