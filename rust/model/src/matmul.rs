@@ -49,6 +49,7 @@ impl Acts {
 fn quantize_into(act: ActType, src: &[f32], dst: &mut [u8]) {
     match act {
         ActType::Q8_0 => ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind"),
+        ActType::Q8_1 => ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind"),
         ActType::Q8_K => ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind"),
         ActType::F32 => {
             for (o, v) in dst.chunks_exact_mut(4).zip(src) {

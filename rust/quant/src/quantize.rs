@@ -6,7 +6,7 @@
 
 use ember_gguf::GgmlType;
 
-use crate::blocks::{as_blocks_mut, float, BlockQ8K, BlockQ8_0, QK32, QK_K};
+use crate::blocks::{as_blocks_mut, float, BlockQ8K, BlockQ8_0, BlockQ8_1, QK32, QK_K};
 use crate::QuantError;
 
 /// The format of an activation row, as consumed by the dot kernels.
@@ -15,6 +15,8 @@ use crate::QuantError;
 pub enum ActType {
     /// 32-element blocks, f16 scale, i8 quants.
     Q8_0,
+    /// 32-element blocks, f16 scale, f16 `d * Σ q`, i8 quants.
+    Q8_1,
     /// 256-element blocks, f32 scale, i8 quants, i16 sums of 16.
     Q8_K,
     /// Plain little-endian f32.
@@ -29,7 +31,7 @@ impl ActType {
     /// Elements per block (1 for the float formats).
     pub fn block_size(self) -> usize {
         match self {
-            ActType::Q8_0 => QK32,
+            ActType::Q8_0 | ActType::Q8_1 => QK32,
             ActType::Q8_K => QK_K,
             ActType::F32 | ActType::F16 | ActType::BF16 => 1,
         }
@@ -39,6 +41,7 @@ impl ActType {
     pub fn type_size(self) -> usize {
         match self {
             ActType::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+            ActType::Q8_1 => std::mem::size_of::<BlockQ8_1>(),
             ActType::Q8_K => std::mem::size_of::<BlockQ8K>(),
             ActType::F32 => 4,
             ActType::F16 | ActType::BF16 => 2,
@@ -48,6 +51,7 @@ impl ActType {
     pub fn name(self) -> &'static str {
         match self {
             ActType::Q8_0 => "Q8_0",
+            ActType::Q8_1 => "Q8_1",
             ActType::Q8_K => "Q8_K",
             ActType::F32 => "F32",
             ActType::F16 => "F16",
@@ -64,7 +68,8 @@ impl ActType {
 pub fn activation_type(w: GgmlType) -> ActType {
     use GgmlType::*;
     match w {
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL => ActType::Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => ActType::Q8_0,
+        Q4_1 | Q5_1 => ActType::Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => ActType::Q8_K,
         F16 => ActType::F16,
         BF16 => ActType::BF16,
@@ -111,6 +116,7 @@ pub fn quantize_activation(act: ActType, x: &[f32], out: &mut Vec<u8>) -> Result
     out.resize(bytes, 0);
     match act {
         ActType::Q8_0 => quantize_row_q8_0(x, out),
+        ActType::Q8_1 => quantize_row_q8_1(x, out),
         ActType::Q8_K => quantize_row_q8_K(x, out),
         ActType::F32 => {
             for (o, v) in out.chunks_exact_mut(4).zip(x) {
@@ -158,6 +164,33 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
             *q = (v * id).round() as i8;
         }
         b.qs = qs;
+    }
+    Ok(())
+}
+
+/// Quantizes `x` to Q8_1 blocks in `out` as ggml's `quantize_row_q8_1_ref`:
+/// the quants as [`quantize_row_q8_0`], and `s = d * Σ q` from the integer
+/// sum (so it carries only `s`'s own f16 rounding).
+pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    check_lengths(ActType::Q8_1, x.len(), out.len())?;
+    let blocks = as_blocks_mut::<BlockQ8_1>(out);
+    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
+        let mut amax = 0.0f32;
+        for &v in x {
+            let a = v.abs();
+            amax = if amax > a { amax } else { a };
+        }
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = float::fp32_to_fp16(d);
+        let mut qs = [0i8; QK32];
+        let mut sum = 0i32;
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.qs = qs;
+        b.s = float::fp32_to_fp16(sum as f32 * d);
     }
     Ok(())
 }

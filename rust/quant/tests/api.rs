@@ -8,7 +8,7 @@ use ember_gguf::GgmlType;
 use ember_quant::blocks::{self, k_quants};
 use ember_quant::{
     act_row_bytes, activation_type, can_dequantize, dequantize_row, dot_fn, quantize_activation,
-    quantize_row_q8_0, quantize_row_q8_K, scalar_dot_fn, ActType, QuantError,
+    quantize_row_q8_0, quantize_row_q8_1, quantize_row_q8_K, scalar_dot_fn, ActType, QuantError,
 };
 use half::f16;
 
@@ -140,8 +140,11 @@ fn float_activations_round_like_ggml() {
 #[test]
 fn activation_types_follow_ggml() {
     use GgmlType::*;
-    for w in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
+    for w in [Q4_0, Q5_0, Q8_0, IQ4_NL] {
         assert_eq!(activation_type(w), ActType::Q8_0, "{w}");
+    }
+    for w in [Q4_1, Q5_1] {
+        assert_eq!(activation_type(w), ActType::Q8_1, "{w}");
     }
     for w in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS] {
         assert_eq!(activation_type(w), ActType::Q8_K, "{w}");
@@ -150,6 +153,12 @@ fn activation_types_follow_ggml() {
     assert_eq!(activation_type(F16), ActType::F16);
     assert_eq!(activation_type(BF16), ActType::BF16);
     assert_eq!(act_row_bytes(ActType::Q8_0, 64), Some(68));
+    assert_eq!(act_row_bytes(ActType::Q8_1, 64), Some(72));
+    assert_eq!(act_row_bytes(ActType::Q8_1, 33), None);
+    assert_eq!(ActType::Q8_1.name(), "Q8_1");
+    assert_eq!(ActType::Q8_1.block_size(), 32);
+    assert_eq!(ActType::Q8_1.type_size(), size_of::<blocks::BlockQ8_1>());
+    assert_eq!(size_of::<blocks::BlockQ8_1>(), 36);
     assert_eq!(act_row_bytes(ActType::Q8_K, 512), Some(584));
     assert_eq!(act_row_bytes(ActType::F16, 3), Some(6));
     assert_eq!(act_row_bytes(ActType::F32, 3), Some(12));
@@ -263,6 +272,91 @@ fn unsupported_types_are_named() {
     }
 }
 
+/// ggml's `quantize_row_q8_1_ref`, written out in f32 (the `gguf` Python
+/// package has no Q8_1 quantizer to compare with).
+fn q8_1_reference(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for xb in x.chunks_exact(32) {
+        let mut amax = 0.0f32;
+        for &v in xb {
+            amax = if amax > v.abs() { amax } else { v.abs() };
+        }
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut sum = 0i32;
+        let qs: Vec<u8> = xb
+            .iter()
+            .map(|&v| {
+                // C's roundf: halves away from zero (`r - t` is exact).
+                let r = v * id;
+                let t = r.trunc();
+                let q = if (r - t).abs() >= 0.5 {
+                    t + r.signum()
+                } else {
+                    t
+                };
+                sum += q as i32;
+                q as i8 as u8
+            })
+            .collect();
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        out.extend_from_slice(&f16::from_f32(sum as f32 * d).to_le_bytes());
+        out.extend_from_slice(&qs);
+    }
+    out
+}
+
+#[test]
+fn q8_1_quantizer_matches_ggml_reference() {
+    let mut rng = Rng::new(9);
+    let mut x = rng.normals(32 * 64, 1.0);
+    x[..32].fill(0.0);
+    x[32..64].iter_mut().for_each(|v| *v *= 1e4);
+    // Exact ties: amax 127 makes id 1, so these land on .5 and must round away.
+    for (j, v) in x[64..96].iter_mut().enumerate() {
+        *v = if j == 0 {
+            127.0
+        } else {
+            (j as f32 - 16.0) + 0.5
+        };
+    }
+    let expected = q8_1_reference(&x);
+    let mut got = vec![0u8; act_row_bytes(ActType::Q8_1, x.len()).unwrap()];
+    quantize_row_q8_1(&x, &mut got).unwrap();
+    assert_eq!(got, expected);
+    let mut via_act = Vec::new();
+    quantize_activation(ActType::Q8_1, &x, &mut via_act).unwrap();
+    assert_eq!(via_act, expected);
+    // Same quants and scale as Q8_0; `s` is the scale times their sum.
+    let mut q8_0 = vec![0u8; act_row_bytes(ActType::Q8_0, x.len()).unwrap()];
+    quantize_row_q8_0(&x, &mut q8_0).unwrap();
+    for (b, (b1, b0)) in got.chunks(36).zip(q8_0.chunks(34)).enumerate() {
+        assert_eq!(b1[..2], b0[..2], "block {b}: d");
+        assert_eq!(b1[4..], b0[2..], "block {b}: qs");
+        let d = f16::from_le_bytes([b1[0], b1[1]]).to_f32();
+        let sum: i32 = b1[4..].iter().map(|&q| q as i8 as i32).sum();
+        let s = f16::from_le_bytes([b1[2], b1[3]]).to_f32();
+        // `s` is taken from the f32 scale, `d` as stored is its f16: each
+        // rounding is relative 2^-11.
+        let want = sum as f32 * d;
+        if want.abs() > f16::MAX.to_f32() {
+            // ggml's `s` overflows to ±inf here too (the 1e4 block).
+            assert!(
+                s.is_infinite() && s.signum() == want.signum(),
+                "block {b}: s {s}"
+            );
+            continue;
+        }
+        assert!(
+            (s - want).abs() <= want.abs() * 2f32.powi(-10),
+            "block {b}: s {s} vs {want}"
+        );
+    }
+    let tie = &got[2 * 36 + 4..3 * 36];
+    assert_eq!(tie[1] as i8, -15, "-14.5 rounds away from zero");
+    assert_eq!(tie[31] as i8, 16, "15.5 rounds away from zero");
+}
+
 #[test]
 fn quantize_length_errors() {
     let x = [0.5f32; 64];
@@ -303,7 +397,23 @@ fn quantize_length_errors() {
         })
     ));
     let mut v = Vec::new();
-    for act in [ActType::Q8_0, ActType::Q8_K] {
+    assert!(matches!(
+        quantize_row_q8_1(&x[..64], &mut out[..71]),
+        Err(QuantError::Length {
+            expected: 72,
+            got: 71,
+            ..
+        })
+    ));
+    assert!(matches!(
+        quantize_row_q8_1(&x[..40], &mut out[..72]),
+        Err(QuantError::NotBlockMultiple {
+            n: 40,
+            block: 32,
+            ..
+        })
+    ));
+    for act in [ActType::Q8_0, ActType::Q8_1, ActType::Q8_K] {
         assert!(
             quantize_activation(act, &x[..100], &mut v).is_err(),
             "{act:?}"

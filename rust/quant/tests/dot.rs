@@ -10,6 +10,7 @@ use ember_quant::{
     act_row_bytes, activation_type, dequantize_row, dot_fn, quantize_activation, scalar_dot_fn,
     simd_level, vec_dot, ActType,
 };
+use half::f16;
 
 const K: usize = 4096;
 const ROWS: u64 = 24;
@@ -22,6 +23,16 @@ fn dequant(ty: GgmlType, bytes: &[u8], k: usize) -> Vec<f32> {
 
 fn act_dequant(act: ActType, bytes: &[u8], k: usize) -> Vec<f32> {
     let ty = match act {
+        // No ggml dequantizer; the layout is Q8_0's with `s` after `d`.
+        ActType::Q8_1 => {
+            return bytes[..k / 32 * 36]
+                .chunks_exact(36)
+                .flat_map(|b| {
+                    let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    b[4..].iter().map(move |&q| d * q as i8 as f32)
+                })
+                .collect()
+        }
         ActType::Q8_0 => GgmlType::Q8_0,
         ActType::Q8_K => GgmlType::Q8_K,
         ActType::F32 => GgmlType::F32,
@@ -57,7 +68,8 @@ fn quantized(act: ActType, x: &[f32]) -> Vec<u8> {
 /// The kernels compute the exact product of the dequantized weights and the
 /// dequantized activations (integer sums are exact); only f32 rounding of the
 /// per-block scaling and the cross-block sum may differ, bounded by 1e-5 of
-/// Σ |w x|. This is the test that pins down scale unpacking and bit layout
+/// Σ |w x|. Against Q8_1 the min term uses the block's stored `s` (f16) for
+/// `d Σ q`, so the reference does too (see [`q8_1_s_rounding`]). This is the test that pins down scale unpacking and bit layout
 /// in the kernels.
 #[test]
 fn scalar_kernels_equal_product_of_dequantized_operands() {
@@ -70,6 +82,7 @@ fn scalar_kernels_equal_product_of_dequantized_operands() {
             let w = dequant(ty, &w_row, K);
             let xq = quantized(act, &activations(&w, &mut rng));
             let (exact, mag) = dot64(&w, &act_dequant(act, &xq, K));
+            let exact = exact + q8_1_s_rounding(ty, act, &w_row, &xq);
             let got = dot(K, &w_row, &xq) as f64;
             assert!(
                 (got - exact).abs() <= 1e-5 * mag,
@@ -77,6 +90,24 @@ fn scalar_kernels_equal_product_of_dequantized_operands() {
             );
         }
     }
+}
+
+/// `Σ m (s - d Σ q)` over blocks: what a min-carrying weight (Q4_1, Q5_1,
+/// whose f16 `m` follows `d`) picks up from `s`'s f16 rounding against Q8_1
+/// activations; 0 for every other pairing.
+fn q8_1_s_rounding(ty: GgmlType, act: ActType, w_row: &[u8], xq: &[u8]) -> f64 {
+    if act != ActType::Q8_1 {
+        return 0.0;
+    }
+    let h = |b: &[u8], at: usize| f16::from_le_bytes([b[at], b[at + 1]]).to_f32() as f64;
+    w_row
+        .chunks_exact(ty.type_size())
+        .zip(xq.chunks_exact(36))
+        .map(|(w, y)| {
+            let sum: i32 = y[4..].iter().map(|&q| q as i8 as i32).sum();
+            h(w, 2) * (h(y, 2) - h(y, 0) * sum as f64)
+        })
+        .sum()
 }
 
 /// Budget for the error of a kernel's result against the f64 product of the
@@ -93,7 +124,8 @@ fn scalar_kernels_equal_product_of_dequantized_operands() {
 /// | F32                         | F32  | 2.3e-7        | 2e-6   |
 /// | F16                         | F16  | 2.8e-5        | 1e-4   |
 /// | BF16                        | BF16 | 3.2e-4        | 1e-3   |
-/// | Q4_0 Q4_1 Q5_0 Q5_1 Q8_0    | Q8_0 | 5.0e-4..7.9e-4| 2.5e-3 |
+/// | Q4_0 Q5_0 Q8_0              | Q8_0 | 5.0e-4..7.9e-4| 2.5e-3 |
+/// | Q4_1 Q5_1                   | Q8_1 | 5.1e-4..7.8e-4| 2.5e-3 |
 /// | IQ4_NL                      | Q8_0 | 7.8e-4        | 2.5e-3 |
 /// | Q2_K Q3_K Q4_K Q5_K Q6_K    | Q8_K | 8.3e-4..9.8e-4| 3e-3   |
 /// | IQ4_XS                      | Q8_K | 1.1e-3        | 3.5e-3 |

@@ -60,6 +60,18 @@ pub struct BlockQ8_0 {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 
+/// 8-bit, symmetric, plus `s = d * Σ qs`: the activation format of Q4_1 and
+/// Q5_1, whose min term needs the block sum once per activation block rather
+/// than once per (weight row, activation block) pair.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed)]
+pub struct BlockQ8_1 {
+    pub d: f16,
+    pub s: f16,
+    pub qs: [i8; QK32],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
+
 // SAFETY: packed structs of u8/i8/f16 only.
 unsafe impl Block for BlockQ4_0 {
     const QK: usize = QK32;
@@ -74,6 +86,9 @@ unsafe impl Block for BlockQ5_1 {
     const QK: usize = QK32;
 }
 unsafe impl Block for BlockQ8_0 {
+    const QK: usize = QK32;
+}
+unsafe impl Block for BlockQ8_1 {
     const QK: usize = QK32;
 }
 

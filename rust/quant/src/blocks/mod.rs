@@ -14,7 +14,7 @@ pub mod legacy;
 
 pub use iq::{BlockIq4Nl, BlockIq4Xs, KVALUES_IQ4NL};
 pub use k_quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
-pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 
 /// Elements per block of the 32-element formats (Q4_0 .. Q8_0, IQ4_NL).
 pub const QK32: usize = 32;

@@ -16,15 +16,8 @@ use crate::blocks::k_quants::{k4_scales_mins, q3k_scales, q6k_quants};
 use crate::blocks::legacy::q5_high_bits;
 use crate::blocks::{
     row_blocks, BlockIq4Nl, BlockIq4Xs, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK_K,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, QK_K,
 };
-
-/// Sum of the 32 quants of a Q8_0 block: with the block scale it gives the
-/// `s` term ggml's Q8_1 carries, which the min of Q4_1 / Q5_1 multiplies.
-#[inline(always)]
-fn q8_sum(y: &BlockQ8_0) -> i32 {
-    y.qs.iter().map(|&q| q as i32).sum()
-}
 
 pub fn vec_dot_q4_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let x = row_blocks::<BlockQ4_0>(w_row, k);
@@ -43,12 +36,11 @@ pub fn vec_dot_q4_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     sumf
 }
 
-/// `Σ (d q + m) (dy qy) = d dy Σ q qy + m dy Σ qy`; ggml takes the second sum
-/// from Q8_1's `s`, this takes it from the Q8_0 quants (same value without
-/// `s`'s f16 rounding).
-pub fn vec_dot_q4_1_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+/// `Σ (d q + m) (dy qy) = d dy Σ q qy + m (dy Σ qy)`, the last factor being
+/// the activation block's precomputed `s`, as ggml's `vec_dot_q4_1_q8_1`.
+pub fn vec_dot_q4_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let x = row_blocks::<BlockQ4_1>(w_row, k);
-    let y = row_blocks::<BlockQ8_0>(act_row, k);
+    let y = row_blocks::<BlockQ8_1>(act_row, k);
     let mut sumf = 0.0f32;
     for (x, y) in x.iter().zip(y) {
         let (mut s0, mut s1) = (0i32, 0i32);
@@ -58,9 +50,8 @@ pub fn vec_dot_q4_1_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
             s0 += v0 * y.qs[j] as i32;
             s1 += v1 * y.qs[j + 16] as i32;
         }
-        let dy = fp16_to_fp32(y.d);
-        sumf += (fp16_to_fp32(x.d) * dy) * (s0 + s1) as f32
-            + (fp16_to_fp32(x.m) * dy) * q8_sum(y) as f32;
+        sumf += (fp16_to_fp32(x.d) * fp16_to_fp32(y.d)) * (s0 + s1) as f32
+            + fp16_to_fp32(x.m) * fp16_to_fp32(y.s);
     }
     sumf
 }
@@ -84,10 +75,10 @@ pub fn vec_dot_q5_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     sumf
 }
 
-/// The min term as in [`vec_dot_q4_1_q8_0`].
-pub fn vec_dot_q5_1_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+/// The min term as in [`vec_dot_q4_1_q8_1`].
+pub fn vec_dot_q5_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let x = row_blocks::<BlockQ5_1>(w_row, k);
-    let y = row_blocks::<BlockQ8_0>(act_row, k);
+    let y = row_blocks::<BlockQ8_1>(act_row, k);
     let mut sumf = 0.0f32;
     for (x, y) in x.iter().zip(y) {
         let qh = u32::from_le_bytes(x.qh);
@@ -99,9 +90,8 @@ pub fn vec_dot_q5_1_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
             s0 += x0 * y.qs[j] as i32;
             s1 += x1 * y.qs[j + 16] as i32;
         }
-        let dy = fp16_to_fp32(y.d);
-        sumf += (fp16_to_fp32(x.d) * dy) * (s0 + s1) as f32
-            + (fp16_to_fp32(x.m) * dy) * q8_sum(y) as f32;
+        sumf += (fp16_to_fp32(x.d) * fp16_to_fp32(y.d)) * (s0 + s1) as f32
+            + fp16_to_fp32(x.m) * fp16_to_fp32(y.s);
     }
     sumf
 }

@@ -1,5 +1,5 @@
 //! AVX2 + FMA (+ F16C) dot products for the formats the target models use:
-//! Q4_0, Q4_1, Q5_0, Q8_0 against Q8_0 and Q4_K, Q6_K against Q8_K, ported
+//! Q4_0, Q5_0, Q8_0 against Q8_0, Q4_1, Q5_1 against Q8_1 and Q4_K, Q6_K against Q8_K, ported
 //! from ggml's x86 kernels, plus F16 (whose scalar form pays for a software
 //! f16 conversion per element). Integer results per block are identical to
 //! the scalar twins; only the order of the f32 accumulation differs.
@@ -10,8 +10,8 @@ use ember_gguf::GgmlType;
 use half::f16;
 
 use crate::blocks::{
-    k_quants::k4_scales_mins, row_blocks, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K,
-    BlockQ8K, BlockQ8_0,
+    k_quants::k4_scales_mins, row_blocks, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 use crate::kernels::DotFn;
 
@@ -31,8 +31,9 @@ pub(crate) fn dot_fn(w: GgmlType) -> Option<DotFn> {
     }
     Some(match w {
         GgmlType::Q4_0 => q4_0_q8_0,
-        GgmlType::Q4_1 => q4_1_q8_0,
+        GgmlType::Q4_1 => q4_1_q8_1,
         GgmlType::Q5_0 => q5_0_q8_0,
+        GgmlType::Q5_1 => q5_1_q8_1,
         GgmlType::Q8_0 => q8_0_q8_0,
         GgmlType::Q4_K => q4_k_q8_k,
         GgmlType::Q6_K => q6_k_q8_k,
@@ -47,10 +48,16 @@ fn q4_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     unsafe { q4_0_q8_0_impl(x, y) }
 }
 
-fn q4_1_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn q4_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q4_1_q8_0_impl(x, y) }
+    unsafe { q4_1_q8_1_impl(x, y) }
+}
+
+fn q5_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+    let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
+    // SAFETY: handed out only by `dot_fn` after `available()`.
+    unsafe { q5_1_q8_1_impl(x, y) }
 }
 
 fn q5_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
@@ -94,6 +101,14 @@ fn f16_f16(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fp16x8(h: f16) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16))
+}
+
+/// An f16 as four f32 lanes, for scalar (`_ss`) arithmetic kept in vector
+/// registers (see [`fp16x8`] for why it is broadcast).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fp16x4(h: f16) -> __m128 {
+    _mm_cvtph_ps(_mm_set1_epi16(h.to_bits() as i16))
 }
 
 /// f16 to f32 without `half`'s per-call CPU check (see [`fp16x8`]).
@@ -173,7 +188,7 @@ unsafe fn mul_sum_i8_pairs_float(x: __m256i, y: __m256i) -> __m256 {
     mul_sum_us8_pairs_float(ax, sy)
 }
 
-// ---- 32-element formats against Q8_0 ----
+// ---- 32-element formats against Q8_0 / Q8_1 ----
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_q8_0_impl(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
@@ -187,23 +202,38 @@ unsafe fn q4_0_q8_0_impl(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     hsum_float_8(acc)
 }
 
-/// The min term `m dy Σ qy` is accumulated in its own vector, from lane sums
-/// of the activation quants, so no horizontal sum is paid per block.
+/// The min term `m s` takes one scalar FMA per block, the activation block
+/// carrying `s = dy Σ qy` precomputed (Q8_1), as ggml's AVX2 kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_0_impl(x: &[BlockQ4_1], y: &[BlockQ8_0]) -> f32 {
-    let ones = _mm256_set1_epi8(1);
+unsafe fn q4_1_q8_1_impl(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        let dy = fp16x8(y.d);
-        let d0d1 = _mm256_mul_ps(fp16x8(x.d), dy);
-        let mdy = _mm256_mul_ps(fp16x8(x.m), dy);
+        let d0d1 = _mm256_mul_ps(fp16x8(x.d), fp16x8(y.d));
+        acc_m = _mm_fmadd_ss(fp16x4(x.m), fp16x4(y.s), acc_m);
         let qx = bytes_from_nibbles_32(x.qs.as_ptr());
         let qy = _mm256_loadu_si256(y.qs.as_ptr().cast());
         acc = _mm256_fmadd_ps(d0d1, mul_sum_us8_pairs_float(qx, qy), acc);
-        acc_m = _mm256_fmadd_ps(mdy, mul_sum_us8_pairs_float(ones, qy), acc_m);
     }
-    hsum_float_8(acc) + hsum_float_8(acc_m)
+    hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
+}
+
+/// As [`q4_1_q8_1_impl`], the fifth bit ORed in as 0x10: the quants stay
+/// unsigned (0..32), so `maddubs` applies directly.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_q8_1_impl(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let d0d1 = _mm256_mul_ps(fp16x8(x.d), fp16x8(y.d));
+        acc_m = _mm_fmadd_ss(fp16x4(x.m), fp16x4(y.s), acc_m);
+        let qx = bytes_from_nibbles_32(x.qs.as_ptr());
+        let bxhi = bytes_from_bits_32(x.qh.as_ptr());
+        let qx = _mm256_or_si256(qx, _mm256_and_si256(bxhi, _mm256_set1_epi8(0x10)));
+        let qy = _mm256_loadu_si256(y.qs.as_ptr().cast());
+        acc = _mm256_fmadd_ps(d0d1, mul_sum_us8_pairs_float(qx, qy), acc);
+    }
+    hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
