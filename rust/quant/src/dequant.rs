@@ -41,7 +41,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
     }
     let n = dst.len();
     let bs = ty.block_size();
-    if n % bs != 0 {
+    if !n.is_multiple_of(bs) {
         return Err(QuantError::NotBlockMultiple {
             format: ty.name(),
             n,

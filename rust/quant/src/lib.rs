@@ -44,6 +44,6 @@ pub use dequant::{can_dequantize, dequantize_row};
 pub use error::QuantError;
 pub use kernels::{dot_fn, scalar, scalar_dot_fn, simd_level, vec_dot, DotFn};
 pub use quantize::{
-    act_row_bytes, activation_type, quantize_activation, quantize_row_q8_0, quantize_row_q8_1,
-    quantize_row_q8_K, ActType,
+    act_row_bytes, activation_type, quantize_activation, quantize_row_q8_0, quantize_row_q8_0_ref,
+    quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_K, ActType,
 };

@@ -81,7 +81,7 @@ pub fn activation_type(w: GgmlType) -> ActType {
 /// whole number of blocks.
 pub fn act_row_bytes(act: ActType, k: usize) -> Option<usize> {
     let bs = act.block_size();
-    if k % bs != 0 {
+    if !k.is_multiple_of(bs) {
         return None;
     }
     (k / bs).checked_mul(act.type_size())
@@ -146,7 +146,7 @@ pub fn quantize_activation(act: ActType, x: &[f32], out: &mut Vec<u8>) -> Result
 /// even) that can differ from this in the last quant of rare ties; the
 /// reference is the deterministic one every platform and the `gguf` Python
 /// package agree on.
-pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     check_lengths(ActType::Q8_0, x.len(), out.len())?;
     let blocks = as_blocks_mut::<BlockQ8_0>(out);
     for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
@@ -168,10 +168,38 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     Ok(())
 }
 
+/// Quantizes `x` to Q8_0 blocks as llama.cpp's CPU backend does on x86 (its
+/// AVX2 `quantize_row_q8_0`): the multiplier is `127 / amax` and halves round
+/// to even. It differs from [`quantize_row_q8_0_ref`] by one step in rare
+/// near-tie elements; the engine uses this one because llama.cpp's outputs,
+/// made on x86, are the parity reference.
+pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    check_lengths(ActType::Q8_0, x.len(), out.len())?;
+    let blocks = as_blocks_mut::<BlockQ8_0>(out);
+    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
+        let (d, id) = x86_scales(x);
+        b.d = float::fp32_to_fp16(d);
+        let mut qs = [0i8; QK32];
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+        b.qs = qs;
+    }
+    Ok(())
+}
+
+/// `d = amax / 127` and the multiplier `127 / amax` of ggml's x86 quantizers.
+fn x86_scales(x: &[f32]) -> (f32, f32) {
+    let amax = x
+        .iter()
+        .fold(0.0f32, |m, &v| if m > v.abs() { m } else { v.abs() });
+    (amax / 127.0, if amax != 0.0 { 127.0 / amax } else { 0.0 })
+}
+
 /// Quantizes `x` to Q8_1 blocks in `out` as ggml's `quantize_row_q8_1_ref`:
 /// the quants as [`quantize_row_q8_0`], and `s = d * Σ q` from the integer
 /// sum (so it carries only `s`'s own f16 rounding).
-pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+pub fn quantize_row_q8_1_ref(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     check_lengths(ActType::Q8_1, x.len(), out.len())?;
     let blocks = as_blocks_mut::<BlockQ8_1>(out);
     for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
@@ -187,6 +215,26 @@ pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
         let mut sum = 0i32;
         for (q, &v) in qs.iter_mut().zip(x) {
             *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.qs = qs;
+        b.s = float::fp32_to_fp16(sum as f32 * d);
+    }
+    Ok(())
+}
+
+/// Q8_1 as llama.cpp's x86 backend computes it (see [`quantize_row_q8_0`]):
+/// the engine's choice, for parity with llama.cpp's outputs.
+pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    check_lengths(ActType::Q8_1, x.len(), out.len())?;
+    let blocks = as_blocks_mut::<BlockQ8_1>(out);
+    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
+        let (d, id) = x86_scales(x);
+        b.d = float::fp32_to_fp16(d);
+        let mut qs = [0i8; QK32];
+        let mut sum = 0i32;
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
         b.qs = qs;
