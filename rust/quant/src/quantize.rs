@@ -139,108 +139,95 @@ pub fn quantize_activation(act: ActType, x: &[f32], out: &mut Vec<u8>) -> Result
     }
 }
 
-/// Quantizes `x` to Q8_0 blocks in `out` as ggml's `quantize_row_q8_0_ref`:
-/// `d = amax / 127`, `q = round_half_away(x / d)`.
-///
-/// ggml's AVX2 build uses a variant (`127 / amax` as the multiplier, ties to
-/// even) that can differ from this in the last quant of rare ties; the
-/// reference is the deterministic one every platform and the `gguf` Python
-/// package agree on.
-pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
-    check_lengths(ActType::Q8_0, x.len(), out.len())?;
-    let blocks = as_blocks_mut::<BlockQ8_0>(out);
-    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
-        let mut amax = 0.0f32;
-        for &v in x {
-            let a = v.abs();
-            // Written as ggml's MAX macro so NaN handling matches too.
-            amax = if amax > a { amax } else { a };
-        }
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = float::fp32_to_fp16(d);
-        let mut qs = [0i8; QK32];
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-        }
-        b.qs = qs;
-    }
-    Ok(())
+/// How a 32-element activation block is scaled and rounded.
+#[derive(Clone, Copy)]
+enum Q8Rounding {
+    /// ggml's `_ref` quantizers (and the `gguf` Python package): multiplier
+    /// `1 / d`, halves away from zero.
+    Reference,
+    /// llama.cpp's x86 backend (its AVX2 quantizers): multiplier `127 / amax`,
+    /// halves to even. Differs from the reference by one step in rare near-tie
+    /// elements; the engine uses it because llama.cpp's outputs, the parity
+    /// reference, are made on x86.
+    X86,
 }
 
-/// Quantizes `x` to Q8_0 blocks as llama.cpp's CPU backend does on x86 (its
-/// AVX2 `quantize_row_q8_0`): the multiplier is `127 / amax` and halves round
-/// to even. It differs from [`quantize_row_q8_0_ref`] by one step in rare
-/// near-tie elements; the engine uses this one because llama.cpp's outputs,
-/// made on x86, are the parity reference.
-pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
-    check_lengths(ActType::Q8_0, x.len(), out.len())?;
-    let blocks = as_blocks_mut::<BlockQ8_0>(out);
-    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
-        let (d, id) = x86_scales(x);
-        b.d = float::fp32_to_fp16(d);
-        let mut qs = [0i8; QK32];
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round_ties_even() as i8;
-        }
-        b.qs = qs;
-    }
-    Ok(())
-}
-
-/// `d = amax / 127` and the multiplier `127 / amax` of ggml's x86 quantizers.
-fn x86_scales(x: &[f32]) -> (f32, f32) {
+/// One block: the f32 scale `d = amax / 127`, the quants, and their sum.
+#[inline]
+fn q8_block(x: &[f32], rounding: Q8Rounding) -> (f32, [i8; QK32], i32) {
+    // Written as ggml's MAX macro so NaN handling matches too.
     let amax = x
         .iter()
         .fold(0.0f32, |m, &v| if m > v.abs() { m } else { v.abs() });
-    (amax / 127.0, if amax != 0.0 { 127.0 / amax } else { 0.0 })
+    let d = amax / 127.0;
+    let mut qs = [0i8; QK32];
+    let mut sum = 0i32;
+    match rounding {
+        Q8Rounding::Reference => {
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            for (q, &v) in qs.iter_mut().zip(x) {
+                *q = (v * id).round() as i8;
+                sum += *q as i32;
+            }
+        }
+        Q8Rounding::X86 => {
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            for (q, &v) in qs.iter_mut().zip(x) {
+                *q = (v * id).round_ties_even() as i8;
+                sum += *q as i32;
+            }
+        }
+    }
+    (d, qs, sum)
 }
 
-/// Quantizes `x` to Q8_1 blocks in `out` as ggml's `quantize_row_q8_1_ref`:
-/// the quants as [`quantize_row_q8_0`], and `s = d * Σ q` from the integer
-/// sum (so it carries only `s`'s own f16 rounding).
+fn q8_0_row(x: &[f32], out: &mut [u8], rounding: Q8Rounding) -> Result<(), QuantError> {
+    check_lengths(ActType::Q8_0, x.len(), out.len())?;
+    for (b, x) in as_blocks_mut::<BlockQ8_0>(out)
+        .iter_mut()
+        .zip(x.chunks_exact(QK32))
+    {
+        let (d, qs, _) = q8_block(x, rounding);
+        b.d = float::fp32_to_fp16(d);
+        b.qs = qs;
+    }
+    Ok(())
+}
+
+fn q8_1_row(x: &[f32], out: &mut [u8], rounding: Q8Rounding) -> Result<(), QuantError> {
+    check_lengths(ActType::Q8_1, x.len(), out.len())?;
+    for (b, x) in as_blocks_mut::<BlockQ8_1>(out)
+        .iter_mut()
+        .zip(x.chunks_exact(QK32))
+    {
+        let (d, qs, sum) = q8_block(x, rounding);
+        b.d = float::fp32_to_fp16(d);
+        b.qs = qs;
+        // From the integer sum and the f32 scale: only `s`'s own f16 rounding.
+        b.s = float::fp32_to_fp16(sum as f32 * d);
+    }
+    Ok(())
+}
+
+/// Q8_0 as ggml's `quantize_row_q8_0_ref`: `d = amax / 127`, `q = round_half_away(x / d)`.
+pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    q8_0_row(x, out, Q8Rounding::Reference)
+}
+
+/// Q8_0 as llama.cpp's x86 backend computes it (see `Q8Rounding::X86`): the engine's.
+pub fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    q8_0_row(x, out, Q8Rounding::X86)
+}
+
+/// Q8_1 as ggml's `quantize_row_q8_1_ref`: the quants of [`quantize_row_q8_0_ref`]
+/// and `s = d * Σ q`.
 pub fn quantize_row_q8_1_ref(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
-    check_lengths(ActType::Q8_1, x.len(), out.len())?;
-    let blocks = as_blocks_mut::<BlockQ8_1>(out);
-    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
-        let mut amax = 0.0f32;
-        for &v in x {
-            let a = v.abs();
-            amax = if amax > a { amax } else { a };
-        }
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = float::fp32_to_fp16(d);
-        let mut qs = [0i8; QK32];
-        let mut sum = 0i32;
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
-        b.qs = qs;
-        b.s = float::fp32_to_fp16(sum as f32 * d);
-    }
-    Ok(())
+    q8_1_row(x, out, Q8Rounding::Reference)
 }
 
-/// Q8_1 as llama.cpp's x86 backend computes it (see [`quantize_row_q8_0`]):
-/// the engine's choice, for parity with llama.cpp's outputs.
+/// Q8_1 as llama.cpp's x86 backend computes it: the engine's.
 pub fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
-    check_lengths(ActType::Q8_1, x.len(), out.len())?;
-    let blocks = as_blocks_mut::<BlockQ8_1>(out);
-    for (b, x) in blocks.iter_mut().zip(x.chunks_exact(QK32)) {
-        let (d, id) = x86_scales(x);
-        b.d = float::fp32_to_fp16(d);
-        let mut qs = [0i8; QK32];
-        let mut sum = 0i32;
-        for (q, &v) in qs.iter_mut().zip(x) {
-            *q = (v * id).round_ties_even() as i8;
-            sum += *q as i32;
-        }
-        b.qs = qs;
-        b.s = float::fp32_to_fp16(sum as f32 * d);
-    }
-    Ok(())
+    q8_1_row(x, out, Q8Rounding::X86)
 }
 
 /// ggml's `nearest_int`: round to nearest, ties to even, via the
