@@ -4,6 +4,7 @@ a test can read the per-request log lines."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -85,3 +86,35 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# -- raw HTTP, shared by the server tests ---------------------------------------------
+
+def http(url: str, body=None, *, method: str | None = None, headers: dict | None = None, raw: bytes | None = None):
+    """(status, headers, body) of one request; HTTP errors are answers, not exceptions."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def error_of(reply, status: int) -> dict:
+    """The error object of a reply that must carry `status`, in the envelope's own code too."""
+    got, _, body = reply
+    assert got == status, body
+    e = json.loads(body)["error"]
+    assert e["code"] == status
+    return e
+
+
+def sse(body: bytes) -> list:
+    """The events of a server-sent-events body, `[DONE]` kept as the string."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out

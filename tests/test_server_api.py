@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from server_process import ServerProcess
+from server_process import ServerProcess, error_of, http, sse
 
 openai = pytest.importorskip("openai")
 
@@ -28,29 +28,10 @@ def server(smollm2_path):
         yield s
 
 
-def http(url: str, body=None, *, method: str | None = None, headers: dict | None = None, raw: bytes | None = None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
-def error_of(status_body, status: int) -> dict:
-    got, _, body = status_body
-    assert got == status, body
-    return json.loads(body)["error"]
 
 
-def sse(body: bytes) -> list:
-    out = []
-    for block in body.decode().split("\n\n"):
-        if block.startswith("data: "):
-            data = block[6:]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -9,43 +9,20 @@ import json
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from server_process import ServerProcess
+from server_process import ServerProcess, error_of, http, sse
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 TEMPLATE = "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}"
 ALIAS = "my-alias"
 
 
-def http(url: str, body=None, *, method: str | None = None, raw: bytes | None = None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
-def error_of(reply, status: int) -> dict:
-    got, _, body = reply
-    assert got == status, body
-    e = json.loads(body)["error"]
-    assert e["code"] == status
-    return e
 
 
-def sse(body: bytes) -> list:
-    out = []
-    for block in body.decode().split("\n\n"):
-        if block.startswith("data: "):
-            data = block[6:]
-            out.append(data if data == "[DONE]" else json.loads(data))
-    return out
 
 
 def metrics(url: str) -> dict[str, float]:
