@@ -178,9 +178,9 @@ impl Model {
             // Attention block.
             norm_rows(&sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(&l.wq, sc.acts.get(l.wq.act, &sc.h, t, e), t, &mut sc.q);
-            matmul(&l.wk, sc.acts.get(l.wk.act, &sc.h, t, e), t, &mut sc.k);
-            matmul(&l.wv, sc.acts.get(l.wv.act, &sc.h, t, e), t, &mut sc.v);
+            matmul(&l.wq, sc.acts.get(l.wq.input, &sc.h, t, e), t, &mut sc.q);
+            matmul(&l.wk, sc.acts.get(l.wk.input, &sc.h, t, e), t, &mut sc.k);
+            matmul(&l.wv, sc.acts.get(l.wv.input, &sc.h, t, e), t, &mut sc.v);
             for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
                 if let Some(b) = bias {
                     buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
@@ -210,14 +210,14 @@ impl Model {
             };
             attention(&s.cache, il, &shape, &sc.q, start, t, &mut sc.att);
             sc.acts.invalidate();
-            matmul(&l.wo, sc.acts.get(l.wo.act, &sc.att, t, c.n_head * hv), t, &mut sc.o);
+            matmul(&l.wo, sc.acts.get(l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
             residual_add(&mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
 
             // Feed-forward block.
             norm_rows(&sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(&l.w_gate, sc.acts.get(l.w_gate.act, &sc.h, t, e), t, &mut sc.gate);
-            matmul(&l.w_up, sc.acts.get(l.w_up.act, &sc.h, t, e), t, &mut sc.up);
+            matmul(&l.w_gate, sc.acts.get(l.w_gate.input, &sc.h, t, e), t, &mut sc.gate);
+            matmul(&l.w_up, sc.acts.get(l.w_up.input, &sc.h, t, e), t, &mut sc.up);
             let act = c.opts.activation;
             sc.gate[..t * c.n_ff].par_chunks_mut(c.n_ff).zip(sc.up[..t * c.n_ff].par_chunks(c.n_ff)).for_each(|(g, u)| {
                 for (g, u) in g.iter_mut().zip(u) {
@@ -228,7 +228,7 @@ impl Model {
                 }
             });
             sc.acts.invalidate();
-            matmul(&l.w_down, sc.acts.get(l.w_down.act, &sc.gate, t, c.n_ff), t, &mut sc.o);
+            matmul(&l.w_down, sc.acts.get(l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
             residual_add(&mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
         }
         s.cache.commit(t);
@@ -246,7 +246,7 @@ impl Model {
         let out = w.output();
         sc.logits.resize(n * c.n_vocab, 0.0);
         sc.acts.invalidate();
-        matmul(out, sc.acts.get(out.act, &sc.h, n, e), n, &mut sc.logits);
+        matmul(out, sc.acts.get(out.input, &sc.h, n, e), n, &mut sc.logits);
     }
 }
 

@@ -30,6 +30,9 @@ pub use generate::{GenerateParams, Generation, Step, StopReason};
 pub struct LoadOptions {
     /// Worker threads; 0 picks the number of physical cores.
     pub threads: usize,
+    /// Keep every matrix in the file's layout (no repacking for the tile
+    /// kernels): slower, for measuring what repacking gains.
+    pub no_repack: bool,
 }
 
 pub struct Model {
@@ -58,7 +61,7 @@ impl Model {
                 config.n_vocab
             )));
         }
-        let weights = weights::bind(&file, &config)?;
+        let weights = weights::bind(&file, &config, !opts.no_repack)?;
         let mut rope_tables = vec![(ops::rope_inv_freq(config.rope_base, config.n_rot), config.rope_freq_scale)];
         let mut rope_variant = vec![0; config.n_layer];
         if let Some(base) = config.opts.swa_rope_base {

@@ -5,16 +5,16 @@
 //! Work is split by weight rows, and each row meets every column of the batch
 //! while it is hot in cache, so a pass of several tokens reads the weights once.
 
-use ember_quant::ActType;
+use ember_quant::{ActType, MAX_TILE_COLS};
 use rayon::prelude::*;
 
-use crate::weights::Matrix;
+use crate::weights::{ActFormat, Matrix, PackedRows};
 
 /// Activation rows, quantized on first use per format and reused by every
 /// matrix of that format reading the same input (q, k and v share one).
 #[derive(Default)]
 pub struct Acts {
-    entries: Vec<(ActType, Vec<u8>, bool)>,
+    entries: Vec<(ActFormat, Vec<u8>, bool)>,
 }
 
 impl Acts {
@@ -26,7 +26,7 @@ impl Acts {
     }
 
     /// The `t` rows of `x` (each `k` wide) in format `act`.
-    pub fn get(&mut self, act: ActType, x: &[f32], t: usize, k: usize) -> &[u8] {
+    pub fn get(&mut self, act: ActFormat, x: &[f32], t: usize, k: usize) -> &[u8] {
         let i = match self.entries.iter().position(|e| e.0 == act) {
             Some(i) => i,
             None => {
@@ -36,7 +36,11 @@ impl Acts {
         };
         let e = &mut self.entries[i];
         if !e.2 {
-            let rb = ember_quant::act_row_bytes(act, k).expect("row width checked when the weights were bound");
+            let rb = match act {
+                ActFormat::File(a) => ember_quant::act_row_bytes(a, k),
+                ActFormat::Packed => ember_quant::packed::act_row_bytes(k),
+            }
+            .expect("row width checked when the weights were bound");
             e.1.resize(rb * t, 0);
             e.1.par_chunks_mut(rb).zip(x[..t * k].par_chunks(k)).for_each(|(dst, src)| quantize_into(act, src, dst));
             e.2 = true;
@@ -46,7 +50,14 @@ impl Acts {
 }
 
 /// One activation row written in place (the token loop allocates nothing).
-fn quantize_into(act: ActType, src: &[f32], dst: &mut [u8]) {
+fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
+    let act = match act {
+        ActFormat::Packed => {
+            ember_quant::packed::quantize_act_row(src, dst).expect("row width checked at bind");
+            return;
+        }
+        ActFormat::File(a) => a,
+    };
     match act {
         ActType::Q8_0 => ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind"),
         ActType::Q8_1 => ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind"),
@@ -76,6 +87,9 @@ unsafe impl Send for SendPtr {}
 /// `out[j][r] = dot(w.row(r), acts[j])` for `t` columns; `out` is `t` rows of `w.rows`.
 pub fn matmul(w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
     debug_assert!(out.len() >= t * w.rows);
+    if let Some(p) = &w.packed {
+        return matmul_tiled(w, p, acts, t, out);
+    }
     let arb = acts.len() / t;
     let (rows, k, dot) = (w.rows, w.cols, w.dot);
     let out = SendPtr(out.as_mut_ptr());
@@ -90,6 +104,36 @@ pub fn matmul(w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
                 let v = dot(k, wr, &acts[j * arb..(j + 1) * arb]);
                 // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
                 unsafe { *out.0.add(j * rows + r) = v };
+            }
+        }
+    });
+}
+
+/// Rows in a task of a tiled product over several columns: few enough that
+/// they stay in L1 while every column group passes over them.
+const TILE_ROWS: usize = 16;
+
+/// As [`matmul`], over repacked rows: each task takes a run of rows and meets
+/// them with the columns [`MAX_TILE_COLS`] at a time, so a weight block is
+/// unpacked once per column group instead of once per column.
+fn matmul_tiled(w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
+    let stride = acts.len() / t;
+    let (rows, k, tile) = (w.rows, w.cols, p.tile);
+    let out = SendPtr(out.as_mut_ptr());
+    let n_threads = rayon::current_num_threads().max(1);
+    let chunk = if t == 1 { rows.div_ceil(n_threads * 4).max(16) } else { TILE_ROWS };
+    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
+        let out = &out;
+        let mut res = [0.0f32; MAX_TILE_COLS];
+        let rows_here = c * chunk..((c + 1) * chunk).min(rows);
+        for j0 in (0..t).step_by(MAX_TILE_COLS) {
+            let n = MAX_TILE_COLS.min(t - j0);
+            for r in rows_here.clone() {
+                tile(k, p.row(r), &acts[j0 * stride..], stride, n, &mut res);
+                for (jj, &v) in res[..n].iter().enumerate() {
+                    // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
+                    unsafe { *out.0.add((j0 + jj) * rows + r) = v };
+                }
             }
         }
     });

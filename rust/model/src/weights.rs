@@ -2,14 +2,17 @@
 //! the configuration before the first pass, and remembers which tensors were
 //! read so that a half-wired architecture can be reported.
 //!
-//! Weight matrices stay in the file's mapping: nothing is copied but the small
-//! norm vectors and biases.
+//! Weight matrices stay in the file's mapping, except those in a format with
+//! a repacked layout (`ember_quant::packed`): their rows are rewritten once at
+//! load into the layout the tile kernels stream, which pays for itself in the
+//! first pass. Norm vectors and biases are read into f32.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ember_gguf::{GgmlType, GgufFile};
-use ember_quant::{ActType, DotFn};
+use ember_quant::packed::PackedFormat;
+use ember_quant::{ActType, DotFn, TileFn};
 
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -22,10 +25,35 @@ pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
     pub row_bytes: usize,
-    /// The activation format this type's kernel dots with.
-    pub act: ActType,
+    /// The activation rows its kernel reads.
+    pub input: ActFormat,
     pub dot: DotFn,
+    /// The rows repacked for the tile kernels, where the format has a layout.
+    pub packed: Option<PackedRows>,
     data: &'static [u8],
+}
+
+/// How a matrix wants its input quantized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActFormat {
+    /// Rows of blocks of the file format's activation type, for its dot kernel.
+    File(ActType),
+    /// The tile kernels' layout (`ember_quant::packed::quantize_act_row`).
+    Packed,
+}
+
+pub struct PackedRows {
+    pub format: PackedFormat,
+    pub tile: TileFn,
+    pub row_bytes: usize,
+    data: Vec<u8>,
+}
+
+impl PackedRows {
+    #[inline]
+    pub fn row(&self, r: usize) -> &[u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
 }
 
 impl Matrix {
@@ -74,6 +102,7 @@ impl Weights {
 struct Binder<'a> {
     file: &'a Arc<GgufFile>,
     read: BTreeSet<String>,
+    repack: bool,
 }
 
 impl<'a> Binder<'a> {
@@ -98,16 +127,13 @@ impl<'a> Binder<'a> {
         // for as long as these weights exist (it is dropped after them).
         let data: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(data) };
         self.read.insert(name.to_string());
-        Ok(Some(Matrix {
-            name: name.to_string(),
-            ty: t.ty,
-            rows,
-            cols,
-            row_bytes: t.ty.row_bytes(cols as u64).unwrap() as usize,
-            act,
-            dot,
-            data,
-        }))
+        let row_bytes = t.ty.row_bytes(cols as u64).unwrap() as usize;
+        let packed = match PackedFormat::of(t.ty) {
+            Some(format) if self.repack => Some(repack(format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?),
+            _ => None,
+        };
+        let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(act) };
+        Ok(Some(Matrix { name: name.to_string(), ty: t.ty, rows, cols, row_bytes, input, dot, packed, data }))
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -130,8 +156,21 @@ impl<'a> Binder<'a> {
     }
 }
 
-pub fn bind(file: &Arc<GgufFile>, c: &Config) -> Result<Weights> {
-    let mut b = Binder { file, read: BTreeSet::new() };
+fn repack(format: PackedFormat, rows: usize, cols: usize, row_bytes: usize, src: &[u8]) -> std::result::Result<PackedRows, ember_quant::QuantError> {
+    use rayon::prelude::*;
+    let packed_bytes = format.row_bytes(cols).expect("row width checked before");
+    let mut data = vec![0u8; rows * packed_bytes];
+    data.par_chunks_mut(packed_bytes)
+        .zip(src.par_chunks(row_bytes))
+        .try_for_each(|(dst, src)| format.pack_row(cols, src, dst))?;
+    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), row_bytes: packed_bytes, data })
+}
+
+/// Binds every tensor the architecture reads; `repack` rewrites the rows of
+/// formats that have a tile layout (off: every matrix stays in the mapping and
+/// uses the file-format dot kernels, for comparison).
+pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
+    let mut b = Binder { file, read: BTreeSet::new(), repack };
     let (e, hk, hv) = (c.n_embd, c.head_dim_k, c.head_dim_v);
     let token_embd = b.matrix("token_embd.weight", c.n_vocab, e)?;
     let mut layers = Vec::with_capacity(c.n_layer);

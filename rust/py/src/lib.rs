@@ -75,6 +75,13 @@ fn inspect<'py>(py: Python<'py>, path: &str, max_array: usize) -> PyResult<Bound
     Ok(out)
 }
 
+/// The instruction set the quantized dot-product kernels run on here
+/// (for example "avx2"), as chosen at start-up.
+#[pyfunction]
+fn simd_level() -> &'static str {
+    ember_quant::simd_level()
+}
+
 #[pyclass(frozen, module = "ember._native")]
 struct Model {
     inner: Arc<ember_model::Model>,
@@ -93,7 +100,7 @@ impl Model {
             return Err(InvalidRequestError::new_err("max_batch must be at least 1"));
         }
         let path = path.to_string();
-        let inner = py.detach(move || ember_model::Model::load(&path, LoadOptions { threads })).map_err(map_err)?;
+        let inner = py.detach(move || ember_model::Model::load(&path, LoadOptions { threads, ..Default::default() })).map_err(map_err)?;
         let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
         Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv })
     }
@@ -328,6 +335,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_class::<Generator>()?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add("EmberError", py.get_type::<EmberError>())?;
     m.add("ModelLoadError", py.get_type::<ModelLoadError>())?;
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;

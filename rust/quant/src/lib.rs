@@ -38,11 +38,13 @@ pub mod blocks;
 mod dequant;
 mod error;
 mod kernels;
+pub mod packed;
 mod quantize;
 
 pub use dequant::{can_dequantize, dequantize_row};
 pub use error::QuantError;
-pub use kernels::{dot_fn, scalar, scalar_dot_fn, simd_level, vec_dot, DotFn};
+pub use kernels::tile::{scalar_tile_fn, TileFn, MAX_TILE_COLS};
+pub use kernels::{dot_fn, scalar, scalar_dot_fn, simd_level, tile_fn, vec_dot, DotFn};
 pub use quantize::{
     act_row_bytes, activation_type, quantize_activation, quantize_row_q8_0, quantize_row_q8_0_ref,
     quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_K, ActType,

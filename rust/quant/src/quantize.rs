@@ -141,7 +141,7 @@ pub fn quantize_activation(act: ActType, x: &[f32], out: &mut Vec<u8>) -> Result
 
 /// How a 32-element activation block is scaled and rounded.
 #[derive(Clone, Copy)]
-enum Q8Rounding {
+pub(crate) enum Q8Rounding {
     /// ggml's `_ref` quantizers (and the `gguf` Python package): multiplier
     /// `1 / d`, halves away from zero.
     Reference,
@@ -154,7 +154,7 @@ enum Q8Rounding {
 
 /// One block: the f32 scale `d = amax / 127`, the quants, and their sum.
 #[inline]
-fn q8_block(x: &[f32], rounding: Q8Rounding) -> (f32, [i8; QK32], i32) {
+pub(crate) fn q8_block(x: &[f32], rounding: Q8Rounding) -> (f32, [i8; QK32], i32) {
     // Written as ggml's MAX macro so NaN handling matches too.
     let amax = x
         .iter()
@@ -173,7 +173,8 @@ fn q8_block(x: &[f32], rounding: Q8Rounding) -> (f32, [i8; QK32], i32) {
         Q8Rounding::X86 => {
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             for (q, &v) in qs.iter_mut().zip(x) {
-                *q = (v * id).round_ties_even() as i8;
+                // nearest_int rounds halves to even without a libm call.
+                *q = nearest_int(v * id) as i8;
                 sum += *q as i32;
             }
         }

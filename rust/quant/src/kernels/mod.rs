@@ -2,6 +2,7 @@
 //! SIMD variants, and the one-time choice between them for this CPU.
 
 pub mod scalar;
+pub mod tile;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -9,7 +10,9 @@ use std::sync::OnceLock;
 
 use ember_gguf::GgmlType;
 
+use crate::packed::PackedFormat;
 use crate::quantize::{act_row_bytes, activation_type};
+use tile::TileFn;
 
 /// A dot-product kernel: `k` elements of a weight row (in the weight type's
 /// on-disk format) against an activation row in the format
@@ -66,6 +69,15 @@ pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
         #[cfg(target_arch = "x86_64")]
         Level::Avx2 => x86::avx2::dot_fn(w).or_else(|| scalar_dot_fn(w)),
         Level::Scalar => scalar_dot_fn(w),
+    }
+}
+
+/// The fastest tile kernel for a repacked format on this CPU.
+pub fn tile_fn(fmt: PackedFormat) -> TileFn {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => x86::avx2_tile::tile_fn(fmt).unwrap_or_else(|| tile::scalar_tile_fn(fmt)),
+        Level::Scalar => tile::scalar_tile_fn(fmt),
     }
 }
 

@@ -120,7 +120,7 @@ unsafe fn fp16(h: f16) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_float_8(x: __m256) -> f32 {
+pub(super) unsafe fn hsum_float_8(x: __m256) -> f32 {
     let mut res = _mm256_extractf128_ps::<1>(x);
     res = _mm_add_ps(res, _mm256_castps256_ps128(x));
     res = _mm_add_ps(res, _mm_movehl_ps(res, res));
@@ -148,7 +148,7 @@ unsafe fn bytes_from_nibbles_32(p: *const u8) -> __m256i {
 /// Bit `i` of the 32 bits at `p` to byte `i`: 0xFF when set, 0x00 when clear.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
     let x32 = p.cast::<u32>().read_unaligned();
     let shuf_mask = _mm256_set_epi64x(
         0x0303030303030303,

@@ -2,3 +2,4 @@
 //! seen to support its instruction set.
 
 pub(crate) mod avx2;
+pub(crate) mod avx2_tile;
