@@ -1,5 +1,6 @@
 """The `ember` command: `run` a completion or a chat, `info` about a model file,
-`serve` a model over HTTP (its flags live in `ember.server.cli`)."""
+`bench` its speed as llama-bench measures it, `serve` a model over HTTP (its
+flags live in `ember.server.cli`)."""
 
 from __future__ import annotations
 
@@ -148,6 +149,31 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(a: argparse.Namespace) -> int:
+    from ember.bench import BenchError, check_args, main_bench
+
+    try:
+        check_args(a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size)
+        path = a.model
+        if path is None:
+            from ember.fetch import default_model_path
+
+            path = default_model_path()
+        return main_bench(path, a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size, a.json)
+    except BenchError as e:
+        print(f"ember bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _one_line_errors(p: argparse.ArgumentParser) -> None:
+    """Usage mistakes end in one line on stderr and exit status 2, without the usage block."""
+
+    def error(message: str):
+        p.exit(2, f"{p.prog}: error: {message}\n")
+
+    p.error = error  # type: ignore[method-assign]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ember", description="Local LLM inference on GGUF models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -161,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe a GGUF file and what ember makes of it")
     info.add_argument("-m", "--model")
     info.set_defaults(func=cmd_info)
+    bench = sub.add_parser("bench", help="measure prompt reading (ppN) and generation (tgN) rates, as llama-bench does")
+    bench.add_argument("-m", "--model", help="GGUF model file (default: SmolLM2-135M-Instruct, fetched once)")
+    bench.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens to read (0: skip the pp test)")
+    bench.add_argument("-n", "--n-gen", type=int, default=128, help="tokens to generate (0: skip the tg test)")
+    bench.add_argument("-r", "--repetitions", type=int, default=3, help="timed runs of each test, after one warm-up")
+    bench.add_argument("-t", "--threads", type=int, default=0, help="worker threads (0: physical cores)")
+    bench.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass")
+    bench.add_argument("--json", action="store_true", help="one JSON object per line per test instead of a table")
+    bench.set_defaults(func=cmd_bench, parser=bench)
+    _one_line_errors(bench)
     # Listed here for `ember --help`; main() hands its arguments over before
     # argparse sees them, so llama-server's flags parse in one place.
     sub.add_parser("serve", help="serve a model over HTTP (llama-server's flags; see `ember serve --help`)", add_help=False)
@@ -173,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         from ember.server.cli import main as serve_main
 
         return serve_main(argv[1:], prog="ember serve")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # What parse_args does, but told by the subcommand's parser where it has its own way.
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except EmberError as e:

@@ -1,0 +1,275 @@
+"""ember against llama.cpp's llama-bench on the same GGUF files, the same
+thread count and the same tests (ppN: read N prompt tokens; tgN: generate N
+tokens), alternating one run of each so both share the machine's noise.
+
+    python benches/compare_llamacpp.py [-m FILE ...] [--threads T] [-p 512] [-n 128] [-r 3]
+                                       [--llama-bench PATH] [--cache DIR]
+
+llama-bench is built once from the llama-cpp-python source package (which
+vendors llama.cpp) into the cache, with native CPU flags; --llama-bench names
+a binary to use instead. Nothing of llama.cpp lives in this repository.
+
+Each repetition is one `ember bench -r 1` process and one `llama-bench -r 1`
+process per test; both do one untimed warm-up run of the test before the timed
+one. The table gives the mean over the repetitions and the ratio ember/llama.cpp.
+Not a test: it takes minutes, and the first run builds llama.cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+
+# Configure options for a CPU-only, static, llama-bench-only build. Those the
+# vendored tree does not declare (renamed or removed between versions) are left out.
+CMAKE_OPTIONS = {
+    "CMAKE_BUILD_TYPE": "Release",
+    "GGML_NATIVE": "ON",
+    "LLAMA_CURL": "OFF",
+    "LLAMA_OPENSSL": "OFF",
+    "LLAMA_BUILD_COMMON": "ON",
+    "LLAMA_BUILD_TESTS": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "OFF",
+    "LLAMA_BUILD_SERVER": "OFF",
+    "LLAMA_BUILD_APP": "OFF",
+    "LLAMA_BUILD_TOOLS": "ON",
+    "BUILD_SHARED_LIBS": "OFF",
+}
+_ALWAYS = {"CMAKE_BUILD_TYPE"}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- the machine ---------------------------------------------------------------
+def physical_cores() -> int:
+    """Distinct (physical id, core id) pairs in /proc/cpuinfo, else the logical count."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.cpu_count() or 1
+    cores, phys = set(), "0"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "physical id":
+            phys = value
+        elif key == "core id":
+            cores.add((phys, value))
+    return len(cores) or os.cpu_count() or 1
+
+
+def cpu_summary() -> str:
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown CPU":
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ["avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+              "avx_vnni", "amx_int8", "asimd", "asimddp", "sve"]
+    have = [f for f in wanted if f in flags]
+    return f"{model}; {os.cpu_count()} logical CPUs, {physical_cores()} physical cores; " \
+           f"flags: {' '.join(have) if have else 'none of ' + '/'.join(wanted[:6])}"
+
+
+# -- llama-bench ----------------------------------------------------------------
+def _lower_priority() -> None:
+    os.nice(19)
+
+
+def _run_build_step(cmd: list[str], cwd: Path | None = None) -> None:
+    log("$ " + " ".join(cmd))
+    # The build's chatter goes to stderr, so stdout carries the results alone.
+    r = subprocess.run(cmd, cwd=cwd, preexec_fn=_lower_priority, stdout=sys.stderr)
+    if r.returncode != 0:
+        raise SystemExit(f"compare_llamacpp: failed ({r.returncode}): {' '.join(cmd)}")
+
+
+def find_cmake() -> str:
+    cmake = shutil.which("cmake")
+    if cmake:
+        return cmake
+    scripts = Path(sysconfig.get_path("scripts")) / "cmake"
+    if not scripts.is_file():
+        log("cmake is not on PATH: installing it into this Python environment (pip install cmake)")
+        _run_build_step([sys.executable, "-m", "pip", "install", "-q", "cmake"])
+    if scripts.is_file():
+        return str(scripts)
+    cmake = shutil.which("cmake")
+    if not cmake:
+        raise SystemExit("compare_llamacpp: cmake is still not found after `pip install cmake`")
+    return cmake
+
+
+def declared_options(src: Path) -> set[str]:
+    """Names that the tree's CMakeLists.txt files declare with option(...)."""
+    names = set()
+    for f in [src / "CMakeLists.txt", src / "ggml" / "CMakeLists.txt"]:
+        if not f.is_file():
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if line.startswith("option("):
+                names.add(line[len("option("):].split()[0].rstrip(")"))
+    return names
+
+
+def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
+    """<cache>/build/bin/llama-bench, building it on first use."""
+    binary = cache / "build" / "bin" / "llama-bench"
+    if binary.is_file():
+        return binary
+    cache.mkdir(parents=True, exist_ok=True)
+    log(f"building llama-bench from llama-cpp-python {version} into {cache} (once; minutes)")
+    sdist = cache / f"llama_cpp_python-{version}.tar.gz"
+    if not sdist.is_file():
+        # --no-binary names the package alone: `:all:` would also force its build
+        # tools (cmake among them) to compile from source while pip reads the metadata.
+        _run_build_step([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
+                         f"llama-cpp-python=={version}", "-d", str(cache)])
+    if not sdist.is_file():
+        found = sorted(cache.glob("llama_cpp_python-*.tar.gz"))
+        if not found:
+            raise SystemExit(f"compare_llamacpp: no source package of llama-cpp-python {version} in {cache}")
+        sdist = found[-1]
+    root = cache / sdist.name[: -len(".tar.gz")]
+    if not root.is_dir():
+        log(f"unpacking {sdist.name}")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(cache, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(cache)
+    src = root / "vendor" / "llama.cpp"
+    if not (src / "CMakeLists.txt").is_file():
+        raise SystemExit(f"compare_llamacpp: {src} holds no llama.cpp source tree")
+    declared = declared_options(src)
+    defs = []
+    for name, value in CMAKE_OPTIONS.items():
+        if name in _ALWAYS or name in declared:
+            defs.append(f"-D{name}={value}")
+        else:
+            log(f"(llama.cpp at this version has no option {name}; not passed)")
+    cmake = find_cmake()
+    build = cache / "build"
+    _run_build_step([cmake, "-S", str(src), "-B", str(build), *defs])
+    _run_build_step([cmake, "--build", str(build), "--target", "llama-bench", "-j", str(jobs)])
+    if not binary.is_file():
+        found = list(build.rglob("llama-bench"))
+        found = [f for f in found if f.is_file() and os.access(f, os.X_OK)]
+        if not found:
+            raise SystemExit(f"compare_llamacpp: the build produced no llama-bench under {build}")
+        return found[0]
+    return binary
+
+
+# -- one run of each -------------------------------------------------------------
+def _run(cmd: list[str], what: str) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
+        raise SystemExit(f"compare_llamacpp: {what} failed ({r.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
+    return r.stdout
+
+
+def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int) -> float:
+    out = _run([sys.executable, "-m", "ember", "bench", "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen),
+                "-t", str(threads), "-r", "1", "--json"], "ember bench")
+    objs = [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
+    if len(objs) != 1:
+        raise SystemExit(f"compare_llamacpp: ember bench printed {len(objs)} results, expected 1:\n{out}")
+    return float(objs[0]["avg_ts"])
+
+
+def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int) -> float:
+    out = _run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads),
+                "-r", "1", "-o", "json"], "llama-bench")
+    start = out.find("[")
+    objs = json.loads(out[start:]) if start >= 0 else []
+    objs = [o for o in objs if o.get("n_prompt") == n_prompt and o.get("n_gen") == n_gen]
+    if len(objs) != 1:
+        raise SystemExit(f"compare_llamacpp: cannot find the pp{n_prompt}/tg{n_gen} result in llama-bench's output:\n{out}")
+    return float(objs[0]["avg_ts"])
+
+
+def default_models() -> list[Path]:
+    env = os.environ.get("EMBER_TEST_MODELS")
+    d = Path(env) if env else Path.home() / ".cache" / "ember" / "models"
+    return [d / name for name in MODELS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--models", nargs="+", type=Path, help="GGUF files (default: the two test models)")
+    ap.add_argument("-t", "--threads", type=int, default=0, help="threads for both (default: physical cores)")
+    ap.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the pp test (0: skip it)")
+    ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the tg test (0: skip it)")
+    ap.add_argument("-r", "--repetitions", type=int, default=3, help="alternating runs of each engine per test")
+    ap.add_argument("--llama-bench", type=Path, help="an existing llama-bench binary (skips the build)")
+    ap.add_argument("--cache", type=Path, help="where llama-bench is built (default: ~/.cache/ember/llama-bench/VERSION)")
+    ap.add_argument("--llama-cpp-python-version", default=LLAMA_CPP_PYTHON_VERSION,
+                    help=f"llama-cpp-python source package to build from (default {LLAMA_CPP_PYTHON_VERSION})")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="parallel jobs of the build")
+    a = ap.parse_args(argv)
+    if a.n_prompt < 0 or a.n_gen < 0 or (a.n_prompt == 0 and a.n_gen == 0):
+        ap.error("-p and -n must be >= 0, and not both 0")
+    if a.repetitions < 1:
+        ap.error("-r must be >= 1")
+    threads = a.threads or physical_cores()
+    models = a.models or default_models()
+    missing = [m for m in models if not m.is_file()]
+    if missing:
+        ap.error("missing model file(s): " + ", ".join(map(str, missing)) + " (python tests/fetch_test_models.py)")
+
+    print(f"CPU: {cpu_summary()}", flush=True)
+    if a.llama_bench:
+        binary = a.llama_bench
+        if not binary.is_file():
+            ap.error(f"--llama-bench {binary}: no such file")
+    else:
+        cache = a.cache or Path.home() / ".cache" / "ember" / "llama-bench" / a.llama_cpp_python_version
+        binary = build_llama_bench(cache, a.llama_cpp_python_version, a.jobs)
+    from ember import _native
+
+    print(f"llama-bench: {binary}", flush=True)
+    print(f"ember kernels: {_native.simd_level()}; threads {threads}; mean t/s over {a.repetitions} alternating "
+          f"run(s), each after a warm-up", flush=True)
+    tests = [(a.n_prompt, 0)] * bool(a.n_prompt) + [(0, a.n_gen)] * bool(a.n_gen)
+    rows = []
+    for model in models:
+        for n_prompt, n_gen in tests:
+            name = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+            ours, theirs = [], []
+            for rep in range(a.repetitions):
+                ours.append(ember_rate(model, n_prompt, n_gen, threads))
+                theirs.append(llama_rate(binary, model, n_prompt, n_gen, threads))
+                log(f"{model.name} {name} run {rep + 1}/{a.repetitions}: ember {ours[-1]:.1f} t/s, "
+                    f"llama.cpp {theirs[-1]:.1f} t/s")
+            e, l = statistics.fmean(ours), statistics.fmean(theirs)
+            rows.append((model.name, name, e, l, e / l))
+
+    w = max([len("model")] + [len(r[0]) for r in rows])
+    print()
+    print(f"| {'model':<{w}} | {'test':>6} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |")
+    print(f"| {'-' * w} | {'-' * 5}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |")
+    for name, test, e, l, ratio in rows:
+        print(f"| {name:<{w}} | {test:>6} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

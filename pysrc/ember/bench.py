@@ -1,0 +1,206 @@
+"""`ember bench`: prompt processing (ppN) and text generation (tgN) rates,
+measured and printed the way llama.cpp's llama-bench does, so the figures can
+sit beside its own.
+
+``ppN`` reads N prompt tokens into an empty context (logits of the last
+position only); ``tgN`` decodes N tokens one at a time from an empty context.
+Each test runs once untimed, then ``repetitions`` times; the rate is tokens per
+second, reported as mean ± sample standard deviation over the repetitions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+__all__ = ["BenchError", "TestResult", "prompt_tokens", "run_bench", "format_table", "format_jsonl"]
+
+
+class BenchError(ValueError):
+    """An argument `ember bench` cannot use (the command exits with status 2)."""
+
+
+@dataclass
+class TestResult:
+    model: str
+    size: int
+    params: int
+    kernels: str
+    threads: int
+    n_batch: int
+    n_prompt: int
+    n_gen: int
+    samples_ts: list[float] = field(default_factory=list)
+
+    @property
+    def test(self) -> str:
+        return f"pp{self.n_prompt}" if self.n_prompt else f"tg{self.n_gen}"
+
+    @property
+    def avg_ts(self) -> float:
+        return statistics.fmean(self.samples_ts)
+
+    @property
+    def stddev_ts(self) -> float:
+        return statistics.stdev(self.samples_ts) if len(self.samples_ts) > 1 else 0.0
+
+    def as_json(self) -> dict:
+        return {
+            "model": self.model,
+            "test": self.test,
+            "n_prompt": self.n_prompt,
+            "n_gen": self.n_gen,
+            "threads": self.threads,
+            "kernels": self.kernels,
+            "n_batch": self.n_batch,
+            "model_size": self.size,
+            "model_n_params": self.params,
+            "samples_ts": self.samples_ts,
+            "avg_ts": self.avg_ts,
+            "stddev_ts": self.stddev_ts,
+        }
+
+
+def prompt_tokens(n: int, n_vocab: int, bos: int | None) -> list[int]:
+    """``n`` prompt ids spread over the vocabulary (llama-bench draws random
+    ids; a fixed stride keeps runs comparable)."""
+    start = (bos if bos is not None else 1) + 1
+    return [(start + i * 7919) % n_vocab for i in range(n)]
+
+
+def check_args(n_prompt: int, n_gen: int, repetitions: int, threads: int, batch: int) -> None:
+    if n_prompt < 0:
+        raise BenchError(f"-p/--n-prompt must be >= 0 (got {n_prompt})")
+    if n_gen < 0:
+        raise BenchError(f"-n/--n-gen must be >= 0 (got {n_gen})")
+    if n_prompt == 0 and n_gen == 0:
+        raise BenchError("nothing to measure: -p and -n are both 0")
+    if repetitions < 1:
+        raise BenchError(f"-r/--repetitions must be >= 1 (got {repetitions})")
+    if threads < 0:
+        raise BenchError(f"-t/--threads must be >= 0 (got {threads}; 0 picks the physical cores)")
+    if batch < 1:
+        raise BenchError(f"-b/--batch-size must be >= 1 (got {batch})")
+
+
+def _model_facts(path: Path) -> tuple[int, int]:
+    """(bytes of tensor data, number of parameters) from the file's header."""
+    from ember import _native
+
+    info = _native.inspect(str(path), 0)
+    size = sum(t[3] for t in info["tensors"])
+    params = sum(math.prod(t[2]) for t in info["tensors"])
+    return size, params
+
+
+def run_bench(
+    path: Path,
+    n_prompt: int,
+    n_gen: int,
+    repetitions: int,
+    threads: int = 0,
+    batch: int = 512,
+    on_result: Callable[[TestResult], None] | None = None,
+) -> list[TestResult]:
+    """Measures the tests (ppN unless ``n_prompt`` is 0, tgN unless ``n_gen`` is 0)
+    and returns their results, handing each to ``on_result`` as it finishes."""
+    from ember import _native
+
+    check_args(n_prompt, n_gen, repetitions, threads, batch)
+    path = Path(path)
+    if not path.is_file():
+        raise BenchError(f"model file {path}: no such file")
+    size, params = _model_facts(path)
+    model = _native.Model(str(path), max(n_prompt, n_gen, 1), threads, "f16", batch)
+    base = dict(
+        model=path.name, size=size, params=params, kernels=_native.simd_level(), threads=model.threads, n_batch=batch
+    )
+    bos = model.bos_id
+    tests: list[tuple[TestResult, Callable[[], float]]] = []
+    if n_prompt:
+        ids = prompt_tokens(n_prompt, model.n_vocab, bos)
+        tests.append((TestResult(n_prompt=n_prompt, n_gen=0, **base), lambda: model.bench_prompt(ids)))
+    if n_gen:
+        first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
+        tests.append((TestResult(n_prompt=0, n_gen=n_gen, **base), lambda: model.bench_generation(first, n_gen)))
+    results = []
+    for result, measure in tests:
+        n = result.n_prompt or result.n_gen
+        measure()  # warm-up, untimed
+        for _ in range(repetitions):
+            result.samples_ts.append(n / measure())
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def _human_size(n: int) -> str:
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if n < 1024 or unit == "GiB":
+            return f"{n:.2f} {unit}"
+    return str(n)
+
+
+def _human_params(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    return f"{n / 1e6:.2f} M"
+
+
+_COLUMNS = ["model", "size", "params", "kernels", "threads", "test", "t/s"]
+_RIGHT = {"size", "params", "threads", "test", "t/s"}
+
+
+def _row(r: TestResult) -> list[str]:
+    return [
+        r.model, _human_size(r.size), _human_params(r.params), r.kernels, str(r.threads), r.test,
+        f"{r.avg_ts:.2f} ± {r.stddev_ts:.2f}",
+    ]
+
+
+def _widths(results: list[TestResult], model_name: str) -> list[int]:
+    widths = [len(c) for c in _COLUMNS]
+    widths[0] = max(widths[0], len(model_name))
+    for r in results:
+        widths = [max(w, len(v)) for w, v in zip(widths, _row(r))]
+    return widths
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    out = []
+    for c, w, name in zip(cells, widths, _COLUMNS):
+        out.append(c.rjust(w) if name in _RIGHT else c.ljust(w))
+    return "| " + " | ".join(out) + " |"
+
+
+def format_table(results: list[TestResult]) -> str:
+    """A markdown table, one row per test, as llama-bench prints it."""
+    widths = _widths(results, results[0].model if results else "")
+    sep = "| " + " | ".join(("-" * (w - 1) + ":") if n in _RIGHT else "-" * w for w, n in zip(widths, _COLUMNS)) + " |"
+    return "\n".join([_line(_COLUMNS, widths), sep] + [_line(_row(r), widths) for r in results])
+
+
+def format_jsonl(result: TestResult) -> str:
+    return json.dumps(result.as_json(), ensure_ascii=False)
+
+
+def main_bench(path: Path, n_prompt: int, n_gen: int, repetitions: int, threads: int, batch: int, as_json: bool,
+               out: TextIO = sys.stdout) -> int:
+    """Runs the tests and prints them: a table (after the last test), or a JSON
+    object per line as each test finishes."""
+
+    def emit(r: TestResult) -> None:
+        if as_json:
+            print(format_jsonl(r), file=out, flush=True)
+
+    results = run_bench(path, n_prompt, n_gen, repetitions, threads, batch, on_result=emit)
+    if not as_json:
+        print(format_table(results), file=out, flush=True)
+    return 0

@@ -1,0 +1,82 @@
+"""`ember bench`, run as a user runs it: a subprocess, with tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def ember(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_prints_a_llama_bench_table(smollm2_path):
+    from ember import _native
+
+    r = ember("bench", "-m", str(smollm2_path), "-p", "16", "-n", "4", "-r", "1", "-t", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 4, r.stdout
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == ["model", "size", "params", "kernels", "threads", "test", "t/s"]
+    assert set(lines[1]) <= set("|-: ")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert [row[5] for row in rows] == ["pp16", "tg4"]
+    for row in rows:
+        assert len(row) == len(header)
+        assert row[0] == smollm2_path.name
+        assert row[1].endswith("MiB") and row[2].endswith(" M")
+        assert row[3] == _native.simd_level()
+        assert row[4] == "1"
+        mean, _, stddev = row[6].partition(" ± ")
+        assert float(mean) > 0 and float(stddev) >= 0
+
+
+def test_bench_json_lines(smollm2_path):
+    r = ember("bench", "-m", str(smollm2_path), "-p", "16", "-n", "4", "-r", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    objs = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert [o["test"] for o in objs] == ["pp16", "tg4"]
+    assert [(o["n_prompt"], o["n_gen"]) for o in objs] == [(16, 0), (0, 4)]
+    for o in objs:
+        assert o["model"] == smollm2_path.name
+        assert o["threads"] >= 1 and o["kernels"]
+        assert len(o["samples_ts"]) == 2 and all(s > 0 for s in o["samples_ts"])
+        assert o["avg_ts"] > 0 and o["stddev_ts"] >= 0
+
+
+def test_zero_skips_a_test(smollm2_path):
+    r = ember("bench", "-m", str(smollm2_path), "-p", "0", "-n", "2", "-r", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["test"] for line in r.stdout.strip().splitlines()] == ["tg2"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["-p", "-1"], "-p/--n-prompt"),
+        (["-n", "-5"], "-n/--n-gen"),
+        (["-r", "0"], "-r/--repetitions"),
+        (["-t", "-2"], "-t/--threads"),
+        (["-p", "0", "-n", "0"], "nothing to measure"),
+        (["-p", "many"], "invalid int value"),
+        (["--no-such-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(smollm2_path, args, needle):
+    r = ember("bench", "-m", str(smollm2_path), *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_a_missing_model_file_exits_2(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    r = ember("bench", "-m", str(missing), "-p", "16", "-n", "4", "-r", "1")
+    assert r.returncode == 2
+    assert str(missing) in r.stderr and "no such file" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
