@@ -4,8 +4,16 @@
 //! With an f16 cache the arithmetic follows llama.cpp's (non-flash) CPU path,
 //! whose outputs are the parity reference: the query is rounded to f16 before
 //! it meets the keys, scores are softmaxed in f32, and the probabilities are
-//! rounded to f16 before they weight the values. Each (position, head) keeps
-//! its scores in a per-thread buffer that grows to the longest span seen.
+//! rounded to f16 before they weight the values.
+//!
+//! The work is split into items of (a tile of consecutive query rows, a run of
+//! query heads sharing one kv head). An item reads each key and value row of
+//! its span once from the cache and uses it for every query of the tile, and
+//! keeps its scores, queries and outputs in a per-thread buffer that grows to
+//! the largest item seen. Every output element is still the same sequence of
+//! roundings as a one-query-at-a-time loop: a dot per (query, key), a softmax
+//! per query over its keys in position order, and a sum over the value rows
+//! in position order.
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
@@ -14,8 +22,8 @@ use ember_gguf::GgmlType;
 use ember_kv::{KvCache, Rows};
 use ember_quant::DotFn;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
-use rayon::prelude::*;
+
+use crate::pool::Pool;
 
 pub struct AttnShape {
     pub n_head: usize,
@@ -26,14 +34,17 @@ pub struct AttnShape {
     pub window: Option<usize>,
 }
 
-/// Per-thread buffers: the scores of one (position, head), the query in f32
-/// and in f16, and one value row widened to f32.
+/// Per-thread buffers of one item: its scores (then probabilities), one row
+/// per query with a stride of the item's key span; its queries in f16 (and
+/// widened back to f32 for the fused dots); a
+/// block of value rows widened to f32; and its outputs.
 #[derive(Default)]
 struct Scratch {
     scores: Vec<f32>,
-    q32: Vec<f32>,
     q16: Vec<f16>,
+    qw: Vec<f32>,
     v32: Vec<f32>,
+    o: Vec<f32>,
 }
 
 thread_local! {
@@ -46,76 +57,634 @@ fn f16_dot() -> DotFn {
     *DOT.get_or_init(|| ember_quant::dot_fn(GgmlType::F16).expect("F16 has a dot kernel"))
 }
 
+/// Whether the F16C/AVX2 conversions and vector loops below can run, checked once.
+fn simd() -> bool {
+    static SIMD: OnceLock<bool> = OnceLock::new();
+    *SIMD.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+/// Whether the vector loops' fused dots (one key against several queries)
+/// round exactly as the F16 dot kernel, checked once on random rows; where
+/// not, every score comes from the kernel.
+fn fused_dots() -> bool {
+    static FUSED: OnceLock<bool> = OnceLock::new();
+    *FUSED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if simd() {
+            // SAFETY: `simd` says the CPU has these features.
+            return unsafe { avx::dots_match(f16_dot()) };
+        }
+        false
+    })
+}
+
 fn f16_bytes(v: &[f16]) -> &[u8] {
     // SAFETY: f16 is two plain bytes with no padding.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
+/// Query row budget of one item: its outputs and f16 queries stay around 16 KiB each.
+const ITEM_FLOATS: usize = 4096;
+
+/// Items per thread to aim for, so that uneven items (later rows see more
+/// keys) still balance.
+const ITEMS_PER_THREAD: usize = 4;
+
 /// `q`: t rows of n_head * head_dim_k; `out`: t rows of n_head * head_dim_v.
 /// Query row j sits at position `start + j`; the cache already holds its key.
-pub fn attention(cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
-    let (hk, hv) = (s.head_dim_k, s.head_dim_v);
-    let group = s.n_head / s.n_head_kv;
-    let kw = cache.shape(il).k_width;
-    let vw = cache.shape(il).v_width;
-    let keys = cache.keys(il);
-    let values = cache.values(il);
-    out[..t * s.n_head * hv].par_chunks_mut(hv).enumerate().for_each(|(i, o)| {
-        let (j, h) = (i / s.n_head, i % s.n_head);
-        let pos = start + j;
-        let kvh = h / group;
-        let qh = &q[j * s.n_head * hk + h * hk..][..hk];
-        let first = match s.window {
-            Some(w) => (pos + 1).saturating_sub(w),
-            None => 0,
-        };
+pub fn attention(pool: &Pool, cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
+    attention_with(pool, cache, il, s, q, start, t, out, pool.threads(), ITEM_FLOATS, simd());
+}
+
+/// [`attention`] split for `threads` threads with items of about `item_floats`
+/// floats of output, with the vector loops where `simd` (which must be false
+/// where [`simd`] is).
+#[allow(clippy::too_many_arguments)]
+fn attention_with(
+    pool: &Pool,
+    cache: &KvCache,
+    il: usize,
+    s: &AttnShape,
+    q: &[f32],
+    start: usize,
+    t: usize,
+    out: &mut [f32],
+    threads: usize,
+    item_floats: usize,
+    simd: bool,
+) {
+    if t == 0 {
+        return;
+    }
+    assert!(!simd || self::simd(), "vector loops on a CPU without them");
+    let mut plan = Plan::new(cache, il, s, q, start, t, threads, item_floats);
+    plan.fused = simd && fused_dots();
+    assert!(q.len() >= t * s.n_head * s.head_dim_k, "query rows");
+    let out = &mut out[..t * s.n_head * s.head_dim_v];
+    let dst = OutPtr(out.as_mut_ptr());
+    pool.for_each(plan.items(), |i| {
         SCRATCH.with_borrow_mut(|sc| {
-            let Scratch { scores, q32, q16, v32 } = sc;
-            scores.clear();
+            // SAFETY: items write disjoint parts of `out` (see `Plan::item`),
+            // which outlives the loop; `simd` was checked on this CPU.
+            unsafe { plan.run(i, sc, dst, simd) }
+        })
+    });
+}
+
+/// The output of a pass, shared by items that write disjoint parts of it.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: only used to write disjoint ranges from different threads.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// How a pass's attention is split into items, and what every item reads.
+struct Plan<'a> {
+    cache: &'a KvCache,
+    il: usize,
+    keys: Rows<'a>,
+    values: Rows<'a>,
+    kw: usize,
+    vw: usize,
+    q: &'a [f32],
+    start: usize,
+    t: usize,
+    n_head: usize,
+    hk: usize,
+    hv: usize,
+    group: usize,
+    scale: f32,
+    window: Option<usize>,
+    /// Query rows per tile.
+    tile: usize,
+    n_tiles: usize,
+    /// Query heads per item (a divisor of `group`).
+    heads: usize,
+    dot: DotFn,
+    /// Whether the vector loops may compute scores themselves (see [`fused_dots`]).
+    fused: bool,
+}
+
+impl<'a> Plan<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cache: &'a KvCache,
+        il: usize,
+        s: &AttnShape,
+        q: &'a [f32],
+        start: usize,
+        t: usize,
+        threads: usize,
+        item_floats: usize,
+    ) -> Self {
+        let group = s.n_head / s.n_head_kv;
+        let rows = (item_floats / s.head_dim_k.max(s.head_dim_v).max(1)).max(1);
+        let want = ITEMS_PER_THREAD * threads.max(1);
+        // A whole group per item shares each key and value row between the
+        // group's heads; single heads give more items where there are few rows.
+        let (mut heads, mut tile) = (group, (rows / group).max(1).min(t));
+        if s.n_head_kv * t.div_ceil(tile) < want {
+            heads = 1;
+            tile = (t * s.n_head / want).clamp(1, rows).min(t);
+        }
+        let shape = cache.shape(il);
+        Plan {
+            cache,
+            il,
+            keys: cache.keys(il),
+            values: cache.values(il),
+            kw: shape.k_width,
+            vw: shape.v_width,
+            q,
+            start,
+            t,
+            n_head: s.n_head,
+            hk: s.head_dim_k,
+            hv: s.head_dim_v,
+            group,
+            scale: s.scale,
+            window: s.window,
+            tile,
+            n_tiles: t.div_ceil(tile),
+            heads,
+            dot: f16_dot(),
+            fused: false,
+        }
+    }
+
+    fn items(&self) -> usize {
+        self.n_tiles * (self.n_head / self.heads)
+    }
+
+    /// Item `i`: (query rows j0..j1, query heads h0..h0 + heads). The last
+    /// tiles, whose rows see the most keys, come first.
+    fn item(&self, i: usize) -> (usize, usize, usize) {
+        let per_tile = self.n_head / self.heads;
+        let tile = self.n_tiles - 1 - i / per_tile;
+        let h0 = (i % per_tile) * self.heads;
+        let j0 = tile * self.tile;
+        (j0, (j0 + self.tile).min(self.t), h0)
+    }
+
+    /// The first position query row `j` sees.
+    #[inline]
+    fn first(&self, j: usize) -> usize {
+        match self.window {
+            Some(w) => (self.start + j + 1).saturating_sub(w),
+            None => 0,
+        }
+    }
+
+    /// The query rows among j0..j1 that see position `p`.
+    #[inline]
+    fn rows_seeing(&self, p: usize, j0: usize, j1: usize) -> std::ops::Range<usize> {
+        let ja = j0.max(p.saturating_sub(self.start));
+        let jb = match self.window {
+            Some(w) => j1.min((p + w).saturating_sub(self.start)),
+            None => j1,
+        };
+        ja..jb.max(ja)
+    }
+
+    /// # Safety
+    /// `simd` only where [`simd`] says so; `dst` is the pass's output, and no
+    /// other item runs `i` at the same time.
+    unsafe fn run(&self, i: usize, sc: &mut Scratch, dst: OutPtr, simd: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            return run_avx(self, i, sc, dst);
+        }
+        let _ = simd;
+        run_item::<Scalar>(self, i, sc, dst)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) {
+    run_item::<Avx>(plan, i, sc, dst)
+}
+
+/// One item, written once for the scalar and the vector element loops.
+#[inline(always)]
+unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) {
+    let (j0, j1, h0) = p.item(i);
+    let (hk, hv, heads) = (p.hk, p.hv, p.heads);
+    let kvh = h0 / p.group;
+    let nq = (j1 - j0) * heads;
+    let lo = p.first(j0);
+    let hi = p.start + j1 - 1;
+    let width = hi + 1 - lo;
+    let Scratch { scores, q16, qw, v32, o } = sc;
+    if scores.len() < nq * width {
+        scores.resize(nq * width, 0.0);
+    }
+    // Queries of row j and heads h0.. are contiguous in `q`.
+    let q_at = |j: usize| j * p.n_head * hk + h0 * hk;
+
+    // Scores: query (j, g) against position pos goes to scores[(j - j0) * heads + g][pos - lo].
+    match &p.keys {
+        Rows::F16(k) => {
+            if q16.len() < nq * hk {
+                q16.resize(nq * hk, f16::ZERO);
+            }
+            for j in j0..j1 {
+                let n = heads * hk;
+                L::narrow(&p.q[q_at(j)..][..n], &mut q16[(j - j0) * n..][..n]);
+            }
+            if L::SIMD && p.fused {
+                if qw.len() < nq * hk {
+                    qw.resize(nq * hk, 0.0);
+                }
+                L::widen(&q16[..nq * hk], &mut qw[..nq * hk]);
+                for pos in lo..=hi {
+                    let row = p.cache.row_of(p.il, pos);
+                    let key = &k[row * p.kw + kvh * hk..][..hk];
+                    let r = p.rows_seeing(pos, j0, j1);
+                    let (mut qi, qb) = ((r.start - j0) * heads, (r.end - j0) * heads);
+                    while qi < qb {
+                        let n = (qb - qi).min(3);
+                        let mut d = [0.0f32; 3];
+                        L::dots(key, &qw[qi * hk..][..n * hk], &mut d[..n]);
+                        for (u, &d) in d[..n].iter().enumerate() {
+                            *scores.get_unchecked_mut((qi + u) * width + pos - lo) = p.scale * d;
+                        }
+                        qi += n;
+                    }
+                }
+            } else {
+            let dot = p.dot;
+            for pos in lo..=hi {
+                let row = p.cache.row_of(p.il, pos);
+                let key = f16_bytes(&k[row * p.kw + kvh * hk..][..hk]);
+                for j in p.rows_seeing(pos, j0, j1) {
+                    for g in 0..heads {
+                        let qi = (j - j0) * heads + g;
+                        let qb = f16_bytes(&q16[qi * hk..][..hk]);
+                        *scores.get_unchecked_mut(qi * width + pos - lo) = p.scale * dot(hk, key, qb);
+                    }
+                }
+            }
+            }
+        }
+        Rows::F32(k) => {
+            for pos in lo..=hi {
+                let row = p.cache.row_of(p.il, pos);
+                let key = &k[row * p.kw + kvh * hk..][..hk];
+                for j in p.rows_seeing(pos, j0, j1) {
+                    for g in 0..heads {
+                        let qi = (j - j0) * heads + g;
+                        let qh = &p.q[q_at(j) + g * hk..][..hk];
+                        *scores.get_unchecked_mut(qi * width + pos - lo) = p.scale * dot_f32(qh, key);
+                    }
+                }
+            }
+        }
+    }
+
+    // Softmax per query over the keys it sees, in position order; the
+    // probabilities replace the scores (rounded to f16 for f16 values).
+    let f16_values = matches!(p.values, Rows::F16(_));
+    for j in j0..j1 {
+        let (a, b) = (p.first(j) - lo, p.start + j + 1 - lo);
+        for g in 0..heads {
+            let qi = (j - j0) * heads + g;
+            let row = &mut scores[qi * width..][a..b];
             let mut max = f32::NEG_INFINITY;
-            match &keys {
-                Rows::F16(k) => {
-                    q16.resize(hk, f16::ZERO);
-                    q16.convert_from_f32_slice(qh);
-                    let (dot, qb) = (f16_dot(), f16_bytes(q16));
-                    for p in first..=pos {
-                        let row = cache.row_of(il, p);
-                        let score = s.scale * dot(hk, f16_bytes(&k[row * kw + kvh * hk..][..hk]), qb);
-                        max = max.max(score);
-                        scores.push(score);
-                    }
-                }
-                Rows::F32(k) => {
-                    q32.clear();
-                    q32.extend_from_slice(qh);
-                    for p in first..=pos {
-                        let row = cache.row_of(il, p);
-                        let score = s.scale * dot_f32(q32, &k[row * kw + kvh * hk..][..hk]);
-                        max = max.max(score);
-                        scores.push(score);
-                    }
-                }
+            for &e in row.iter() {
+                max = max.max(e);
+            }
+            for e in row.iter_mut() {
+                *e = (*e - max).exp();
             }
             let mut sum = 0.0f64;
-            for e in scores.iter_mut() {
-                *e = (*e - max).exp();
-                sum += *e as f64;
+            for &e in row.iter() {
+                sum += e as f64;
             }
             let inv = (1.0 / sum) as f32;
-            o.fill(0.0);
-            v32.resize(hv, 0.0);
-            for (p, &e) in (first..=pos).zip(scores.iter()) {
-                let row = cache.row_of(il, p);
-                match &values {
-                    Rows::F16(v) => {
-                        v[row * vw + kvh * hv..][..hv].convert_to_f32_slice(v32);
-                        axpy_f32(f16::from_f32(e * inv).to_f32(), v32, o);
-                    }
-                    Rows::F32(v) => axpy_f32(e * inv, &v[row * vw + kvh * hv..][..hv], o),
+            if f16_values {
+                L::probs_f16(row, inv);
+            } else {
+                for e in row.iter_mut() {
+                    *e *= inv;
                 }
             }
-        });
-    });
+        }
+    }
+
+    // Outputs: the value rows weighted by the probabilities, in position
+    // order, a block of value rows (widened to f32) at a time.
+    o.clear();
+    o.resize(nq * hv, 0.0);
+    let block = (ITEM_FLOATS / hv.max(1)).clamp(1, width);
+    if v32.len() < block * hv {
+        v32.resize(block * hv, 0.0);
+    }
+    let mut c0 = lo;
+    while c0 <= hi {
+        let c1 = (c0 + block).min(hi + 1);
+        for pos in c0..c1 {
+            let row = p.cache.row_of(p.il, pos);
+            let dst = &mut v32[(pos - c0) * hv..][..hv];
+            match &p.values {
+                Rows::F16(v) => L::widen(&v[row * p.vw + kvh * hv..][..hv], dst),
+                Rows::F32(v) => dst.copy_from_slice(&v[row * p.vw + kvh * hv..][..hv]),
+            }
+        }
+        let (ja, jb) = (p.rows_seeing(c0, j0, j1).start, p.rows_seeing(c1 - 1, j0, j1).end);
+        for j in ja..jb {
+            let a = p.first(j).max(c0);
+            let b = (p.start + j + 1).min(c1);
+            if a >= b {
+                continue;
+            }
+            for g in 0..heads {
+                let qi = (j - j0) * heads + g;
+                let w = &scores[qi * width + a - lo..][..b - a];
+                L::weigh(w, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..hv]);
+            }
+        }
+        c0 = c1;
+    }
+    for j in j0..j1 {
+        let n = heads * hv;
+        let src = &o[(j - j0) * n..][..n];
+        // SAFETY: rows j0..j1 and heads h0..h0 + heads belong to this item alone.
+        let out = std::slice::from_raw_parts_mut(dst.0.add(j * p.n_head * hv + h0 * hv), n);
+        out.copy_from_slice(src);
+    }
+}
+
+/// Element loops with a scalar and an AVX2/F16C form that round identically.
+trait Lanes {
+    /// Whether [`Lanes::dots`] exists.
+    const SIMD: bool;
+    /// The dots of an f16 `key` with `out.len()` queries (f16 values widened,
+    /// one after another in `q`), each summed exactly as the F16 dot kernel.
+    unsafe fn dots(key: &[f16], q: &[f32], out: &mut [f32]);
+    /// f32 to f16, rounding to nearest even (as `f16::from_f32`).
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]);
+    /// f16 to f32 (exact).
+    unsafe fn widen(src: &[f16], dst: &mut [f32]);
+    /// `e = f16(e * inv)` widened back, for every e.
+    unsafe fn probs_f16(row: &mut [f32], inv: f32);
+    /// `o += w[i] * v[i]` for the rows `v[i]` (of `o.len()` floats) in order,
+    /// a rounded product then a rounded sum each (no fused multiply-add).
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
+}
+
+struct Scalar;
+
+impl Lanes for Scalar {
+    const SIMD: bool = false;
+    unsafe fn dots(_: &[f16], _: &[f32], _: &mut [f32]) {
+        unreachable!("only with the vector loops")
+    }
+    #[inline(always)]
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = f16::from_f32(s);
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    #[inline(always)]
+    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        for e in row.iter_mut() {
+            *e = f16::from_f32(*e * inv).to_f32();
+        }
+    }
+    #[inline(always)]
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        for (&w, v) in w.iter().zip(v.chunks_exact(o.len())) {
+            axpy_f32(w, v, o);
+        }
+    }
+}
+
+/// Reachable only through `run_avx`, after [`simd`].
+#[cfg(target_arch = "x86_64")]
+struct Avx;
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(s.add(i)));
+            _mm_storeu_si128(d.add(i).cast(), h);
+            i += 8;
+        }
+        while i < n {
+            *d.add(i) = f16::from_bits(_mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(*s.add(i)))) as u16);
+            i += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(d.add(i), _mm256_cvtph_ps(_mm_loadu_si128(s.add(i).cast())));
+            i += 8;
+        }
+        while i < n {
+            *d.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((*s.add(i)).to_bits() as i16)));
+            i += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        let n = row.len();
+        let r = row.as_mut_ptr();
+        let vinv = _mm256_set1_ps(inv);
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_mul_ps(_mm256_loadu_ps(r.add(i)), vinv);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            _mm256_storeu_ps(r.add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        while i < n {
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(*r.add(i) * inv));
+            *r.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(h));
+            i += 1;
+        }
+    }
+
+    /// `N` dots of one f16 key, in the F16 dot kernel's order: four
+    /// accumulators over blocks of 32, then the first over blocks of 8, summed
+    /// pairwise and across lanes, then the remaining products one by one.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dots<const N: usize>(key: &[f16], q: &[f32], out: &mut [f32]) {
+        let k = key.len();
+        assert!(q.len() >= N * k && out.len() >= N);
+        let (w, q) = (key.as_ptr(), q.as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); 4]; N];
+        let mut i = 0;
+        while i + 32 <= k {
+            for j in 0..4 {
+                let kv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(i + 8 * j).cast()));
+                for (n, acc) in acc.iter_mut().enumerate() {
+                    acc[j] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q.add(n * k + i + 8 * j)), acc[j]);
+                }
+            }
+            i += 32;
+        }
+        while i + 8 <= k {
+            let kv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(i).cast()));
+            for (n, acc) in acc.iter_mut().enumerate() {
+                acc[0] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q.add(n * k + i)), acc[0]);
+            }
+            i += 8;
+        }
+        for (n, acc) in acc.iter().enumerate() {
+            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            let mut res = _mm256_extractf128_ps::<1>(sum);
+            res = _mm_add_ps(res, _mm256_castps256_ps128(sum));
+            res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+            res = _mm_add_ss(res, _mm_movehdup_ps(res));
+            let mut sumf = _mm_cvtss_f32(res);
+            for r in i..k {
+                let kv = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((*w.add(r)).to_bits() as i16)));
+                sumf += kv * *q.add(n * k + r);
+            }
+            out[n] = sumf;
+        }
+    }
+
+    /// Whether [`dots`] gives `dot`'s results bit for bit, on random rows of many lengths.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dots_match(dot: ember_quant::DotFn) -> bool {
+        let mut x = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f16::from_f32(((x >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0)
+        };
+        for k in (1..=80).chain([96, 128, 130, 200, 256, 264, 512]) {
+            for _ in 0..4 {
+                let key: Vec<f16> = (0..k).map(|_| next()).collect();
+                let q16: Vec<f16> = (0..3 * k).map(|_| next()).collect();
+                let q: Vec<f32> = q16.iter().map(|h| h.to_f32()).collect();
+                let mut got = [0.0f32; 3];
+                dots::<3>(&key, &q, &mut got);
+                let mut one = [0.0f32; 1];
+                dots::<1>(&key, &q[2 * k..], &mut one);
+                for n in 0..3 {
+                    let want = dot(k, super::f16_bytes(&key), super::f16_bytes(&q16[n * k..][..k]));
+                    if want.to_bits() != got[n].to_bits() {
+                        return false;
+                    }
+                }
+                if one[0].to_bits() != got[2].to_bits() {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Four output vectors held in registers across all the rows, then eight, then single floats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        let n = o.len();
+        let rows = w.len().min(v.len() / n.max(1));
+        let (v, o) = (v.as_ptr(), o.as_mut_ptr());
+        let mut i = 0;
+        while i + 32 <= n {
+            let mut acc = [
+                _mm256_loadu_ps(o.add(i)),
+                _mm256_loadu_ps(o.add(i + 8)),
+                _mm256_loadu_ps(o.add(i + 16)),
+                _mm256_loadu_ps(o.add(i + 24)),
+            ];
+            for (r, &w) in w[..rows].iter().enumerate() {
+                let (vw, row) = (_mm256_set1_ps(w), v.add(r * n + i));
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(vw, _mm256_loadu_ps(row.add(8 * u))));
+                }
+            }
+            for (u, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(i + 8 * u), *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let mut acc = _mm256_loadu_ps(o.add(i));
+            for (r, &w) in w[..rows].iter().enumerate() {
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w), _mm256_loadu_ps(v.add(r * n + i))));
+            }
+            _mm256_storeu_ps(o.add(i), acc);
+            i += 8;
+        }
+        while i < n {
+            let mut acc = *o.add(i);
+            for (r, &w) in w[..rows].iter().enumerate() {
+                acc += w * *v.add(r * n + i);
+            }
+            *o.add(i) = acc;
+            i += 1;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx {
+    const SIMD: bool = true;
+    #[inline(always)]
+    unsafe fn dots(key: &[f16], q: &[f32], out: &mut [f32]) {
+        match out.len() {
+            3 => avx::dots::<3>(key, q, out),
+            2 => avx::dots::<2>(key, q, out),
+            _ => avx::dots::<1>(key, q, out),
+        }
+    }
+    #[inline(always)]
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        avx::narrow(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        avx::widen(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        avx::probs_f16(row, inv)
+    }
+    #[inline(always)]
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        avx::weigh(w, v, o)
+    }
 }
 
 #[inline]
@@ -130,3 +699,152 @@ fn axpy_f32(w: f32, v: &[f32], o: &mut [f32]) {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ember_kv::{KvType, LayerShape};
+
+    /// The straightforward algorithm: one (position, head) at a time.
+    fn reference(cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
+        let (hk, hv) = (s.head_dim_k, s.head_dim_v);
+        let group = s.n_head / s.n_head_kv;
+        let kw = cache.shape(il).k_width;
+        let vw = cache.shape(il).v_width;
+        let keys = cache.keys(il);
+        let values = cache.values(il);
+        for (i, o) in out[..t * s.n_head * hv].chunks_mut(hv).enumerate() {
+            let (j, h) = (i / s.n_head, i % s.n_head);
+            let pos = start + j;
+            let kvh = h / group;
+            let qh = &q[j * s.n_head * hk + h * hk..][..hk];
+            let first = match s.window {
+                Some(w) => (pos + 1).saturating_sub(w),
+                None => 0,
+            };
+            let mut scores = Vec::new();
+            let mut max = f32::NEG_INFINITY;
+            match &keys {
+                Rows::F16(k) => {
+                    let q16: Vec<f16> = qh.iter().map(|&x| f16::from_f32(x)).collect();
+                    for p in first..=pos {
+                        let row = cache.row_of(il, p);
+                        let score = s.scale * f16_dot()(hk, f16_bytes(&k[row * kw + kvh * hk..][..hk]), f16_bytes(&q16));
+                        max = max.max(score);
+                        scores.push(score);
+                    }
+                }
+                Rows::F32(k) => {
+                    for p in first..=pos {
+                        let row = cache.row_of(il, p);
+                        let score = s.scale * dot_f32(qh, &k[row * kw + kvh * hk..][..hk]);
+                        max = max.max(score);
+                        scores.push(score);
+                    }
+                }
+            }
+            let mut sum = 0.0f64;
+            for e in scores.iter_mut() {
+                *e = (*e - max).exp();
+                sum += *e as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            o.fill(0.0);
+            for (p, &e) in (first..=pos).zip(scores.iter()) {
+                let row = cache.row_of(il, p);
+                match &values {
+                    Rows::F16(v) => {
+                        let v32: Vec<f32> = v[row * vw + kvh * hv..][..hv].iter().map(|x| x.to_f32()).collect();
+                        axpy_f32(f16::from_f32(e * inv).to_f32(), &v32, o);
+                    }
+                    Rows::F32(v) => axpy_f32(e * inv, &v[row * vw + kvh * hv..][..hv], o),
+                }
+            }
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn vec(&mut self, n: usize, amp: f32) -> Vec<f32> {
+            (0..n).map(|_| amp * self.next()).collect()
+        }
+    }
+
+    /// Passes of uneven lengths over a full-context layer and a sliding-window
+    /// layer whose ring wraps mid-pass, for every split the planner can pick.
+    fn check(ty: KvType, n_head: usize, n_head_kv: usize, hk: usize, hv: usize) {
+        let window = 5;
+        let max_batch = 24;
+        let shapes = [
+            LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: None },
+            LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: Some(window) },
+        ];
+        let mut cache = KvCache::new(ty, 128, max_batch, &shapes);
+        let mut rng = Rng(0x5eed ^ (hk * 31 + hv) as u64);
+        let mut start = 0;
+        let simds: &[bool] = if simd() { &[false, true] } else { &[false] };
+        let pool = Pool::new(2).unwrap();
+        for t in [1, 24, 3, 1, 17, 24, 2] {
+            for il in 0..2 {
+                for j in 0..t {
+                    let k = rng.vec(shapes[il].k_width, 2.0);
+                    let v = rng.vec(shapes[il].v_width, 1.0);
+                    cache.write(il, start + j, &k, &v);
+                }
+            }
+            for il in 0..2 {
+                let s = AttnShape {
+                    n_head,
+                    n_head_kv,
+                    head_dim_k: hk,
+                    head_dim_v: hv,
+                    scale: 1.0 / (hk as f32).sqrt(),
+                    window: shapes[il].window,
+                };
+                let q = rng.vec(t * n_head * hk, 3.0);
+                let mut want = vec![0.0; t * n_head * hv];
+                reference(&cache, il, &s, &q, start, t, &mut want);
+                for (threads, floats) in [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (1, 1 << 20), (1, 8 * hk), (3, 1), (64, 1)] {
+                    for &simd in simds {
+                        let mut got = vec![f32::NAN; t * n_head * hv];
+                        attention_with(&pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, simd);
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                g.to_bits() == w.to_bits(),
+                                "{ty:?} layer {il} t {t} start {start} threads {threads} simd {simd}: \
+                                 element {i}: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+            cache.commit(t);
+            start += t;
+        }
+    }
+
+    #[test]
+    fn matches_reference_f16() {
+        check(KvType::F16, 6, 2, 40, 36);
+        check(KvType::F16, 9, 3, 64, 64);
+        check(KvType::F16, 4, 1, 256, 256);
+        check(KvType::F16, 4, 4, 19, 7);
+    }
+
+    /// On a CPU with the vector loops, scores take the fused path (which the
+    /// tests above then compare to the reference).
+    #[test]
+    fn fused_dots_agree_with_the_kernel() {
+        assert_eq!(fused_dots(), simd());
+    }
+
+    #[test]
+    fn matches_reference_f32() {
+        check(KvType::F32, 6, 2, 40, 36);
+        check(KvType::F32, 4, 1, 256, 256);
+        check(KvType::F32, 4, 4, 19, 7);
+    }
+}

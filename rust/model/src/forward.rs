@@ -7,13 +7,13 @@
 //! token loop allocates nothing.
 
 use ember_kv::{KvCache, KvType, LayerShape};
-use rayon::prelude::*;
 
 use crate::attention::{attention, AttnShape};
 use crate::config::{Config, FfnActivation};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, Acts};
 use crate::ops;
+use crate::pool::{Pool, SyncPtr};
 use crate::Model;
 
 /// Which positions of a pass need logits.
@@ -114,7 +114,7 @@ impl Model {
             return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
         }
         s.cache.reserve(tokens.len())?;
-        self.pool.install(|| self.pass(s, tokens, want));
+        self.pass(s, tokens, want);
         Ok(&s.scratch.logits)
     }
 
@@ -158,7 +158,8 @@ impl Model {
 
         // Token embeddings.
         let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
-        sc.x[..t * e].par_chunks_mut(e).zip(tokens.par_iter()).for_each(|(row, &id)| {
+        self.pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
+            let id = tokens[j];
             ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row).expect("embedding row bound at load");
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
@@ -176,11 +177,12 @@ impl Model {
         for (il, l) in w.layers.iter().enumerate() {
             let variant = self.rope_variant[il];
             // Attention block.
-            norm_rows(&sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
+            let pool = &self.pool;
+            norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(&l.wq, sc.acts.get(l.wq.input, &sc.h, t, e), t, &mut sc.q);
-            matmul(&l.wk, sc.acts.get(l.wk.input, &sc.h, t, e), t, &mut sc.k);
-            matmul(&l.wv, sc.acts.get(l.wv.input, &sc.h, t, e), t, &mut sc.v);
+            matmul(pool, &l.wq, sc.acts.get(pool, l.wq.input, &sc.h, t, e), t, &mut sc.q);
+            matmul(pool, &l.wk, sc.acts.get(pool, l.wk.input, &sc.h, t, e), t, &mut sc.k);
+            matmul(pool, &l.wv, sc.acts.get(pool, l.wv.input, &sc.h, t, e), t, &mut sc.v);
             for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
                 if let Some(b) = bias {
                     buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
@@ -188,7 +190,7 @@ impl Model {
             }
             let (cos, sin) = (&sc.cos[variant * t * half..], &sc.sin[variant * t * half..]);
             for (buf, norm, width) in [(&mut sc.q, &l.q_norm, qw), (&mut sc.k, &l.k_norm, kw)] {
-                buf[..t * width].par_chunks_mut(width).enumerate().for_each(|(j, row)| {
+                pool.rows_mut(&mut buf[..t * width], width, |j, row| {
                     for head in row.chunks_mut(hk) {
                         if let Some(n) = norm {
                             ops::rms_norm_inplace(head, n, c.rms_eps);
@@ -208,18 +210,20 @@ impl Model {
                 scale: c.attn_scale,
                 window: if c.is_swa_layer(il) { c.sliding_window } else { None },
             };
-            attention(&s.cache, il, &shape, &sc.q, start, t, &mut sc.att);
+            attention(pool, &s.cache, il, &shape, &sc.q, start, t, &mut sc.att);
             sc.acts.invalidate();
-            matmul(&l.wo, sc.acts.get(l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
-            residual_add(&mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
+            matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
+            residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
 
             // Feed-forward block.
-            norm_rows(&sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
+            norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(&l.w_gate, sc.acts.get(l.w_gate.input, &sc.h, t, e), t, &mut sc.gate);
-            matmul(&l.w_up, sc.acts.get(l.w_up.input, &sc.h, t, e), t, &mut sc.up);
+            matmul(pool, &l.w_gate, sc.acts.get(pool, l.w_gate.input, &sc.h, t, e), t, &mut sc.gate);
+            matmul(pool, &l.w_up, sc.acts.get(pool, l.w_up.input, &sc.h, t, e), t, &mut sc.up);
             let act = c.opts.activation;
-            sc.gate[..t * c.n_ff].par_chunks_mut(c.n_ff).zip(sc.up[..t * c.n_ff].par_chunks(c.n_ff)).for_each(|(g, u)| {
+            let up = &sc.up;
+            pool.rows_mut(&mut sc.gate[..t * c.n_ff], c.n_ff, |j, g| {
+                let u = &up[j * c.n_ff..(j + 1) * c.n_ff];
                 for (g, u) in g.iter_mut().zip(u) {
                     *g = match act {
                         FfnActivation::Silu => ops::silu(*g),
@@ -228,8 +232,8 @@ impl Model {
                 }
             });
             sc.acts.invalidate();
-            matmul(&l.w_down, sc.acts.get(l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
-            residual_add(&mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
+            matmul(pool, &l.w_down, sc.acts.get(pool, l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
+            residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
         }
         s.cache.commit(t);
 
@@ -242,21 +246,24 @@ impl Model {
             Logits::Last => (t - 1, 1),
             Logits::All => (0, t),
         };
-        norm_rows(&sc.x[first * e..], &w.output_norm, c.rms_eps, &mut sc.h, e, n);
+        norm_rows(&self.pool, &sc.x[first * e..], &w.output_norm, c.rms_eps, &mut sc.h, e, n);
         let out = w.output();
         sc.logits.resize(n * c.n_vocab, 0.0);
         sc.acts.invalidate();
-        matmul(out, sc.acts.get(out.input, &sc.h, n, e), n, &mut sc.logits);
+        matmul(&self.pool, out, sc.acts.get(&self.pool, out.input, &sc.h, n, e), n, &mut sc.logits);
     }
 }
 
-fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {
-    out[..t * width].par_chunks_mut(width).zip(x[..t * width].par_chunks(width)).for_each(|(o, x)| ops::rms_norm(x, w, eps, o));
+fn norm_rows(pool: &Pool, x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {
+    pool.rows_mut(&mut out[..t * width], width, |j, o| ops::rms_norm(&x[j * width..(j + 1) * width], w, eps, o));
 }
 
 /// `x += norm(o)` (or `x += o` without a post-norm).
-fn residual_add(x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, eps: f32, width: usize, t: usize) {
-    x[..t * width].par_chunks_mut(width).zip(o[..t * width].par_chunks_mut(width)).for_each(|(x, o)| {
+fn residual_add(pool: &Pool, x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, eps: f32, width: usize, t: usize) {
+    let o = SyncPtr(o.as_mut_ptr());
+    pool.rows_mut(&mut x[..t * width], width, |j, x| {
+        // SAFETY: row j of `o` belongs to the task of row j of `x` alone.
+        let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(j * width), width) };
         if let Some(n) = post_norm {
             ops::rms_norm_inplace(o, n, eps);
         }

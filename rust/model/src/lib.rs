@@ -12,6 +12,7 @@ mod forward;
 pub mod generate;
 mod matmul;
 mod ops;
+mod pool;
 pub mod weights;
 
 use std::path::Path;
@@ -44,7 +45,7 @@ pub struct Model {
     rope_tables: Vec<(Vec<f32>, f32)>,
     /// Which rope table each layer uses.
     rope_variant: Vec<usize>,
-    pool: rayon::ThreadPool,
+    pool: pool::Pool,
     n_threads: usize,
     file: Arc<GgufFile>,
 }
@@ -73,10 +74,7 @@ impl Model {
             }
         }
         let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(n_threads)
-            .thread_name(|i| format!("ember-worker-{i}"))
-            .build()
+        let pool = pool::Pool::new(n_threads)
             .map_err(|e| ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}")))?;
         Ok(Model { config, tokenizer, weights, rope_tables, rope_variant, pool, n_threads, file })
     }

@@ -6,8 +6,8 @@
 //! while it is hot in cache, so a pass of several tokens reads the weights once.
 
 use ember_quant::{ActType, MAX_TILE_COLS};
-use rayon::prelude::*;
 
+use crate::pool::{Pool, SyncPtr};
 use crate::weights::{ActFormat, Matrix, PackedRows};
 
 /// Activation rows, quantized on first use per format and reused by every
@@ -26,7 +26,7 @@ impl Acts {
     }
 
     /// The `t` rows of `x` (each `k` wide) in format `act`.
-    pub fn get(&mut self, act: ActFormat, x: &[f32], t: usize, k: usize) -> &[u8] {
+    pub fn get(&mut self, pool: &Pool, act: ActFormat, x: &[f32], t: usize, k: usize) -> &[u8] {
         let i = match self.entries.iter().position(|e| e.0 == act) {
             Some(i) => i,
             None => {
@@ -42,7 +42,7 @@ impl Acts {
             }
             .expect("row width checked when the weights were bound");
             e.1.resize(rb * t, 0);
-            e.1.par_chunks_mut(rb).zip(x[..t * k].par_chunks(k)).for_each(|(dst, src)| quantize_into(act, src, dst));
+            pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| quantize_into(act, &x[j * k..(j + 1) * k], dst));
             e.2 = true;
         }
         &self.entries[i].1
@@ -80,30 +80,24 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
     }
 }
 
-struct SendPtr(*mut f32);
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
-
 /// `out[j][r] = dot(w.row(r), acts[j])` for `t` columns; `out` is `t` rows of `w.rows`.
-pub fn matmul(w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
-    debug_assert!(out.len() >= t * w.rows);
+pub fn matmul(pool: &Pool, w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
+    assert!(out.len() >= t * w.rows);
     if let Some(p) = &w.packed {
-        return matmul_tiled(w, p, acts, t, out);
+        return matmul_tiled(pool, w, p, acts, t, out);
     }
     let arb = acts.len() / t;
     let (rows, k, dot) = (w.rows, w.cols, w.dot);
-    let out = SendPtr(out.as_mut_ptr());
-    let n_threads = rayon::current_num_threads().max(1);
+    let out = SyncPtr(out.as_mut_ptr());
     // Several chunks per thread to even out stragglers, each big enough to amortise scheduling.
-    let chunk = rows.div_ceil(n_threads * 4).max(16);
-    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let out = &out;
+    let chunk = rows.div_ceil(pool.threads() * 4).max(16);
+    pool.for_each(rows.div_ceil(chunk), |c| {
         for r in c * chunk..((c + 1) * chunk).min(rows) {
             let wr = w.row(r);
             for j in 0..t {
                 let v = dot(k, wr, &acts[j * arb..(j + 1) * arb]);
                 // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                unsafe { *out.0.add(j * rows + r) = v };
+                unsafe { *out.get().add(j * rows + r) = v };
             }
         }
     });
@@ -116,14 +110,12 @@ const TILE_ROWS: usize = 16;
 /// As [`matmul`], over repacked rows: each task takes a run of rows and meets
 /// them with the columns [`MAX_TILE_COLS`] at a time, so a weight block is
 /// unpacked once per column group instead of once per column.
-fn matmul_tiled(w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
+fn matmul_tiled(pool: &Pool, w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
     let stride = acts.len() / t;
     let (rows, k, tile) = (w.rows, w.cols, p.tile);
-    let out = SendPtr(out.as_mut_ptr());
-    let n_threads = rayon::current_num_threads().max(1);
-    let chunk = if t == 1 { rows.div_ceil(n_threads * 4).max(16) } else { TILE_ROWS };
-    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let out = &out;
+    let out = SyncPtr(out.as_mut_ptr());
+    let chunk = if t == 1 { rows.div_ceil(pool.threads() * 4).max(16) } else { TILE_ROWS };
+    pool.for_each(rows.div_ceil(chunk), |c| {
         let mut res = [0.0f32; MAX_TILE_COLS];
         let rows_here = c * chunk..((c + 1) * chunk).min(rows);
         for j0 in (0..t).step_by(MAX_TILE_COLS) {
@@ -132,7 +124,7 @@ fn matmul_tiled(w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f3
                 tile(k, p.row(r), &acts[j0 * stride..], stride, n, &mut res);
                 for (jj, &v) in res[..n].iter().enumerate() {
                     // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                    unsafe { *out.0.add((j0 + jj) * rows + r) = v };
+                    unsafe { *out.get().add((j0 + jj) * rows + r) = v };
                 }
             }
         }
