@@ -63,38 +63,62 @@ unsafe fn dot_us8(x: __m256i, y: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1)))
 }
 
+/// Blocks whose scale products are computed in one pass before the quants
+/// are read: the products then sit in a real buffer that the block loop
+/// broadcasts from (a load-port operation), instead of in registers the
+/// compiler would have to shuffle. A multiple of 8.
+const SEG: usize = 64;
+
+/// Accumulator of column `j` for block `b`: two per column where there are
+/// too few columns to hide the FMA latency, one otherwise.
+#[inline(always)]
+fn slot<const N: usize>(b: usize) -> usize {
+    if N <= 2 {
+        b & 1
+    } else {
+        0
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32) {
     let l = RowLayout::new(k);
     let (dx_p, mx_p, qs) = (w.cast::<u16>(), w.cast::<u16>().add(l.nbp), w.add(4 * l.nbp));
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    let mut sc = [[0f32; 8]; N];
-    let mut g = 0;
-    while g < l.nbe {
-        let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
-        let mx = _mm256_cvtph_ps(_mm_loadu_si128(mx_p.add(g).cast()));
-        for j in 0..N {
-            let (d, s, _, _) = col(&l, a, stride, j);
-            _mm256_storeu_ps(sc[j].as_mut_ptr(), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
-            acc[j][1] = _mm256_fmadd_ps(mx, _mm256_loadu_ps(s.add(g)), acc[j][1]);
+    let mut sc = [[0f32; SEG]; N];
+    let mut seg = 0;
+    while seg < l.nbe {
+        let end = (seg + SEG).min(l.nbe);
+        let mut g = seg;
+        while g < end {
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
+            let mx = _mm256_cvtph_ps(_mm_loadu_si128(mx_p.add(g).cast()));
+            for j in 0..N {
+                let (d, s, _, _) = col(&l, a, stride, j);
+                _mm256_storeu_ps(sc[j].as_mut_ptr().add(g - seg), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
+                let s1 = slot::<N>(1);
+                acc[j][s1] = _mm256_fmadd_ps(mx, _mm256_loadu_ps(s.add(g)), acc[j][s1]);
+            }
+            g += 8;
         }
-        let end = (g + 8).min(l.nbe);
-        let mut b = g;
+        let mut b = seg;
         while b < end {
             let v = _mm256_loadu_si256(qs.add(16 * b).cast());
             let xa = _mm256_and_si256(v, m4);
             let xb = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
             for j in 0..N {
                 let y = col(&l, a, stride, j).3.add(32 * b);
+                let sp = sc[j].as_ptr().add(b - seg);
                 let pa = dot_us8(xa, _mm256_loadu_si256(y.cast()));
+                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(xb, _mm256_loadu_si256(y.add(32).cast()));
-                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&sc[j][b - g]), acc[j][0]);
-                acc[j][1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&sc[j][b - g + 1]), acc[j][1]);
+                let s1 = slot::<N>(1);
+                acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
         }
-        g += 8;
+        seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
         *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
@@ -109,19 +133,24 @@ unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
     let bit4 = _mm256_set1_epi8(0x10);
     let sixteen = _mm256_set1_ps(16.0);
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    let mut sc = [[0f32; 8]; N];
-    let mut g = 0;
-    while g < l.nbe {
-        let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
-        let dx16 = _mm256_mul_ps(dx, sixteen);
-        for j in 0..N {
-            let (d, _, dsum, _) = col(&l, a, stride, j);
-            _mm256_storeu_ps(sc[j].as_mut_ptr(), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
-            // The quants were stored offset by 16: take 16 d_x d_y Σq_y back.
-            acc[j][1] = _mm256_fnmadd_ps(dx16, _mm256_loadu_ps(dsum.add(g)), acc[j][1]);
+    let mut sc = [[0f32; SEG]; N];
+    let mut seg = 0;
+    while seg < l.nbe {
+        let end = (seg + SEG).min(l.nbe);
+        let mut g = seg;
+        while g < end {
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
+            let dx16 = _mm256_mul_ps(dx, sixteen);
+            for j in 0..N {
+                let (d, _, dsum, _) = col(&l, a, stride, j);
+                _mm256_storeu_ps(sc[j].as_mut_ptr().add(g - seg), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
+                // The quants were stored offset by 16: take 16 d_x d_y Σq_y back.
+                let s1 = slot::<N>(1);
+                acc[j][s1] = _mm256_fnmadd_ps(dx16, _mm256_loadu_ps(dsum.add(g)), acc[j][s1]);
+            }
+            g += 8;
         }
-        let end = (g + 8).min(l.nbe);
-        let mut b = g;
+        let mut b = seg;
         while b < end {
             let v = _mm256_loadu_si256(qs.add(16 * b).cast());
             let ha = _mm256_and_si256(bytes_from_bits_32(qh.add(4 * b)), bit4);
@@ -130,14 +159,16 @@ unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
             let xb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), hb);
             for j in 0..N {
                 let y = col(&l, a, stride, j).3.add(32 * b);
+                let sp = sc[j].as_ptr().add(b - seg);
                 let pa = dot_us8(xa, _mm256_loadu_si256(y.cast()));
+                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(xb, _mm256_loadu_si256(y.add(32).cast()));
-                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&sc[j][b - g]), acc[j][0]);
-                acc[j][1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&sc[j][b - g + 1]), acc[j][1]);
+                let s1 = slot::<N>(1);
+                acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
         }
-        g += 8;
+        seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
         *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
@@ -151,30 +182,36 @@ unsafe fn q8_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
     let l = RowLayout::new(k);
     let (dx_p, qs) = (w.cast::<u16>(), w.add(2 * l.nbp));
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    let mut sc = [[0f32; 8]; N];
-    let mut g = 0;
-    while g < l.nbe {
-        let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
-        for j in 0..N {
-            let d = col(&l, a, stride, j).0;
-            _mm256_storeu_ps(sc[j].as_mut_ptr(), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
+    let mut sc = [[0f32; SEG]; N];
+    let mut seg = 0;
+    while seg < l.nbe {
+        let end = (seg + SEG).min(l.nbe);
+        let mut g = seg;
+        while g < end {
+            let dx = _mm256_cvtph_ps(_mm_loadu_si128(dx_p.add(g).cast()));
+            for j in 0..N {
+                let d = col(&l, a, stride, j).0;
+                _mm256_storeu_ps(sc[j].as_mut_ptr().add(g - seg), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
+            }
+            g += 8;
         }
-        let end = (g + 8).min(l.nbe);
-        let mut b = g;
+        let mut b = seg;
         while b < end {
             let xa = _mm256_loadu_si256(qs.add(32 * b).cast());
             let xb = _mm256_loadu_si256(qs.add(32 * b + 32).cast());
             let (axa, axb) = (_mm256_sign_epi8(xa, xa), _mm256_sign_epi8(xb, xb));
             for j in 0..N {
                 let y = col(&l, a, stride, j).3.add(32 * b);
+                let sp = sc[j].as_ptr().add(b - seg);
                 let pa = dot_us8(axa, _mm256_sign_epi8(_mm256_loadu_si256(y.cast()), xa));
+                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(axb, _mm256_sign_epi8(_mm256_loadu_si256(y.add(32).cast()), xb));
-                acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&sc[j][b - g]), acc[j][0]);
-                acc[j][1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&sc[j][b - g + 1]), acc[j][1]);
+                let s1 = slot::<N>(1);
+                acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
         }
-        g += 8;
+        seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
         *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
