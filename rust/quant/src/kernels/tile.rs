@@ -8,7 +8,7 @@ use half::f16;
 use crate::packed::{PackedFormat, RowLayout};
 
 /// The most activation columns one tile call takes.
-pub const MAX_TILE_COLS: usize = 4;
+pub const MAX_TILE_COLS: usize = 8;
 
 /// `out[j] = dot(w_row, column j)` for `j < n`, `n <= MAX_TILE_COLS`.
 /// `w_row` is a row repacked by [`PackedFormat::pack_row`] for `k` elements;

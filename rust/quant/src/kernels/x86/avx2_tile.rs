@@ -36,7 +36,11 @@ macro_rules! dispatch {
                     1 => $impl::<1>(k, w, a, act_stride, o),
                     2 => $impl::<2>(k, w, a, act_stride, o),
                     3 => $impl::<3>(k, w, a, act_stride, o),
-                    _ => $impl::<4>(k, w, a, act_stride, o),
+                    4 => $impl::<4>(k, w, a, act_stride, o),
+                    5 => $impl::<5>(k, w, a, act_stride, o),
+                    6 => $impl::<6>(k, w, a, act_stride, o),
+                    7 => $impl::<7>(k, w, a, act_stride, o),
+                    _ => $impl::<8>(k, w, a, act_stride, o),
                 }
             }
         }
