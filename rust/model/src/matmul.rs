@@ -107,24 +107,35 @@ pub fn matmul(pool: &Pool, w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
 /// they stay in L1 while every column group passes over them.
 const TILE_ROWS: usize = 16;
 
-/// As [`matmul`], over repacked rows: each task takes a run of rows and meets
-/// them with the columns [`MAX_TILE_COLS`] at a time, so a weight block is
-/// unpacked once per column group instead of once per column.
+/// As [`matmul`], over repacked rows. A single column (decode) hands each
+/// task a long run of rows in one kernel call; several columns go in tasks
+/// of [`TILE_ROWS`] rows met by the columns [`MAX_TILE_COLS`] at a time, so a
+/// weight block is unpacked once per column group instead of once per column.
 fn matmul_tiled(pool: &Pool, w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
     let stride = acts.len() / t;
     let (rows, k, tile) = (w.rows, w.cols, p.tile);
     let out = SyncPtr(out.as_mut_ptr());
-    let chunk = if t == 1 { rows.div_ceil(pool.threads() * 4).max(16) } else { TILE_ROWS };
-    pool.for_each(rows.div_ceil(chunk), |c| {
-        let mut res = [0.0f32; MAX_TILE_COLS];
-        let rows_here = c * chunk..((c + 1) * chunk).min(rows);
+    if t == 1 {
+        let chunk = rows.div_ceil(pool.threads() * 4).max(16);
+        pool.for_each(rows.div_ceil(chunk), |c| {
+            let r = c * chunk..((c + 1) * chunk).min(rows);
+            // SAFETY: tasks own disjoint row ranges of the one output row.
+            let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
+            tile(k, p.rows(r.clone()), r.len(), acts, stride, 1, o, r.len());
+        });
+        return;
+    }
+    pool.for_each(rows.div_ceil(TILE_ROWS), |c| {
+        let r = c * TILE_ROWS..((c + 1) * TILE_ROWS).min(rows);
+        let n_rows = r.len();
+        let mut res = [0.0f32; TILE_ROWS * MAX_TILE_COLS];
         for j0 in (0..t).step_by(MAX_TILE_COLS) {
             let n = MAX_TILE_COLS.min(t - j0);
-            for r in rows_here.clone() {
-                tile(k, p.row(r), &acts[j0 * stride..], stride, n, &mut res);
-                for (jj, &v) in res[..n].iter().enumerate() {
+            tile(k, p.rows(r.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
+            for jj in 0..n {
+                for (i, &v) in res[jj * n_rows..(jj + 1) * n_rows].iter().enumerate() {
                     // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                    unsafe { *out.get().add((j0 + jj) * rows + r) = v };
+                    unsafe { *out.get().add((j0 + jj) * rows + r.start + i) = v };
                 }
             }
         }

@@ -54,6 +54,12 @@ impl PackedRows {
     pub fn row(&self, r: usize) -> &[u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
+
+    /// Rows `rows.start..rows.end`, contiguous.
+    #[inline]
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> &[u8] {
+        &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes]
+    }
 }
 
 impl Matrix {

@@ -114,23 +114,15 @@ fn main() {
             quantize_act_row(&x[c * k..(c + 1) * k], &mut acts[c * stride..(c + 1) * stride]).unwrap();
         }
         let tile = tile_fn(fmt);
-        let mut res = [0.0f32; MAX_TILE_COLS];
         let mv = time(|| {
-            for r in 0..rows {
-                tile(k, &pw[r * prb..(r + 1) * prb], &acts, stride, 1, &mut res);
-                out[r] = res[0];
-            }
+            tile(k, &pw, rows, &acts, stride, 1, &mut out, rows);
             black_box(&out);
         });
         let mm = time(|| {
-            for rb0 in (0..rows).step_by(16) {
+            for r0 in (0..rows).step_by(16) {
                 for c0 in (0..cols).step_by(MAX_TILE_COLS) {
-                    for r in rb0..(rb0 + 16).min(rows) {
-                        tile(k, &pw[r * prb..(r + 1) * prb], &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut res);
-                        for (j, &v) in res.iter().enumerate() {
-                            out[(c0 + j) * rows + r] = v;
-                        }
-                    }
+                    let n_rows = 16.min(rows - r0);
+                    tile(k, &pw[r0 * prb..(r0 + n_rows) * prb], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
                 }
             }
             black_box(&out);

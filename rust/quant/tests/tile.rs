@@ -69,7 +69,7 @@ fn scalar_tiles_equal_file_format_kernels() {
             let stride = act_row_bytes(k).unwrap() + 16;
             let acts = packed_acts(&xs, k, stride);
             let mut out = [0.0f32; MAX_TILE_COLS];
-            tile(k, &pw, &acts, stride, MAX_TILE_COLS, &mut out);
+            tile(k, &pw, 1, &acts, stride, MAX_TILE_COLS, &mut out, 1);
             for (j, x) in xs.iter().enumerate() {
                 let want = dot(k, &w, &file_act(fmt, x));
                 let tol = 1e-5 * magnitude(ty, &w, x).max(1.0);
@@ -93,8 +93,8 @@ fn simd_tiles_match_scalar_twins() {
                 let stride = act_row_bytes(k).unwrap();
                 let acts = packed_acts(&xs, k, stride);
                 let (mut a, mut b) = ([f32::NAN; MAX_TILE_COLS], [f32::NAN; MAX_TILE_COLS]);
-                best(k, &pw, &acts, stride, n, &mut a);
-                scalar(k, &pw, &acts, stride, n, &mut b);
+                best(k, &pw, 1, &acts, stride, n, &mut a, 1);
+                scalar(k, &pw, 1, &acts, stride, n, &mut b, 1);
                 for j in 0..n {
                     let tol = 1e-5 * magnitude(ty, &w, &xs[j]).max(1.0);
                     assert!((a[j] - b[j]).abs() <= tol, "{fmt:?} ({}) k={k} n={n} col {j}: {} vs {}", ember_quant::simd_level(), a[j], b[j]);
@@ -124,5 +124,60 @@ fn tiles_refuse_short_activations() {
     let w = vec![0u8; fmt.row_bytes(k).unwrap()];
     let acts = vec![0u8; act_row_bytes(k).unwrap()];
     let mut out = [0.0; 2];
-    tile_fn(fmt)(k, &w, &acts, act_row_bytes(k).unwrap(), 2, &mut out);
+    tile_fn(fmt)(k, &w, 1, &acts, act_row_bytes(k).unwrap(), 2, &mut out, 1);
+}
+
+/// Runs of rows in one call equal one call per row, for every tile width,
+/// with the output strided as a pass's [column][row] matrix.
+#[test]
+fn row_runs_equal_single_rows() {
+    let mut rng = Rng::new(43);
+    for fmt in FORMATS {
+        let (k, rows) = (96, 5);
+        let w: Vec<u8> = (0..rows).flat_map(|_| packed_row(fmt, k, &random_row(fmt.ggml_type(), k, &mut rng))).collect();
+        let rb = fmt.row_bytes(k).unwrap();
+        let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
+        let stride = act_row_bytes(k).unwrap();
+        let acts = packed_acts(&xs, k, stride);
+        for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+            for n in 1..=MAX_TILE_COLS {
+                let out_stride = rows + 3;
+                let mut run = vec![f32::NAN; n * out_stride];
+                tile(k, &w, rows, &acts, stride, n, &mut run, out_stride);
+                for r in 0..rows {
+                    let mut one = vec![f32::NAN; n];
+                    tile(k, &w[r * rb..(r + 1) * rb], 1, &acts, stride, n, &mut one, 1);
+                    for j in 0..n {
+                        assert_eq!(run[j * out_stride + r].to_bits(), one[j].to_bits(), "{fmt:?} row {r} col {j}");
+                    }
+                }
+                for j in 0..n {
+                    assert!(run[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "wrote outside the rows");
+                }
+            }
+        }
+    }
+}
+
+/// A column's result does not depend on the width of the tile it is computed
+/// in (bit for bit): a token's logits are the same decoded alone or in a batch.
+#[test]
+fn columns_are_independent_of_tile_width() {
+    let mut rng = Rng::new(44);
+    for fmt in FORMATS {
+        for k in WIDTHS {
+            let w = packed_row(fmt, k, &random_row(fmt.ggml_type(), k, &mut rng));
+            let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
+            let stride = act_row_bytes(k).unwrap();
+            let acts = packed_acts(&xs, k, stride);
+            let tile = tile_fn(fmt);
+            let mut wide = [0.0f32; MAX_TILE_COLS];
+            tile(k, &w, 1, &acts, stride, MAX_TILE_COLS, &mut wide, 1);
+            for j in 0..MAX_TILE_COLS {
+                let mut one = [0.0f32; 1];
+                tile(k, &w, 1, &acts[j * stride..], stride, 1, &mut one, 1);
+                assert_eq!(one[0].to_bits(), wide[j].to_bits(), "{fmt:?} k={k} col {j}");
+            }
+        }
+    }
 }

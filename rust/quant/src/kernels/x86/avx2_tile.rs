@@ -26,21 +26,21 @@ pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
 
 macro_rules! dispatch {
     ($name:ident, $impl:ident, $fmt:expr) => {
-        fn $name(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
-            check_tile($fmt, k, w_row, acts, act_stride, n, out);
-            let (w, a, o) = (w_row.as_ptr(), acts.as_ptr(), out.as_mut_ptr());
+        #[allow(clippy::too_many_arguments)]
+        fn $name(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
+            let rb = check_tile($fmt, k, w, rows, acts, act_stride, n, out, out_stride);
+            let (w, a, o) = (w.as_ptr(), acts.as_ptr(), out.as_mut_ptr());
             // SAFETY: handed out only by `tile_fn` after `available()`; the
             // slices were checked to cover everything the kernel reads/writes.
             unsafe {
-                match n {
-                    1 => $impl::<1>(k, w, a, act_stride, o),
-                    2 => $impl::<2>(k, w, a, act_stride, o),
-                    3 => $impl::<3>(k, w, a, act_stride, o),
-                    4 => $impl::<4>(k, w, a, act_stride, o),
-                    5 => $impl::<5>(k, w, a, act_stride, o),
-                    6 => $impl::<6>(k, w, a, act_stride, o),
-                    7 => $impl::<7>(k, w, a, act_stride, o),
-                    _ => $impl::<8>(k, w, a, act_stride, o),
+                for r in 0..rows {
+                    let (w, o) = (w.add(r * rb), o.add(r));
+                    match n {
+                        1 => $impl::<1>(k, w, a, act_stride, o, out_stride),
+                        2 => $impl::<2>(k, w, a, act_stride, o, out_stride),
+                        3 => $impl::<3>(k, w, a, act_stride, o, out_stride),
+                        _ => $impl::<4>(k, w, a, act_stride, o, out_stride),
+                    }
                 }
             }
         }
@@ -73,19 +73,18 @@ unsafe fn dot_us8(x: __m256i, y: __m256i) -> __m256 {
 /// compiler would have to shuffle. A multiple of 8.
 const SEG: usize = 64;
 
-/// Accumulator of column `j` for block `b`: two per column where there are
-/// too few columns to hide the FMA latency, one otherwise.
+/// Accumulator of a column for block `b`: two per column, by block parity,
+/// whatever the tile width. One column (decode) needs two to hide the FMA
+/// latency, and keeping the same two at every width makes a column's result
+/// independent of how many neighbours share its tile: a token gets the same
+/// logits decoded alone, in a prompt, or beside other conversations.
 #[inline(always)]
-fn slot<const N: usize>(b: usize) -> usize {
-    if N <= 2 {
-        b & 1
-    } else {
-        0
-    }
+fn slot(b: usize) -> usize {
+    b & 1
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32) {
+unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32, out_stride: usize) {
     let l = RowLayout::new(k);
     let (dx_p, mx_p, qs) = (w.cast::<u16>(), w.cast::<u16>().add(l.nbp), w.add(4 * l.nbp));
     let m4 = _mm256_set1_epi8(0xF);
@@ -101,7 +100,7 @@ unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
             for j in 0..N {
                 let (d, s, _, _) = col(&l, a, stride, j);
                 _mm256_storeu_ps(sc[j].as_mut_ptr().add(g - seg), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
-                let s1 = slot::<N>(1);
+                let s1 = slot(1);
                 acc[j][s1] = _mm256_fmadd_ps(mx, _mm256_loadu_ps(s.add(g)), acc[j][s1]);
             }
             g += 8;
@@ -117,7 +116,7 @@ unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
                 let pa = dot_us8(xa, _mm256_loadu_si256(y.cast()));
                 acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(xb, _mm256_loadu_si256(y.add(32).cast()));
-                let s1 = slot::<N>(1);
+                let s1 = slot(1);
                 acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
@@ -125,12 +124,12 @@ unsafe fn q4_1_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
         seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
-        *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
+        *out.add(j * out_stride) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32) {
+unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32, out_stride: usize) {
     let l = RowLayout::new(k);
     let (dx_p, qh, qs) = (w.cast::<u16>(), w.add(2 * l.nbp), w.add(2 * l.nbp + 4 * l.nbe));
     let m4 = _mm256_set1_epi8(0xF);
@@ -149,7 +148,7 @@ unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
                 let (d, _, dsum, _) = col(&l, a, stride, j);
                 _mm256_storeu_ps(sc[j].as_mut_ptr().add(g - seg), _mm256_mul_ps(dx, _mm256_loadu_ps(d.add(g))));
                 // The quants were stored offset by 16: take 16 d_x d_y Σq_y back.
-                let s1 = slot::<N>(1);
+                let s1 = slot(1);
                 acc[j][s1] = _mm256_fnmadd_ps(dx16, _mm256_loadu_ps(dsum.add(g)), acc[j][s1]);
             }
             g += 8;
@@ -167,7 +166,7 @@ unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
                 let pa = dot_us8(xa, _mm256_loadu_si256(y.cast()));
                 acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(xb, _mm256_loadu_si256(y.add(32).cast()));
-                let s1 = slot::<N>(1);
+                let s1 = slot(1);
                 acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
@@ -175,14 +174,14 @@ unsafe fn q5_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
         seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
-        *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
+        *out.add(j * out_stride) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
     }
 }
 
 /// Signed by signed through `maddubs`: |x| once per block, x's sign moved onto
 /// each column's y (exact: no quant is -128).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32) {
+unsafe fn q8_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride: usize, out: *mut f32, out_stride: usize) {
     let l = RowLayout::new(k);
     let (dx_p, qs) = (w.cast::<u16>(), w.add(2 * l.nbp));
     let mut acc = [[_mm256_setzero_ps(); 2]; N];
@@ -210,7 +209,7 @@ unsafe fn q8_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
                 let pa = dot_us8(axa, _mm256_sign_epi8(_mm256_loadu_si256(y.cast()), xa));
                 acc[j][0] = _mm256_fmadd_ps(pa, _mm256_broadcast_ss(&*sp), acc[j][0]);
                 let pb = dot_us8(axb, _mm256_sign_epi8(_mm256_loadu_si256(y.add(32).cast()), xb));
-                let s1 = slot::<N>(1);
+                let s1 = slot(1);
                 acc[j][s1] = _mm256_fmadd_ps(pb, _mm256_broadcast_ss(&*sp.add(1)), acc[j][s1]);
             }
             b += 2;
@@ -218,6 +217,6 @@ unsafe fn q8_0_impl<const N: usize>(k: usize, w: *const u8, a: *const u8, stride
         seg = end;
     }
     for (j, acc) in acc.iter().enumerate() {
-        *out.add(j) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
+        *out.add(j * out_stride) = hsum_float_8(_mm256_add_ps(acc[0], acc[1]));
     }
 }
