@@ -354,7 +354,7 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
         if opts.chat_template_file:
             with open(opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
-        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads)
+        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
         engine = Engine(model, queue_depth=opts.queue_depth)
         engine.start()
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently

@@ -54,6 +54,8 @@ _FLAGS = [
     _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "requests served at once (more than 1 only queues for now)", 1),
     _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
+    _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default) or f32", "f16"),
+    _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default) or f32", "f16"),
     _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
     _Flag("api-key", ("--api-key",), str, "LLAMA_API_KEY", "comma-separated keys a request must present"),
     _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE", "file of keys, one a line"),
@@ -215,10 +217,13 @@ def _resolve_model(model: str | None, source: str, lines: list[str]) -> str:
     return str(p)
 
 
-def _choose_ctx(requested: int, meta: Mapping[str, Any], mem_available: int | None, lines: list[str]) -> int:
+def _choose_ctx(requested: int, meta: Mapping[str, Any], mem_available: int | None, lines: list[str],
+                kv_scale: int = 1) -> int:
     arch = meta.get("general.architecture")
     trained = meta.get(f"{arch}.context_length")
     per_pos = kv_bytes_per_position(meta)
+    if per_pos:
+        per_pos *= kv_scale  # f32 entries are twice f16's
     cap = None
     if per_pos and mem_available:
         cap = (mem_available // 2 // per_pos) // _MIN_CTX * _MIN_CTX
@@ -305,6 +310,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("queue-depth", "must be 0 or more")
     if not values["host"]:
         raise bad("host", "is empty")
+    kv_type = _kv_type(values, sources, bad)
 
     model = _resolve_model(values["model"], sources["model"], lines)
     from ember import _native
@@ -314,7 +320,9 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     except Exception as e:  # any unreadable header is the user's file, not a bug to trace
         raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
 
-    ctx = _choose_ctx(values["ctx-size"], meta, _mem_available() if mem_available is None else mem_available, lines)
+    ctx = _choose_ctx(values["ctx-size"], meta, _mem_available() if mem_available is None else mem_available, lines,
+                      kv_scale=2 if kv_type == "f32" else 1)
+    lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
 
     parallel, depth = values["parallel"], values["queue-depth"]
     if parallel > 1:
@@ -377,9 +385,26 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
         threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
-        slot_save_path=slot_path, queue_depth=depth,
+        slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type,
     )
     return opts, lines
+
+
+#: llama-server's cache types, and the ones ember's KV cache stores.
+_LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_EMBER_CACHE_TYPES = ("f16", "f32")
+
+
+def _kv_type(values: dict[str, Any], sources: dict[str, str], bad) -> str:
+    for name in ("cache-type-k", "cache-type-v"):
+        v = values[name]
+        if v not in _LLAMA_CACHE_TYPES:
+            raise bad(name, f"is not a cache type (llama-server's are {', '.join(_LLAMA_CACHE_TYPES)})")
+        if v not in _EMBER_CACHE_TYPES:
+            raise bad(name, f"is not stored by ember's KV cache yet (it stores {' and '.join(_EMBER_CACHE_TYPES)})")
+    if values["cache-type-k"] != values["cache-type-v"]:
+        raise bad("cache-type-v", f"differs from --cache-type-k {values['cache-type-k']}: ember stores keys and values in one type")
+    return values["cache-type-k"]
 
 
 def _say(line: str) -> None:

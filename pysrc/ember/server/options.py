@@ -29,5 +29,7 @@ class ServerOptions:
     slot_save_path: str | None = None
     #: requests waiting beyond the ones being served; past it, 503
     queue_depth: int = 64
+    #: KV cache element type: "f16" or "f32" (--cache-type-k/-v)
+    kv_type: str = "f16"
     #: request body cap in bytes; None derives it from the context size
     body_limit: int | None = None
