@@ -48,8 +48,9 @@ def test_chat_sync(client):
     assert r.choices[0].finish_reason in ("stop", "length")
     assert r.usage.completion_tokens <= 8 and r.usage.prompt_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    assert r.usage.prompt_tokens_details.cached_tokens == 0
-    assert r.model_extra["timings"]["prompt_n"] == r.usage.prompt_tokens
+    timings = r.model_extra["timings"]
+    assert r.usage.prompt_tokens_details.cached_tokens == timings["cache_n"] < r.usage.prompt_tokens
+    assert timings["prompt_n"] + timings["cache_n"] == r.usage.prompt_tokens
 
 
 def test_chat_stream_with_usage(client):

@@ -284,3 +284,35 @@ def test_repeat_last_n_minus_one_is_the_whole_history(server):
     status, _, body = http(server.url + "/completion", {"prompt": "Hi", "n_predict": 3, "repeat_last_n": -1,
                                                         "repeat_penalty": 1.3, "temperature": 0})
     assert status == 200, body
+
+
+# -- the prompt cache across stateless requests -------------------------------------------
+
+def test_a_growing_conversation_reads_only_its_new_part(server):
+    story = "Tell me about lighthouses, their keepers, storms and ships. " * 8
+    msgs = [{"role": "user", "content": story}]
+    status, _, body = http(server.url + "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})
+    assert status == 200, body
+    first = json.loads(body)
+    msgs += [first["choices"][0]["message"], {"role": "user", "content": "And the storms?"}]
+    status, _, body = http(server.url + "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})
+    assert status == 200, body
+    second = json.loads(body)
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # The whole first prompt is held (the template only appends after it).
+    assert cached >= first["usage"]["prompt_tokens"] - 1, (first["usage"], second["usage"])
+    assert second["timings"]["cache_n"] == cached
+    assert second["timings"]["prompt_n"] == second["usage"]["prompt_tokens"] - cached
+
+
+def test_cache_prompt_false_reads_the_whole_prompt(server):
+    prompt = "The keeper of the lighthouse wrote in his log every night. " * 4
+    for cache_prompt, expect_cached in ((True, None), (True, True), (False, False)):
+        status, _, body = http(server.url + "/completion", {"prompt": prompt, "n_predict": 2, "temperature": 0,
+                                                             "cache_prompt": cache_prompt})
+        assert status == 200, body
+        reply = json.loads(body)
+        t = reply["timings"]
+        if expect_cached is not None:
+            assert (t["cache_n"] > 0) == expect_cached, t
+        assert t["prompt_n"] + t["cache_n"] == reply["tokens_evaluated"]

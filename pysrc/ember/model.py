@@ -44,6 +44,8 @@ class Completion:
     #: the stop string that ended the text, if one did
     stop_string: str | None = None
     n_prompt: int = 0
+    #: prompt tokens reused from the cache the previous generation left (not read again)
+    n_cached: int = 0
     #: milliseconds spent reading the prompt, and drawing the tokens after it
     prompt_ms: float = 0.0
     gen_ms: float = 0.0
@@ -193,8 +195,13 @@ class Model:
         logit_bias: dict[int, float] | None = None,
         seed: int | None = None,
         n_probs: int = 0,
+        cache_prompt: bool = True,
     ) -> Iterator[Piece | Completion]:
-        """Yields a `Piece` per drawn token, then the `Completion` once."""
+        """Yields a `Piece` per drawn token, then the `Completion` once.
+
+        With ``cache_prompt`` (the default), the prompt's prefix that the last
+        generation's context shares with it is reused rather than read again:
+        a conversation sent whole each turn costs only its new part."""
         if max_tokens < 0:
             raise InvalidRequestError("max_tokens: must be >= 0")
         stops = _check_stop(stop)
@@ -203,10 +210,12 @@ class Model:
         gen = self._native.generate(
             ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
+            cache_prompt,
         )
         t1 = time.perf_counter()
         matcher = StopMatcher(stops)
-        done = Completion(text="", n_prompt=len(ids), finish_reason="length", prompt_ms=(t1 - t0) * 1e3)
+        done = Completion(text="", n_prompt=len(ids), n_cached=gen.n_cached, finish_reason="length",
+                          prompt_ms=(t1 - t0) * 1e3)
         pieces: list[str] = []
         for token, text, reason, logprob, top in gen:
             done.tokens.append(token)

@@ -123,7 +123,8 @@ def _gen_log(g: "Generation") -> str:
     p_s = (c.prompt_ms / 1e3) if c is not None else 0.0
     g_s = (c.gen_ms / 1e3) if c is not None else time.perf_counter() - g.t0
     rate = lambda n, s: f"{n / s:.0f}/s" if s > 0 else "-"
-    return (f"prompt {n_prompt} (0 cached) in {p_s:.2f}s ({rate(n_prompt, p_s)}), "
+    n_read = n_prompt - g.n_cached
+    return (f"prompt {n_prompt} ({g.n_cached} cached) in {p_s:.2f}s ({rate(n_read, p_s)}), "
             f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
 
 
@@ -296,12 +297,17 @@ class Generation:
         except Exception as e:
             raise from_engine_error(e, n_prompt=len(self.prompt), n_ctx=self.state.model.n_ctx)
 
+    @property
+    def n_cached(self) -> int:
+        return self.completion.n_cached if self.completion else 0
+
     def timings(self) -> dict:
+        # As llama-server: prompt_n counts the prompt tokens read, cache_n those reused.
         c = self.completion
-        n_p, n_g = len(self.prompt), len(c.tokens) if c else self.n_drawn
+        n_p, n_g = len(self.prompt) - self.n_cached, len(c.tokens) if c else self.n_drawn
         p_ms, g_ms = (c.prompt_ms, c.gen_ms) if c else (0.0, 0.0)
         return {
-            "cache_n": 0,
+            "cache_n": self.n_cached,
             "prompt_n": n_p,
             "prompt_ms": p_ms,
             "prompt_per_token_ms": p_ms / n_p if n_p else 0.0,

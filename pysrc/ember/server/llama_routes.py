@@ -58,6 +58,8 @@ async def completion(request: web.Request) -> web.StreamResponse:
     opts = wire.sampling_options(req, model.n_vocab)
     if req.n_probs:
         opts["n_probs"] = req.n_probs
+    if not req.cache_prompt:
+        opts["cache_prompt"] = False
     if isinstance(req.prompt, str):
         prompt = model.tokenize(req.prompt, add_special=True, parse_special=True)
         prompt_text = req.prompt

@@ -24,7 +24,7 @@ def _usage(g: Generation) -> dict:
     n_p = len(g.prompt)
     n_g = len(g.completion.tokens) if g.completion else g.n_drawn
     return {"prompt_tokens": n_p, "completion_tokens": n_g, "total_tokens": n_p + n_g,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": g.n_cached}}
 
 
 def _token_entry(model, token: int, logprob: float | None) -> dict:

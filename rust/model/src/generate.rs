@@ -47,9 +47,38 @@ pub struct Step {
     pub top: Vec<(u32, f32)>,
 }
 
+/// A session with the tokens its cache holds, in order: what the next request
+/// can reuse the prefix of.
+pub struct Slot {
+    pub session: Session,
+    pub tokens: Vec<u32>,
+}
+
+impl Slot {
+    pub fn new(session: Session) -> Slot {
+        Slot { session, tokens: Vec::new() }
+    }
+
+    /// Cuts the cache back to the longest prefix it shares with `prompt` that
+    /// it can resume from, leaving at least the prompt's last token to read
+    /// (its logits start the generation). Returns the positions kept. A
+    /// sliding-window ring that no longer holds what the cut point needs
+    /// gives 0: the prompt is read again from the start.
+    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let want = common.min(prompt.len().saturating_sub(1));
+        let kept = self.session.cache.truncate(want);
+        self.tokens.truncate(kept);
+        kept
+    }
+}
+
 pub struct Generation {
     model: Arc<Model>,
     session: Session,
+    /// The tokens whose keys and values the session holds.
+    fed: Vec<u32>,
+    n_cached: usize,
     sampler: Sampler,
     decoder: StreamDecoder,
     params: GenerateParams,
@@ -62,13 +91,39 @@ pub struct Generation {
 impl Generation {
     /// Reads `prompt` into a fresh session and readies the first draw.
     pub fn new(model: Arc<Model>, mut session: Session, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
+        session.cache.clear();
+        Generation::resume(model, Slot::new(session), prompt, params)
+    }
+
+    /// Reads `prompt` into the slot, reusing the prefix its cache shares with
+    /// the prompt, and readies the first draw.
+    pub fn resume(model: Arc<Model>, mut slot: Slot, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(ModelError::Invalid("the prompt is empty".into()));
         }
         let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
-        let logits = model.prefill(&mut session, prompt, Logits::Last)?;
+        let n_cached = slot.reuse_prefix(prompt);
+        let mut session = slot.session;
+        let logits = model.prefill(&mut session, &prompt[n_cached..], Logits::Last)?;
         let decoder = model.tokenizer.stream_decoder();
-        Ok(Generation { model, session, sampler, decoder, params, logits, n_prompt: prompt.len(), n_generated: 0, done: false })
+        Ok(Generation {
+            model,
+            session,
+            fed: prompt.to_vec(),
+            n_cached,
+            sampler,
+            decoder,
+            params,
+            logits,
+            n_prompt: prompt.len(),
+            n_generated: 0,
+            done: false,
+        })
+    }
+
+    /// Prompt positions taken from the cache instead of read.
+    pub fn n_cached(&self) -> usize {
+        self.n_cached
     }
 
     pub fn n_prompt(&self) -> usize {
@@ -117,6 +172,7 @@ impl Generation {
             self.done = true;
         } else {
             let out = self.model.forward(&mut self.session, &[token], Logits::Last)?;
+            self.fed.push(token);
             self.logits.clear();
             self.logits.extend_from_slice(out);
         }
@@ -126,5 +182,11 @@ impl Generation {
     /// Gives the session back (its cache holds prompt and output).
     pub fn into_session(self) -> Session {
         self.session
+    }
+
+    /// Gives the session back with the tokens its cache holds, for the next
+    /// request to reuse.
+    pub fn into_slot(self) -> Slot {
+        Slot { session: self.session, tokens: self.fed }
     }
 }

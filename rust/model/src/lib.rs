@@ -25,7 +25,7 @@ pub use config::{Arch, Config, FamilyOptions};
 pub use ember_kv::KvType;
 pub use error::{ModelError, Result};
 pub use forward::{Logits, Session};
-pub use generate::{GenerateParams, Generation, Step, StopReason};
+pub use generate::{GenerateParams, Generation, Slot, Step, StopReason};
 
 #[derive(Default)]
 pub struct LoadOptions {

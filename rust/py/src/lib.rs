@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ember_gguf::{GgufFile, Value};
-use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, StopReason};
+use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot, StopReason};
 use ember_sample::SamplingParams;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -88,6 +88,8 @@ struct Model {
     n_ctx: usize,
     max_batch: usize,
     kv_type: KvType,
+    /// The session of the last generation and the tokens it holds.
+    slot: Arc<std::sync::Mutex<Option<Slot>>>,
 }
 
 #[pymethods]
@@ -102,7 +104,7 @@ impl Model {
         let path = path.to_string();
         let inner = py.detach(move || ember_model::Model::load(&path, LoadOptions { threads, ..Default::default() })).map_err(map_err)?;
         let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
-        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv })
+        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default() })
     }
 
     #[getter]
@@ -212,7 +214,7 @@ impl Model {
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None, n_probs = 0))]
+        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -232,6 +234,7 @@ impl Model {
         logit_bias: Vec<(u32, f32)>,
         seed: Option<u64>,
         n_probs: usize,
+        cache_prompt: bool,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let sampling = SamplingParams {
@@ -253,13 +256,31 @@ impl Model {
         let params = GenerateParams { max_tokens, ignore_eos, n_probs, sampling };
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
+        // The slot the last generation left (taken, so two generations at
+        // once never share a cache; the second simply starts fresh).
+        let held = self.slot.lock().unwrap().take();
         let gen = py
             .detach(move || {
-                let session = model.new_session(n_ctx, max_batch, kv);
-                Generation::new(model, session, &ids, params)
+                let slot = held.unwrap_or_else(|| Slot::new(model.new_session(n_ctx, max_batch, kv)));
+                if cache_prompt {
+                    Generation::resume(model, slot, &ids, params)
+                } else {
+                    Generation::new(model, slot.session, &ids, params)
+                }
             })
             .map_err(map_err)?;
-        Ok(Generator { inner: std::sync::Mutex::new(Some(gen)) })
+        Ok(Generator { inner: std::sync::Mutex::new(Some(gen)), home: self.slot.clone() })
+    }
+
+    /// Forgets the tokens the cache holds: the next generation reads its whole prompt.
+    fn clear_cache(&self) {
+        *self.slot.lock().unwrap() = None;
+    }
+
+    /// Positions of the last conversation kept for the next request to reuse.
+    #[getter]
+    fn cached_tokens(&self) -> usize {
+        self.slot.lock().unwrap().as_ref().map(|s| s.tokens.len()).unwrap_or(0)
     }
 
     /// Seconds to read `ids` into an empty context (logits of the last position only),
@@ -289,9 +310,21 @@ impl Model {
 }
 
 /// Iterator of (token id, text, stop reason or None, logprob or None, top logprobs).
+/// When it is dropped, its session goes back to the model's slot with the
+/// tokens it holds, for the next generation to reuse.
 #[pyclass(module = "ember._native")]
 struct Generator {
     inner: std::sync::Mutex<Option<Generation>>,
+    home: Arc<std::sync::Mutex<Option<Slot>>>,
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        let gen = self.inner.get_mut().map(Option::take).unwrap_or(None);
+        if let (Some(gen), Ok(mut home)) = (gen, self.home.lock()) {
+            *home = Some(gen.into_slot());
+        }
+    }
 }
 
 #[pymethods]
@@ -326,6 +359,11 @@ impl Generator {
     #[getter]
     fn n_generated(&self) -> usize {
         self.inner.lock().unwrap().as_ref().map(|g| g.n_generated()).unwrap_or(0)
+    }
+    /// Prompt positions reused from the cache instead of read.
+    #[getter]
+    fn n_cached(&self) -> usize {
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_cached()).unwrap_or(0)
     }
 }
 
