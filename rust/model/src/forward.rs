@@ -40,6 +40,10 @@ struct Scratch {
     cos: Vec<f32>,  // [t, n_rot / 2], one table per rope variant: global then windowed
     sin: Vec<f32>,
     acts: Acts,
+    /// Position of each row of the pass.
+    pos: Vec<usize>,
+    /// Rows of the pass whose logits are wanted, in order.
+    out_rows: Vec<usize>,
     logits: Vec<f32>, // [rows wanted, n_vocab]
 }
 
@@ -69,10 +73,35 @@ impl Scratch {
     }
 }
 
-/// One sequence's state: its KV cache and the pass scratch.
+/// One sequence's state: its KV cache, the logits of its last pass, and the
+/// scratch of the passes it runs alone.
 pub struct Session {
     pub cache: KvCache,
     scratch: Scratch,
+    logits: Vec<f32>,
+}
+
+/// Working memory for passes over several sessions at once, sized for the
+/// largest pass seen (the engine keeps one).
+#[derive(Default)]
+pub struct Workspace {
+    scratch: Scratch,
+}
+
+/// One session's part of a pass over several: `tokens` appended after what it
+/// holds, and which of their logits to keep in the session.
+pub struct SeqPass<'a> {
+    pub session: &'a mut Session,
+    pub tokens: &'a [u32],
+    pub want: Logits,
+}
+
+/// What the pass needs of one sequence.
+struct Seq<'a> {
+    cache: &'a mut KvCache,
+    logits: &'a mut Vec<f32>,
+    tokens: &'a [u32],
+    want: Logits,
 }
 
 impl Session {
@@ -85,7 +114,7 @@ impl Session {
     }
     /// Logits of the last pass: rows of n_vocab.
     pub fn logits(&self) -> &[f32] {
-        &self.scratch.logits
+        &self.logits
     }
 }
 
@@ -100,12 +129,42 @@ impl Model {
                 window: if c.is_swa_layer(il) { c.sliding_window } else { None },
             })
             .collect();
-        Session { cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes), scratch: Scratch::default() }
+        Session { cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes), scratch: Scratch::default(), logits: Vec::new() }
     }
 
     /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
     /// after what the session holds, and returns the logits asked for.
     pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
+        self.check_pass(&s.cache, tokens)?;
+        let Session { cache, scratch, logits } = s;
+        self.pass(scratch, &mut [Seq { cache, logits, tokens, want }]);
+        Ok(&s.logits)
+    }
+
+    /// One pass over several sessions: their tokens go through every matrix
+    /// together (one read of the weights for all), attention runs per
+    /// session over its own cache, and each session keeps the logits it
+    /// asked for (`Session::logits`). A session's results are the same, bit
+    /// for bit, as in a pass of its own. Nothing is run unless every part is
+    /// valid.
+    pub fn forward_batch(&self, ws: &mut Workspace, seqs: &mut [SeqPass<'_>]) -> Result<()> {
+        for sp in seqs.iter() {
+            self.check_pass(&sp.session.cache, sp.tokens)?;
+        }
+        let mut parts: Vec<Seq<'_>> = seqs
+            .iter_mut()
+            .map(|sp| {
+                let Session { cache, logits, .. } = &mut *sp.session;
+                Seq { cache, logits, tokens: sp.tokens, want: sp.want }
+            })
+            .collect();
+        if !parts.is_empty() {
+            self.pass(&mut ws.scratch, &mut parts);
+        }
+        Ok(())
+    }
+
+    fn check_pass(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() {
             return Err(ModelError::Invalid("a pass needs at least one token".into()));
@@ -113,9 +172,8 @@ impl Model {
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
             return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
         }
-        s.cache.reserve(tokens.len())?;
-        self.pass(s, tokens, want);
-        Ok(&s.scratch.logits)
+        cache.reserve(tokens.len())?;
+        Ok(())
     }
 
     /// Feeds any number of tokens in passes of at most `max_batch`; returns the
@@ -145,22 +203,26 @@ impl Model {
         Ok(all)
     }
 
-    fn pass(&self, s: &mut Session, tokens: &[u32], want: Logits) {
+    fn pass(&self, sc: &mut Scratch, seqs: &mut [Seq<'_>]) {
         let c = &self.config;
         let w = &self.weights;
-        let t = tokens.len();
-        let start = s.cache.len();
+        let pool = &self.pool;
+        let t: usize = seqs.iter().map(|q| q.tokens.len()).sum();
         let (e, hk, hv) = (c.n_embd, c.head_dim_k, c.head_dim_v);
         let (qw, kw, vw) = (c.n_head * hk, c.n_head_kv * hk, c.n_head_kv * hv);
         let half = c.n_rot / 2;
-        let sc = &mut s.scratch;
         sc.ensure(c, t);
+        sc.pos.clear();
+        for q in seqs.iter() {
+            let start = q.cache.len();
+            sc.pos.extend((0..q.tokens.len()).map(|j| start + j));
+        }
 
         // Token embeddings.
         let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
-        self.pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
-            let id = tokens[j];
-            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row).expect("embedding row bound at load");
+        let ids: Vec<u32> = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
+        pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
+            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(ids[j] as usize), row).expect("embedding row bound at load");
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
@@ -168,16 +230,15 @@ impl Model {
 
         // Rope angles for this pass, per rope variant.
         for (variant, (inv, fscale)) in self.rope_tables.iter().enumerate() {
-            for j in 0..t {
+            for (j, &p) in sc.pos.iter().enumerate() {
                 let at = (variant * t + j) * half;
-                ops::rope_angles(start + j, *fscale, inv, &mut sc.cos[at..at + half], &mut sc.sin[at..at + half]);
+                ops::rope_angles(p, *fscale, inv, &mut sc.cos[at..at + half], &mut sc.sin[at..at + half]);
             }
         }
 
         for (il, l) in w.layers.iter().enumerate() {
             let variant = self.rope_variant[il];
             // Attention block.
-            let pool = &self.pool;
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
             matmul(pool, &l.wq, sc.acts.get(pool, l.wq.input, &sc.h, t, e), t, &mut sc.q);
@@ -199,9 +260,6 @@ impl Model {
                     }
                 });
             }
-            for j in 0..t {
-                s.cache.write(il, start + j, &sc.k[j * kw..(j + 1) * kw], &sc.v[j * vw..(j + 1) * vw]);
-            }
             let shape = AttnShape {
                 n_head: c.n_head,
                 n_head_kv: c.n_head_kv,
@@ -210,7 +268,16 @@ impl Model {
                 scale: c.attn_scale,
                 window: if c.is_swa_layer(il) { c.sliding_window } else { None },
             };
-            attention(pool, &s.cache, il, &shape, &sc.q, start, t, &mut sc.att);
+            let mut r0 = 0;
+            for q in seqs.iter_mut() {
+                let (n, start) = (q.tokens.len(), q.cache.len());
+                for j in 0..n {
+                    let r = r0 + j;
+                    q.cache.write(il, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
+                }
+                attention(pool, q.cache, il, &shape, &sc.q[r0 * qw..(r0 + n) * qw], start, n, &mut sc.att[r0 * c.n_head * hv..(r0 + n) * c.n_head * hv]);
+                r0 += n;
+            }
             sc.acts.invalidate();
             matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
@@ -235,22 +302,48 @@ impl Model {
             matmul(pool, &l.w_down, sc.acts.get(pool, l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
         }
-        s.cache.commit(t);
 
-        // Output head, on the rows asked for only.
-        let (first, n) = match want {
-            Logits::None => {
-                sc.logits.clear();
-                return;
+        // Output head, on the rows asked for only, all sequences in one product.
+        sc.out_rows.clear();
+        let mut r0 = 0;
+        for q in seqs.iter_mut() {
+            let n = q.tokens.len();
+            q.cache.commit(n);
+            match q.want {
+                Logits::None => {}
+                Logits::Last => sc.out_rows.push(r0 + n - 1),
+                Logits::All => sc.out_rows.extend(r0..r0 + n),
             }
-            Logits::Last => (t - 1, 1),
-            Logits::All => (0, t),
-        };
-        norm_rows(&self.pool, &sc.x[first * e..], &w.output_norm, c.rms_eps, &mut sc.h, e, n);
-        let out = w.output();
-        sc.logits.resize(n * c.n_vocab, 0.0);
-        sc.acts.invalidate();
-        matmul(&self.pool, out, sc.acts.get(&self.pool, out.input, &sc.h, n, e), n, &mut sc.logits);
+            r0 += n;
+        }
+        let n = sc.out_rows.len();
+        if n > 0 {
+            for (i, &r) in sc.out_rows.iter().enumerate() {
+                sc.o[i * e..(i + 1) * e].copy_from_slice(&sc.x[r * e..(r + 1) * e]);
+            }
+            norm_rows(pool, &sc.o, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
+            let out = w.output();
+            sc.logits.resize(n * c.n_vocab, 0.0);
+            sc.acts.invalidate();
+            matmul(pool, out, sc.acts.get(pool, out.input, &sc.h, n, e), n, &mut sc.logits);
+        }
+        if let [q] = seqs {
+            // One sequence: hand the rows over instead of copying them (a
+            // prompt's logits for every position can be large).
+            std::mem::swap(q.logits, &mut sc.logits);
+            return;
+        }
+        let mut at = 0;
+        for q in seqs.iter_mut() {
+            let rows = match q.want {
+                Logits::None => 0,
+                Logits::Last => 1,
+                Logits::All => q.tokens.len(),
+            };
+            q.logits.clear();
+            q.logits.extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
+            at += rows;
+        }
     }
 }
 

@@ -1,0 +1,102 @@
+//! Passes over several sessions at once give each session exactly what a pass
+//! of its own gives: prompts of different lengths read side by side, a prompt
+//! chunk beside single decoded tokens, and greedy generations run together.
+
+use std::path::PathBuf;
+
+use ember_model::{KvType, LoadOptions, Logits, Model, SeqPass, Session, Workspace};
+
+fn tiny(arch: &str) -> Option<PathBuf> {
+    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
+    });
+    Some(dir.join(format!("tiny-{arch}.gguf")))
+}
+
+fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn a_batch_gives_each_session_its_own_results() {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        let Some(path) = tiny(arch) else { return };
+        let model = Model::load(&path, LoadOptions::default()).unwrap();
+        let n_vocab = model.config.n_vocab;
+        let session = || model.new_session(64, 16, KvType::F16);
+        let prompts = [tokens(11, 0, n_vocab), tokens(3, 1, n_vocab), tokens(16, 2, n_vocab)];
+        let wants = [Logits::All, Logits::Last, Logits::None];
+
+        // Alone.
+        let mut alone: Vec<Session> = prompts.iter().map(|_| session()).collect();
+        let mut alone_logits = Vec::new();
+        for ((s, p), &w) in alone.iter_mut().zip(&prompts).zip(&wants) {
+            alone_logits.push(model.forward(s, p, w).unwrap().to_vec());
+        }
+        // Together.
+        let mut together: Vec<Session> = prompts.iter().map(|_| session()).collect();
+        let mut ws = Workspace::default();
+        let mut parts: Vec<SeqPass> = together
+            .iter_mut()
+            .zip(&prompts)
+            .zip(&wants)
+            .map(|((s, p), &w)| SeqPass { session: s, tokens: p, want: w })
+            .collect();
+        model.forward_batch(&mut ws, &mut parts).unwrap();
+        for (i, s) in together.iter().enumerate() {
+            assert!(same_bits(s.logits(), &alone_logits[i]), "{arch}: prompt {i}");
+            assert_eq!(s.len(), prompts[i].len());
+        }
+
+        // Greedy decoding of all three side by side, with one reading a
+        // second prompt chunk meanwhile, against each alone.
+        let mut next: Vec<u32> = vec![argmax(&alone_logits[0][10 * n_vocab..]), argmax(&alone_logits[1]), 5];
+        let extra = tokens(6, 3, n_vocab);
+        for step in 0..5 {
+            let mut want_alone = Vec::new();
+            for (i, s) in alone.iter_mut().enumerate() {
+                let toks: &[u32] = if i == 2 && step == 0 { &extra } else { std::slice::from_ref(&next[i]) };
+                want_alone.push(model.forward(s, toks, Logits::Last).unwrap().to_vec());
+            }
+            let step_tokens: Vec<Vec<u32>> =
+                (0..3).map(|i| if i == 2 && step == 0 { extra.clone() } else { vec![next[i]] }).collect();
+            let mut parts: Vec<SeqPass> = together
+                .iter_mut()
+                .zip(&step_tokens)
+                .map(|(s, t)| SeqPass { session: s, tokens: t, want: Logits::Last })
+                .collect();
+            model.forward_batch(&mut ws, &mut parts).unwrap();
+            for i in 0..3 {
+                assert!(same_bits(together[i].logits(), &want_alone[i]), "{arch}: step {step}, session {i}");
+                next[i] = argmax(&want_alone[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bad_part_runs_nothing() {
+    let Some(path) = tiny("llama") else { return };
+    let model = Model::load(&path, LoadOptions::default()).unwrap();
+    let mut a = model.new_session(8, 8, KvType::F16);
+    let mut b = model.new_session(8, 8, KvType::F16);
+    let (good, bad) = ([1u32, 2], [model.config.n_vocab as u32]);
+    let mut ws = Workspace::default();
+    let mut parts = [
+        SeqPass { session: &mut a, tokens: &good, want: Logits::Last },
+        SeqPass { session: &mut b, tokens: &bad, want: Logits::Last },
+    ];
+    assert!(model.forward_batch(&mut ws, &mut parts).is_err());
+    assert_eq!((a.len(), b.len()), (0, 0));
+}
