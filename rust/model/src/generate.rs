@@ -73,19 +73,76 @@ impl Slot {
     }
 }
 
+/// The drawing half of a generation, shared by [`Generation`] (one session,
+/// its own passes) and the batcher (many sessions, shared passes): given the
+/// logits after the last fed token, draw the next one and say whether to stop.
+pub(crate) struct Draws {
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    params: GenerateParams,
+    pub(crate) n_generated: usize,
+    pub(crate) done: bool,
+}
+
+impl Draws {
+    pub(crate) fn new(model: &Model, params: GenerateParams) -> Result<Draws> {
+        let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
+        let decoder = model.tokenizer.stream_decoder();
+        Ok(Draws { sampler, decoder, params, n_generated: 0, done: false })
+    }
+
+    /// The next step from `logits` (which the draw may mask); `None` once
+    /// stopped. `ctx_full`: the session has no room to feed the token back.
+    pub(crate) fn draw(&mut self, model: &Model, logits: &mut [f32], ctx_full: bool) -> Option<Step> {
+        if self.done {
+            return None;
+        }
+        if self.params.max_tokens == 0 {
+            self.done = true;
+            return None;
+        }
+        let tok = &model.tokenizer;
+        if self.params.ignore_eos {
+            for &id in tok.eog_ids() {
+                logits[id as usize] = f32::NEG_INFINITY;
+            }
+        }
+        // Probabilities are the model's own softmax, before the samplers' transforms.
+        let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(logits, self.params.n_probs) } else { Vec::new() };
+        let token = self.sampler.sample(logits);
+        let logprob = (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token));
+        self.sampler.accept(token);
+        self.n_generated += 1;
+        let mut stop = None;
+        let mut text;
+        if tok.is_eog(token) && !self.params.ignore_eos {
+            stop = Some(StopReason::EndOfGeneration);
+            text = String::new();
+        } else {
+            text = self.decoder.push(tok, token);
+            if self.n_generated >= self.params.max_tokens {
+                stop = Some(StopReason::Length);
+            } else if ctx_full {
+                stop = Some(StopReason::ContextFull);
+            }
+        }
+        if stop.is_some() {
+            text.push_str(&self.decoder.flush());
+            self.done = true;
+        }
+        Some(Step { token, text, stop, logprob, top })
+    }
+}
+
 pub struct Generation {
     model: Arc<Model>,
     session: Session,
     /// The tokens whose keys and values the session holds.
     fed: Vec<u32>,
     n_cached: usize,
-    sampler: Sampler,
-    decoder: StreamDecoder,
-    params: GenerateParams,
+    draws: Draws,
     logits: Vec<f32>,
     n_prompt: usize,
-    n_generated: usize,
-    done: bool,
 }
 
 impl Generation {
@@ -101,24 +158,11 @@ impl Generation {
         if prompt.is_empty() {
             return Err(ModelError::Invalid("the prompt is empty".into()));
         }
-        let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
+        let draws = Draws::new(&model, params)?;
         let n_cached = slot.reuse_prefix(prompt);
         let mut session = slot.session;
         let logits = model.prefill(&mut session, &prompt[n_cached..], Logits::Last)?;
-        let decoder = model.tokenizer.stream_decoder();
-        Ok(Generation {
-            model,
-            session,
-            fed: prompt.to_vec(),
-            n_cached,
-            sampler,
-            decoder,
-            params,
-            logits,
-            n_prompt: prompt.len(),
-            n_generated: 0,
-            done: false,
-        })
+        Ok(Generation { model, session, fed: prompt.to_vec(), n_cached, draws, logits, n_prompt: prompt.len() })
     }
 
     /// Prompt positions taken from the cache instead of read.
@@ -130,53 +174,20 @@ impl Generation {
         self.n_prompt
     }
     pub fn n_generated(&self) -> usize {
-        self.n_generated
+        self.draws.n_generated
     }
 
     /// Draws the next token; `None` once generation has stopped.
     pub fn next_step(&mut self) -> Result<Option<Step>> {
-        if self.done {
-            return Ok(None);
-        }
-        if self.params.max_tokens == 0 {
-            self.done = true;
-            return Ok(None);
-        }
-        let tok = &self.model.tokenizer;
-        if self.params.ignore_eos {
-            for &id in tok.eog_ids() {
-                self.logits[id as usize] = f32::NEG_INFINITY;
-            }
-        }
-        // Probabilities are the model's own softmax, before the samplers' transforms.
-        let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(&self.logits, self.params.n_probs) } else { Vec::new() };
-        let token = self.sampler.sample(&self.logits);
-        let logprob = (self.params.n_probs > 0).then(|| ember_sample::token_logprob(&self.logits, token));
-        self.sampler.accept(token);
-        self.n_generated += 1;
-        let mut stop = None;
-        let mut text;
-        if tok.is_eog(token) && !self.params.ignore_eos {
-            stop = Some(StopReason::EndOfGeneration);
-            text = String::new();
-        } else {
-            text = self.decoder.push(tok, token);
-            if self.n_generated >= self.params.max_tokens {
-                stop = Some(StopReason::Length);
-            } else if self.session.len() >= self.session.cache.n_ctx() {
-                stop = Some(StopReason::ContextFull);
-            }
-        }
-        if stop.is_some() {
-            text.push_str(&self.decoder.flush());
-            self.done = true;
-        } else {
-            let out = self.model.forward(&mut self.session, &[token], Logits::Last)?;
-            self.fed.push(token);
+        let ctx_full = self.session.len() >= self.session.cache.n_ctx();
+        let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full) else { return Ok(None) };
+        if step.stop.is_none() {
+            let out = self.model.forward(&mut self.session, &[step.token], Logits::Last)?;
+            self.fed.push(step.token);
             self.logits.clear();
             self.logits.extend_from_slice(out);
         }
-        Ok(Some(Step { token, text, stop, logprob, top }))
+        Ok(Some(step))
     }
 
     /// Gives the session back (its cache holds prompt and output).

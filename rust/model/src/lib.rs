@@ -5,6 +5,7 @@
 //! a conversation lives in a [`Session`], so one model serves many sequences.
 
 mod attention;
+pub mod batch;
 pub mod bench;
 pub mod config;
 mod error;

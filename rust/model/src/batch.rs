@@ -1,0 +1,237 @@
+//! Several conversations in one pass: a fixed set of slots, each a session
+//! with the tokens its cache holds, and a step that builds one pass from
+//! every slot with work (a chunk of a prompt still to read, or the token
+//! drawn last) so the weights are read once for all of them.
+//!
+//! A long prompt is read a chunk per step, between the decode steps of the
+//! others, so it does not stall their tokens. What a slot gets is what it
+//! would get alone (the pass is bit-for-bit column-independent), so batching
+//! changes no answer.
+
+use std::sync::Arc;
+
+use crate::error::{ModelError, Result};
+use crate::forward::{Logits, SeqPass, Workspace};
+use crate::generate::{Draws, GenerateParams, Slot, Step};
+use crate::{KvType, Model};
+
+/// A request being answered in a slot.
+struct Active {
+    draws: Draws,
+    /// Prompt tokens not read yet.
+    to_read: Vec<u32>,
+    /// The token drawn last, to be fed in the next pass.
+    pending: Option<u32>,
+    n_prompt: usize,
+    n_cached: usize,
+}
+
+struct SlotState {
+    slot: Slot,
+    active: Option<Active>,
+    /// Step counter when the slot last finished or started, for choosing
+    /// the one unused the longest.
+    last_used: u64,
+}
+
+/// What one slot's request did in a step.
+#[derive(Debug)]
+pub enum SlotEvent {
+    /// A token was drawn (`step.stop` set on the last).
+    Step(Step),
+    /// The request ended without drawing (it asked for no tokens).
+    Done,
+    /// The request failed (its slot is free again, its cache dropped).
+    Failed(ModelError),
+}
+
+pub struct Batcher {
+    model: Arc<Model>,
+    slots: Vec<SlotState>,
+    ws: Workspace,
+    /// Most prompt tokens one slot reads in one pass.
+    chunk: usize,
+    steps: u64,
+    logits: Vec<f32>,
+}
+
+/// How a request was placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Started {
+    pub slot: usize,
+    /// Prompt positions reused from the slot's cache.
+    pub n_cached: usize,
+}
+
+impl Batcher {
+    /// `n_slots` slots of `n_ctx` positions each, prompts read at most
+    /// `chunk` tokens per slot per pass.
+    pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Batcher {
+        let chunk = chunk.max(1);
+        let slots = (0..n_slots.max(1))
+            .map(|_| SlotState { slot: Slot::new(model.new_session(n_ctx, chunk, kv)), active: None, last_used: 0 })
+            .collect();
+        Batcher { model, slots, ws: Workspace::default(), chunk, steps: 0, logits: Vec::new() }
+    }
+
+    pub fn n_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_busy(&self, slot: usize) -> bool {
+        self.slots[slot].active.is_some()
+    }
+
+    pub fn any_busy(&self) -> bool {
+        self.slots.iter().any(|s| s.active.is_some())
+    }
+
+    /// Tokens slot `slot` holds in its cache.
+    pub fn cached_tokens(&self, slot: usize) -> &[u32] {
+        &self.slots[slot].slot.tokens
+    }
+
+    /// The free slot llama-server would give `prompt`: the one whose held
+    /// tokens share the longest prefix with it, if that is at least a tenth of
+    /// the prompt; else one holding nothing; else the one unused the longest.
+    pub fn choose_slot(&self, prompt: &[u32]) -> Option<usize> {
+        let free = || self.slots.iter().enumerate().filter(|(_, s)| s.active.is_none());
+        let shared = |s: &SlotState| s.slot.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        if let Some((i, n)) = free().map(|(i, s)| (i, shared(s))).max_by_key(|&(i, n)| (n, std::cmp::Reverse(i))) {
+            if n > 0 && n * 10 >= prompt.len() {
+                return Some(i);
+            }
+        }
+        if let Some((i, _)) = free().find(|(_, s)| s.slot.tokens.is_empty()) {
+            return Some(i);
+        }
+        free().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i)
+    }
+
+    /// Places a request in free slot `slot`: its prompt is read over the next
+    /// steps, from where it parts from the slot's cache (from the start
+    /// without `cache_prompt`).
+    pub fn start(&mut self, slot: usize, prompt: &[u32], params: GenerateParams, cache_prompt: bool) -> Result<Started> {
+        let n_vocab = self.model.config.n_vocab;
+        let st = self.slots.get_mut(slot).ok_or_else(|| ModelError::Invalid(format!("no slot {slot}")))?;
+        if st.active.is_some() {
+            return Err(ModelError::Invalid(format!("slot {slot} is busy")));
+        }
+        if prompt.is_empty() {
+            return Err(ModelError::Invalid("the prompt is empty".into()));
+        }
+        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= n_vocab) {
+            return Err(ModelError::BadToken { id, n_vocab });
+        }
+        let n_ctx = st.slot.session.cache.n_ctx();
+        if prompt.len() > n_ctx {
+            return Err(ember_kv::KvError::ContextFull { needed: prompt.len(), capacity: n_ctx }.into());
+        }
+        let draws = Draws::new(&self.model, params)?;
+        let n_cached = if cache_prompt {
+            st.slot.reuse_prefix(prompt)
+        } else {
+            st.slot.session.cache.clear();
+            st.slot.tokens.clear();
+            0
+        };
+        st.slot.tokens = prompt[..n_cached].to_vec();
+        st.active = Some(Active { draws, to_read: prompt[n_cached..].to_vec(), pending: None, n_prompt: prompt.len(), n_cached });
+        st.last_used = self.steps;
+        Ok(Started { slot, n_cached })
+    }
+
+    /// Ends slot `slot`'s request; its cache keeps what was fed.
+    pub fn cancel(&mut self, slot: usize) {
+        if let Some(st) = self.slots.get_mut(slot) {
+            st.active = None;
+            st.last_used = self.steps;
+        }
+    }
+
+    /// Prompt length and cached positions of slot `slot`'s request.
+    pub fn request_info(&self, slot: usize) -> Option<(usize, usize)> {
+        self.slots[slot].active.as_ref().map(|a| (a.n_prompt, a.n_cached))
+    }
+
+    /// One pass over every busy slot; returns what each drew (slots still
+    /// reading their prompt draw nothing). Empty when no slot is busy.
+    pub fn step(&mut self) -> Vec<(usize, SlotEvent)> {
+        self.steps += 1;
+        let mut events = Vec::new();
+        let chunk = self.chunk;
+        // What each busy slot feeds in this pass.
+        let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        for (i, st) in self.slots.iter_mut().enumerate() {
+            let Some(a) = st.active.as_mut() else { continue };
+            let (tokens, last) = if let Some(t) = a.pending.take() {
+                (vec![t], true)
+            } else {
+                let n = a.to_read.len().min(chunk);
+                let rest = a.to_read.split_off(n);
+                let tokens = std::mem::replace(&mut a.to_read, rest);
+                (tokens, a.to_read.is_empty())
+            };
+            if let Err(e) = st.slot.session.cache.reserve(tokens.len()) {
+                st.active = None;
+                events.push((i, SlotEvent::Failed(e.into())));
+                continue;
+            }
+            feeds.push((i, tokens, last));
+        }
+        if feeds.is_empty() {
+            return events;
+        }
+        let mut parts: Vec<SeqPass<'_>> = Vec::with_capacity(feeds.len());
+        let mut rest: &mut [SlotState] = &mut self.slots;
+        let mut base = 0;
+        for (i, tokens, last) in &feeds {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
+            let (this, tail) = tail.split_first_mut().expect("slot index in range");
+            rest = tail;
+            base = i + 1;
+            parts.push(SeqPass { session: &mut this.slot.session, tokens, want: if *last { Logits::Last } else { Logits::None } });
+        }
+        if let Err(e) = self.model.forward_batch(&mut self.ws, &mut parts) {
+            // Checked per slot above; a failure here is not one request's.
+            drop(parts);
+            for (i, ..) in &feeds {
+                self.slots[*i].active = None;
+                self.slots[*i].slot.session.cache.clear();
+                self.slots[*i].slot.tokens.clear();
+                events.push((*i, SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}")))));
+            }
+            return events;
+        }
+        drop(parts);
+        for (i, tokens, last) in feeds {
+            let st = &mut self.slots[i];
+            st.slot.tokens.extend_from_slice(&tokens);
+            if !last {
+                continue;
+            }
+            let a = st.active.as_mut().expect("a fed slot is busy");
+            self.logits.clear();
+            self.logits.extend_from_slice(st.slot.session.logits());
+            let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx();
+            match a.draws.draw(&self.model, &mut self.logits, ctx_full) {
+                Some(step) => {
+                    if step.stop.is_some() {
+                        st.active = None;
+                        st.last_used = self.steps;
+                    } else {
+                        a.pending = Some(step.token);
+                    }
+                    events.push((i, SlotEvent::Step(step)));
+                }
+                None => {
+                    // max_tokens 0: the prompt was read, nothing is drawn.
+                    st.active = None;
+                    st.last_used = self.steps;
+                    events.push((i, SlotEvent::Done));
+                }
+            }
+        }
+        events
+    }
+}

@@ -1,0 +1,154 @@
+//! The batcher: conversations answered side by side get the tokens each gets
+//! alone; a long prompt is read in chunks between the others' decode steps;
+//! slots are chosen as llama-server chooses them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ember_model::batch::{Batcher, SlotEvent};
+use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Model};
+use ember_sample::SamplingParams;
+
+fn tiny(arch: &str) -> Option<Arc<Model>> {
+    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
+    });
+    Some(Arc::new(Model::load(dir.join(format!("tiny-{arch}.gguf")), LoadOptions::default()).unwrap()))
+}
+
+fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
+}
+
+fn greedy(max_tokens: usize) -> GenerateParams {
+    GenerateParams { max_tokens, ignore_eos: true, n_probs: 0, sampling: SamplingParams { temperature: 0.0, ..Default::default() } }
+}
+
+fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
+    let mut g = Generation::new(model.clone(), model.new_session(128, 8, KvType::F16), prompt, greedy(max_tokens)).unwrap();
+    let mut out = Vec::new();
+    while let Some(s) = g.next_step().unwrap() {
+        out.push(s.token);
+    }
+    out
+}
+
+#[test]
+fn side_by_side_answers_equal_answers_alone() {
+    for arch in ["llama", "gemma3"] {
+        let Some(model) = tiny(arch) else { return };
+        let n_vocab = model.config.n_vocab;
+        let prompts: Vec<Vec<u32>> = [5, 23, 2, 17].iter().enumerate().map(|(i, &n)| tokens(n, i as u32, n_vocab)).collect();
+        let max = [6, 3, 9, 5];
+        let mut b = Batcher::new(model.clone(), 4, 128, 8, KvType::F16);
+        for (i, p) in prompts.iter().enumerate() {
+            let slot = b.choose_slot(p).unwrap();
+            assert_eq!(slot, i, "empty slots are taken in order");
+            b.start(slot, p, greedy(max[i]), true).unwrap();
+        }
+        let mut got = vec![Vec::new(); 4];
+        let mut finished = 0;
+        while b.any_busy() {
+            for (slot, ev) in b.step() {
+                match ev {
+                    SlotEvent::Step(s) => {
+                        got[slot].push(s.token);
+                        finished += s.stop.is_some() as usize;
+                    }
+                    other => panic!("{arch}: slot {slot}: {other:?}"),
+                }
+            }
+        }
+        assert_eq!(finished, 4);
+        for i in 0..4 {
+            assert_eq!(got[i], alone(&model, &prompts[i], max[i]), "{arch}: request {i}");
+        }
+    }
+}
+
+#[test]
+fn a_long_prompt_does_not_stall_a_decoding_slot() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
+    b.start(0, &tokens(4, 0, n_vocab), greedy(20), true).unwrap();
+    b.step(); // slot 0 reads its prompt and draws
+    let long = tokens(60, 1, n_vocab);
+    b.start(1, &long, greedy(2), true).unwrap();
+    // Eight chunks of 8 read slot 1's prompt; slot 0 draws at every one of them.
+    for step in 0..7 {
+        let ev = b.step();
+        assert!(ev.iter().any(|(s, _)| *s == 0), "step {step}: slot 0 drew nothing");
+        assert!(!ev.iter().any(|(s, _)| *s == 1), "step {step}: slot 1 drew before its prompt was read");
+    }
+    let ev = b.step();
+    assert!(ev.iter().any(|(s, _)| *s == 1), "slot 1's prompt is read in 8 passes");
+}
+
+#[test]
+fn slots_are_chosen_as_llama_server_chooses() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16);
+    let conv_a = tokens(30, 0, n_vocab);
+    let conv_b = tokens(30, 1, n_vocab);
+    for (slot, p) in [(0, &conv_a), (1, &conv_b)] {
+        b.start(slot, p, greedy(1), true).unwrap();
+        while b.any_busy() {
+            b.step();
+        }
+    }
+    // A continuation of conversation b goes back to slot 1, and reuses it.
+    let mut more_b = conv_b.clone();
+    more_b.extend(tokens(5, 2, n_vocab));
+    assert_eq!(b.choose_slot(&more_b), Some(1));
+    assert_eq!(b.start(1, &more_b, greedy(1), true).unwrap().n_cached, 30);
+    // A stranger takes the empty slot while one exists...
+    let stranger = tokens(12, 3, n_vocab);
+    assert_eq!(b.choose_slot(&stranger), Some(2));
+    b.start(2, &stranger, greedy(1), true).unwrap();
+    while b.any_busy() {
+        b.step();
+    }
+    // ...then the slot unused the longest (slot 0).
+    assert_eq!(b.choose_slot(&tokens(12, 4, n_vocab)), Some(0));
+    // No free slot: none.
+    for s in 0..3 {
+        b.start(s, &tokens(3, 5, n_vocab), greedy(4), false).unwrap();
+    }
+    assert_eq!(b.choose_slot(&conv_a), None);
+    assert!(b.start(0, &conv_a, greedy(1), true).is_err(), "a busy slot refuses");
+}
+
+#[test]
+fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new(model.clone(), 1, 16, 8, KvType::F16);
+    assert!(b.start(0, &[], greedy(1), true).is_err());
+    assert!(b.start(0, &[n_vocab as u32], greedy(1), true).is_err());
+    assert!(b.start(0, &tokens(17, 0, n_vocab), greedy(1), true).is_err(), "longer than the slot");
+    // Fills the context: the last draw says so.
+    b.start(0, &tokens(10, 0, n_vocab), greedy(50), true).unwrap();
+    let mut last = None;
+    while b.any_busy() {
+        for (_, ev) in b.step() {
+            if let SlotEvent::Step(s) = ev {
+                last = s.stop;
+            }
+        }
+    }
+    assert_eq!(last, Some(ember_model::StopReason::ContextFull));
+    b.start(0, &tokens(4, 1, n_vocab), greedy(50), false).unwrap();
+    b.step();
+    b.cancel(0);
+    assert!(!b.any_busy() && b.step().is_empty());
+    assert_eq!(b.cached_tokens(0).len(), 4, "the cache keeps what was fed");
+    // max_tokens 0 reads the prompt and ends without a draw.
+    b.start(0, &tokens(4, 1, n_vocab), greedy(0), true).unwrap();
+    let ev = b.step();
+    assert!(matches!(ev.as_slice(), [(0, SlotEvent::Done)]), "{ev:?}");
+}
