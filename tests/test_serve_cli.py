@@ -173,7 +173,7 @@ def test_defaults_and_start_lines(smollm2_path):
     assert opts.model == str(smollm2_path) and opts.api_keys == [] and not opts.metrics
     text = "\n".join(lines)
     for needle in ["model: ", "(from the command line)", "context: 8192 positions (the model's trained length",
-                   "slots: 1 request at a time", "threads: ", "chat template: the model file's own"]:
+                   "slots: 1, up to 64 more waiting", "threads: ", "chat template: the model file's own"]:
         assert needle in text, (needle, text)
 
 
@@ -206,7 +206,7 @@ def test_environment_is_read_and_the_command_line_wins(smollm2_path):
     assert (opts.model, opts.port, opts.ctx_size, opts.parallel, opts.n_predict, opts.threads, opts.alias) == (
         str(smollm2_path), 8081, 1024, 3, 50, 2, "smol")
     assert opts.api_keys == ["k1", "k2"] and opts.metrics and opts.host == "0.0.0.0"
-    assert any("only lets the other 2 wait" in line for line in lines)
+    assert any(line.startswith("slots: 3, each of 341 positions") for line in lines), lines
     assert any("--no-webui" in line and "no web page" in line for line in lines)
     assert not any("k1" in line for line in lines), "keys must never be printed"
 

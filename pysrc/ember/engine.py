@@ -3,22 +3,30 @@
 HTTP handlers never run the model. They submit a `GenerationRequest` and read
 its events (`Piece`s, then the `Completion`) from an asyncio queue that the
 engine thread fills through `loop.call_soon_threadsafe`, which wakes the event
-loop through its own self-pipe: no thread per request, no polling. Requests
-run one at a time in arrival order (slots and batching come later); a request
-whose client went away is dropped before it reaches the model, or stopped
-within one token once it has.
+loop through its own self-pipe: no thread per request, no polling.
+
+The engine holds a fixed set of slots (`_native.Batcher`). Each turn of its
+loop places waiting requests in free slots, in arrival order, then runs one
+pass over every busy slot: a slot reading its prompt contributes a chunk of
+it, a decoding slot its next token, so N conversations share one read of the
+weights. A request whose client went away is dropped before it reaches a
+slot, or stopped within one pass once it has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
 
 from ember.errors import EmberError
-from ember.model import Completion, Model, Piece
+from ember import _native
+from ember.model import Completion, CompletionBuilder, Model, Piece
 
 __all__ = ["Engine", "GenerationRequest", "Job", "EngineOverloaded", "EngineStopped"]
 
@@ -49,6 +57,9 @@ class Job:
         self._events: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
         self.started = asyncio.Event()
+        #: the slot that answers it, once placed; whether it waited for one
+        self.slot: int | None = None
+        self.waited = False
 
     def cancel(self) -> None:
         """Stops the job: before it starts, it never reaches the model; after,
@@ -101,9 +112,14 @@ _STOP = object()
 
 
 class Engine:
-    def __init__(self, model: Model, *, queue_depth: int = 64):
+    def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None):
         self.model = model
         self.queue_depth = queue_depth
+        self.n_slots = max(1, slots)
+        #: positions each slot holds: the context is cut, not multiplied
+        self.slot_ctx = max(1, model.n_ctx // self.n_slots)
+        self.chunk = chunk or model.max_batch
+        self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
         self._jobs: queue.Queue = queue.Queue()
         # Not a daemon: the interpreter must not finalize while this thread is
         # inside the model (a daemon thread re-entering a finalizing
@@ -111,10 +127,12 @@ class Engine:
         # It ends by itself once the main thread is gone.
         self._thread = threading.Thread(target=self._run, name="ember-engine", daemon=False)
         self._closing = False
+        self._active: dict[int, tuple[Job, CompletionBuilder]] = {}
         self.busy = False
         self.n_processed = 0
-        #: positions the running request holds in its KV cache (0 when idle)
+        #: positions the busy slots hold in their KV caches
         self.kv_tokens = 0
+        self._debug = os.environ.get("EMBER_DEBUG_BATCHES") == "1"
 
     def start(self) -> None:
         self._thread.start()
@@ -122,17 +140,26 @@ class Engine:
     def waiting(self) -> int:
         return self._jobs.qsize()
 
+    @property
+    def n_busy(self) -> int:
+        """Slots answering a request."""
+        return len(self._active)
+
     def submit(self, request: GenerationRequest, loop: asyncio.AbstractEventLoop | None = None) -> Job:
         if self._closing:
             raise EngineStopped("the server is shutting down")
-        if self._jobs.qsize() >= self.queue_depth:
+        # Free slots take requests at once (the engine thread may not have
+        # picked them up yet): only what is left over counts against the depth.
+        free = self.n_slots - len(self._active)
+        if self._jobs.qsize() >= self.queue_depth + max(free, 0):
             raise EngineOverloaded(f"{self._jobs.qsize()} requests are already waiting (queue depth {self.queue_depth})")
         job = Job(request, loop or asyncio.get_running_loop())
+        job.waited = len(self._active) >= self.n_slots or self._jobs.qsize() > 0
         self._jobs.put(job)
         return job
 
     def close(self, timeout: float | None = None) -> None:
-        """Takes no more work; the request in progress ends before its next
+        """Takes no more work; the requests in progress end before their next
         token, the waiting ones are cancelled."""
         self._closing = True
         while True:
@@ -143,51 +170,83 @@ class Engine:
             if job is not _STOP:
                 job.cancel()
                 job._deliver(EngineStopped("the server is shutting down"))
-        self._current_cancel()
+        for job, _ in list(self._active.values()):
+            job.cancel()
         self._jobs.put(_STOP)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    _current: Job | None = None
-
-    def _current_cancel(self) -> None:
-        job = self._current
-        if job is not None:
-            job.cancel()
-
-    def _run(self) -> None:
-        while True:
+    def _admit(self) -> bool:
+        """Places waiting requests in free slots; False once told to stop."""
+        while len(self._active) < self.n_slots:
             try:
-                job = self._jobs.get(timeout=0.25)
+                job = self._jobs.get(timeout=0.25) if not self._active else self._jobs.get_nowait()
             except queue.Empty:
-                if not threading.main_thread().is_alive():
-                    return
-                continue
+                return bool(self._active) or threading.main_thread().is_alive()
             if job is _STOP:
-                return
+                return False
             if job.cancelled:
                 continue
-            self._current = job
-            self.busy = True
-            job._mark_started()
+            req = job.request
+            slot = self.batcher.choose_slot(req.prompt)
             try:
-                req = job.request
-                self.kv_tokens = len(req.prompt)
-                for ev in self.model.stream_completion(req.prompt, req.max_tokens, **req.options):
-                    if job.cancelled and isinstance(ev, Piece):
-                        break
-                    if isinstance(ev, Piece) and ev.token is not None:
-                        self.kv_tokens += 1
-                    job._deliver(ev)
-            except EmberError as e:
+                build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, **req.options)
+            except Exception as e:  # a refused request (too long, bad option) reaches its client
                 job._deliver(e)
-            except Exception as e:  # a bug must reach the client as a 500, not hang it
-                job._deliver(e)
-            finally:
-                self._current = None
-                self.busy = False
-                self.kv_tokens = 0
                 self.n_processed += 1
+                continue
+            job.slot = slot
+            self._active[slot] = (job, build)
+            job._mark_started()
+        return True
+
+    def _run(self) -> None:
+        try:
+            while self._admit():
+                for slot, (job, _) in list(self._active.items()):
+                    if job.cancelled:
+                        self.batcher.cancel(slot)
+                        del self._active[slot]
+                        self.n_processed += 1
+                self.busy = bool(self._active)
+                if not self._active:
+                    self.kv_tokens = 0
+                    continue
+                t0 = time.perf_counter()
+                events = self.batcher.step()
+                if self._debug:
+                    print(f"ember: pass over slots {sorted(self._active)} in {(time.perf_counter() - t0) * 1e3:.1f} ms, "
+                          f"{len(events)} drew", file=sys.stderr, flush=True)
+                # Bookkeeping first, deliveries after: a client that reads its
+                # last event must find its slot already free in /metrics.
+                deliveries: list[tuple[Job, object]] = []
+                for slot, token, text, reason, logprob, top, error in events:
+                    job, build = self._active[slot]
+                    try:
+                        if error is not None:
+                            out, finished = [error], True
+                        elif token is None:
+                            out, finished = build.finish(), True
+                        else:
+                            out, finished = build.draw(token, text, reason, logprob, top)
+                    except Exception as e:  # a bug must reach the client as a 500, not hang it
+                        out, finished = [e], True
+                    deliveries += [(job, ev) for ev in out]
+                    if finished:
+                        if self.batcher.is_busy(slot):  # ended by a stop string
+                            self.batcher.cancel(slot)
+                        del self._active[slot]
+                        self.n_processed += 1
+                self.kv_tokens = sum(self.batcher.cached_tokens(s) for s in self._active)
+                self.busy = bool(self._active)
+                for job, ev in deliveries:
+                    job._deliver(ev)
+        finally:
+            for job, _ in self._active.values():
+                job._deliver(EngineStopped("the server is shutting down"))
+            self._active.clear()
+            self.busy = False
+            self.kv_tokens = 0
 
 
 def stop_list(stop: str | Sequence[str] | None) -> list[str]:

@@ -17,7 +17,7 @@ import numpy as np
 from ember import _native
 from ember.errors import InvalidRequestError
 
-__all__ = ["Model", "Completion", "Piece"]
+__all__ = ["Model", "Completion", "CompletionBuilder", "Piece"]
 
 
 @dataclass
@@ -86,6 +86,59 @@ class StopMatcher:
         return out
 
 
+class CompletionBuilder:
+    """Turns a generation's draws into what a caller reads: a `Piece` per
+    draw (stop strings held back, never shown), then the `Completion` with
+    its finish reason and timings. Shared by `Model.stream_completion` and the
+    server's engine, whose draws come from a batcher step."""
+
+    def __init__(self, stops: Sequence[str], n_prompt: int, n_cached: int, n_probs: int, t_start: float):
+        self.matcher = StopMatcher(stops)
+        self.n_probs = n_probs
+        self.t_start = t_start
+        self.t_read: float | None = None
+        self.pieces: list[str] = []
+        self.done = Completion(text="", n_prompt=n_prompt, n_cached=n_cached, finish_reason="length")
+
+    def prompt_read(self) -> None:
+        """Marks the end of the prompt's reading (at the first draw at the latest)."""
+        if self.t_read is None:
+            self.t_read = time.perf_counter()
+            self.done.prompt_ms = (self.t_read - self.t_start) * 1e3
+
+    def draw(self, token: int, text: str, reason: str | None, logprob: float | None,
+             top: list[tuple[int, float]]) -> tuple[list[Piece | Completion], bool]:
+        """The events of one draw, and whether the completion has ended."""
+        self.prompt_read()
+        done = self.done
+        done.tokens.append(token)
+        out, hit = self.matcher.push(text)
+        self.pieces.append(out)
+        events: list[Piece | Completion] = [Piece(out, token, logprob, top if self.n_probs else None)]
+        if hit is not None:
+            done.finish_reason, done.stop_string = "stop", hit
+            return events + self.finish(), True
+        if reason is not None:
+            done.finish_reason = reason
+            return events + self.finish(), True
+        return events, False
+
+    def finish(self) -> list[Piece | Completion]:
+        """The held-back tail (unless a stop string ended the text) and the `Completion`."""
+        self.prompt_read()
+        events: list[Piece | Completion] = []
+        done = self.done
+        if done.stop_string is None:
+            tail = self.matcher.flush()
+            if tail:
+                self.pieces.append(tail)
+                events.append(Piece(tail, None))
+        done.text = "".join(self.pieces)
+        done.gen_ms = (time.perf_counter() - (self.t_read or self.t_start)) * 1e3
+        events.append(done)
+        return events
+
+
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
@@ -122,6 +175,8 @@ class Model:
         if not self.path.is_file():
             raise _native.ModelLoadError(f"{self.path}: no such file")
         self._native = _native.Model(str(self.path), n_ctx, threads, kv_type, max_batch)
+        #: most tokens one forward pass reads
+        self.max_batch = max_batch
         self._template: str | None = self._native.metadata("tokenizer.chat_template")
 
     # -- facts ---------------------------------------------------------------
@@ -212,30 +267,36 @@ class Model:
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
             cache_prompt,
         )
-        t1 = time.perf_counter()
-        matcher = StopMatcher(stops)
-        done = Completion(text="", n_prompt=len(ids), n_cached=gen.n_cached, finish_reason="length",
-                          prompt_ms=(t1 - t0) * 1e3)
-        pieces: list[str] = []
+        build = CompletionBuilder(stops, len(ids), gen.n_cached, n_probs, t0)
+        build.prompt_read()
         for token, text, reason, logprob, top in gen:
-            done.tokens.append(token)
-            out, hit = matcher.push(text)
-            pieces.append(out)
-            yield Piece(out, token, logprob, top if n_probs else None)
-            if hit is not None:
-                done.finish_reason, done.stop_string = "stop", hit
-                break
-            if reason is not None:
-                done.finish_reason = reason
-                break
-        if done.stop_string is None:
-            tail = matcher.flush()
-            if tail:
-                pieces.append(tail)
-                yield Piece(tail, None)
-        done.text = "".join(pieces)
-        done.gen_ms = (time.perf_counter() - t1) * 1e3
-        yield done
+            events, finished = build.draw(token, text, reason, logprob, top)
+            yield from events
+            if finished:
+                return
+        yield from build.finish()
+
+    def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int = 128, *,
+                 stop: str | Sequence[str] | None = None, ignore_eos: bool = False, add_special: bool = True,
+                 parse_special: bool = False, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: dict[int, float] | None = None, seed: int | None = None, n_probs: int = 0,
+                 cache_prompt: bool = True) -> "CompletionBuilder":
+        """Places a completion in a slot of ``batcher`` (the keywords of
+        `stream_completion`); the batcher's steps then draw its tokens, which
+        the returned builder turns into `Piece`s and the `Completion`."""
+        if max_tokens < 0:
+            raise InvalidRequestError("max_tokens: must be >= 0")
+        stops = _check_stop(stop)
+        ids = self._prompt_ids(prompt, add_special, parse_special)
+        t0 = time.perf_counter()
+        n_cached = batcher.start(
+            slot, ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
+            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
+            cache_prompt,
+        )
+        return CompletionBuilder(stops, len(ids), n_cached, n_probs, t0)
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:
         """Generates to the end and returns the text with its finish reason and tokens."""

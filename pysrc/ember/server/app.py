@@ -58,6 +58,11 @@ class ServerState:
         n_ctx = self.model.n_ctx if self.model is not None else (self.opts.ctx_size or 8192)
         return 64 * 1024 + 16 * n_ctx
 
+    @property
+    def slot_ctx(self) -> int:
+        """Positions one request may fill: the context cut among the slots."""
+        return self.engine.slot_ctx if self.engine is not None else self.model.n_ctx
+
     def model_id(self) -> str:
         if self.opts.alias:
             return self.opts.alias
@@ -229,13 +234,14 @@ class Generation:
         model = self.state.model
         if not prompt:
             raise ApiError(400, "prompt: empty", param="prompt")
-        if len(prompt) >= model.n_ctx:
-            raise exceed_context(len(prompt), model.n_ctx)
+        n_ctx = self.state.slot_ctx
+        if len(prompt) >= n_ctx:
+            raise exceed_context(len(prompt), n_ctx)
         bad = next((t for t in prompt if not 0 <= t < model.n_vocab), None)
         if bad is not None:
             raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})", param="prompt")
         if max_tokens < 0:  # -1: until the context is full, which the engine reports as "context"
-            max_tokens = model.n_ctx
+            max_tokens = n_ctx
         self.prompt = prompt
         self.max_tokens = max_tokens
         self.options = options
@@ -295,7 +301,7 @@ class Generation:
         except ClientGone:
             raise
         except Exception as e:
-            raise from_engine_error(e, n_prompt=len(self.prompt), n_ctx=self.state.model.n_ctx)
+            raise from_engine_error(e, n_prompt=len(self.prompt), n_ctx=self.state.slot_ctx)
 
     @property
     def n_cached(self) -> int:
@@ -361,7 +367,7 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
             with open(opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
-        engine = Engine(model, queue_depth=opts.queue_depth)
+        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel)
         engine.start()
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
         msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)
@@ -394,7 +400,8 @@ def _loaded(app: web.Application, model, engine, template, error: str | None) ->
         warnings.simplefilter("ignore", DeprecationWarning)
         app["model"], app["engine"] = model, engine
     state.phase = "ready"
-    state.log(f"ember: model {state.model_id()} loaded (context {model.n_ctx})")
+    slots = f"{engine.n_slots} slots of {engine.slot_ctx} positions" if engine.n_slots > 1 else f"context {engine.slot_ctx}"
+    state.log(f"ember: model {state.model_id()} loaded ({slots}, prompts read {engine.chunk} tokens per pass)")
     app["ready"].set()
     if state.closing:
         engine.close(0)

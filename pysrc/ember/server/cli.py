@@ -51,7 +51,7 @@ _FLAGS = [
     _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "address to listen on (default 127.0.0.1)", "127.0.0.1"),
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
-    _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "requests served at once (more than 1 only queues for now)", 1),
+    _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
     _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
     _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default) or f32", "f16"),
@@ -326,10 +326,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     parallel, depth = values["parallel"], values["queue-depth"]
     if parallel > 1:
-        lines.append(f"slots: 1 request at a time for now; --parallel {parallel} only lets the other "
-                     f"{parallel - 1} wait in the queue (depth {depth})")
+        lines.append(f"slots: {parallel}, each of {ctx // parallel} positions (the context is cut among them), "
+                     f"answered together in each pass; up to {depth} more waiting; past that, 503")
     else:
-        lines.append(f"slots: 1 request at a time, up to {depth} more waiting; past that, 503")
+        lines.append(f"slots: 1, up to {depth} more waiting; past that, 503")
 
     threads = max(values["threads"], 0)
     if threads:

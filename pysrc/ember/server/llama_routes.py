@@ -163,7 +163,7 @@ async def props(request: web.Request) -> web.Response:
 
     return json_response({
         "default_generation_settings": {
-            "id": 0, "id_task": -1, "n_ctx": m.n_ctx, "speculative": False, "is_processing": bool(engine.busy),
+            "id": 0, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False, "is_processing": bool(engine.busy),
             "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
         },
         "total_slots": state.opts.parallel,
@@ -193,7 +193,7 @@ async def metrics(request: web.Request) -> web.Response:
          s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0),
         ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
          s.predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0),
-        ("requests_processing", "gauge", "Number of requests processing.", int(bool(engine.busy))),
+        ("requests_processing", "gauge", "Number of requests processing.", engine.n_busy),
         ("requests_deferred", "gauge", "Number of requests deferred.", engine.waiting()),
         ("kv_cache_tokens", "gauge", "KV-cache tokens.", engine.kv_tokens),
         ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",

@@ -15,7 +15,7 @@ class ServerOptions:
     port: int = 8080
     #: 0: the model's trained context, capped by memory
     ctx_size: int = 0
-    #: requests served at once; until slots exist, more than 1 only queues
+    #: slots: requests answered together in each pass, the context cut among them
     parallel: int = 1
     #: default max tokens per request; -1 means until the context is full
     n_predict: int = -1

@@ -17,7 +17,9 @@ create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be
 create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
 create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
 
-fn map_err(e: ModelError) -> PyErr {
+mod batcher;
+
+pub(crate) fn map_err(e: ModelError) -> PyErr {
     match e {
         ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => ContextFullError::new_err(e.to_string()),
         ModelError::BadToken { .. } | ModelError::Sample(_) | ModelError::Invalid(_) | ModelError::Kv(_) => {
@@ -25,6 +27,45 @@ fn map_err(e: ModelError) -> PyErr {
         }
         _ => ModelLoadError::new_err(e.to_string()),
     }
+}
+
+/// Sampling and stopping parameters from the keywords `generate` and
+/// `Batcher.start` share.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn generate_params(
+    n_vocab: usize,
+    max_tokens: usize,
+    ignore_eos: bool,
+    temperature: f32,
+    top_k: i32,
+    top_p: f32,
+    min_p: f32,
+    typical_p: f32,
+    repeat_penalty: f32,
+    repeat_last_n: i32,
+    frequency_penalty: f32,
+    presence_penalty: f32,
+    logit_bias: Vec<(u32, f32)>,
+    seed: Option<u64>,
+    n_probs: usize,
+) -> PyResult<GenerateParams> {
+    if n_probs > n_vocab {
+        return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
+    }
+    let sampling = SamplingParams {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        typical_p,
+        repeat_penalty,
+        repeat_last_n,
+        frequency_penalty,
+        presence_penalty,
+        logit_bias,
+        seed,
+    };
+    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
@@ -83,11 +124,11 @@ fn simd_level() -> &'static str {
 }
 
 #[pyclass(frozen, module = "ember._native")]
-struct Model {
-    inner: Arc<ember_model::Model>,
+pub(crate) struct Model {
+    pub(crate) inner: Arc<ember_model::Model>,
     n_ctx: usize,
-    max_batch: usize,
-    kv_type: KvType,
+    pub(crate) max_batch: usize,
+    pub(crate) kv_type: KvType,
     /// The session of the last generation and the tokens it holds.
     slot: Arc<std::sync::Mutex<Option<Slot>>>,
 }
@@ -237,23 +278,10 @@ impl Model {
         cache_prompt: bool,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
-        let sampling = SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            typical_p,
-            repeat_penalty,
-            repeat_last_n,
-            frequency_penalty,
-            presence_penalty,
-            logit_bias,
-            seed,
-        };
-        if n_probs > self.inner.config.n_vocab {
-            return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
-        }
-        let params = GenerateParams { max_tokens, ignore_eos, n_probs, sampling };
+        let params = generate_params(
+            self.inner.config.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
+            repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs,
+        )?;
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
         // The slot the last generation left (taken, so two generations at
@@ -372,6 +400,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Model>()?;
     m.add_class::<Generator>()?;
+    m.add_class::<batcher::Batcher>()?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add("EmberError", py.get_type::<EmberError>())?;

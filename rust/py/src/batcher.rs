@@ -1,0 +1,131 @@
+//! `ember._native.Batcher`: the slots of a server and the step that runs one
+//! pass over all of them, for the engine thread to drive.
+
+use std::sync::Mutex;
+
+use ember_model::batch::{Batcher as Inner, SlotEvent};
+use ember_model::StopReason;
+use pyo3::prelude::*;
+
+use crate::{generate_params, map_err, InvalidRequestError, Model};
+
+/// (slot, token, text, stop reason or None, logprob or None, top logprobs, error or None)
+type Event = (usize, Option<u32>, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>, Option<Py<PyAny>>);
+
+#[pyclass(module = "ember._native")]
+pub(crate) struct Batcher {
+    inner: Mutex<Inner>,
+    n_ctx: usize,
+    n_vocab: usize,
+}
+
+fn stop_name(r: StopReason) -> &'static str {
+    match r {
+        StopReason::EndOfGeneration => "stop",
+        StopReason::Length => "length",
+        StopReason::ContextFull => "context",
+    }
+}
+
+#[pymethods]
+impl Batcher {
+    /// `n_slots` slots of `n_ctx` positions each over `model`'s weights;
+    /// prompts are read `chunk` tokens per slot per pass.
+    #[new]
+    fn new(py: Python<'_>, model: &Model, n_slots: usize, n_ctx: usize, chunk: usize) -> PyResult<Batcher> {
+        if n_slots == 0 || n_ctx == 0 || chunk == 0 {
+            return Err(InvalidRequestError::new_err("n_slots, n_ctx and chunk must be at least 1"));
+        }
+        let (m, kv) = (model.inner.clone(), model.kv_type);
+        let n_vocab = m.config.n_vocab;
+        let inner = py.detach(move || Inner::new(m, n_slots, n_ctx, chunk, kv));
+        Ok(Batcher { inner: Mutex::new(inner), n_ctx, n_vocab })
+    }
+
+    #[getter]
+    fn n_slots(&self) -> usize {
+        self.inner.lock().unwrap().n_slots()
+    }
+
+    /// Positions each slot holds at most.
+    #[getter]
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The free slot for `ids` (llama-server's rule), or None when all are busy.
+    fn choose_slot(&self, ids: Vec<u32>) -> Option<usize> {
+        self.inner.lock().unwrap().choose_slot(&ids)
+    }
+
+    fn is_busy(&self, slot: usize) -> bool {
+        let b = self.inner.lock().unwrap();
+        slot < b.n_slots() && b.is_busy(slot)
+    }
+
+    fn any_busy(&self) -> bool {
+        self.inner.lock().unwrap().any_busy()
+    }
+
+    /// Tokens slot `slot` holds in its cache.
+    fn cached_tokens(&self, slot: usize) -> PyResult<usize> {
+        let b = self.inner.lock().unwrap();
+        if slot >= b.n_slots() {
+            return Err(InvalidRequestError::new_err(format!("no slot {slot}")));
+        }
+        Ok(b.cached_tokens(slot).len())
+    }
+
+    /// Places a request in free slot `slot`; returns the prompt positions
+    /// reused from its cache. The prompt is read by the next steps.
+    #[pyo3(signature = (slot, ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95,
+        min_p = 0.05, typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0,
+        presence_penalty = 0.0, logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        slot: usize,
+        ids: Vec<u32>,
+        max_tokens: usize,
+        ignore_eos: bool,
+        temperature: f32,
+        top_k: i32,
+        top_p: f32,
+        min_p: f32,
+        typical_p: f32,
+        repeat_penalty: f32,
+        repeat_last_n: i32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        logit_bias: Vec<(u32, f32)>,
+        seed: Option<u64>,
+        n_probs: usize,
+        cache_prompt: bool,
+    ) -> PyResult<usize> {
+        let params = generate_params(
+            self.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty, repeat_last_n,
+            frequency_penalty, presence_penalty, logit_bias, seed, n_probs,
+        )?;
+        self.inner.lock().unwrap().start(slot, &ids, params, cache_prompt).map(|s| s.n_cached).map_err(map_err)
+    }
+
+    /// Ends slot `slot`'s request; its cache keeps what was fed.
+    fn cancel(&self, slot: usize) {
+        self.inner.lock().unwrap().cancel(slot);
+    }
+
+    /// One pass over every busy slot (the GIL released meanwhile): a list of
+    /// (slot, token, text, stop, logprob, top, error) for the slots that drew,
+    /// ended without drawing (token None) or failed (error set).
+    fn step(&self, py: Python<'_>) -> Vec<Event> {
+        let events = py.detach(|| self.inner.lock().unwrap().step());
+        events
+            .into_iter()
+            .map(|(slot, ev)| match ev {
+                SlotEvent::Step(s) => (slot, Some(s.token), s.text, s.stop.map(stop_name), s.logprob, s.top, None),
+                SlotEvent::Done => (slot, None, String::new(), Some("length"), None, Vec::new(), None),
+                SlotEvent::Failed(e) => (slot, None, String::new(), None, None, Vec::new(), Some(map_err(e).into_value(py).into_any())),
+            })
+            .collect()
+    }
+}
