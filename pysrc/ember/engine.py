@@ -110,6 +110,28 @@ class Job:
 
 _STOP = object()
 
+#: How long one pass may take while it reads a prompt chunk beside other
+#: conversations' tokens: their next token waits that long at most.
+CHUNK_TARGET_S = 0.15
+
+#: How long an idle engine waits for more requests to join the first pass.
+JOIN_WAIT_S = 0.002
+
+
+def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
+    """Prompt tokens per slot per pass: the largest power of two (16 at
+    least, the model's pass size at most) whose pass, measured here on this
+    machine, takes about ``target_s``."""
+    n = min(64, model.max_batch)
+    ids = [(1 + i * 7919) % model.n_vocab for i in range(n)]
+    model._native.bench_prompt(ids)  # warm the caches and the pool
+    secs = min(model._native.bench_prompt(ids) for _ in range(2))
+    rate = n / secs if secs > 0 else float(model.max_batch) / target_s
+    chunk = 16
+    while chunk * 2 <= model.max_batch and chunk * 2 <= rate * target_s:
+        chunk *= 2
+    return chunk
+
 
 class Engine:
     def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None):
@@ -178,9 +200,18 @@ class Engine:
 
     def _admit(self) -> bool:
         """Places waiting requests in free slots; False once told to stop."""
+        was_idle, joined = not self._active, False
         while len(self._active) < self.n_slots:
             try:
-                job = self._jobs.get(timeout=0.25) if not self._active else self._jobs.get_nowait()
+                if not self._active:
+                    job = self._jobs.get(timeout=0.25)
+                elif was_idle and not joined:
+                    # Requests sent together arrive a little apart: the first
+                    # pass waits a moment for the others to join it.
+                    joined = True
+                    job = self._jobs.get(timeout=JOIN_WAIT_S)
+                else:
+                    job = self._jobs.get_nowait()
             except queue.Empty:
                 return bool(self._active) or threading.main_thread().is_alive()
             if job is _STOP:
@@ -215,8 +246,9 @@ class Engine:
                 t0 = time.perf_counter()
                 events = self.batcher.step()
                 if self._debug:
-                    print(f"ember: pass over slots {sorted(self._active)} in {(time.perf_counter() - t0) * 1e3:.1f} ms, "
-                          f"{len(events)} drew", file=sys.stderr, flush=True)
+                    parts = ", ".join(f"slot {s} {'prompt' if p else 'decode'} {n}" for s, n, p in self.batcher.last_pass())
+                    print(f"ember: pass [{parts}] in {(time.perf_counter() - t0) * 1e3:.1f} ms, {len(events)} drew",
+                          file=sys.stderr, flush=True)
                 # Bookkeeping first, deliveries after: a client that reads its
                 # last event must find its slot already free in /metrics.
                 deliveries: list[tuple[Job, object]] = []

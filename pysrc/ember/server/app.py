@@ -18,6 +18,7 @@ from typing import Callable
 import msgspec
 from aiohttp import web
 
+from ember.engine import CHUNK_TARGET_S
 from ember.model import Completion
 from ember.server.errors import ApiError, error_body, error_response, exceed_context, from_engine_error
 from ember.server.options import ServerOptions
@@ -129,7 +130,11 @@ def _gen_log(g: "Generation") -> str:
     g_s = (c.gen_ms / 1e3) if c is not None else time.perf_counter() - g.t0
     rate = lambda n, s: f"{n / s:.0f}/s" if s > 0 else "-"
     n_read = n_prompt - g.n_cached
-    return (f"prompt {n_prompt} ({g.n_cached} cached) in {p_s:.2f}s ({rate(n_read, p_s)}), "
+    job = g.job
+    where = ""
+    if job is not None and job.slot is not None:
+        where = f"slot {job.slot}{' after waiting for one' if job.waited else ''}, "
+    return (f"{where}prompt {n_prompt} ({g.n_cached} cached) in {p_s:.2f}s ({rate(n_read, p_s)}), "
             f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
 
 
@@ -367,7 +372,9 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
             with open(opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
-        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel)
+        from ember.engine import measure_chunk
+
+        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model))
         engine.start()
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
         msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)
@@ -401,7 +408,8 @@ def _loaded(app: web.Application, model, engine, template, error: str | None) ->
         app["model"], app["engine"] = model, engine
     state.phase = "ready"
     slots = f"{engine.n_slots} slots of {engine.slot_ctx} positions" if engine.n_slots > 1 else f"context {engine.slot_ctx}"
-    state.log(f"ember: model {state.model_id()} loaded ({slots}, prompts read {engine.chunk} tokens per pass)")
+    state.log(f"ember: model {state.model_id()} loaded ({slots}; prompts read {engine.chunk} tokens per pass, "
+              f"so a pass beside other conversations stays near {CHUNK_TARGET_S * 1e3:.0f} ms)")
     app["ready"].set()
     if state.closing:
         engine.close(0)

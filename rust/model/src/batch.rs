@@ -53,6 +53,16 @@ pub struct Batcher {
     chunk: usize,
     steps: u64,
     logits: Vec<f32>,
+    last_pass: Vec<PassPart>,
+}
+
+/// One slot's share of a pass, for logs: how many tokens it fed, and
+/// whether they were prompt (else the token drawn last).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassPart {
+    pub slot: usize,
+    pub tokens: usize,
+    pub prompt: bool,
 }
 
 /// How a request was placed.
@@ -71,7 +81,7 @@ impl Batcher {
         let slots = (0..n_slots.max(1))
             .map(|_| SlotState { slot: Slot::new(model.new_session(n_ctx, chunk, kv)), active: None, last_used: 0 })
             .collect();
-        Batcher { model, slots, ws: Workspace::default(), chunk, steps: 0, logits: Vec::new() }
+        Batcher { model, slots, ws: Workspace::default(), chunk, steps: 0, logits: Vec::new(), last_pass: Vec::new() }
     }
 
     pub fn n_slots(&self) -> usize {
@@ -154,6 +164,11 @@ impl Batcher {
         self.slots[slot].active.as_ref().map(|a| (a.n_prompt, a.n_cached))
     }
 
+    /// What went into the last pass.
+    pub fn last_pass(&self) -> &[PassPart] {
+        &self.last_pass
+    }
+
     /// One pass over every busy slot; returns what each drew (slots still
     /// reading their prompt draw nothing). Empty when no slot is busy.
     pub fn step(&mut self) -> Vec<(usize, SlotEvent)> {
@@ -162,8 +177,10 @@ impl Batcher {
         let chunk = self.chunk;
         // What each busy slot feeds in this pass.
         let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        self.last_pass.clear();
         for (i, st) in self.slots.iter_mut().enumerate() {
             let Some(a) = st.active.as_mut() else { continue };
+            let prompt = a.pending.is_none();
             let (tokens, last) = if let Some(t) = a.pending.take() {
                 (vec![t], true)
             } else {
@@ -177,6 +194,7 @@ impl Batcher {
                 events.push((i, SlotEvent::Failed(e.into())));
                 continue;
             }
+            self.last_pass.push(PassPart { slot: i, tokens: tokens.len(), prompt });
             feeds.push((i, tokens, last));
         }
         if feeds.is_empty() {

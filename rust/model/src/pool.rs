@@ -15,10 +15,18 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// Spins before a worker parks: long enough to bridge the serial gaps
-/// between the operations of one pass, short enough that an idle model does
-/// not hold its cores for long.
-const SPIN_BEFORE_PARK: u32 = 1 << 16;
+/// Spins before a waiting thread starts yielding its core: about the serial
+/// gap between two operations of a pass. Beyond it, the thread waited for
+/// may be runnable but not running (another process took its core, or it
+/// shares this thread's core): spinning on would burn the very timeslice it
+/// needs, which on a loaded machine turns each operation into a scheduler
+/// tick and a token into a second.
+const SPIN: u32 = 1 << 11;
+
+/// Yields before an idle worker parks: bridges the gap between tokens
+/// (sampling, the caller's own work) without a wake-up, yet lets an idle
+/// model leave the cores to others.
+const YIELDS_BEFORE_PARK: u32 = 1 << 12;
 
 /// The job in flight: a type-erased `&dyn Fn(usize)` as a data pointer and a
 /// monomorphized caller, each stored atomically before the generation bump.
@@ -112,8 +120,8 @@ impl Pool {
         // panicking or not.
         let mut spins = 0u32;
         while s.running.load(Ordering::Acquire) != 0 {
-            spins += 1;
-            if spins < SPIN_BEFORE_PARK {
+            if spins < SPIN {
+                spins += 1;
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
@@ -195,8 +203,12 @@ fn work(s: &Shared, index: usize) {
                 return;
             }
             spins += 1;
-            if spins < SPIN_BEFORE_PARK {
+            if spins < SPIN {
                 std::hint::spin_loop();
+                continue;
+            }
+            if spins < SPIN + YIELDS_BEFORE_PARK {
+                std::thread::yield_now();
                 continue;
             }
             let mut guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());

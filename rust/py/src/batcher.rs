@@ -109,6 +109,11 @@ impl Batcher {
         self.inner.lock().unwrap().start(slot, &ids, params, cache_prompt).map(|s| s.n_cached).map_err(map_err)
     }
 
+    /// What went into the last pass: (slot, tokens, whether they were prompt).
+    fn last_pass(&self) -> Vec<(usize, usize, bool)> {
+        self.inner.lock().unwrap().last_pass().iter().map(|p| (p.slot, p.tokens, p.prompt)).collect()
+    }
+
     /// Ends slot `slot`'s request; its cache keeps what was fed.
     fn cancel(&self, slot: usize) {
         self.inner.lock().unwrap().cancel(slot);

@@ -1,0 +1,62 @@
+"""Slots and the prompt cache as a client sees them: a conversation sent whole
+every turn through the official OpenAI client pays only for its new part, on
+both test models (Gemma 3 has sliding-window layers); a client that hangs up
+while queued never reaches a slot; each request's log line names its slot."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import openai
+import pytest
+
+from server_process import ServerProcess, http
+
+
+@pytest.mark.parametrize("which", ["smollm2_path", "gemma3_path"])
+def test_ten_turns_read_only_their_new_tokens(which, request):
+    path = request.getfixturevalue(which)
+    with ServerProcess(path, "-np", "2", ctx=4096) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        messages = [{"role": "user", "content": "Let us talk about lighthouses."}]
+        prev_prompt = None
+        for turn in range(10):
+            r = client.chat.completions.create(model="any", messages=messages, max_tokens=8, temperature=0)
+            usage, timings = r.usage, r.model_extra["timings"]
+            assert timings["prompt_n"] + timings["cache_n"] == usage.prompt_tokens
+            if prev_prompt is not None:
+                # Everything the last turn's prompt held is reused; what is read
+                # is what this turn added (the answer as the template writes it,
+                # and the new question), nothing before it.
+                assert usage.prompt_tokens_details.cached_tokens >= prev_prompt, (turn, usage, timings)
+                assert timings["prompt_n"] <= usage.prompt_tokens - prev_prompt, (turn, usage, timings)
+            prev_prompt = usage.prompt_tokens
+            messages += [{"role": "assistant", "content": r.choices[0].message.content or ""},
+                         {"role": "user", "content": f"Tell me one more thing, number {turn + 2}."}]
+
+
+def test_a_client_gone_while_queued_never_reaches_a_slot(smollm2_path):
+    with ServerProcess(smollm2_path, "-np", "1", "-n", "200") as s:
+        busy = threading.Thread(target=http, args=(s.url + "/completion",
+                                                   {"prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True}))
+        busy.start()
+        time.sleep(0.3)
+        # A queued request whose client gives up before a slot frees.
+        with pytest.raises(Exception):
+            import urllib.request
+
+            req = urllib.request.Request(s.url + "/completion", data=b'{"prompt": "queued and gone", "n_predict": 4}',
+                                         headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(req, timeout=0.3)
+        busy.join(120)
+        # The server is still serving, and the abandoned request never ran.
+        status, _, _ = http(s.url + "/completion", {"prompt": "after", "n_predict": 2})
+        assert status == 200
+        time.sleep(0.3)
+        log = "\n".join(s.lines)
+        served = [l for l in log.splitlines() if "POST /completion" in l]
+        assert any(re.search(r"\b499\b|client gone", l) for l in served), served
+        assert not any("client gone" in l and "drawn" in l and " 0 drawn" not in l for l in served), served
+        assert all(re.search(r"slot \d", l) for l in served if " 200 " in l), served
