@@ -5,6 +5,7 @@ while queued never reaches a slot; each request's log line names its slot."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -12,7 +13,7 @@ import time
 import openai
 import pytest
 
-from server_process import ServerProcess, http
+from server_process import ServerProcess, error_of, http
 
 
 @pytest.mark.parametrize("which", ["smollm2_path", "gemma3_path"])
@@ -60,3 +61,51 @@ def test_a_client_gone_while_queued_never_reaches_a_slot(smollm2_path):
         assert any(re.search(r"\b499\b|client gone", l) for l in served), served
         assert not any("client gone" in l and "drawn" in l and " 0 drawn" not in l for l in served), served
         assert all(re.search(r"slot \d", l) for l in served if " 200 " in l), served
+
+
+def test_slots_list_save_erase_restore(smollm2_path, tmp_path):
+    with ServerProcess(smollm2_path, "-np", "2", "--slot-save-path", str(tmp_path)) as s:
+        prompt = "The lighthouse keeper climbed the stairs every evening to light the lamp. " * 3
+        status, _, body = http(s.url + "/completion", {"prompt": prompt, "n_predict": 4, "temperature": 0})
+        assert status == 200, body
+        status, _, body = http(s.url + "/slots")
+        assert status == 200
+        listed = json.loads(body)
+        assert [x["id"] for x in listed] == [0, 1]
+        assert all(x["n_ctx"] == 1024 and not x["is_processing"] and x["prompt"] == "" for x in listed)
+        used = next(x for x in listed if x["n_cached_tokens"] > 0)
+        sid, held = used["id"], used["n_cached_tokens"]
+        assert prompt not in body.decode(), "never another client's text"
+
+        status, _, body = http(f"{s.url}/slots/{sid}?action=save", {"filename": "keeper.bin"})
+        saved = json.loads(body)
+        assert status == 200 and saved["id_slot"] == sid and saved["n_saved"] == held, saved
+        assert (tmp_path / "keeper.bin").stat().st_size == saved["n_written"]
+        status, _, body = http(f"{s.url}/slots/{sid}?action=erase", {})
+        assert status == 200 and json.loads(body) == {"id_slot": sid, "n_erased": held}
+        status, _, body = http(f"{s.url}/slots/{sid}?action=restore", {"filename": "keeper.bin"})
+        restored = json.loads(body)
+        assert status == 200 and restored["n_restored"] == held, restored
+        # The restored slot serves a continuation from its cache.
+        status, _, body = http(s.url + "/completion", {"prompt": prompt + " Then", "n_predict": 2, "temperature": 0})
+        assert json.loads(body)["timings"]["cache_n"] >= held - 4
+
+        for path, payload, code, needle in [
+            (f"/slots/{sid}?action=save", {"filename": "../escape.bin"}, 400, "filename"),
+            (f"/slots/{sid}?action=save", {"filename": "a/b"}, 400, "filename"),
+            (f"/slots/{sid}?action=restore", {"filename": "missing.bin"}, 400, "missing.bin"),
+            (f"/slots/{sid}?action=dance", {}, 400, "action"),
+            ("/slots/7?action=erase", {}, 400, "no slot"),
+        ]:
+            e = error_of(http(s.url + path, payload), code)
+            assert needle in e["message"], (path, e)
+        (tmp_path / "junk.bin").write_bytes(b"junk")
+        e = error_of(http(f"{s.url}/slots/{sid}?action=restore", {"filename": "junk.bin"}), 400)
+        assert "not a saved slot" in e["message"]
+        assert not (tmp_path.parent / "escape.bin").exists()
+
+
+def test_slot_files_need_a_save_path(smollm2_path):
+    with ServerProcess(smollm2_path) as s:
+        e = error_of(http(s.url + "/slots/0?action=save", {"filename": "x.bin"}), 501)
+        assert "--slot-save-path" in e["message"]

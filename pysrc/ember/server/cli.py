@@ -375,7 +375,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         if not Path(slot_path).expanduser().is_dir():
             raise bad("slot-save-path", "is not an existing directory", 1)
         slot_path = str(Path(slot_path).expanduser())
-        lines.append(f"slot save path: {slot_path} (kept for the /slots routes, which ember does not serve yet)")
+        lines.append(f"slot save path: {slot_path} (POST /slots/ID?action=save|restore writes and reads files there)")
 
     if values["metrics"]:
         lines.append("metrics: at /metrics")

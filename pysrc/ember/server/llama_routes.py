@@ -1,16 +1,22 @@
 """llama-server's own API over the engine: /completion, /tokenize, /detokenize,
-/apply-template, /props and /metrics, with its field names and stop types, so
+/apply-template, /props, /metrics and /slots, with its field names and stop types, so
 tools written for llama-server talk to ember unchanged."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+
 from aiohttp import web
 
-from ember.errors import TemplateError
+from ember.errors import EmberError, TemplateError
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
-from ember.server.errors import ApiError
+from ember.server.errors import ApiError, from_engine_error
 
 __all__ = ["add_routes"]
 
@@ -206,7 +212,78 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
+async def slots(request: web.Request) -> web.Response:
+    """Each slot's state, as llama-server's GET /slots lists it; never the
+    prompt text (another client's conversation)."""
+    state: ServerState = request.app["state"]
+    engine = state.engine
+    out = []
+    for i in range(engine.n_slots):
+        out.append({
+            "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
+            "is_processing": engine.batcher.is_busy(i), "n_cached_tokens": engine.batcher.cached_tokens(i),
+            "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
+        })
+    return json_response(out)
+
+
+_SLOT_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+async def _on_slot(fn, *args):
+    """Runs a slot operation off the event loop; its refusals (a busy slot, a
+    state of another model) are the client's 400s, not internal errors."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    except EmberError as e:
+        raise from_engine_error(e) from None
+
+
+async def slot_action(request: web.Request) -> web.Response:
+    """POST /slots/{id}?action=save|restore|erase, llama-server's shapes: a
+    slot's cache and tokens to and from a file in --slot-save-path."""
+    state: ServerState = request.app["state"]
+    engine = state.engine
+    raw_id = request.match_info["id_slot"]
+    if not raw_id.isdigit() or int(raw_id) >= engine.n_slots:
+        raise ApiError(400, f"id_slot: no slot {raw_id!r} (there are {engine.n_slots})", param="id_slot")
+    slot = int(raw_id)
+    action = request.query.get("action")
+    loop = asyncio.get_running_loop()
+    t0 = time.perf_counter()
+    if action == "erase":
+        n = await _on_slot(engine.batcher.erase_slot, slot)
+        return json_response({"id_slot": slot, "n_erased": n})
+    if action not in ("save", "restore"):
+        raise ApiError(400, f"action: expected save, restore or erase, got {action!r}", param="action")
+    if state.opts.slot_save_path is None:
+        raise ApiError(501, "slot save and restore need --slot-save-path", type="not_supported_error")
+    try:
+        body = json.loads(await read_body(request) or b"{}")
+    except ValueError:
+        raise ApiError(400, "the body is not JSON") from None
+    filename = body.get("filename") if isinstance(body, dict) else None
+    if not isinstance(filename, str) or not _SLOT_FILE.fullmatch(filename) or filename in (".", ".."):
+        raise ApiError(400, "filename: a plain file name (letters, digits, '.', '_', '-'), no directories",
+                       param="filename")
+    path = Path(state.opts.slot_save_path) / filename
+    if action == "save":
+        data, n = await _on_slot(engine.batcher.save_slot, slot)
+        await loop.run_in_executor(None, path.write_bytes, data)
+        return json_response({"id_slot": slot, "filename": filename, "n_saved": n, "n_written": len(data),
+                              "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
+    try:
+        data = await loop.run_in_executor(None, path.read_bytes)
+    except OSError as e:
+        raise ApiError(400, f"filename: cannot read {filename!r} ({e.strerror or e})", param="filename") from None
+    n = await _on_slot(engine.batcher.restore_slot, slot, data)
+    return json_response({"id_slot": slot, "filename": filename, "n_restored": n, "n_read": len(data),
+                          "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get("/slots", slots)
+    app.router.add_post("/slots/{id_slot}", slot_action)
     app.router.add_post("/completion", completion)
     app.router.add_post("/completions", completion)
     app.router.add_post("/tokenize", tokenize)

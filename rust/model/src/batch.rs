@@ -15,6 +15,8 @@ use crate::forward::{Logits, SeqPass, Workspace};
 use crate::generate::{Draws, GenerateParams, Slot, Step};
 use crate::{KvType, Model};
 
+const SLOT_MAGIC: &[u8; 8] = b"EMSLOT1\0";
+
 /// A request being answered in a slot.
 struct Active {
     draws: Draws,
@@ -162,6 +164,80 @@ impl Batcher {
     /// Prompt length and cached positions of slot `slot`'s request.
     pub fn request_info(&self, slot: usize) -> Option<(usize, usize)> {
         self.slots[slot].active.as_ref().map(|a| (a.n_prompt, a.n_cached))
+    }
+
+    /// Slot `slot`'s cache and the tokens it holds, as bytes that
+    /// [`restore_slot`](Self::restore_slot) reads back (into a slot of the
+    /// same model and size). Returns the bytes and the tokens saved.
+    pub fn save_slot(&self, slot: usize) -> Result<(Vec<u8>, usize)> {
+        let st = self.idle_slot(slot)?;
+        let mut out = Vec::new();
+        out.extend_from_slice(SLOT_MAGIC);
+        out.extend_from_slice(&self.fingerprint().to_le_bytes());
+        out.extend_from_slice(&(st.slot.tokens.len() as u64).to_le_bytes());
+        for t in &st.slot.tokens {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        out.extend_from_slice(&st.slot.session.cache.save_state());
+        Ok((out, st.slot.tokens.len()))
+    }
+
+    /// Loads a state written by [`save_slot`](Self::save_slot) into idle slot
+    /// `slot`; returns the tokens restored. A state of another model or slot
+    /// size is refused and leaves the slot as it was.
+    pub fn restore_slot(&mut self, slot: usize, state: &[u8]) -> Result<usize> {
+        self.idle_slot(slot)?;
+        let bad = |why: &str| ModelError::Invalid(format!("not a saved slot of this model and slot size: {why}"));
+        let head = SLOT_MAGIC.len() + 16;
+        if state.len() < head || &state[..SLOT_MAGIC.len()] != SLOT_MAGIC {
+            return Err(bad("unknown format"));
+        }
+        let word = |at: usize| u64::from_le_bytes(state[at..at + 8].try_into().unwrap());
+        if word(SLOT_MAGIC.len()) != self.fingerprint() {
+            return Err(bad("saved from another model"));
+        }
+        let n = word(SLOT_MAGIC.len() + 8) as usize;
+        let kv_at = n.checked_mul(4).and_then(|b| b.checked_add(head)).filter(|&e| e <= state.len()).ok_or_else(|| bad("truncated"))?;
+        let tokens: Vec<u32> = state[head..kv_at].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let st = &mut self.slots[slot];
+        st.slot.session.cache.restore_state(&state[kv_at..]).map_err(|e| bad(&e.to_string()))?;
+        if st.slot.session.cache.len() != tokens.len() {
+            st.slot.session.cache.clear();
+            st.slot.tokens.clear();
+            return Err(bad("tokens and cache disagree"));
+        }
+        st.slot.tokens = tokens;
+        st.last_used = self.steps;
+        Ok(n)
+    }
+
+    /// Forgets what idle slot `slot` holds; returns the tokens dropped.
+    pub fn erase_slot(&mut self, slot: usize) -> Result<usize> {
+        self.idle_slot(slot)?;
+        let st = &mut self.slots[slot];
+        let n = st.slot.tokens.len();
+        st.slot.tokens.clear();
+        st.slot.session.cache.clear();
+        Ok(n)
+    }
+
+    fn idle_slot(&self, slot: usize) -> Result<&SlotState> {
+        let st = self.slots.get(slot).ok_or_else(|| ModelError::Invalid(format!("no slot {slot} (there are {})", self.slots.len())))?;
+        if st.active.is_some() {
+            return Err(ModelError::Invalid(format!("slot {slot} is busy")));
+        }
+        Ok(st)
+    }
+
+    /// What a saved state must come from: the vocabulary, the layers and the
+    /// architecture (the cache's own header checks the shapes).
+    fn fingerprint(&self) -> u64 {
+        let c = &self.model.config;
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in format!("{:?}/{}/{}/{}", c.arch, c.n_vocab, c.n_layer, c.n_embd).bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        h
     }
 
     /// What went into the last pass.

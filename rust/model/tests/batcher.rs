@@ -152,3 +152,51 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
     let ev = b.step();
     assert!(matches!(ev.as_slice(), [(0, SlotEvent::Done)]), "{ev:?}");
 }
+
+/// A slot saved, erased and restored (here into another batcher) continues
+/// with the tokens the original would draw; a state of another slot size or
+/// a damaged one is refused and leaves the slot as it was.
+#[test]
+fn a_saved_slot_restores_and_continues_identically() {
+    let Some(model) = tiny("gemma3") else { return };
+    let n_vocab = model.config.n_vocab;
+    let prompt = tokens(20, 0, n_vocab);
+    let mut a = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
+    a.start(1, &prompt, greedy(5), true).unwrap();
+    while a.any_busy() {
+        a.step();
+    }
+    let (state, n_saved) = a.save_slot(1).unwrap();
+    assert_eq!(n_saved, a.cached_tokens(1).len());
+    let mut more = a.cached_tokens(1).to_vec();
+    more.extend(tokens(3, 1, n_vocab));
+    let continue_in = |b: &mut Batcher, slot: usize| -> (usize, Vec<u32>) {
+        let n_cached = b.start(slot, &more, greedy(6), true).unwrap().n_cached;
+        let mut out = Vec::new();
+        while b.any_busy() {
+            for (_, ev) in b.step() {
+                if let SlotEvent::Step(s) = ev {
+                    out.push(s.token);
+                }
+            }
+        }
+        (n_cached, out)
+    };
+    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    assert_eq!(b.restore_slot(0, &state).unwrap(), n_saved);
+    let restored = continue_in(&mut b, 0);
+    assert_eq!(a.erase_slot(1).unwrap(), n_saved);
+    assert_eq!(a.cached_tokens(1).len(), 0);
+    assert_eq!(a.restore_slot(1, &state).unwrap(), n_saved);
+    let original = continue_in(&mut a, 1);
+    assert_eq!(restored, original);
+    assert_eq!(restored.0, n_saved);
+
+    let mut small = Batcher::new(model.clone(), 1, 64, 8, KvType::F16);
+    assert!(small.restore_slot(0, &state).is_err(), "another slot size");
+    assert!(b.restore_slot(0, &state[..state.len() - 1]).is_err(), "truncated");
+    assert!(b.restore_slot(0, b"not a slot").is_err());
+    assert!(b.restore_slot(5, &state).is_err(), "no such slot");
+    b.start(0, &tokens(3, 2, n_vocab), greedy(50), true).unwrap();
+    assert!(b.save_slot(0).is_err() && b.erase_slot(0).is_err(), "a busy slot is left alone");
+}

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use ember_model::batch::{Batcher as Inner, SlotEvent};
 use ember_model::StopReason;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::{generate_params, map_err, InvalidRequestError, Model};
 
@@ -112,6 +113,22 @@ impl Batcher {
     /// What went into the last pass: (slot, tokens, whether they were prompt).
     fn last_pass(&self) -> Vec<(usize, usize, bool)> {
         self.inner.lock().unwrap().last_pass().iter().map(|p| (p.slot, p.tokens, p.prompt)).collect()
+    }
+
+    /// Idle slot `slot`'s cache and tokens as bytes, and the tokens saved.
+    fn save_slot<'py>(&self, py: Python<'py>, slot: usize) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+        let (bytes, n) = py.detach(|| self.inner.lock().unwrap().save_slot(slot)).map_err(map_err)?;
+        Ok((PyBytes::new(py, &bytes), n))
+    }
+
+    /// Loads bytes from `save_slot` into idle slot `slot`; the tokens restored.
+    fn restore_slot(&self, py: Python<'_>, slot: usize, state: Vec<u8>) -> PyResult<usize> {
+        py.detach(|| self.inner.lock().unwrap().restore_slot(slot, &state)).map_err(map_err)
+    }
+
+    /// Forgets what idle slot `slot` holds; the tokens dropped.
+    fn erase_slot(&self, slot: usize) -> PyResult<usize> {
+        self.inner.lock().unwrap().erase_slot(slot).map_err(map_err)
     }
 
     /// Ends slot `slot`'s request; its cache keeps what was fed.
