@@ -298,6 +298,16 @@ def test_files_the_flags_name_are_checked(smollm2_path, tmp_path):
     assert "API keys: 3 accepted (Authorization: Bearer KEY)" in lines
 
 
+def test_slot_ctx_names_one_slots_context(smollm2_path):
+    opts, lines = _parse(["-m", str(smollm2_path), "--slot-ctx", "1000", "-np", "3"])
+    assert opts.ctx_size == 3000 and opts.parallel == 3
+    assert any(line.startswith("slots: 3, each of 1000 positions") for line in lines), lines
+    with pytest.raises(OptionError, match="--slot-ctx 512: names one slot's context; give it or --ctx-size"):
+        _parse(["-m", str(smollm2_path), "--slot-ctx", "512", "-c", "2048"])
+    with pytest.raises(OptionError, match="--slot-ctx 0: must be at least 1"):
+        _parse(["-m", str(smollm2_path), "--slot-ctx", "0"])
+
+
 def test_cache_types_reach_the_options(smollm2_path):
     opts, lines = _parse(["-m", str(smollm2_path)])
     assert opts.kv_type == "f16" and "KV cache: f16 keys and values" in lines

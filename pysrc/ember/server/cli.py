@@ -51,6 +51,7 @@ _FLAGS = [
     _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "address to listen on (default 127.0.0.1)", "127.0.0.1"),
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
+    _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
     _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
     _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
@@ -300,6 +301,11 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("port", "out of range 0-65535")
     if values["ctx-size"] < 0:
         raise bad("ctx-size", "must be 0 (the model's length) or positive")
+    if values["slot-ctx"] is not None:
+        if values["slot-ctx"] < 1:
+            raise bad("slot-ctx", "must be at least 1")
+        if sources["ctx-size"] != "default":
+            raise bad("slot-ctx", f"names one slot's context; give it or --ctx-size ({sources['ctx-size']}), not both")
     if values["parallel"] < 1:
         raise bad("parallel", "must be at least 1")
     if values["n-predict"] < -1:
@@ -320,7 +326,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     except Exception as e:  # any unreadable header is the user's file, not a bug to trace
         raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
 
-    ctx = _choose_ctx(values["ctx-size"], meta, _mem_available() if mem_available is None else mem_available, lines,
+    requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * max(values["parallel"], 1)
+    ctx = _choose_ctx(requested, meta, _mem_available() if mem_available is None else mem_available, lines,
                       kv_scale=2 if kv_type == "f32" else 1)
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
 
