@@ -308,6 +308,17 @@ def test_slot_ctx_names_one_slots_context(smollm2_path):
         _parse(["-m", str(smollm2_path), "--slot-ctx", "0"])
 
 
+def test_cache_ram_default_and_flag(smollm2_path):
+    opts, lines = _parse(["-m", str(smollm2_path)], mem_available=8 * 2**30)
+    assert opts.cache_ram_mib == 2048 and any(l.startswith("host prompt cache: 2048 MiB (a quarter") for l in lines)
+    opts, lines = _parse(["-m", str(smollm2_path), "--cache-ram", "0"])
+    assert opts.cache_ram_mib == 0 and "host prompt cache: off (from the command line)" in lines
+    opts, _ = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_CACHE_RAM": "-1"})
+    assert opts.cache_ram_mib == -1
+    with pytest.raises(OptionError, match="--cache-ram -2"):
+        _parse(["-m", str(smollm2_path), "--cache-ram", "-2"])
+
+
 def test_cache_types_reach_the_options(smollm2_path):
     opts, lines = _parse(["-m", str(smollm2_path)])
     assert opts.kv_type == "f16" and "KV cache: f16 keys and values" in lines

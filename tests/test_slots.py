@@ -109,3 +109,17 @@ def test_slot_files_need_a_save_path(smollm2_path):
     with ServerProcess(smollm2_path) as s:
         e = error_of(http(s.url + "/slots/0?action=save", {"filename": "x.bin"}), 501)
         assert "--slot-save-path" in e["message"]
+
+
+def test_the_host_cache_brings_a_conversation_back(smollm2_path):
+    """One slot, two alternating conversations: each comes back from host
+    memory (--cache-ram) instead of being read again; with it off, it is read."""
+    a = "Conversation A is about the tides, the moon and the harbour master. " * 3
+    b = "Conversation B is about bread, ovens and the baker's early mornings. " * 3
+    for flags, reused in ((["--cache-ram", "64"], True), (["--cache-ram", "0"], False)):
+        with ServerProcess(smollm2_path, "-np", "1", *flags) as s:
+            for prompt in (a, b):
+                assert http(s.url + "/completion", {"prompt": prompt, "n_predict": 2})[0] == 200
+            status, _, body = http(s.url + "/completion", {"prompt": a + " More", "n_predict": 2})
+            t = json.loads(body)["timings"]
+            assert status == 200 and (t["cache_n"] >= 30) == reused, (flags, t)

@@ -134,7 +134,8 @@ def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
 
 
 class Engine:
-    def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None):
+    def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None,
+                 host_cache_bytes: int = 0):
         self.model = model
         self.queue_depth = queue_depth
         self.n_slots = max(1, slots)
@@ -142,6 +143,7 @@ class Engine:
         self.slot_ctx = max(1, model.n_ctx // self.n_slots)
         self.chunk = chunk or model.max_batch
         self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
+        self.batcher.set_host_cache(max(0, host_cache_bytes))
         self._jobs: queue.Queue = queue.Queue()
         # Not a daemon: the interpreter must not finalize while this thread is
         # inside the model (a daemon thread re-entering a finalizing

@@ -374,7 +374,9 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
         from ember.engine import measure_chunk
 
-        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model))
+        host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
+        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model),
+                        host_cache_bytes=host)
         engine.start()
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
         msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)

@@ -62,6 +62,9 @@ _FLAGS = [
     _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE", "file of keys, one a line"),
     _Flag("chat-template-file", ("--chat-template-file",), str, "LLAMA_ARG_CHAT_TEMPLATE_FILE", "Jinja chat template replacing the model's"),
     _Flag("metrics", ("--metrics",), bool, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics at /metrics", False),
+    _Flag("cache-ram", ("-cram", "--cache-ram"), int, "LLAMA_ARG_CACHE_RAM",
+          "MiB of host memory for conversations whose slot went to another (0: off, -1: no limit; default: "
+          "a quarter of the free memory, at most 8192)"),
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
@@ -377,6 +380,17 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     lines.append(f"API keys: {len(keys)} accepted (Authorization: Bearer KEY)" if keys
                  else "API keys: none; any client on the network that reaches the address is served")
 
+    cache_ram = values["cache-ram"]
+    if cache_ram is None:
+        avail = _mem_available() if mem_available is None else mem_available
+        cache_ram = min(8192, (avail or 0) // 4 // 2**20)
+        lines.append(f"host prompt cache: {cache_ram} MiB (a quarter of the free memory, at most 8192; --cache-ram)")
+    elif cache_ram < -1:
+        raise bad("cache-ram", "must be -1 (no limit), 0 (off) or MiB")
+    else:
+        shown = {0: "off", -1: "no limit"}.get(cache_ram, f"{cache_ram} MiB")
+        lines.append(f"host prompt cache: {shown} (from {sources['cache-ram']})")
+
     slot_path = values["slot-save-path"]
     if slot_path is not None:
         if not Path(slot_path).expanduser().is_dir():
@@ -392,7 +406,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
         threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
-        slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type,
+        slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
     )
     return opts, lines
 

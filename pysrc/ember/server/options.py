@@ -31,5 +31,7 @@ class ServerOptions:
     queue_depth: int = 64
     #: KV cache element type: "f16" or "f32" (--cache-type-k/-v)
     kv_type: str = "f16"
+    #: MiB of host memory for conversations whose slot went to another; 0 off, -1 no limit
+    cache_ram_mib: int = 0
     #: request body cap in bytes; None derives it from the context size
     body_limit: int | None = None

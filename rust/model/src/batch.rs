@@ -56,7 +56,19 @@ pub struct Batcher {
     steps: u64,
     logits: Vec<f32>,
     last_pass: Vec<PassPart>,
+    /// Conversations kept in host memory after their slot went to another,
+    /// oldest first.
+    host: Vec<HostEntry>,
+    host_budget: usize,
 }
+
+struct HostEntry {
+    tokens: Vec<u32>,
+    state: Vec<u8>,
+}
+
+/// Shorter conversations are cheaper to read again than to keep.
+const MIN_HOST_PREFIX: usize = 32;
 
 /// One slot's share of a pass, for logs: how many tokens it fed, and
 /// whether they were prompt (else the token drawn last).
@@ -83,7 +95,17 @@ impl Batcher {
         let slots = (0..n_slots.max(1))
             .map(|_| SlotState { slot: Slot::new(model.new_session(n_ctx, chunk, kv)), active: None, last_used: 0 })
             .collect();
-        Batcher { model, slots, ws: Workspace::default(), chunk, steps: 0, logits: Vec::new(), last_pass: Vec::new() }
+        Batcher {
+            model,
+            slots,
+            ws: Workspace::default(),
+            chunk,
+            steps: 0,
+            logits: Vec::new(),
+            last_pass: Vec::new(),
+            host: Vec::new(),
+            host_budget: 0,
+        }
     }
 
     pub fn n_slots(&self) -> usize {
@@ -140,6 +162,10 @@ impl Batcher {
             return Err(ember_kv::KvError::ContextFull { needed: prompt.len(), capacity: n_ctx }.into());
         }
         let draws = Draws::new(&self.model, params)?;
+        if cache_prompt {
+            self.swap_with_host(slot, prompt);
+        }
+        let st = &mut self.slots[slot];
         let n_cached = if cache_prompt {
             st.slot.reuse_prefix(prompt)
         } else {
@@ -151,6 +177,58 @@ impl Batcher {
         st.active = Some(Active { draws, to_read: prompt[n_cached..].to_vec(), pending: None, n_prompt: prompt.len(), n_cached });
         st.last_used = self.steps;
         Ok(Started { slot, n_cached })
+    }
+
+    /// Bytes the host prompt cache may hold (0: none; the default).
+    pub fn set_host_cache(&mut self, bytes: usize) {
+        self.host_budget = bytes;
+        self.trim_host();
+    }
+
+    /// Conversations held in the host prompt cache, and their bytes.
+    pub fn host_cache_usage(&self) -> (usize, usize) {
+        (self.host.len(), self.host.iter().map(|e| e.state.len()).sum())
+    }
+
+    /// Before slot `slot` takes `prompt`: if the conversation it holds is
+    /// about to be cut back by most of its length, keep it in the host cache;
+    /// and if the host cache holds a longer prefix of `prompt` than the slot
+    /// does, bring that one into the slot instead of reading it again.
+    fn swap_with_host(&mut self, slot: usize, prompt: &[u32]) {
+        if self.host_budget == 0 {
+            return;
+        }
+        let shared = |tokens: &[u32]| tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let held = &self.slots[slot].slot.tokens;
+        let kept_here = shared(held);
+        let best = (0..self.host.len()).max_by_key(|&i| shared(&self.host[i].tokens));
+        let from_host = best.map(|i| (i, shared(&self.host[i].tokens))).filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
+        // The slot's conversation would lose most of itself: keep it.
+        if held.len() >= MIN_HOST_PREFIX && kept_here * 2 < held.len() {
+            let state = self.slots[slot].slot.session.cache.save_state();
+            let tokens = held.clone();
+            self.host.retain(|e| e.tokens != tokens);
+            self.host.push(HostEntry { tokens, state });
+        }
+        if let Some((i, _)) = from_host {
+            let entry = self.host.remove(i);
+            let st = &mut self.slots[slot];
+            if st.slot.session.cache.restore_state(&entry.state).is_ok() {
+                st.slot.tokens = entry.tokens;
+            } else {
+                st.slot.session.cache.clear();
+                st.slot.tokens.clear();
+            }
+        }
+        self.trim_host();
+    }
+
+    /// Drops the oldest conversations until the host cache fits its budget.
+    fn trim_host(&mut self) {
+        let mut total: usize = self.host.iter().map(|e| e.state.len()).sum();
+        while total > self.host_budget && !self.host.is_empty() {
+            total -= self.host.remove(0).state.len();
+        }
     }
 
     /// Ends slot `slot`'s request; its cache keeps what was fed.

@@ -200,3 +200,49 @@ fn a_saved_slot_restores_and_continues_identically() {
     b.start(0, &tokens(3, 2, n_vocab), greedy(50), true).unwrap();
     assert!(b.save_slot(0).is_err() && b.erase_slot(0).is_err(), "a busy slot is left alone");
 }
+
+/// With a host prompt cache, a conversation whose slot went to another comes
+/// back from host memory instead of being read again, and answers as a
+/// fresh read would; without one (or past its budget) it is read again.
+#[test]
+fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
+    let Some(model) = tiny("gemma3") else { return };
+    let n_vocab = model.config.n_vocab;
+    let run = |b: &mut Batcher, prompt: &[u32]| -> (usize, Vec<u32>) {
+        let n_cached = b.start(0, prompt, greedy(4), true).unwrap().n_cached;
+        let mut out = Vec::new();
+        while b.any_busy() {
+            for (_, ev) in b.step() {
+                if let SlotEvent::Step(s) = ev {
+                    out.push(s.token);
+                }
+            }
+        }
+        (n_cached, out)
+    };
+    let conv_a = tokens(40, 0, n_vocab);
+    let conv_b = tokens(40, 1, n_vocab);
+    let mut a_again = conv_a.clone();
+    a_again.extend(tokens(5, 2, n_vocab));
+    let fresh = run(&mut Batcher::new(model.clone(), 1, 128, 8, KvType::F16), &a_again).1;
+
+    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    b.set_host_cache(1 << 30);
+    run(&mut b, &conv_a);
+    run(&mut b, &conv_b);
+    assert_eq!(b.host_cache_usage().0, 1, "conversation a kept when b took its slot");
+    let (n_cached, out) = run(&mut b, &a_again);
+    assert!(n_cached >= 40, "restored from the host cache: {n_cached}");
+    assert_eq!(out, fresh);
+    assert_eq!(b.host_cache_usage().0, 1, "b kept in its turn, a back in the slot");
+
+    let mut off = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    run(&mut off, &conv_a);
+    run(&mut off, &conv_b);
+    assert_eq!(run(&mut off, &a_again).0, 0);
+    let mut tiny_budget = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    tiny_budget.set_host_cache(1000);
+    run(&mut tiny_budget, &conv_a);
+    run(&mut tiny_budget, &conv_b);
+    assert_eq!(tiny_budget.host_cache_usage(), (0, 0), "past the budget nothing is kept");
+}

@@ -131,6 +131,16 @@ impl Batcher {
         self.inner.lock().unwrap().erase_slot(slot).map_err(map_err)
     }
 
+    /// Bytes of host memory for conversations whose slot went to another (0: none).
+    fn set_host_cache(&self, bytes: usize) {
+        self.inner.lock().unwrap().set_host_cache(bytes);
+    }
+
+    /// (conversations, bytes) held in the host prompt cache.
+    fn host_cache_usage(&self) -> (usize, usize) {
+        self.inner.lock().unwrap().host_cache_usage()
+    }
+
     /// Ends slot `slot`'s request; its cache keeps what was fed.
     fn cancel(&self, slot: usize) {
         self.inner.lock().unwrap().cancel(slot);
