@@ -270,6 +270,8 @@ def test_bad_config_names_the_key(smollm2_path, tmp_path, content, needle):
     (["-ctk", "q9"], "--cache-type-k q9: is not a cache type", 2),
     (["-ctk", "q8_0", "-ctv", "q8_0"], "--cache-type-k q8_0: is not stored by ember's KV cache yet", 2),
     (["-ctk", "f32"], "--cache-type-v f16: differs from --cache-type-k f32", 2),
+    (["--cache-reuse", "256"], "--cache-reuse 256: ember does not shift cached chunks yet", 2),
+    (["--cache-reuse", "-1"], "--cache-reuse -1: must be 0 or more", 2),
 ])
 def test_bad_flags_name_themselves(smollm2_path, argv, needle, code):
     if "-m" not in argv:

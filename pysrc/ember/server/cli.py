@@ -65,6 +65,8 @@ _FLAGS = [
     _Flag("cache-ram", ("-cram", "--cache-ram"), int, "LLAMA_ARG_CACHE_RAM",
           "MiB of host memory for conversations whose slot went to another (0: off, -1: no limit; default: "
           "a quarter of the free memory, at most 8192)"),
+    _Flag("cache-reuse", ("--cache-reuse",), int, "LLAMA_ARG_CACHE_REUSE",
+          "min chunk to reuse from the cache by shifting it (0 only: ember reuses the shared prefix)", 0),
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
@@ -379,6 +381,12 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         keys += [k.strip() for k in text.splitlines() if k.strip()]
     lines.append(f"API keys: {len(keys)} accepted (Authorization: Bearer KEY)" if keys
                  else "API keys: none; any client on the network that reaches the address is served")
+
+    if values["cache-reuse"] < 0:
+        raise bad("cache-reuse", "must be 0 or more")
+    if values["cache-reuse"] > 0:
+        raise bad("cache-reuse", "ember does not shift cached chunks yet; it reuses the prefix a prompt shares "
+                                 "with a slot (and the host cache), so leave it at 0")
 
     cache_ram = values["cache-ram"]
     if cache_ram is None:
