@@ -99,15 +99,57 @@ const ITEM_FLOATS: usize = 4096;
 /// keys) still balance.
 const ITEMS_PER_THREAD: usize = 4;
 
-/// `q`: t rows of n_head * head_dim_k; `out`: t rows of n_head * head_dim_v.
-/// Query row j sits at position `start + j`; the cache already holds its key.
-pub fn attention(pool: &Pool, cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
-    attention_with(pool, cache, il, s, q, start, t, out, pool.threads(), ITEM_FLOATS, simd());
+/// One sequence's part of [`attention_many`]: `q` holds `t` rows of
+/// n_head * head_dim_k, `out` receives `t` rows of n_head * head_dim_v; query
+/// row j sits at position `start + j`, and the cache already holds its key.
+pub struct AttnPart<'a> {
+    pub cache: &'a KvCache,
+    pub q: &'a [f32],
+    pub start: usize,
+    pub t: usize,
+    pub out: &'a mut [f32],
 }
 
-/// [`attention`] split for `threads` threads with items of about `item_floats`
-/// floats of output, with the vector loops where `simd` (which must be false
-/// where [`simd`] is).
+/// Attention for several sequences in one parallel operation (a pass over
+/// several conversations): their items share the workers, so a handful of
+/// heads per sequence still balances and the pass pays one dispatch per
+/// layer, not one per sequence. Each sequence's output is what it would get
+/// alone.
+pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPart<'_>]) {
+    let simd = simd();
+    let fused = simd && fused_dots();
+    let mut plans = Vec::with_capacity(parts.len());
+    let mut ends = Vec::with_capacity(parts.len());
+    let mut total = 0;
+    for p in parts.iter_mut() {
+        if p.t == 0 {
+            continue;
+        }
+        assert!(p.q.len() >= p.t * s.n_head * s.head_dim_k, "query rows");
+        let mut plan = Plan::new(p.cache, il, s, p.q, p.start, p.t, pool.threads(), ITEM_FLOATS);
+        plan.fused = fused;
+        total += plan.items();
+        ends.push(total);
+        let out = &mut p.out[..p.t * s.n_head * s.head_dim_v];
+        plans.push((plan, OutPtr(out.as_mut_ptr())));
+    }
+    pool.for_each(total, |i| {
+        let k = ends.partition_point(|&e| e <= i);
+        let (plan, dst) = &plans[k];
+        let first = if k == 0 { 0 } else { ends[k - 1] };
+        SCRATCH.with_borrow_mut(|sc| {
+            // SAFETY: as in `attention_with`: each plan's items write disjoint
+            // parts of its own output, which outlives the loop.
+            unsafe { plan.run(i - first, sc, *dst, simd) }
+        })
+    });
+}
+
+/// One sequence's attention split for `threads` threads with items of about
+/// `item_floats` floats of output, with the vector loops where `simd` (which
+/// must be false where [`simd`] is): every split the planner can make, for
+/// the tests.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn attention_with(
     pool: &Pool,
@@ -820,6 +862,15 @@ mod tests {
                         }
                     }
                 }
+                // The pass's entry point, the sequence beside an empty one.
+                let mut got = vec![f32::NAN; t * n_head * hv];
+                let mut none: [f32; 0] = [];
+                let mut parts = [
+                    AttnPart { cache: &cache, q: &q[..0], start, t: 0, out: &mut none },
+                    AttnPart { cache: &cache, q: &q, start, t, out: &mut got },
+                ];
+                attention_many(&pool, il, &s, &mut parts);
+                assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{ty:?} layer {il} t {t}: attention_many");
             }
             cache.commit(t);
             start += t;

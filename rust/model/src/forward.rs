@@ -8,7 +8,7 @@
 
 use ember_kv::{KvCache, KvType, LayerShape};
 
-use crate::attention::{attention, AttnShape};
+use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, FfnActivation};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, Acts};
@@ -275,9 +275,20 @@ impl Model {
                     let r = r0 + j;
                     q.cache.write(il, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
                 }
-                attention(pool, q.cache, il, &shape, &sc.q[r0 * qw..(r0 + n) * qw], start, n, &mut sc.att[r0 * c.n_head * hv..(r0 + n) * c.n_head * hv]);
                 r0 += n;
             }
+            let aw = c.n_head * hv;
+            let mut parts = Vec::with_capacity(seqs.len());
+            let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
+            for q in seqs.iter() {
+                let n = q.tokens.len();
+                let (qs, qr) = q_rest.split_at(n * qw);
+                let (os, or) = std::mem::take(&mut out_rest).split_at_mut(n * aw);
+                (q_rest, out_rest) = (qr, or);
+                parts.push(AttnPart { cache: &*q.cache, q: qs, start: q.cache.len(), t: n, out: os });
+            }
+            attention_many(pool, il, &shape, &mut parts);
+            drop(parts);
             sc.acts.invalidate();
             matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
