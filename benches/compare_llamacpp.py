@@ -131,13 +131,18 @@ def declared_options(src: Path) -> set[str]:
     return names
 
 
-def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
-    """<cache>/build/bin/llama-bench, building it on first use."""
-    binary = cache / "build" / "bin" / "llama-bench"
+def build_llama_tool(target: str, cache: Path, version: str, jobs: int, options: dict[str, str] | None = None,
+                     build_dir: str = "build") -> Path:
+    """<cache>/<build_dir>/bin/<target>, building that llama.cpp target on first use.
+
+    The llama-cpp-python source package is fetched and unpacked into `cache`
+    once; `options` (default CMAKE_OPTIONS) configure `cache/build_dir`. Builds
+    with different options need different build directories."""
+    binary = cache / build_dir / "bin" / target
     if binary.is_file():
         return binary
     cache.mkdir(parents=True, exist_ok=True)
-    log(f"building llama-bench from llama-cpp-python {version} into {cache} (once; minutes)")
+    log(f"building {target} from llama-cpp-python {version} into {cache} (once; minutes)")
     sdist = cache / f"llama_cpp_python-{version}.tar.gz"
     if not sdist.is_file():
         # --no-binary names the package alone: `:all:` would also force its build
@@ -159,22 +164,27 @@ def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
         raise SystemExit(f"compare_llamacpp: {src} holds no llama.cpp source tree")
     declared = declared_options(src)
     defs = []
-    for name, value in CMAKE_OPTIONS.items():
+    for name, value in (CMAKE_OPTIONS if options is None else options).items():
         if name in _ALWAYS or name in declared:
             defs.append(f"-D{name}={value}")
         else:
             log(f"(llama.cpp at this version has no option {name}; not passed)")
     cmake = find_cmake()
-    build = cache / "build"
+    build = cache / build_dir
     _run_build_step([cmake, "-S", str(src), "-B", str(build), *defs])
-    _run_build_step([cmake, "--build", str(build), "--target", "llama-bench", "-j", str(jobs)])
+    _run_build_step([cmake, "--build", str(build), "--target", target, "-j", str(jobs)])
     if not binary.is_file():
-        found = list(build.rglob("llama-bench"))
+        found = list(build.rglob(target))
         found = [f for f in found if f.is_file() and os.access(f, os.X_OK)]
         if not found:
-            raise SystemExit(f"compare_llamacpp: the build produced no llama-bench under {build}")
+            raise SystemExit(f"compare_llamacpp: the build produced no {target} under {build}")
         return found[0]
     return binary
+
+
+def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
+    """<cache>/build/bin/llama-bench, building it on first use."""
+    return build_llama_tool("llama-bench", cache, version, jobs)
 
 
 # -- one run of each -------------------------------------------------------------

@@ -21,6 +21,23 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def wait_listening(lines: queue.Queue, proc: subprocess.Popen, timeout: float) -> str | None:
+    """The URL from `ember serve`'s listening line among the output lines
+    drained into ``lines``; None if the process ends or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            if proc.poll() is not None:
+                return None
+            continue
+        m = _LISTENING.search(line)
+        if m:
+            return m.group(1).rstrip("/")
+    return None
+
+
 class ServerProcess:
     def __init__(self, model: str | os.PathLike, *extra: str, ctx: int = 2048, timeout: float = 120.0):
         cmd = [sys.executable, "-m", "ember", "serve", "-m", str(model), "--port", "0", "-c", str(ctx), *extra]
@@ -39,19 +56,11 @@ class ServerProcess:
             self._lines.put(line)
 
     def _wait_listening(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self._lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            m = _LISTENING.search(line)
-            if m:
-                return m.group(1).rstrip("/")
-        self.stop()
-        raise RuntimeError("the server never said where it listens:\n" + "\n".join(self.lines))
+        url = wait_listening(self._lines, self.proc, timeout)
+        if url is None:
+            self.stop()
+            raise RuntimeError("the server never said where it listens:\n" + "\n".join(self.lines))
+        return url
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
