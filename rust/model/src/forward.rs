@@ -305,7 +305,7 @@ impl Model {
                 for (g, u) in g.iter_mut().zip(u) {
                     *g = match act {
                         FfnActivation::Silu => ops::silu(*g),
-                        FfnActivation::GeluTanh => ops::gelu_tanh(*g),
+                        FfnActivation::GeluTanh => ops::gelu_table(*g),
                     } * u;
                 }
             });
