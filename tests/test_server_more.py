@@ -215,10 +215,12 @@ def test_two_slots_answer_together_as_each_would_alone(server):
     threads[2].start()
     while threads[2].is_alive() and not deferred_seen and time.monotonic() < deadline + 30:
         m = metrics(server.url)
-        if m["llamacpp:requests_deferred"] == 1:
+        # Seen once the two have read into their caches (right after they
+        # are placed, before the first pass, the caches may still be empty).
+        if m["llamacpp:requests_deferred"] == 1 and m["llamacpp:kv_cache_tokens"] > 0:
             deferred_seen = True
             assert m["llamacpp:requests_processing"] == 2
-            assert m["llamacpp:kv_cache_tokens"] > 0 and 0 < m["llamacpp:kv_cache_usage_ratio"] <= 1
+            assert 0 < m["llamacpp:kv_cache_usage_ratio"] <= 1
         time.sleep(0.005)
     for t in threads:
         t.join(120)
