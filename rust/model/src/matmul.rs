@@ -5,7 +5,7 @@
 //! Work is split by weight rows, and each row meets every column of the batch
 //! while it is hot in cache, so a pass of several tokens reads the weights once.
 
-use ember_quant::{ActType, MAX_TILE_COLS};
+use ember_quant::{ActType, MAX_DOT_COLS, MAX_TILE_COLS};
 
 use crate::pool::{Pool, SyncPtr};
 use crate::weights::{ActFormat, Matrix, PackedRows};
@@ -89,6 +89,22 @@ pub fn matmul(pool: &Pool, w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
     let arb = acts.len() / t;
     let (rows, k, dot) = (w.rows, w.cols, w.dot);
     let out = SyncPtr(out.as_mut_ptr());
+    if let (Some(cols), true) = (w.dot_cols, t > 1) {
+        // Several columns per call: the weight block's decoding is shared.
+        return pool.for_each(rows.div_ceil(TILE_ROWS), |c| {
+            let mut res = [0.0f32; MAX_DOT_COLS];
+            for j0 in (0..t).step_by(MAX_DOT_COLS) {
+                let n = MAX_DOT_COLS.min(t - j0);
+                for r in c * TILE_ROWS..((c + 1) * TILE_ROWS).min(rows) {
+                    cols(k, w.row(r), &acts[j0 * arb..], arb, n, &mut res);
+                    for (jj, &v) in res[..n].iter().enumerate() {
+                        // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
+                        unsafe { *out.get().add((j0 + jj) * rows + r) = v };
+                    }
+                }
+            }
+        });
+    }
     // Several chunks per thread to even out stragglers, each big enough to amortise scheduling.
     let chunk = rows.div_ceil(pool.threads() * 4).max(16);
     pool.for_each(rows.div_ceil(chunk), |c| {

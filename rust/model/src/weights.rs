@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ember_gguf::{GgmlType, GgufFile};
 use ember_quant::packed::PackedFormat;
-use ember_quant::{ActType, DotFn, TileFn};
+use ember_quant::{ActType, DotColsFn, DotFn, TileFn};
 
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -28,6 +28,8 @@ pub struct Matrix {
     /// The activation rows its kernel reads.
     pub input: ActFormat,
     pub dot: DotFn,
+    /// The same dot over several columns at once, where the format has one.
+    pub dot_cols: Option<DotColsFn>,
     /// The rows repacked for the tile kernels, where the format has a layout.
     pub packed: Option<PackedRows>,
     data: &'static [u8],
@@ -139,7 +141,8 @@ impl<'a> Binder<'a> {
             _ => None,
         };
         let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(act) };
-        Ok(Some(Matrix { name: name.to_string(), ty: t.ty, rows, cols, row_bytes, input, dot, packed, data }))
+        let dot_cols = ember_quant::dot_cols_fn(t.ty);
+        Ok(Some(Matrix { name: name.to_string(), ty: t.ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }))
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {

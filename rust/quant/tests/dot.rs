@@ -243,3 +243,35 @@ fn types_without_kernels_report_none() {
         assert_eq!(activation_type(ty), ActType::F32);
     }
 }
+
+/// Multi-column kernels give each column exactly the single-column kernel's
+/// result (bit for bit), whatever the number of columns and their stride.
+#[test]
+fn column_kernels_equal_single_column_kernels() {
+    use ember_quant::{dot_cols_fn, MAX_DOT_COLS};
+    let mut rng = Rng::new(77);
+    for &ty in SUPPORTED.iter() {
+        let Some(cols) = dot_cols_fn(ty) else { continue };
+        let dot = dot_fn(ty).unwrap();
+        let act = activation_type(ty);
+        for k in [256, 512, 2048] {
+            let w = random_row(ty, k, &mut rng);
+            let arb = act_row_bytes(act, k).unwrap();
+            let stride = arb + 7;
+            let mut acts = vec![0u8; stride * MAX_DOT_COLS];
+            for j in 0..MAX_DOT_COLS {
+                let x = rng.normals(k, 1.0);
+                acts[j * stride..j * stride + arb].copy_from_slice(&quantized(act, &x));
+            }
+            for n in 1..=MAX_DOT_COLS {
+                let mut out = [f32::NAN; MAX_DOT_COLS];
+                cols(k, &w, &acts, stride, n, &mut out);
+                for j in 0..n {
+                    let want = dot(k, &w, &acts[j * stride..j * stride + arb]);
+                    assert_eq!(out[j].to_bits(), want.to_bits(), "{ty} k={k} n={n} col {j}");
+                }
+                assert!(out[n..].iter().all(|v| v.is_nan()));
+            }
+        }
+    }
+}

@@ -19,6 +19,24 @@ use tile::TileFn;
 /// [`activation_type`] names for that weight type.
 pub type DotFn = fn(k: usize, w_row: &[u8], act_row: &[u8]) -> f32;
 
+/// A dot-product kernel over several activation columns: `out[j]` is
+/// exactly what the [`DotFn`] of the same type gives for column `j` (at
+/// `acts[j * act_stride..]`), for `j < n <= MAX_DOT_COLS`, with the weight
+/// block's decoding shared by the columns.
+pub type DotColsFn = fn(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]);
+
+/// The most columns one [`DotColsFn`] call takes.
+pub const MAX_DOT_COLS: usize = 4;
+
+/// The multi-column kernel for `w` on this CPU, where there is one.
+pub fn dot_cols_fn(w: GgmlType) -> Option<DotColsFn> {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => x86::avx2::dot_cols_fn(w),
+        Level::Scalar => None,
+    }
+}
+
 /// The scalar reference kernel for `w`, or `None` when `w` has none.
 pub fn scalar_dot_fn(w: GgmlType) -> Option<DotFn> {
     use GgmlType::*;

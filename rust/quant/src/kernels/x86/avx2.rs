@@ -13,7 +13,7 @@ use crate::blocks::{
     k_quants::k4_scales_mins, row_blocks, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
     BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
-use crate::kernels::DotFn;
+use crate::kernels::{DotColsFn, DotFn, MAX_DOT_COLS};
 
 /// Whether this CPU runs the kernels of this module.
 pub(crate) fn available() -> bool {
@@ -76,6 +76,40 @@ fn q4_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
     unsafe { q4_k_q8_k_impl(x, y) }
+}
+
+/// The AVX2 kernel over several activation columns for `w`, where there is
+/// one: each weight block's scales are decoded once for all the columns.
+pub(crate) fn dot_cols_fn(w: GgmlType) -> Option<DotColsFn> {
+    if !available() {
+        return None;
+    }
+    match w {
+        GgmlType::Q4_K => Some(q4_k_q8_k_cols),
+        _ => None,
+    }
+}
+
+fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+    assert!((1..=MAX_DOT_COLS).contains(&n) && out.len() >= n, "{n} columns");
+    let x = row_blocks::<BlockQ4K>(w_row, k);
+    let y: [&[BlockQ8K]; MAX_DOT_COLS] = std::array::from_fn(|j| {
+        if j < n {
+            row_blocks::<BlockQ8K>(&acts[j * act_stride..], k)
+        } else {
+            &[]
+        }
+    });
+    // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
+    // column holds as many blocks as the row (row_blocks checked it).
+    unsafe {
+        match n {
+            1 => q4_k_q8_k_cols_impl::<1>(x, &y, out),
+            2 => q4_k_q8_k_cols_impl::<2>(x, &y, out),
+            3 => q4_k_q8_k_cols_impl::<3>(x, &y, out),
+            _ => q4_k_q8_k_cols_impl::<4>(x, &y, out),
+        }
+    }
 }
 
 fn q6_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
@@ -347,6 +381,50 @@ unsafe fn q4_k_q8_k_impl(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc) + hsum_float_4(acc_m)
+}
+
+/// [`q4_k_q8_k_impl`] for `N` columns at once: the scale and min decoding of
+/// each weight block is shared, and every column's arithmetic is exactly the
+/// single-column kernel's, in the same order (so results are bit-identical).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc_m = [_mm_setzero_ps(); N];
+    for (b, xb) in x.iter().enumerate() {
+        let (scales, mins) = k4_scales_mins(&xb.scales);
+        let mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast()));
+        let (xd, xdmin) = (fp16x8(xb.d), fp16x8(xb.dmin));
+        let q4 = xb.qs.as_ptr();
+        for j in 0..N {
+            let yb = &y[j][b];
+            let yd = _mm256_set1_ps(yb.d);
+            let d = _mm256_mul_ps(yd, xd);
+            let dmin = _mm256_castps256_ps128(_mm256_mul_ps(yd, xdmin));
+            let q8sums = _mm256_loadu_si256(std::ptr::addr_of!(yb.bsums).cast());
+            let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+            let prod = _mm_madd_epi16(mins16, q8s);
+            acc_m[j] = _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[j]);
+            let q8 = yb.qs.as_ptr();
+            let mut sumi = _mm256_setzero_si256();
+            for i in 0..4 {
+                let scale_l = _mm256_set1_epi16(scales[2 * i] as i16);
+                let scale_h = _mm256_set1_epi16(scales[2 * i + 1] as i16);
+                let q4bits = _mm256_loadu_si256(q4.add(32 * i).cast());
+                let q4l = _mm256_and_si256(q4bits, m4);
+                let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
+                let q8l = _mm256_loadu_si256(q8.add(64 * i).cast());
+                let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+                let q8h = _mm256_loadu_si256(q8.add(64 * i + 32).cast());
+                let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+            }
+            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[j]);
+        }
+    }
+    for j in 0..N {
+        out[j] = hsum_float_8(acc[j]) + hsum_float_4(acc_m[j]);
+    }
 }
 
 /// The quants are used unsigned (0..64) so `maddubs` applies; the -32 bias
