@@ -2,19 +2,12 @@
 //! of its own gives: prompts of different lengths read side by side, a prompt
 //! chunk beside single decoded tokens, and greedy generations run together.
 
-use std::path::PathBuf;
+mod common;
+
+use common::tiny_model;
+
 
 use ember_model::{KvType, LoadOptions, Logits, Model, SeqPass, Session, Workspace};
-
-fn tiny(arch: &str) -> Option<PathBuf> {
-    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        return None;
-    }
-    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
-    });
-    Some(dir.join(format!("tiny-{arch}.gguf")))
-}
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
@@ -31,7 +24,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 #[test]
 fn a_batch_gives_each_session_its_own_results() {
     for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
-        let Some(path) = tiny(arch) else { return };
+        let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;
         let session = || model.new_session(64, 16, KvType::F16);
@@ -87,7 +80,7 @@ fn a_batch_gives_each_session_its_own_results() {
 
 #[test]
 fn a_bad_part_runs_nothing() {
-    let Some(path) = tiny("llama") else { return };
+    let Some(path) = tiny_model("llama") else { return };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
     let mut a = model.new_session(8, 8, KvType::F16);
     let mut b = model.new_session(8, 8, KvType::F16);

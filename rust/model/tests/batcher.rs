@@ -2,7 +2,8 @@
 //! alone; a long prompt is read in chunks between the others' decode steps;
 //! slots are chosen as llama-server chooses them.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 
 use ember_model::batch::{Batcher, SlotEvent};
@@ -10,13 +11,7 @@ use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Model};
 use ember_sample::SamplingParams;
 
 fn tiny(arch: &str) -> Option<Arc<Model>> {
-    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        return None;
-    }
-    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
-    });
-    Some(Arc::new(Model::load(dir.join(format!("tiny-{arch}.gguf")), LoadOptions::default()).unwrap()))
+    common::tiny_model(arch).map(|p| Arc::new(Model::load(p, LoadOptions::default()).unwrap()))
 }
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {

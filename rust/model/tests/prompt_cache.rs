@@ -5,21 +5,12 @@
 
 mod common;
 
-use std::path::PathBuf;
+use common::tiny_model;
+
 use std::sync::Arc;
 
 use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, Model, Slot};
 use ember_sample::SamplingParams;
-
-fn tiny(arch: &str) -> Option<PathBuf> {
-    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        return None;
-    }
-    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
-    });
-    Some(dir.join(format!("tiny-{arch}.gguf")))
-}
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (7 + i * 31 + salt * 101) % n_vocab as u32).collect()
@@ -43,7 +34,7 @@ fn resume_vs_fresh(model: &Model, held: &[u32], prompt: &[u32], max_batch: usize
 #[test]
 fn a_shared_prefix_is_reused_and_gives_a_fresh_reads_logits() {
     for arch in ["llama", "gemma3"] {
-        let Some(path) = tiny(arch) else { return };
+        let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;
         let held = tokens(30, 0, n_vocab);
@@ -65,7 +56,7 @@ fn a_shared_prefix_is_reused_and_gives_a_fresh_reads_logits() {
 
 #[test]
 fn a_rewind_past_the_ring_reads_again_from_the_start() {
-    let Some(path) = tiny("gemma3") else { return };
+    let Some(path) = tiny_model("gemma3") else { return };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
     let n_vocab = model.config.n_vocab;
     let held = tokens(40, 0, n_vocab);
@@ -74,7 +65,7 @@ fn a_rewind_past_the_ring_reads_again_from_the_start() {
     let (kept, diff) = resume_vs_fresh(&model, &held, &parted, 7);
     assert_eq!((kept, diff), (0, 0.0));
     // A model without windows keeps the prefix wherever it parts.
-    let Some(path) = tiny("llama") else { return };
+    let Some(path) = tiny_model("llama") else { return };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
     let (kept, diff) = resume_vs_fresh(&model, &held, &parted, 7);
     assert_eq!((kept, diff), (12, 0.0));
@@ -84,7 +75,7 @@ fn a_rewind_past_the_ring_reads_again_from_the_start() {
 /// reuses the first turn's prompt and answer, and answers as a fresh slot does.
 #[test]
 fn a_generation_hands_its_tokens_to_the_next() {
-    let Some(path) = tiny("gemma3") else { return };
+    let Some(path) = tiny_model("gemma3") else { return };
     let model = Arc::new(Model::load(&path, LoadOptions::default()).unwrap());
     let n_vocab = model.config.n_vocab;
     let greedy = GenerateParams {

@@ -11,18 +11,6 @@ use std::path::PathBuf;
 use common::*;
 use ember_model::{KvType, LoadOptions, Logits, Model};
 
-fn tiny_model(arch: &str) -> Option<PathBuf> {
-    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        return None;
-    }
-    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
-    });
-    let p = dir.join(format!("tiny-{arch}.gguf"));
-    assert!(p.is_file(), "{} is missing: run `python tests/fixtures/make_tiny_models.py`", p.display());
-    Some(p)
-}
-
 fn fixture(arch: &str) -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/tiny/{arch}.json"));
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()

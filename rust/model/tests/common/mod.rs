@@ -25,6 +25,20 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
     Some(p)
 }
 
+/// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
+/// them), or `None` when model tests are skipped on purpose.
+pub fn tiny_model(arch: &str) -> Option<PathBuf> {
+    if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
+    });
+    let p = dir.join(format!("tiny-{arch}.gguf"));
+    assert!(p.is_file(), "{} is missing: run `python tests/fixtures/make_tiny_models.py`", p.display());
+    Some(p)
+}
+
 pub fn golden(file: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(file);
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()

@@ -74,8 +74,10 @@ fn q8_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
 
 fn q4_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
+    let mut out = [0.0f32];
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q4_k_q8_k_impl(x, y) }
+    unsafe { q4_k_q8_k_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
+    out[0]
 }
 
 /// The AVX2 kernel over several activation columns for `w`, where there is
@@ -338,54 +340,10 @@ unsafe fn f16_f16_impl(k: usize, w: *const u8, a: *const u8) -> f32 {
 
 // ---- K-quants against Q8_K ----
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_q8_k_impl(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
-    for (x, y) in x.iter().zip(y) {
-        let yd = _mm256_set1_ps(y.d);
-        let d = _mm256_mul_ps(yd, fp16x8(x.d));
-        let dmin = _mm256_castps256_ps128(_mm256_mul_ps(yd, fp16x8(x.dmin)));
-
-        let (scales, mins) = k4_scales_mins(&x.scales);
-        let mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast()));
-
-        // Sums of 32 activations per sub-block, times the sub-block mins.
-        let q8sums = _mm256_loadu_si256(std::ptr::addr_of!(y.bsums).cast());
-        let q8s = _mm_hadd_epi16(
-            _mm256_castsi256_si128(q8sums),
-            _mm256_extracti128_si256::<1>(q8sums),
-        );
-        let prod = _mm_madd_epi16(mins16, q8s);
-        acc_m = _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m);
-
-        let q4 = x.qs.as_ptr();
-        let q8 = y.qs.as_ptr();
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            let scale_l = _mm256_set1_epi16(scales[2 * j] as i16);
-            let scale_h = _mm256_set1_epi16(scales[2 * j + 1] as i16);
-
-            let q4bits = _mm256_loadu_si256(q4.add(32 * j).cast());
-            let q4l = _mm256_and_si256(q4bits, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits), m4);
-
-            let q8l = _mm256_loadu_si256(q8.add(64 * j).cast());
-            let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
-            let q8h = _mm256_loadu_si256(q8.add(64 * j + 32).cast());
-            let p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
-        }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
-    }
-    hsum_float_8(acc) + hsum_float_4(acc_m)
-}
-
-/// [`q4_k_q8_k_impl`] for `N` columns at once: the scale and min decoding of
-/// each weight block is shared, and every column's arithmetic is exactly the
-/// single-column kernel's, in the same order (so results are bit-identical).
+/// Q4_K against Q8_K for `N` columns at once (the single-column kernel is
+/// `N = 1`): the scale and min decoding of each weight block is shared, and
+/// every column's arithmetic runs in the same order whatever `N` is, so a
+/// column's result does not depend on its neighbours.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0xF);
