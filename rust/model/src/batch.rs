@@ -54,7 +54,6 @@ pub struct Batcher {
     /// Most prompt tokens one slot reads in one pass.
     chunk: usize,
     steps: u64,
-    logits: Vec<f32>,
     last_pass: Vec<PassPart>,
     /// Conversations kept in host memory after their slot went to another,
     /// oldest first.
@@ -101,7 +100,6 @@ impl Batcher {
             ws: Workspace::default(),
             chunk,
             steps: 0,
-            logits: Vec::new(),
             last_pass: Vec::new(),
             host: Vec::new(),
             host_budget: 0,
@@ -383,10 +381,8 @@ impl Batcher {
                 continue;
             }
             let a = st.active.as_mut().expect("a fed slot is busy");
-            self.logits.clear();
-            self.logits.extend_from_slice(st.slot.session.logits());
             let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx();
-            match a.draws.draw(&self.model, &mut self.logits, ctx_full) {
+            match a.draws.draw(&self.model, st.slot.session.logits_mut(), ctx_full) {
                 Some(step) => {
                     if step.stop.is_some() {
                         st.active = None;

@@ -40,8 +40,9 @@ struct Scratch {
     cos: Vec<f32>,  // [t, n_rot / 2], one table per rope variant: global then windowed
     sin: Vec<f32>,
     acts: Acts,
-    /// Position of each row of the pass.
+    /// Position and token of each row of the pass.
     pos: Vec<usize>,
+    ids: Vec<u32>,
     /// Rows of the pass whose logits are wanted, in order.
     out_rows: Vec<usize>,
     logits: Vec<f32>, // [rows wanted, n_vocab]
@@ -115,6 +116,11 @@ impl Session {
     /// Logits of the last pass: rows of n_vocab.
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    /// The same, for a draw that masks tokens in place.
+    pub(crate) fn logits_mut(&mut self) -> &mut [f32] {
+        &mut self.logits
     }
 }
 
@@ -220,7 +226,9 @@ impl Model {
 
         // Token embeddings.
         let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
-        let ids: Vec<u32> = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
+        sc.ids.clear();
+        sc.ids.extend(seqs.iter().flat_map(|q| q.tokens.iter().copied()));
+        let ids = &sc.ids;
         pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
             ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(ids[j] as usize), row).expect("embedding row bound at load");
             if scale != 1.0 {
