@@ -383,7 +383,13 @@ impl Batcher {
             let a = st.active.as_mut().expect("a fed slot is busy");
             let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx();
             match a.draws.draw(&self.model, st.slot.session.logits_mut(), ctx_full) {
-                Some(step) => {
+                Err(e) => {
+                    // This request's grammar failed; the slot keeps its cache.
+                    st.active = None;
+                    st.last_used = self.steps;
+                    events.push((i, SlotEvent::Failed(e)));
+                }
+                Ok(Some(step)) => {
                     if step.stop.is_some() {
                         st.active = None;
                         st.last_used = self.steps;
@@ -392,7 +398,7 @@ impl Batcher {
                     }
                     events.push((i, SlotEvent::Step(step)));
                 }
-                None => {
+                Ok(None) => {
                     // max_tokens 0: the prompt was read, nothing is drawn.
                     st.active = None;
                     st.last_used = self.steps;

@@ -22,6 +22,8 @@ pub enum ModelError {
     Kv(#[from] ember_kv::KvError),
     #[error(transparent)]
     Sample(#[from] ember_sample::SampleError),
+    #[error(transparent)]
+    Grammar(#[from] ember_grammar::GrammarError),
     #[error("{0}")]
     Invalid(String),
 }

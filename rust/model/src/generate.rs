@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use ember_grammar::{Automaton, Matcher};
 use ember_sample::{Sampler, SamplingParams};
 use ember_tokenizer::StreamDecoder;
 
@@ -21,11 +22,15 @@ pub struct GenerateParams {
     /// Report the log-probabilities of the `n_probs` most likely tokens at each draw (0: none).
     pub n_probs: usize,
     pub sampling: SamplingParams,
+    /// Holds the output to a grammar: refused tokens are masked before the
+    /// draw, and the turn ends only where the document may end.
+    pub grammar: Option<Arc<Automaton>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// The model ended its turn (an end-of-generation token).
+    /// The model ended its turn (an end-of-generation token), or the
+    /// grammar's document is complete and nothing may follow it.
     EndOfGeneration,
     /// `max_tokens` reached.
     Length,
@@ -79,6 +84,7 @@ impl Slot {
 pub(crate) struct Draws {
     sampler: Sampler,
     decoder: StreamDecoder,
+    matcher: Option<Matcher>,
     params: GenerateParams,
     pub(crate) n_generated: usize,
     pub(crate) done: bool,
@@ -88,18 +94,43 @@ impl Draws {
     pub(crate) fn new(model: &Model, params: GenerateParams) -> Result<Draws> {
         let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
         let decoder = model.tokenizer.stream_decoder();
-        Ok(Draws { sampler, decoder, params, n_generated: 0, done: false })
+        let matcher = params.grammar.clone().map(Matcher::new);
+        if matcher.is_some() {
+            // Index the vocabulary now rather than inside the first step.
+            model.token_index();
+        }
+        Ok(Draws { sampler, decoder, matcher, params, n_generated: 0, done: false })
+    }
+
+    /// Masks what the grammar refuses. The end of the turn stays drawable
+    /// only where the document may end; `ignore_eos` has already masked it.
+    fn constrain(&self, model: &Model, logits: &mut [f32]) -> Result<()> {
+        let Some(m) = &self.matcher else { return Ok(()) };
+        let tok = &model.tokenizer;
+        let keep_eog = m.is_accepting() && !self.params.ignore_eos;
+        let eog: Vec<f32> = if keep_eog { tok.eog_ids().iter().map(|&id| logits[id as usize]).collect() } else { Vec::new() };
+        let mask = m.mask(model.token_index())?;
+        mask.apply(logits);
+        for (&id, &l) in tok.eog_ids().iter().zip(&eog) {
+            logits[id as usize] = l;
+        }
+        if mask.count() == 0 && !keep_eog {
+            return Err(ModelError::Invalid(
+                "the grammar cannot go on: no token of the vocabulary continues the document".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The next step from `logits` (which the draw may mask); `None` once
     /// stopped. `ctx_full`: the session has no room to feed the token back.
-    pub(crate) fn draw(&mut self, model: &Model, logits: &mut [f32], ctx_full: bool) -> Option<Step> {
+    pub(crate) fn draw(&mut self, model: &Model, logits: &mut [f32], ctx_full: bool) -> Result<Option<Step>> {
         if self.done {
-            return None;
+            return Ok(None);
         }
         if self.params.max_tokens == 0 {
             self.done = true;
-            return None;
+            return Ok(None);
         }
         let tok = &model.tokenizer;
         if self.params.ignore_eos {
@@ -109,8 +140,17 @@ impl Draws {
         }
         // Probabilities are the model's own softmax, before the samplers' transforms.
         let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(logits, self.params.n_probs) } else { Vec::new() };
-        let token = self.sampler.sample(logits);
-        let logprob = (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token));
+        let logprob_of = |logits: &[f32], token| (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token));
+        let (token, logprob) = if self.matcher.is_some() {
+            // The reported probability stays the model's, so it is read before masking.
+            let raw: Option<Vec<f32>> = (self.params.n_probs > 0).then(|| logits.to_vec());
+            self.constrain(model, logits)?;
+            let token = self.sampler.sample(logits);
+            (token, raw.and_then(|r| logprob_of(&r, token)))
+        } else {
+            let token = self.sampler.sample(logits);
+            (token, logprob_of(logits, token))
+        };
         self.sampler.accept(token);
         self.n_generated += 1;
         let mut stop = None;
@@ -119,8 +159,17 @@ impl Draws {
             stop = Some(StopReason::EndOfGeneration);
             text = String::new();
         } else {
+            if let Some(m) = &mut self.matcher {
+                if !m.advance(tok.token_to_piece(token, false))? {
+                    return Err(ModelError::Invalid(format!("token {token} was drawn against the grammar")));
+                }
+            }
             text = self.decoder.push(tok, token);
-            if self.n_generated >= self.params.max_tokens {
+            if self.matcher.as_ref().is_some_and(|m| m.is_final()) {
+                // The document is whole and nothing may follow: end the turn
+                // here rather than spend a pass drawing its end.
+                stop = Some(StopReason::EndOfGeneration);
+            } else if self.n_generated >= self.params.max_tokens {
                 stop = Some(StopReason::Length);
             } else if ctx_full {
                 stop = Some(StopReason::ContextFull);
@@ -130,7 +179,7 @@ impl Draws {
             text.push_str(&self.decoder.flush());
             self.done = true;
         }
-        Some(Step { token, text, stop, logprob, top })
+        Ok(Some(Step { token, text, stop, logprob, top }))
     }
 }
 
@@ -180,7 +229,7 @@ impl Generation {
     /// Draws the next token; `None` once generation has stopped.
     pub fn next_step(&mut self) -> Result<Option<Step>> {
         let ctx_full = self.session.len() >= self.session.cache.n_ctx();
-        let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full) else { return Ok(None) };
+        let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full)? else { return Ok(None) };
         if step.stop.is_none() {
             let out = self.model.forward(&mut self.session, &[step.token], Logits::Last)?;
             self.fed.push(step.token);

@@ -17,9 +17,10 @@ mod pool;
 pub mod weights;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ember_gguf::GgufFile;
+use ember_grammar::TokenIndex;
 use ember_tokenizer::Tokenizer;
 
 pub use config::{Arch, Config, FamilyOptions};
@@ -48,6 +49,8 @@ pub struct Model {
     rope_variant: Vec<usize>,
     pool: pool::Pool,
     n_threads: usize,
+    /// The vocabulary indexed for grammar masks, built on first use.
+    token_index: OnceLock<TokenIndex>,
     file: Arc<GgufFile>,
 }
 
@@ -77,7 +80,7 @@ impl Model {
         let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
         let pool = pool::Pool::new(n_threads)
             .map_err(|e| ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}")))?;
-        Ok(Model { config, tokenizer, weights, rope_tables, rope_variant, pool, n_threads, file })
+        Ok(Model { config, tokenizer, weights, rope_tables, rope_variant, pool, n_threads, token_index: OnceLock::new(), file })
     }
 
     pub fn file(&self) -> &GgufFile {
@@ -95,6 +98,19 @@ impl Model {
 
     pub fn weights(&self) -> &weights::Weights {
         &self.weights
+    }
+
+    /// The vocabulary as grammars read it: each token's bytes, control and
+    /// unused tokens left out (a grammar never produces them; the end of the
+    /// turn is decided apart).
+    pub fn token_index(&self) -> &TokenIndex {
+        self.token_index.get_or_init(|| {
+            let tok = &self.tokenizer;
+            let pieces = (0..tok.n_vocab() as u32)
+                .filter(|&id| !tok.is_control(id) && !tok.is_unused(id))
+                .map(|id| (id, tok.token_to_piece(id, false)));
+            TokenIndex::new(self.config.n_vocab, pieces)
+        })
     }
 }
 

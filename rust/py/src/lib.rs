@@ -16,12 +16,15 @@ create_exception!(_native, EmberError, PyException, "Base of every error ember r
 create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be read or run.");
 create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
 create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
+create_exception!(_native, GrammarError, InvalidRequestError, "A grammar or JSON Schema that cannot be compiled.");
 
 mod batcher;
+mod grammar;
 
 pub(crate) fn map_err(e: ModelError) -> PyErr {
     match e {
         ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => ContextFullError::new_err(e.to_string()),
+        ModelError::Grammar(_) => GrammarError::new_err(e.to_string()),
         ModelError::BadToken { .. } | ModelError::Sample(_) | ModelError::Invalid(_) | ModelError::Kv(_) => {
             InvalidRequestError::new_err(e.to_string())
         }
@@ -48,6 +51,7 @@ pub(crate) fn generate_params(
     logit_bias: Vec<(u32, f32)>,
     seed: Option<u64>,
     n_probs: usize,
+    grammar: Option<&grammar::Grammar>,
 ) -> PyResult<GenerateParams> {
     if n_probs > n_vocab {
         return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
@@ -65,7 +69,7 @@ pub(crate) fn generate_params(
         logit_bias,
         seed,
     };
-    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling })
+    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()) })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
@@ -255,7 +259,7 @@ impl Model {
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true))]
+        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -276,11 +280,12 @@ impl Model {
         seed: Option<u64>,
         n_probs: usize,
         cache_prompt: bool,
+        grammar: Option<PyRef<'_, grammar::Grammar>>,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let params = generate_params(
             self.inner.config.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
-            repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs,
+            repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(),
         )?;
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
@@ -401,12 +406,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_class::<Generator>()?;
     m.add_class::<batcher::Batcher>()?;
+    m.add_class::<grammar::Grammar>()?;
+    m.add_function(wrap_pyfunction!(grammar::json_schema_to_gbnf, m)?)?;
+    m.add_function(wrap_pyfunction!(grammar::json_schema_rules, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add("EmberError", py.get_type::<EmberError>())?;
     m.add("ModelLoadError", py.get_type::<ModelLoadError>())?;
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;
     m.add("ContextFullError", py.get_type::<ContextFullError>())?;
+    m.add("GrammarError", py.get_type::<GrammarError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
