@@ -290,9 +290,6 @@ def test_negative_max_tokens_is_400(server):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("response_format", {"type": "json_object"}),
-    ("grammar", "root ::= \"a\""),
-    ("json_schema", {"type": "object"}),
     ("tool_choice", "required"),
     ("mirostat", 2),
     ("dry_multiplier", 0.8),

@@ -139,6 +139,19 @@ class CompletionBuilder:
         return events
 
 
+def _grammar(grammar, json_schema):
+    """A compiled grammar from GBNF text, a compiled one, or a JSON Schema."""
+    if grammar is None and json_schema is None:
+        return None
+    from ember.structured import Grammar, compile_grammar
+
+    if isinstance(grammar, Grammar):
+        if json_schema is not None:
+            raise InvalidRequestError("grammar: cannot be combined with json_schema; give one grammar or schema")
+        return grammar
+    return compile_grammar(grammar=grammar, json_schema=json_schema)
+
+
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
@@ -251,12 +264,18 @@ class Model:
         seed: int | None = None,
         n_probs: int = 0,
         cache_prompt: bool = True,
+        grammar=None,
+        json_schema: dict | bool | None = None,
     ) -> Iterator[Piece | Completion]:
         """Yields a `Piece` per drawn token, then the `Completion` once.
 
         With ``cache_prompt`` (the default), the prompt's prefix that the last
         generation's context shares with it is reused rather than read again:
-        a conversation sent whole each turn costs only its new part."""
+        a conversation sent whole each turn costs only its new part.
+
+        ``grammar`` (GBNF text or a compiled `ember.structured.Grammar`) or
+        ``json_schema`` holds the output to a document: tokens that would
+        break it are never drawn, and the turn ends only once it is whole."""
         if max_tokens < 0:
             raise InvalidRequestError("max_tokens: must be >= 0")
         stops = _check_stop(stop)
@@ -265,7 +284,7 @@ class Model:
         gen = self._native.generate(
             ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt,
+            cache_prompt, grammar=_grammar(grammar, json_schema),
         )
         build = CompletionBuilder(stops, len(ids), gen.n_cached, n_probs, t0)
         build.prompt_read()
@@ -282,7 +301,8 @@ class Model:
                  min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  logit_bias: dict[int, float] | None = None, seed: int | None = None, n_probs: int = 0,
-                 cache_prompt: bool = True) -> "CompletionBuilder":
+                 cache_prompt: bool = True, grammar=None, json_schema: dict | bool | None = None,
+                 ) -> "CompletionBuilder":
         """Places a completion in a slot of ``batcher`` (the keywords of
         `stream_completion`); the batcher's steps then draw its tokens, which
         the returned builder turns into `Piece`s and the `Completion`."""
@@ -294,7 +314,7 @@ class Model:
         n_cached = batcher.start(
             slot, ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt,
+            cache_prompt, grammar=_grammar(grammar, json_schema),
         )
         return CompletionBuilder(stops, len(ids), n_cached, n_probs, t0)
 

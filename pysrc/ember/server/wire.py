@@ -59,11 +59,12 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
     # OpenAI: {"token id": bias}; llama-server also takes [[id, bias], ...] with bias false for "never"
     logit_bias: dict[str, float] | list[list[int | float | bool]] | None = None
     ignore_eos: bool = False
-    # Fields ember knows but cannot honour yet: read so that a request setting
-    # them is refused by name instead of being served as if they were absent.
+    # Structured output (checked and compiled by `grammar_option`).
     response_format: Any = None
     grammar: Any = None
     json_schema: Any = None
+    # Fields ember knows but cannot honour yet: read so that a request setting
+    # them is refused by name instead of being served as if they were absent.
     tool_choice: Any = None
     mirostat: Any = None
     dry_multiplier: Any = None
@@ -76,9 +77,6 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
 
 # (field, is it set to something ember would have to act on?, why it is refused)
 _UNHONOURED = [
-    ("response_format", lambda v: v not in (None, {"type": "text"}), "structured output is not supported yet"),
-    ("grammar", lambda v: bool(v), "grammars are not supported yet"),
-    ("json_schema", lambda v: v not in (None, {}), "JSON schemas are not supported yet"),
     ("tool_choice", lambda v: v not in (None, "auto", "none"),
      "forcing a tool call is not supported yet (tool_choice may be \"auto\" or \"none\")"),
     ("mirostat", lambda v: v not in (None, 0), "the mirostat sampler is not supported"),
@@ -231,7 +229,66 @@ def sampling_options(req: Sampling, n_vocab: int) -> dict:
         opts["stop"] = [s for s in stops if s]
     if req.logit_bias:
         opts["logit_bias"] = _logit_bias(req.logit_bias, n_vocab)
+    grammar = grammar_option(req)
+    if grammar is not None:
+        opts["grammar"] = grammar
     return opts
+
+
+def _response_format(rf: Any) -> tuple[Any, bool]:
+    """(JSON Schema or None, whether any JSON object) from OpenAI's
+    `response_format`, with llama-server's extension of a `schema` beside the type."""
+    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+        raise ApiError(400, 'response_format: expected {"type": "text" | "json_object" | "json_schema", ...}',
+                       param="response_format")
+    kind = rf["type"]
+    if kind == "text":
+        return None, False
+    if kind == "json_object":
+        schema = rf.get("schema")
+        return (schema, False) if schema is not None else (None, True)
+    if kind == "json_schema":
+        wrapper = rf.get("json_schema")
+        if wrapper is None and "schema" in rf:
+            return rf["schema"], False
+        if not isinstance(wrapper, dict):
+            raise ApiError(400, "response_format.json_schema: expected an object carrying the schema",
+                           param="response_format")
+        # OpenAI lets the schema be left out: any JSON value then, as llama-server reads it.
+        return wrapper.get("schema", {}), False
+    raise ApiError(400, f"response_format.type: expected text, json_object or json_schema, got {kind!r}",
+                   param="response_format")
+
+
+def grammar_option(req: Sampling):
+    """The compiled grammar the request's `response_format`, `json_schema` or
+    `grammar` asks for, or None. Compiled here, before any slot is taken, so a
+    bad schema or grammar is a 400 naming its field and never a 200 with
+    unconstrained output."""
+    from ember.errors import InvalidRequestError
+    from ember.structured import compile_grammar
+
+    schema, json_object, field = None, False, None
+    if req.response_format is not None:
+        schema, json_object = _response_format(req.response_format)
+        if schema is not None or json_object:
+            field = "response_format"
+    if req.json_schema is not None:
+        if field:
+            raise ApiError(400, "json_schema: cannot be combined with a JSON response_format; give one",
+                           param="json_schema")
+        schema, field = req.json_schema, "json_schema"
+    if req.grammar not in (None, ""):
+        if field:
+            raise ApiError(400, f"grammar: cannot be combined with {field}; give one grammar or schema",
+                           param="grammar")
+        field = "grammar"
+    if field is None:
+        return None
+    try:
+        return compile_grammar(grammar=req.grammar or None, json_schema=schema, json_object=json_object)
+    except InvalidRequestError as e:
+        raise ApiError(400, f"{field}: {e}", param=field)
 
 
 def _logit_bias(raw, n_vocab: int) -> dict[int, float]:
