@@ -22,8 +22,9 @@ struct Active {
     draws: Draws,
     /// Prompt tokens not read yet.
     to_read: Vec<u32>,
-    /// The token drawn last, to be fed in the next pass.
-    pending: Option<u32>,
+    /// The token drawn last and any the grammar forced after it, to be fed
+    /// in the next pass.
+    pending: Vec<u32>,
     n_prompt: usize,
     n_cached: usize,
 }
@@ -172,7 +173,7 @@ impl Batcher {
             0
         };
         st.slot.tokens = prompt[..n_cached].to_vec();
-        st.active = Some(Active { draws, to_read: prompt[n_cached..].to_vec(), pending: None, n_prompt: prompt.len(), n_cached });
+        st.active = Some(Active { draws, to_read: prompt[n_cached..].to_vec(), pending: Vec::new(), n_prompt: prompt.len(), n_cached });
         st.last_used = self.steps;
         Ok(Started { slot, n_cached })
     }
@@ -332,9 +333,9 @@ impl Batcher {
         self.last_pass.clear();
         for (i, st) in self.slots.iter_mut().enumerate() {
             let Some(a) = st.active.as_mut() else { continue };
-            let prompt = a.pending.is_none();
-            let (tokens, last) = if let Some(t) = a.pending.take() {
-                (vec![t], true)
+            let prompt = a.pending.is_empty();
+            let (tokens, last) = if !prompt {
+                (std::mem::take(&mut a.pending), true)
             } else {
                 let n = a.to_read.len().min(chunk);
                 let rest = a.to_read.split_off(n);
@@ -393,10 +394,27 @@ impl Batcher {
                     if step.stop.is_some() {
                         st.active = None;
                         st.last_used = self.steps;
-                    } else {
-                        a.pending = Some(step.token);
+                        events.push((i, SlotEvent::Step(step)));
+                        continue;
                     }
+                    let room = st.slot.session.cache.n_ctx().saturating_sub(st.slot.session.len() + 1).min(chunk - 1);
+                    let forced = match a.draws.forced_steps(&self.model, room) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            st.active = None;
+                            st.last_used = self.steps;
+                            events.push((i, SlotEvent::Failed(e)));
+                            continue;
+                        }
+                    };
+                    a.pending.push(step.token);
+                    a.pending.extend(forced.iter().map(|s| s.token));
                     events.push((i, SlotEvent::Step(step)));
+                    if forced.last().is_some_and(|s| s.stop.is_some()) {
+                        st.active = None;
+                        st.last_used = self.steps;
+                    }
+                    events.extend(forced.into_iter().map(|s| (i, SlotEvent::Step(s))));
                 }
                 Ok(None) => {
                     // max_tokens 0: the prompt was read, nothing is drawn.

@@ -4,6 +4,7 @@
 //! Stop strings are the caller's: they need the text as the user sees it, and
 //! the Python layer that owns the API manners decides what a stop means.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ember_grammar::{Automaton, Matcher};
@@ -77,6 +78,9 @@ impl Slot {
         kept
     }
 }
+
+/// Longest run of grammar-forced tokens fed in one pass.
+pub const MAX_FORCED_RUN: usize = 64;
 
 /// The drawing half of a generation, shared by [`Generation`] (one session,
 /// its own passes) and the batcher (many sessions, shared passes): given the
@@ -181,6 +185,74 @@ impl Draws {
         }
         Ok(Some(Step { token, text, stop, logprob, top }))
     }
+
+    /// The tokens the grammar forces after the last draw, as steps drawn
+    /// without sampling, at most `room` of them (the caller feeds the drawn
+    /// token and these in one pass). The forced bytes are tokenized as text
+    /// and the last token dropped unless the document ends there: it might
+    /// have merged with what follows.
+    pub(crate) fn forced_steps(&mut self, model: &Model, room: usize) -> Result<Vec<Step>> {
+        let Some(m) = &self.matcher else { return Ok(Vec::new()) };
+        let room = room.min(MAX_FORCED_RUN).min(self.params.max_tokens.saturating_sub(self.n_generated));
+        if self.done || room == 0 {
+            return Ok(Vec::new());
+        }
+        let forced = m.forced_bytes(4 * MAX_FORCED_RUN)?;
+        let text = match std::str::from_utf8(&forced) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&forced[..e.valid_up_to()]).expect("valid prefix"),
+        };
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tok = &model.tokenizer;
+        let mut ids = tok.tokenize(text, false, false);
+        let mut probe = m.clone();
+        let ends = probe.advance(text.as_bytes())? && probe.is_final();
+        if !ends {
+            ids.pop();
+        }
+        ids.truncate(room);
+        // Keep only a run whose bytes are exactly a prefix of the forced text
+        // (a tokenizer that adds a space prefix would not be).
+        let mut at = 0;
+        let mut keep = 0;
+        for &id in &ids {
+            let piece = tok.token_to_piece(id, false);
+            if piece.is_empty() || !text.as_bytes()[at..].starts_with(piece) {
+                break;
+            }
+            at += piece.len();
+            keep += 1;
+        }
+        ids.truncate(keep);
+        let mut steps = Vec::with_capacity(ids.len());
+        for id in ids {
+            let m = self.matcher.as_mut().expect("checked above");
+            if !m.advance(tok.token_to_piece(id, false))? {
+                break;
+            }
+            self.sampler.accept(id);
+            self.n_generated += 1;
+            let mut text = self.decoder.push(tok, id);
+            let stop = if m.is_final() {
+                Some(StopReason::EndOfGeneration)
+            } else if self.n_generated >= self.params.max_tokens {
+                Some(StopReason::Length)
+            } else {
+                None
+            };
+            if stop.is_some() {
+                text.push_str(&self.decoder.flush());
+                self.done = true;
+            }
+            steps.push(Step { token: id, text, stop, logprob: None, top: Vec::new() });
+            if stop.is_some() {
+                break;
+            }
+        }
+        Ok(steps)
+    }
 }
 
 pub struct Generation {
@@ -192,6 +264,8 @@ pub struct Generation {
     draws: Draws,
     logits: Vec<f32>,
     n_prompt: usize,
+    /// Grammar-forced steps already fed, handed out one per call.
+    ready: VecDeque<Step>,
 }
 
 impl Generation {
@@ -211,7 +285,7 @@ impl Generation {
         let n_cached = slot.reuse_prefix(prompt);
         let mut session = slot.session;
         let logits = model.prefill(&mut session, &prompt[n_cached..], Logits::Last)?;
-        Ok(Generation { model, session, fed: prompt.to_vec(), n_cached, draws, logits, n_prompt: prompt.len() })
+        Ok(Generation { model, session, fed: prompt.to_vec(), n_cached, draws, logits, n_prompt: prompt.len(), ready: VecDeque::new() })
     }
 
     /// Prompt positions taken from the cache instead of read.
@@ -228,13 +302,25 @@ impl Generation {
 
     /// Draws the next token; `None` once generation has stopped.
     pub fn next_step(&mut self) -> Result<Option<Step>> {
-        let ctx_full = self.session.len() >= self.session.cache.n_ctx();
+        if let Some(step) = self.ready.pop_front() {
+            return Ok(Some(step));
+        }
+        let n_ctx = self.session.cache.n_ctx();
+        let ctx_full = self.session.len() >= n_ctx;
         let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full)? else { return Ok(None) };
         if step.stop.is_none() {
-            let out = self.model.forward(&mut self.session, &[step.token], Logits::Last)?;
-            self.fed.push(step.token);
-            self.logits.clear();
-            self.logits.extend_from_slice(out);
+            let room = n_ctx.saturating_sub(self.session.len() + 1);
+            let forced = self.draws.forced_steps(&self.model, room)?;
+            // A run that ends the generation needs no pass: nothing is drawn after it.
+            if forced.last().is_none_or(|s| s.stop.is_none()) {
+                let mut feed = vec![step.token];
+                feed.extend(forced.iter().map(|s| s.token));
+                let out = self.model.forward(&mut self.session, &feed, Logits::Last)?;
+                self.fed.extend_from_slice(&feed);
+                self.logits.clear();
+                self.logits.extend_from_slice(out);
+            }
+            self.ready.extend(forced);
         }
         Ok(Some(step))
     }

@@ -149,3 +149,32 @@ fn batcher_and_lone_generation_agree_under_a_grammar() {
     }
     assert_eq!(together, alone);
 }
+
+#[test]
+fn forced_runs_are_fed_in_one_pass() {
+    let Some(model) = load(SMOLLM2) else { return };
+    let a = Arc::new(
+        Automaton::from_gbnf(r#"root ::= "{\"name\": \"" [a-z]{1,10} "\", \"favourite colour\": \"" [a-z]{1,10} "\", \"lucky number\": " [0-9] "}""#)
+            .unwrap(),
+    );
+    let prompt = model.tokenizer.tokenize("A person:", true, false);
+    let mut b = Batcher::new(model.clone(), 1, 256, 64, KvType::F16);
+    b.start(0, &prompt, params(&a, 0.0, 0), false).unwrap();
+    let (mut passes, mut ids, mut text) = (0, Vec::new(), String::new());
+    while b.any_busy() {
+        passes += 1;
+        for (_, ev) in b.step() {
+            if let SlotEvent::Step(s) = ev {
+                ids.push(s.token);
+                text.push_str(&s.text);
+            }
+        }
+    }
+    assert!(a.accepts(text.as_bytes()), "{text:?}");
+    // The literal keys are forced: they take no pass of their own.
+    assert!(passes + 4 < ids.len() + 1, "{passes} passes for {} tokens: {text:?}", ids.len());
+    // A lone generation reads the same tokens.
+    let session = model.new_session(256, 64, KvType::F16);
+    let (alone, _, _) = run(&mut Generation::new(model.clone(), session, &prompt, params(&a, 0.0, 0)).unwrap());
+    assert_eq!(alone, ids);
+}
