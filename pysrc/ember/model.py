@@ -367,7 +367,11 @@ class Model:
         """Token ids of a rendered conversation: control tokens parsed, BOS by the
         model's rule and never twice (templates that write `bos_token` themselves
         would otherwise double it, as llama.cpp also guards against)."""
-        ids = self.tokenize(self.render_chat(messages, **render_kwargs), add_special=True, parse_special=True)
+        return self.chat_text_ids(self.render_chat(messages, **render_kwargs))
+
+    def chat_text_ids(self, text: str) -> list[int]:
+        """Token ids of a rendered conversation (see `chat_prompt_ids`)."""
+        ids = self.tokenize(text, add_special=True, parse_special=True)
         bos = self._native.bos_id
         if len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
             ids = ids[1:]

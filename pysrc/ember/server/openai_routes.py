@@ -12,6 +12,7 @@ from aiohttp import web
 from ember.errors import TemplateError
 from ember.model import Completion, Piece
 from ember.server import wire
+from ember.server.chat_output import ChatShaper
 from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
 from ember.server.errors import ApiError
 
@@ -45,6 +46,49 @@ def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
     return wire.max_tokens("max_tokens", None, state.opts.n_predict)
 
 
+def _reasoning(req: wire.ChatRequest):
+    from ember.errors import InvalidRequestError
+    from ember.reasoning import resolve_reasoning_request
+
+    try:
+        return resolve_reasoning_request({
+            "chat_template_kwargs": req.chat_template_kwargs, "reasoning_effort": req.reasoning_effort,
+            "reasoning_budget": req.reasoning_budget, "reasoning_format": req.reasoning_format})
+    except InvalidRequestError as e:
+        field = str(e).split(":", 1)[0].split(".", 1)[0]
+        raise ApiError(400, str(e), param=field)
+
+
+def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
+    """The prompt's ids and the shaper its reply goes through: the thought
+    markers the template uses, whether the prompt leaves a thought open, and
+    what the request asked of thinking (a budget of 0, or a JSON answer,
+    closes an open thought in the prompt itself)."""
+    from ember.reasoning import detect_reasoning, starts_in_thought
+
+    model = state.model
+    rr = _reasoning(req)
+    try:
+        text = model.render_chat(messages, tools=req.tools, chat_template_kwargs=rr.template_kwargs,
+                                 template=state.template)
+    except TemplateError as e:
+        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
+    source = state.template if state.template is not None else (model.chat_template or "")
+    fmt = detect_reasoning(source, text) if rr.split else None
+    in_thought = starts_in_thought(fmt, text)
+    # A JSON answer cannot hold a thought: one the prompt opened is closed
+    # first. A GBNF grammar is the client's own and may write the thought.
+    json_answer = "grammar" in opts and not req.grammar
+    if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
+        text += fmt.close
+        in_thought = False
+    elif rr.budget > 0:
+        raise ApiError(400, "reasoning_budget: only -1 (unrestricted) and 0 (close the thought at once) are "
+                       "supported", param="reasoning_budget")
+    shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, raw_content=rr.raw_content)
+    return model.chat_text_ids(text), shaper
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
@@ -58,16 +102,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     k = req.top_logprobs or 0
     if req.logprobs:
         opts["n_probs"] = max(1, k)  # the drawn token's own log-probability needs at least one
-    try:
-        prompt = model.chat_prompt_ids(messages, tools=req.tools, chat_template_kwargs=req.chat_template_kwargs,
-                                       template=state.template)
-    except TemplateError as e:
-        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
+    prompt, shaper = _chat_prompt(state, req, messages, opts)
     gen = Generation(request, prompt, max_tokens, opts)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint()}
+
+    def finish_reason(c: Completion) -> str:
+        return "tool_calls" if shaper.calls else _FINISH.get(c.finish_reason, c.finish_reason)
 
     if not req.stream:
         content: list[dict] = []
@@ -76,37 +119,43 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 if isinstance(ev, Piece) and req.logprobs and ev.token is not None:
                     content.append(_chat_logprobs(model, ev, k))
         c = gen.completion
+        shaper.feed(c.text)
+        shaper.finish()
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": c.text},
+                "message": shaper.message(),
                 "logprobs": {"content": content} if req.logprobs else None,
-                "finish_reason": _FINISH.get(c.finish_reason, c.finish_reason),
+                "finish_reason": finish_reason(c),
             }],
             "usage": _usage(gen),
             "timings": gen.timings(),
         })
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def chunk(delta: dict, lp: list | None = None, finish: str | None = None, **extra) -> dict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": {"content": lp} if lp else None,
+                                     "finish_reason": finish}], **extra}
+
     async with gen:
         resp = await sse_start(request)
         try:
-            await sse_send(resp, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                       "logprobs": None, "finish_reason": None}]})
+            await sse_send(resp, chunk({"role": "assistant", "content": ""}))
             async for ev in gen.events():
                 if isinstance(ev, Piece):
                     lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
-                    if ev.text or lp:
-                        await sse_send(resp, {**base, "choices": [{
-                            "index": 0, "delta": {"content": ev.text},
-                            "logprobs": {"content": lp} if lp else None, "finish_reason": None}]})
+                    deltas = shaper.feed(ev.text)
+                    if lp and not deltas:
+                        deltas = [{"content": ""}]
+                    for i, d in enumerate(deltas):
+                        await sse_send(resp, chunk(d, lp if i == 0 else None))
                 elif isinstance(ev, Completion):
-                    await sse_send(resp, {**base, "choices": [{
-                        "index": 0, "delta": {}, "logprobs": None,
-                        "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}],
-                        "timings": gen.timings()})
+                    for d in shaper.finish():
+                        await sse_send(resp, chunk(d))
+                    await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
             if include_usage:
                 await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
             await resp.write(b"data: [DONE]\n\n")

@@ -105,7 +105,11 @@ class ChatRequest(Sampling):
     top_logprobs: int | None = None
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    parallel_tool_calls: Any = None
+    chat_template_kwargs: Any = None
+    reasoning_effort: Any = None
+    reasoning_budget: Any = None
+    reasoning_format: Any = None
     n_predict: int | None = None
 
 

@@ -1,0 +1,109 @@
+"""Reasoning split end to end, on a tiny random-weight Qwen3 model served with
+a Qwen3-style template that opens `<think>` in the prompt. Random weights
+write nothing sensible, so a grammar steers the output through a thought and
+an answer: what is tested is the split, streamed and whole, not the model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from server_process import ServerProcess, error_of, http, sse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import make_tiny_models  # noqa: E402
+
+QWEN3_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
+)
+# The thought, its close as Qwen3 writes it, then the answer.
+STEERED = r'''root ::= "Let me think" [a-z ]{0,6} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
+ANSWER_ONLY = r'''root ::= "The answer" [a-z ]{0,6}'''
+CHAT = [{"role": "user", "content": "Why?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = make_tiny_models.ensure("qwen3")
+    tmpl = tmp_path_factory.mktemp("tmpl") / "qwen3.jinja"
+    tmpl.write_text(QWEN3_TEMPLATE)
+    with ServerProcess(model, "--chat-template-file", str(tmpl)) as s:
+        yield s
+
+
+def chat(server, **body) -> dict:
+    status, _, raw = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 40, "temperature": 0, **body})
+    assert status == 200, raw
+    return json.loads(raw)["choices"][0]
+
+
+def test_the_thought_leaves_in_reasoning_content(server):
+    c = chat(server, grammar=STEERED)
+    msg = c["message"]
+    assert msg["reasoning_content"].startswith("Let me think"), msg
+    assert msg["content"].startswith("The answer"), msg
+    for marker in ("<think>", "</think>"):
+        assert marker not in msg["content"] and marker not in msg["reasoning_content"]
+    assert not msg["reasoning_content"].endswith("\n") and not msg["content"].startswith("\n")
+
+
+def test_the_thought_streams_as_reasoning_deltas(server):
+    status, _, raw = http(server.url + "/v1/chat/completions",
+                          {"messages": CHAT, "max_tokens": 40, "grammar": STEERED, "stream": True, "temperature": 0})
+    assert status == 200
+    deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
+    reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+    content = "".join(d.get("content") or "" for d in deltas)
+    whole = chat(server, grammar=STEERED)["message"]
+    assert (reasoning, content) == (whole["reasoning_content"], whole["content"])
+    # Every reasoning delta comes before the first answer text.
+    kinds = ["r" if d.get("reasoning_content") else "c" for d in deltas if d.get("reasoning_content") or d.get("content")]
+    assert kinds == sorted(kinds, key=lambda k: k == "c"), kinds
+
+
+def test_a_thought_left_open_is_reasoning_to_the_end(server):
+    c = chat(server, grammar=r'''root ::= "Still thinking" [a-z ]{20,30}''', max_tokens=6)
+    assert c["finish_reason"] == "length"
+    assert c["message"]["reasoning_content"].startswith("Still thinking") and c["message"]["content"] == ""
+
+
+def test_thinking_turned_off_through_the_template(server):
+    for body in ({"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}):
+        msg = chat(server, grammar=ANSWER_ONLY, **body)["message"]
+        assert msg["content"].startswith("The answer") and "reasoning_content" not in msg, msg
+
+
+def test_budget_zero_closes_the_thought_at_once(server):
+    msg = chat(server, grammar=ANSWER_ONLY, reasoning_budget=0)["message"]
+    assert msg["content"].startswith("The answer") and msg.get("reasoning_content") in (None, ""), msg
+
+
+def test_a_json_answer_closes_an_open_thought(server):
+    msg = chat(server, response_format={"type": "json_object"})["message"]
+    assert msg.get("reasoning_content") in (None, "")
+    assert msg["content"].startswith("{"), msg
+
+
+def test_reasoning_format_none_returns_the_raw_text(server):
+    msg = chat(server, grammar=STEERED, reasoning_format="none")["message"]
+    assert msg["content"].startswith("Let me think") and "</think>" in msg["content"]
+    assert "reasoning_content" not in msg
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ({"reasoning_budget": -2}, "reasoning_budget"),
+    ({"reasoning_format": "xml"}, "reasoning_format"),
+    ({"chat_template_kwargs": {"enable_thinking": "yes"}}, "chat_template_kwargs"),
+])
+def test_bad_reasoning_fields_are_400s(server, body, param):
+    e = error_of(http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, **body}), 400)
+    assert e["param"] == param, e
