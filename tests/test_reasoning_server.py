@@ -107,3 +107,27 @@ def test_reasoning_format_none_returns_the_raw_text(server):
 def test_bad_reasoning_fields_are_400s(server, body, param):
     e = error_of(http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, **body}), 400)
     assert e["param"] == param, e
+
+
+def test_a_budget_forces_the_close_after_n_tokens_of_thought(server):
+    # The grammar lets the thought run up to 80 letters and the answer follow
+    # the close; unbudgeted, this model's thought runs long, and the budget is
+    # what closes it early.
+    grammar = r'''root ::= [a-z ]{1,80} "\n</think>\n\n" [a-z ]{1,8}'''
+    free = chat(server, grammar=grammar, max_tokens=80)["message"]
+    assert len(free["reasoning_content"]) > 60, free
+    for stream in (False, True):
+        body = {"messages": CHAT, "max_tokens": 60, "temperature": 0, "reasoning_budget": 5,
+                "grammar": grammar, "stream": stream}
+        status, _, raw = http(server.url + "/v1/chat/completions", body)
+        assert status == 200, raw
+        if stream:
+            deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
+            reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+            content = "".join(d.get("content") or "" for d in deltas)
+        else:
+            m = json.loads(raw)["choices"][0]["message"]
+            reasoning, content = m["reasoning_content"], m["content"]
+        # The first five tokens of the unbudgeted thought, then the forced close, then the answer.
+        assert reasoning and free["reasoning_content"].startswith(reasoning) and len(reasoning) < 40, reasoning
+        assert content and "</think>" not in content, content

@@ -82,9 +82,9 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
     if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
         text += fmt.close
         in_thought = False
-    elif rr.budget > 0:
-        raise ApiError(400, "reasoning_budget: only -1 (unrestricted) and 0 (close the thought at once) are "
-                       "supported", param="reasoning_budget")
+    elif fmt is not None and rr.budget >= 0:
+        close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
+        opts["thought_budget"] = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
     shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, raw_content=rr.raw_content)
     return model.chat_text_ids(text), shaper
 

@@ -26,6 +26,72 @@ pub struct GenerateParams {
     /// Holds the output to a grammar: refused tokens are masked before the
     /// draw, and the turn ends only where the document may end.
     pub grammar: Option<Arc<Automaton>>,
+    /// Ends a thought the model is taking too long over.
+    pub thought_budget: Option<ThoughtBudget>,
+}
+
+/// llama-server's `reasoning_budget`: after `budget` generated tokens of
+/// thought, the close is forced (`close_ids`, the closer with the newlines
+/// the template writes around it). A thought starts where the prompt left
+/// one open (`in_thought`) or where the output writes `opener`; it ends when
+/// the output writes `closer`.
+#[derive(Clone, Debug)]
+pub struct ThoughtBudget {
+    pub budget: usize,
+    pub opener: Vec<u8>,
+    pub closer: Vec<u8>,
+    pub close_ids: Vec<u32>,
+    pub in_thought: bool,
+}
+
+/// Where a generation stands against its thought budget.
+struct ThoughtWatch {
+    cfg: ThoughtBudget,
+    in_thought: bool,
+    /// The budget no longer applies: the thought closed, or was closed.
+    spent: bool,
+    /// Tokens generated inside the thought.
+    count: usize,
+    /// The latest output bytes, enough to see a marker split across tokens.
+    tail: Vec<u8>,
+}
+
+impl ThoughtWatch {
+    fn new(cfg: ThoughtBudget) -> ThoughtWatch {
+        ThoughtWatch { in_thought: cfg.in_thought, cfg, spent: false, count: 0, tail: Vec::new() }
+    }
+
+    fn saw(&mut self, piece: &[u8]) {
+        if self.spent {
+            return;
+        }
+        self.tail.extend_from_slice(piece);
+        let contains = |hay: &[u8], needle: &[u8]| !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle);
+        if !self.in_thought {
+            if contains(&self.tail, &self.cfg.opener) {
+                // Counting starts after the token that completes the opener.
+                self.in_thought = true;
+                self.tail.clear();
+            }
+        } else if contains(&self.tail, &self.cfg.closer) {
+            self.spent = true;
+        } else {
+            self.count += 1;
+        }
+        let keep = self.cfg.opener.len().max(self.cfg.closer.len());
+        if self.tail.len() > keep {
+            self.tail.drain(..self.tail.len() - keep);
+        }
+    }
+
+    /// The close to force now, once.
+    fn due(&mut self) -> Option<Vec<u32>> {
+        if self.spent || !self.in_thought || self.count < self.cfg.budget {
+            return None;
+        }
+        self.spent = true;
+        Some(self.cfg.close_ids.clone())
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +155,7 @@ pub(crate) struct Draws {
     sampler: Sampler,
     decoder: StreamDecoder,
     matcher: Option<Matcher>,
+    thought: Option<ThoughtWatch>,
     params: GenerateParams,
     pub(crate) n_generated: usize,
     pub(crate) done: bool,
@@ -103,7 +170,8 @@ impl Draws {
             // Index the vocabulary now rather than inside the first step.
             model.token_index();
         }
-        Ok(Draws { sampler, decoder, matcher, params, n_generated: 0, done: false })
+        let thought = params.thought_budget.clone().map(ThoughtWatch::new);
+        Ok(Draws { sampler, decoder, matcher, thought, params, n_generated: 0, done: false })
     }
 
     /// Masks what the grammar refuses. The end of the turn stays drawable
@@ -169,6 +237,9 @@ impl Draws {
                 }
             }
             text = self.decoder.push(tok, token);
+            if let Some(t) = &mut self.thought {
+                t.saw(tok.token_to_piece(token, false));
+            }
             if self.matcher.as_ref().is_some_and(|m| m.is_final()) {
                 // The document is whole and nothing may follow: end the turn
                 // here rather than spend a pass drawing its end.
@@ -186,17 +257,11 @@ impl Draws {
         Ok(Some(Step { token, text, stop, logprob, top }))
     }
 
-    /// The tokens the grammar forces after the last draw, as steps drawn
-    /// without sampling, at most `room` of them (the caller feeds the drawn
-    /// token and these in one pass). The forced bytes are tokenized as text
-    /// and the last token dropped unless the document ends there: it might
-    /// have merged with what follows.
-    pub(crate) fn forced_steps(&mut self, model: &Model, room: usize) -> Result<Vec<Step>> {
+    /// The tokens the grammar forces next, from its forced bytes tokenized as
+    /// text; the last token is dropped unless the document ends there (it
+    /// might have merged with what follows).
+    fn grammar_forced(&self, model: &Model) -> Result<Vec<u32>> {
         let Some(m) = &self.matcher else { return Ok(Vec::new()) };
-        let room = room.min(MAX_FORCED_RUN).min(self.params.max_tokens.saturating_sub(self.n_generated));
-        if self.done || room == 0 {
-            return Ok(Vec::new());
-        }
         let forced = m.forced_bytes(4 * MAX_FORCED_RUN)?;
         let text = match std::str::from_utf8(&forced) {
             Ok(t) => t,
@@ -212,7 +277,6 @@ impl Draws {
         if !ends {
             ids.pop();
         }
-        ids.truncate(room);
         // Keep only a run whose bytes are exactly a prefix of the forced text
         // (a tokenizer that adds a space prefix would not be).
         let mut at = 0;
@@ -226,16 +290,39 @@ impl Draws {
             keep += 1;
         }
         ids.truncate(keep);
+        Ok(ids)
+    }
+
+    /// The tokens the grammar forces after the last draw, as steps drawn
+    /// without sampling, at most `room` of them (the caller feeds the drawn
+    /// token and these in one pass). The forced bytes are tokenized as text
+    /// and the last token dropped unless the document ends there: it might
+    /// have merged with what follows.
+    pub(crate) fn forced_steps(&mut self, model: &Model, room: usize) -> Result<Vec<Step>> {
+        let room = room.min(MAX_FORCED_RUN).min(self.params.max_tokens.saturating_sub(self.n_generated));
+        if self.done || room == 0 {
+            return Ok(Vec::new());
+        }
+        let mut ids = match self.thought.as_mut().and_then(ThoughtWatch::due) {
+            Some(close) => close,
+            None => self.grammar_forced(model)?,
+        };
+        ids.truncate(room);
+        let tok = &model.tokenizer;
         let mut steps = Vec::with_capacity(ids.len());
         for id in ids {
-            let m = self.matcher.as_mut().expect("checked above");
-            if !m.advance(tok.token_to_piece(id, false))? {
-                break;
+            if let Some(m) = self.matcher.as_mut() {
+                if !m.advance(tok.token_to_piece(id, false))? {
+                    break;
+                }
+            }
+            if let Some(t) = &mut self.thought {
+                t.saw(tok.token_to_piece(id, false));
             }
             self.sampler.accept(id);
             self.n_generated += 1;
             let mut text = self.decoder.push(tok, id);
-            let stop = if m.is_final() {
+            let stop = if self.matcher.as_ref().is_some_and(|m| m.is_final()) {
                 Some(StopReason::EndOfGeneration)
             } else if self.n_generated >= self.params.max_tokens {
                 Some(StopReason::Length)

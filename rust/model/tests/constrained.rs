@@ -29,6 +29,7 @@ fn params(grammar: &Arc<Automaton>, temperature: f32, seed: u64) -> GeneratePara
         n_probs: 0,
         sampling: SamplingParams { temperature, seed: Some(seed), ..Default::default() },
         grammar: Some(grammar.clone()),
+        thought_budget: None,
     }
 }
 

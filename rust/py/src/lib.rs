@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use ember_gguf::{GgufFile, Value};
+use ember_model::generate::ThoughtBudget;
 use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot, StopReason};
 use ember_sample::SamplingParams;
 use pyo3::create_exception;
@@ -32,6 +33,10 @@ pub(crate) fn map_err(e: ModelError) -> PyErr {
     }
 }
 
+/// `reasoning_budget` as Python passes it: (tokens of thought, opener,
+/// closer, the ids of the close to force, whether the prompt left a thought open).
+pub(crate) type ThoughtBudgetArg = (usize, String, String, Vec<u32>, bool);
+
 /// Sampling and stopping parameters from the keywords `generate` and
 /// `Batcher.start` share.
 #[allow(clippy::too_many_arguments)]
@@ -52,6 +57,7 @@ pub(crate) fn generate_params(
     seed: Option<u64>,
     n_probs: usize,
     grammar: Option<&grammar::Grammar>,
+    thought_budget: Option<ThoughtBudgetArg>,
 ) -> PyResult<GenerateParams> {
     if n_probs > n_vocab {
         return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
@@ -69,7 +75,14 @@ pub(crate) fn generate_params(
         logit_bias,
         seed,
     };
-    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()) })
+    let thought_budget = thought_budget.map(|(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
+        budget,
+        opener: opener.into_bytes(),
+        closer: closer.into_bytes(),
+        close_ids,
+        in_thought,
+    });
+    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()), thought_budget })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
@@ -259,7 +272,7 @@ impl Model {
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None))]
+        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, thought_budget = None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -281,11 +294,13 @@ impl Model {
         n_probs: usize,
         cache_prompt: bool,
         grammar: Option<PyRef<'_, grammar::Grammar>>,
+        thought_budget: Option<ThoughtBudgetArg>,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let params = generate_params(
             self.inner.config.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(),
+            thought_budget,
         )?;
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
