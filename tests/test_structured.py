@@ -91,3 +91,87 @@ def test_text_response_format_is_plain_text(server):
     status, _, raw = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4,
                                                                 "response_format": {"type": "text"}})
     assert status == 200, raw
+
+
+# -- JSON Schema and JSON objects ---------------------------------------------------
+
+def test_json_object_always_parses(server):
+    for seed in range(3):
+        status, _, raw = http(server.url + "/v1/chat/completions", {
+            "messages": CHAT, "response_format": {"type": "json_object"}, "temperature": 1.0, "seed": seed,
+            "max_tokens": 200})
+        assert status == 200
+        c = json.loads(raw)["choices"][0]
+        if c["finish_reason"] == "stop":
+            assert isinstance(json.loads(c["message"]["content"]), dict)
+
+
+def test_json_schema_on_every_route(server):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "population": {"type": "integer", "minimum": 0},
+                                               "capital": {"type": "boolean"}},
+              "required": ["city", "population", "capital"], "additionalProperties": False}
+    bodies = [
+        ("/v1/chat/completions", {"messages": CHAT, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}}),
+        ("/v1/chat/completions", {"messages": CHAT, "json_schema": schema}),
+        ("/completion", {"prompt": "A city as JSON:", "json_schema": schema}),
+        ("/v1/completions", {"prompt": "A city as JSON:", "response_format": {"type": "json_object", "schema": schema}}),
+    ]
+    for route, body in bodies:
+        status, _, raw = http(server.url + route, {**body, "max_tokens": 120, "n_predict": 120, "temperature": 0})
+        assert status == 200, raw
+        r = json.loads(raw)
+        text = r.get("content") if route == "/completion" else (
+            r["choices"][0].get("text") if route == "/v1/completions" else r["choices"][0]["message"]["content"])
+        doc = json.loads(text)
+        jsonschema.validate(doc, schema)
+        assert list(doc) == ["city", "population", "capital"], "properties come in the schema's order"
+
+
+def test_pydantic_parse_round_trip(client):
+    """The openai client's `.parse()` with a Pydantic model (nested models,
+    an Optional field, a list, a Literal, an Enum) gets back a parsed object."""
+    pydantic = pytest.importorskip("pydantic")
+    from enum import Enum
+    from typing import Literal, Optional
+
+    class Colour(str, Enum):
+        red = "red"
+        green = "green"
+
+    class Address(pydantic.BaseModel):
+        street: str = pydantic.Field(max_length=30)
+        number: int
+
+    class Person(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=20)
+        age: int = pydantic.Field(ge=0, le=130)
+        nickname: Optional[str] = pydantic.Field(default=None, max_length=12)
+        kind: Literal["human", "robot"]
+        colour: Colour
+        tags: list[str] = pydantic.Field(max_length=3)
+        home: Address
+        previous: Optional[Address] = None
+
+    r = client.beta.chat.completions.parse(model="any", messages=CHAT, response_format=Person, max_tokens=300,
+                                           temperature=0.7, seed=1)
+    person = r.choices[0].message.parsed
+    assert isinstance(person, Person), r.choices[0].message.content
+    assert isinstance(person.home, Address) and 0 <= person.age <= 130
+
+
+@pytest.mark.parametrize("schema,keyword", [
+    ({"type": "integer", "multipleOf": 3}, "multipleOf"),
+    ({"type": "object", "minProperties": 1}, "minProperties"),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+    ({"type": "string", "format": "ipv4"}, "format"),
+    ({"$ref": "other.json#/x"}, "$ref"),
+    ({"not": {"type": "string"}}, "not"),
+])
+def test_a_schema_outside_the_subset_is_a_400_naming_the_keyword(server, schema, keyword):
+    for body in ({"json_schema": schema}, {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": schema}}}):
+        e = error_of(http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, **body}), 400)
+        assert keyword in e["message"] and e["param"] in ("json_schema", "response_format"), e
