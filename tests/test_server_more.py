@@ -290,7 +290,6 @@ def test_negative_max_tokens_is_400(server):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("tool_choice", "required"),
     ("mirostat", 2),
     ("dry_multiplier", 0.8),
     ("xtc_probability", 0.5),

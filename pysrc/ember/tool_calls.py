@@ -41,12 +41,14 @@ Parsing rules, for every framing:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import secrets
 import string
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Union
 
 try:
@@ -190,9 +192,11 @@ def _check_tool(i: int, tool: Any) -> dict:
 
 
 def validate_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any = None) -> ToolPlan:
-    """Checks a request's tool fields and answers the plan: OpenAI's defaults
-    (``auto`` with tools, parallel calls allowed), ToolRequestError naming
-    the field otherwise."""
+    """Checks a request's tool fields and answers the plan: ``auto`` with
+    tools, and one call per reply unless ``parallel_tool_calls`` is true
+    (llama-server's default: a small model allowed any number of calls in a
+    forced reply may never stop writing them), ToolRequestError naming the
+    field otherwise."""
     if tools is None:
         tools = []
     if not isinstance(tools, list):
@@ -206,7 +210,7 @@ def validate_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any
         names[name] = i
 
     if parallel_tool_calls is None:
-        parallel = True
+        parallel = False
     elif isinstance(parallel_tool_calls, bool):
         parallel = parallel_tool_calls
     else:
@@ -269,7 +273,9 @@ def normalize_tool_messages(messages: Iterable[Any]) -> list[Any]:
 
     A tool message without ``tool_call_id``, or one naming no earlier call, is
     a ToolRequestError: the template could only render it as an answer to
-    nothing. Non-object messages pass through for the renderer to refuse.
+    nothing. An assistant message with calls and null content gets "" (Qwen3's
+    template, among others, fails on null). Non-object messages pass through
+    for the renderer to refuse.
     """
     out: list[Any] = []
     calls: dict[str, str] = {}  # id -> function name, of the calls seen so far
@@ -296,16 +302,23 @@ def normalize_tool_messages(messages: Iterable[Any]) -> list[Any]:
                         raise ToolRequestError(f"{where}.function: expected an object with a name")
                     call = dict(tc)
                     call.setdefault("type", "function")
-                    call["function"] = {**fn, "arguments": _arguments_object(f"{where}.function.arguments", fn.get("arguments"))}
+                    args = _arguments_object(f"{where}.function.arguments", fn.get("arguments"))
+                    call["function"] = {**fn, "arguments": args}
                     cid = call.get("id")
                     if isinstance(cid, str) and cid:
                         calls[cid] = fn["name"]
                     fixed.append(call)
                 m["tool_calls"] = fixed
+                if m.get("content") is None:
+                    # OpenAI clients send null content beside calls; templates
+                    # that test or concatenate content (Qwen3's) fail on it.
+                    m["content"] = ""
         if role == "tool":
             tid = m.get("tool_call_id")
             if not isinstance(tid, str) or not tid:
-                raise ToolRequestError(f"messages[{i}].tool_call_id: a tool message needs the id of the call it answers")
+                raise ToolRequestError(
+                    f"messages[{i}].tool_call_id: a tool message needs the id of the call it answers"
+                )
             if tid not in calls:
                 raise ToolRequestError(f"messages[{i}].tool_call_id: {tid!r} answers no earlier tool call")
             if not m.get("name"):
@@ -346,7 +359,9 @@ def generic_tools_system_prompt(tools: Sequence[Mapping], *, parallel: bool = Tr
     )
 
 
-def apply_generic_tools(messages: Sequence[Any], tools: Sequence[Mapping] | None, *, parallel: bool = True) -> list[Any]:
+def apply_generic_tools(
+    messages: Sequence[Any], tools: Sequence[Mapping] | None, *, parallel: bool = True
+) -> list[Any]:
     """Rewrites a conversation for a template that knows nothing of tools:
     the tool description goes into the first system message (a new one when
     there is none); an assistant turn's calls become the JSON it would have
@@ -380,7 +395,11 @@ def apply_generic_tools(messages: Sequence[Any], tools: Sequence[Mapping] | None
             out.append(new)
             merged_result = False
         elif role == "tool":
-            result = {"name": m.get("name"), "tool_call_id": m.get("tool_call_id"), "content": _text_of(m.get("content"))}
+            result = {
+                "name": m.get("name"),
+                "tool_call_id": m.get("tool_call_id"),
+                "content": _text_of(m.get("content")),
+            }
             text = json.dumps({"tool_response": {k: v for k, v in result.items() if v is not None}}, ensure_ascii=False)
             if merged_result:
                 out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + text}
@@ -605,9 +624,17 @@ class _Reader:
             yield _NEED
 
 
-def _held(t: str, p: int, terms: Iterable[str]) -> int:
+@lru_cache(maxsize=64)
+def _terms_shape(terms: tuple[str, ...]) -> tuple[int, frozenset[str]]:
+    return max(len(term) for term in terms), frozenset(term[0] for term in terms)
+
+
+def _held(t: str, p: int, terms: tuple[str, ...]) -> int:
     """How many characters at the end of ``t[p:]`` could still begin a term."""
     avail, best = len(t) - p, 0
+    longest, firsts = _terms_shape(terms)
+    if firsts.isdisjoint(t[max(p, len(t) - longest + 1):]):
+        return 0  # the usual case, decided without trying each prefix
     for term in terms:
         for k in range(min(len(term) - 1, avail), best, -1):
             if t.endswith(term[:k]):
@@ -638,6 +665,9 @@ def _name_until(r: _Reader, stop: str, *, consume: bool) -> _Step:
             return r.text[start:j]
 
 
+_KEY_BAD = re.compile(r"[\n<>]")
+
+
 def _key_until(r: _Reader, stop: str) -> _Step:
     """An argument name up to ``stop`` (consumed): anything on one line."""
     start = r.pos
@@ -645,7 +675,7 @@ def _key_until(r: _Reader, stop: str) -> _Step:
         yield from r.wait()
         t = r.text
         k = t.find(stop, r.pos)
-        bad = re.compile(r"[\n<>]").search(t, r.pos, k if k != -1 else len(t))
+        bad = _KEY_BAD.search(t, r.pos, k if k != -1 else len(t))
         if bad or (k if k != -1 else len(t)) - start > _NAME_LIMIT:
             raise _Bad("not an argument name")
         if k != -1:
@@ -661,13 +691,16 @@ def _json_string(r: _Reader) -> _Step:
     """A JSON string, decoded."""
     yield from r.expect('"')
     start = r.pos - 1
+    need = 1
     while True:
-        yield from r.wait()
+        yield from r.wait(need)
         t, i = r.text, r.pos
+        need = 1
         while i < len(t):
             c = t[i]
             if c == "\\":
                 if i + 1 >= len(t):
+                    need = 2  # the escaped character is still to come
                     break
                 i += 2
                 continue
@@ -854,10 +887,11 @@ def _raw_json(r: _Reader, *, emit: bool) -> _Step:
 
 
 class _CallState:
-    __slots__ = ("name", "has_args", "held_args")
+    __slots__ = ("name", "announced", "has_args", "held_args")
 
     def __init__(self) -> None:
         self.name: str | None = None
+        self.announced = False
         self.has_args = False
         self.held_args: str | None = None  # arguments written before the name
 
@@ -879,31 +913,44 @@ def _call_member(r: _Reader, ctx: _Ctx, st: _CallState, key: str, *, check_name:
         if not _NAME_RUN.fullmatch(name) or not name or len(name) > _NAME_LIMIT:
             raise _Bad("not a function name")
         if check_name and ctx.known is not None and name not in ctx.known:
-            # Bare JSON is a call only when it names a tool: otherwise it is a
-            # JSON answer that happens to have a "name".
             raise _Bad(f"{name!r} is not a declared tool")
         st.name = name
-        yield _Start(name)
-        if st.held_args is not None:
-            yield _Args(st.held_args, "")
+        # Bare JSON (no tag around it) is a call only once it also has
+        # arguments: {"name": "Bob", "age": 3} is an answer, not a call.
+        if not check_name or st.held_args is not None:
+            yield from _announce(st)
+    elif key == "function" and st.name is None and (yield from r.peek()) == "{":
+        # An OpenAI-shaped call, {"type": "function", "function": {"name": ..., ...}}
+        yield from _json_members(r, lambda k: _call_member(r, ctx, st, k, check_name=check_name))
     elif key in ("arguments", "parameters") and not st.has_args:
         st.has_args = True
         c = yield from r.peek()
         if c == '"':
             text = _arguments_text((yield from _json_string(r)))
-            if st.name is None:
-                st.held_args = text
-            else:
-                yield _Args(text, "")
         elif c == "{":
-            if st.name is None:
-                st.held_args = yield from _raw_json(r, emit=False)
-            else:
+            if st.name is not None:
+                yield from _announce(st)
                 yield from _raw_json(r, emit=True)
+                return
+            text = yield from _raw_json(r, emit=False)
         else:
             raise _Bad("arguments are not an object")
+        if st.name is None:
+            st.held_args = text
+        else:
+            yield from _announce(st)
+            yield _Args(text, "")
     else:
         yield from _raw_json(r, emit=False)  # "id", "type", ...
+
+
+def _announce(st: _CallState) -> _Step:
+    if not st.announced:
+        st.announced = True
+        assert st.name is not None
+        yield _Start(st.name)
+        if st.held_args is not None:
+            yield _Args(st.held_args, "")
 
 
 def _json_members(r: _Reader, on_member: Callable[[str], _Step]) -> _Step:
@@ -927,9 +974,13 @@ def _json_members(r: _Reader, on_member: Callable[[str], _Step]) -> _Step:
             raise _Bad("expected ',' or '}'")
 
 
-def _close_call(st: _CallState) -> _Step:
+def _close_call(st: _CallState, *, bare: bool = False) -> _Step:
     if st.name is None:
         raise _Bad("a call without a name")
+    if not st.announced:
+        if bare:
+            raise _Bad("a name without arguments")
+        yield from _announce(st)
     if not st.has_args:
         yield _Args("{}", "")
     yield _END
@@ -938,7 +989,7 @@ def _close_call(st: _CallState) -> _Step:
 def _json_call(r: _Reader, ctx: _Ctx, *, check_name: bool = False) -> _Step:
     st = _CallState()
     yield from _json_members(r, lambda key: _call_member(r, ctx, st, key, check_name=check_name))
-    yield from _close_call(st)
+    yield from _close_call(st, bare=check_name)
 
 
 def _json_call_list(r: _Reader, ctx: _Ctx) -> _Step:
@@ -1076,7 +1127,10 @@ Block = Callable[[_Reader, _Ctx], _Step]
 def _hermes_block(r: _Reader, ctx: _Ctx) -> _Step:
     yield from r.expect("<tool_call>")
     yield from r.skip_ws()
-    yield from _json_call(r, ctx)
+    if (yield from r.peek()) == "[":  # some fine-tunes put several calls in one tag, as a list
+        yield from _json_call_list(r, ctx)
+    else:
+        yield from _json_call(r, ctx)
     yield from r.skip_ws()
     yield from r.optional("</tool_call>")
 
@@ -1126,7 +1180,7 @@ def _generic_block(r: _Reader, ctx: _Ctx) -> _Step:
 
     yield from _json_members(r, member)
     if top.name is not None or top.has_args:
-        yield from _close_call(top)
+        yield from _close_call(top, bare=True)
     if fenced:
         yield from r.skip_ws()
         yield from r.optional("```")
@@ -1136,8 +1190,9 @@ _CODER_TERMS = ("\n</parameter>", "</parameter>", "\n<parameter=", "<parameter="
 
 
 def _coder_block(r: _Reader, ctx: _Ctx) -> _Step:
-    # Qwen3-Coder sometimes leaves out <tool_call> before its first call.
-    wrapped = yield from r.optional("<tool_call>")
+    # Qwen3-Coder sometimes leaves out <tool_call> before its first call
+    # (and still writes the closing tag).
+    yield from r.optional("<tool_call>")
     while True:
         yield from r.skip_ws()
         yield from r.expect("<function=")
@@ -1176,22 +1231,37 @@ def _coder_block(r: _Reader, ctx: _Ctx) -> _Step:
         yield _Args(out.close(), out.heal())
         yield _END
         yield from r.skip_ws()
-        if not (yield from r.optional("<function=", consume=False)) or r.eof and len(r.text) - r.pos < 10:
+        if not (yield from r.optional("<function=", consume=False)):
             break
-    if wrapped:
-        yield from r.optional("</tool_call>")
+    yield from r.optional("</tool_call>")
 
 
 def _coder_value(raw: str) -> str:
+    """A non-string XML value as JSON. Qwen3-Coder's template writes such
+    values with Jinja's ``string`` filter, i.e. as Python reprs (``True``,
+    ``{'a': 1}``), which is what the model learned to write back."""
     try:
         return json.dumps(json.loads(raw), ensure_ascii=False)
     except ValueError:
+        pass
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return _loose_scalar(raw)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # a set, bytes, a complex number: keep the text
         return _loose_scalar(raw)
 
 
-def _gemma_block(open_tag: str, close_tag: str, quote: str) -> Block:
+_BARE_END = re.compile(r"[,}\]]")
+
+
+def _gemma_block(open_tag: str, close_tag: str, quote: str, response_tag: str) -> Block:
     """Gemma's ``call:NAME{key:value,...}`` markup, strings between
-    ``quote`` marks taken as written (no escapes), keys bare."""
+    ``quote`` marks taken as written (no escapes), keys bare. After its calls
+    the model opens the response block (``response_tag``) for the results it
+    expects; that is markup too."""
 
     def key(r: _Reader) -> _Step:
         if (yield from r.optional(quote)):
@@ -1239,7 +1309,7 @@ def _gemma_block(open_tag: str, close_tag: str, quote: str) -> Block:
         else:
             start = r.pos
             while True:
-                m = re.compile(r"[,}\]]").search(r.text, r.pos)
+                m = _BARE_END.search(r.text, r.pos)
                 if m:
                     r.pos = m.start()
                     break
@@ -1279,6 +1349,7 @@ def _gemma_block(open_tag: str, close_tag: str, quote: str) -> Block:
         yield _END
         yield from r.skip_ws()
         yield from r.optional(close_tag)
+        yield from r.optional(response_tag)
 
     return block
 
@@ -1399,7 +1470,13 @@ def _json_object_call(open_text: str, args_key: str, close_text: str, extra: str
 
 
 def _mistral_args_call(base: str, name: str, params: Mapping[str, Any], schema_rules: SchemaRules) -> list[str]:
-    return [f"{base} ::= {_lit('[TOOL_CALLS]' + name + '[ARGS]')} {base}-args", schema_rules(params, f"{base}-args")]
+    # Mistral Small 3.2's template writes the call's id between name and
+    # arguments; Ministral's and Devstral's do not. The model picks.
+    call_id = '( "[CALL_ID]" [a-zA-Z0-9]{9} )?'
+    return [
+        f"{base} ::= {_lit('[TOOL_CALLS]' + name)} {call_id} {_lit('[ARGS]')} {base}-args",
+        schema_rules(params, f"{base}-args"),
+    ]
 
 
 def _properties(params: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], set[str]]:
@@ -1420,7 +1497,8 @@ def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: S
         else:
             value = f"{p}-value"
             rules.append(schema_rules(_with_defs(sub if isinstance(sub, Mapping) else {}, params), value))
-        rules.append(f"{p} ::= {_lit('<parameter=' + key + '>' + chr(10))} {value} {_lit(chr(10) + '</parameter>' + chr(10))}")
+        open_tag, close_tag = _lit(f"<parameter={key}>\n"), _lit("\n</parameter>\n")
+        rules.append(f"{p} ::= {open_tag} {value} {close_tag}")
         seq.append(p if key in required else p + "?")
     head = _lit(f"<tool_call>\n<function={name}>\n")
     rules.insert(0, f"{base} ::= {' '.join([head, *seq, _lit('</function>' + chr(10) + '</tool_call>')])}")
@@ -1440,9 +1518,10 @@ def _members_in_order(prefix: str, items: list[tuple[str, bool]], sep: str) -> t
         item, req = items[k]
         more = rest[k + 1]
         body = f"{_lit(sep)} {item}" + (f" {more}" if more else "")
-        r_expr = body if req else f"( {_lit(sep)} {item} )?" + (f" {more}" if more else "")
-        rules.append(f"{prefix}-r{k} ::= {r_expr}")
-        rest[k] = f"{prefix}-r{k}"
+        if k > 0:  # with nothing before it, the first item is never preceded by sep
+            r_expr = body if req else f"( {_lit(sep)} {item} )?" + (f" {more}" if more else "")
+            rules.append(f"{prefix}-r{k} ::= {r_expr}")
+            rest[k] = f"{prefix}-r{k}"
         start = item + (f" {more}" if more else "")
         if req:
             f_expr, empty = start, False
@@ -1571,7 +1650,7 @@ HERMES = Framing(
     name="hermes",
     openers=(_op("<tool_call>"),),
     block=_hermes_block,
-    probe=_probe(r'<tool_call>\s*\{\s*"name"\s*:\s*"NAME"'),
+    probe=_probe(r'<tool_call>\s*\{[^<]*"NAME"'),
     call_rule=_json_object_call("<tool_call>\n", "arguments", "\n</tool_call>"),
     root_rule=_repeat("\n"),
 )
@@ -1603,7 +1682,7 @@ MISTRAL = Framing(
     name="mistral",
     openers=(_op("[TOOL_CALLS]"),),
     block=_mistral_block,
-    probe=_probe(r'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"\s*:\s*"NAME"'),
+    probe=_probe(r'\[TOOL_CALLS\]\s*\[\s*\{[^\]]*"NAME"'),
     call_rule=_json_object_call("", "arguments", "", extra='", \\"id\\": \\"" [a-zA-Z0-9]{9} "\\""'),
     root_rule=_wrapped_list("[TOOL_CALLS][", ", ", "]"),
     new_id=_mistral_id,
@@ -1623,7 +1702,7 @@ _GEMMA4_QUOTE = '<|"|>'
 GEMMA4 = Framing(
     name="gemma4",
     openers=(_op("<|tool_call>"),),
-    block=_gemma_block("<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE),
+    block=_gemma_block("<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE, "<|tool_response>"),
     probe=_probe(r"<\|tool_call>call:NAME\{"),
     call_rule=_gemma_call("<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE),
     root_rule=lambda parallel: "call+" if parallel else "call",
@@ -1633,7 +1712,7 @@ GEMMA4 = Framing(
 FUNCTIONGEMMA = Framing(
     name="functiongemma",
     openers=(_op("<start_function_call>"),),
-    block=_gemma_block("<start_function_call>", "<end_function_call>", "<escape>"),
+    block=_gemma_block("<start_function_call>", "<end_function_call>", "<escape>", "<start_function_response>"),
     probe=_probe(r"<start_function_call>call:NAME\{"),
     call_rule=_gemma_call("<start_function_call>", "<end_function_call>", "<escape>"),
     root_rule=lambda parallel: "call+" if parallel else "call",
@@ -1668,7 +1747,7 @@ _DETECT_ORDER = (QWEN3_CODER, HERMES, GEMMA4, FUNCTIONGEMMA, MISTRAL_ARGS, MISTR
 # Detection
 # ---------------------------------------------------------------------------
 
-Render = Callable[[list[dict], "list[dict] | None"], str]
+Render = Callable[[list[dict], list[dict] | None], str]
 
 _PROBE_TOOLS = [{
     "type": "function",
@@ -1768,6 +1847,7 @@ class ToolCallStream:
     returns the rest. Events: ContentDelta(text); per call ToolCallStart(index,
     id, name), ToolCallArguments(index, fragment)..., ToolCallEnd(index); or a
     final ToolCallError(index, name, message) after which nothing follows.
+    ``feed`` after ``finish`` is a RuntimeError.
     ``tools`` are the request's declarations: they type Qwen3-Coder's XML
     values and tell bare JSON calls from JSON answers. ``ids`` makes call ids
     (the framing's shape by default); they are unique within the response.
@@ -1868,7 +1948,7 @@ class ToolCallStream:
             i = m.start()
             partial = False
             for op in self.framing.openers:
-                if op.first != buf[i] or (op.anchored and (self._spoke or i > lead)):
+                if op.first != buf[i] or (op.anchored and ((self._spoke and not self._after_call) or i > lead)):
                     continue
                 status = op.match(buf, i)
                 if status == _FULL:
@@ -1967,7 +2047,9 @@ class ToolCallStream:
         self._buf = self._buf[1:]
 
     def _fail(self, message: str, out: list[ToolEvent]) -> None:
-        index = self._open if self._open is not None else max(len(self._calls) - 1, 0)
+        # The call being read, or (between calls of one block) the next one,
+        # whose name is not known.
+        index = self._open if self._open is not None else len(self._calls)
         name = self._calls[index][1] if index < len(self._calls) else None
         out.append(ToolCallError(index, name, f"tool call {index} ({name}): {message}"))
         self._failed = True
@@ -1975,7 +2057,9 @@ class ToolCallStream:
         self._buf = self._ws = ""
 
     def _cut(self, out: list[ToolEvent]) -> None:
-        """The output ended inside a block."""
+        """The output ended inside a block. Before the block's first call had
+        a name it was text; after, what follows the last whole call (the
+        start of another list entry, a closing tag) is markup and is dropped."""
         if not self._block_events:
             self._rewind(out)  # the name never became whole: it was text
             return
@@ -2011,9 +2095,9 @@ def parse_tool_calls(
     finish_reason: str = "stop",
     ids: Callable[[], str] | None = None,
 ) -> tuple[str, list[ToolCall]]:
-    """The content and calls of a whole output, read exactly as
-    ToolCallStream reads it streamed. A call broken after its name is a
-    ToolCallParseError."""
+    """The content ("" when there is none) and calls of a whole output, read
+    exactly as ToolCallStream reads it streamed. A call broken after its name
+    is a ToolCallParseError."""
     stream = ToolCallStream(framing, tools, ids=ids)
     for e in stream.feed(text) + stream.finish(finish_reason):
         if isinstance(e, ToolCallError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.reasoning import ReasoningFormat, ReasoningSplitter
+from ember.server.errors import ApiError
 
 __all__ = ["ChatShaper"]
 
@@ -49,8 +50,9 @@ class ChatShaper:
             out.append({"content": text})
         return out
 
-    def finish(self) -> list[dict]:
-        """The deltas held back until the end."""
+    def finish(self, reason: str = "stop") -> list[dict]:
+        """The deltas held back until the end; `reason` is the generation's
+        ("length" when the token limit cut it, which a cut call reads)."""
         out: list[dict] = []
         if self._splitter is not None:
             for kind, piece in self._splitter.finish():
@@ -58,7 +60,7 @@ class ChatShaper:
             if self._splitter.thought_seen and self.thought is None:
                 self.thought = []
         if self.tools is not None:
-            out += self._tool_deltas(self.tools.finish())
+            out += self._tool_deltas(self.tools.finish(reason))
         return out
 
     def _reason(self, piece: str) -> list[dict]:
@@ -76,18 +78,21 @@ class ChatShaper:
         return self._tool_deltas(self.tools.feed(piece))
 
     def _tool_deltas(self, events: list) -> list[dict]:
+        from ember.tool_calls import ContentDelta, ToolCallError, ToolCallStart, openai_delta
+
         out: list[dict] = []
         for ev in events:
-            if ev.kind == "content":
+            if isinstance(ev, ToolCallError):
+                # The model left a call it had begun, or broke its markup:
+                # what it meant cannot be told, and guessing would be worse.
+                raise ApiError(500, f"the model's tool call {ev.name or ev.index} is malformed: {ev.message}")
+            if isinstance(ev, ContentDelta):
                 self.content.append(ev.text)
-                out.append({"content": ev.text})
-            elif ev.kind == "call_start":
-                self.calls.append({"id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""}})
-                out.append({"tool_calls": [{"index": ev.index, "id": ev.id, "type": "function",
-                                            "function": {"name": ev.name, "arguments": ""}}]})
-            elif ev.kind == "arguments":
-                self.calls[ev.index]["function"]["arguments"] += ev.text
-                out.append({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.text}}]})
+            elif isinstance(ev, ToolCallStart):
+                self.calls.append({"index": ev.index})
+            delta = openai_delta(ev)
+            if delta:
+                out.append(delta)
         return out
 
     def message(self) -> dict:
@@ -96,5 +101,7 @@ class ChatShaper:
         if self.thought is not None:
             msg["reasoning_content"] = "".join(self.thought)
         if self.calls:
-            msg["tool_calls"] = self.calls
+            msg["tool_calls"] = [c.to_openai() for c in self.tools.calls]
+            if not msg["content"]:
+                msg["content"] = None  # as OpenAI answers a reply that is only calls
         return msg

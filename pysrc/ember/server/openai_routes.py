@@ -55,22 +55,65 @@ def _reasoning(req: wire.ChatRequest):
             "chat_template_kwargs": req.chat_template_kwargs, "reasoning_effort": req.reasoning_effort,
             "reasoning_budget": req.reasoning_budget, "reasoning_format": req.reasoning_format})
     except InvalidRequestError as e:
-        field = str(e).split(":", 1)[0].split(".", 1)[0]
-        raise ApiError(400, str(e), param=field)
+        raise _field_error(e)
+
+
+def _field_error(e: Exception) -> ApiError:
+    """A 400 for an error whose message starts with the field it is about."""
+    field = str(e).split(":", 1)[0].split(".", 1)[0].split("[", 1)[0]
+    return ApiError(400, str(e), param=field)
+
+
+def _framing(state: ServerState, render):
+    """The tool-call framing of the template in use, found once per template."""
+    from ember.tool_calls import detect_framing
+
+    key = state.template if state.template is not None else state.model.chat_template
+    cache = state.__dict__.setdefault("_framings", {})
+    if key not in cache:
+        cache[key] = detect_framing(render)
+    return cache[key]
 
 
 def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
-    """The prompt's ids and the shaper its reply goes through: the thought
-    markers the template uses, whether the prompt leaves a thought open, and
-    what the request asked of thinking (a budget of 0, or a JSON answer,
-    closes an open thought in the prompt itself)."""
+    """The prompt's ids and the shaper its reply goes through: the tools as
+    the template (or the generic framing) presents them, a forced call's
+    grammar, the thought markers the template uses, whether the prompt
+    leaves a thought open, and what the request asked of thinking (a budget
+    of 0, or a JSON answer, closes an open thought in the prompt itself)."""
+    from ember.errors import InvalidRequestError
     from ember.reasoning import detect_reasoning, starts_in_thought
+    from ember.structured import compile_grammar, json_schema_rules
+    from ember.tool_calls import GENERIC, ToolCallStream, apply_generic_tools, normalize_tool_messages, validate_tools
 
     model = state.model
     rr = _reasoning(req)
     try:
-        text = model.render_chat(messages, tools=req.tools, chat_template_kwargs=rr.template_kwargs,
-                                 template=state.template)
+        plan = validate_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
+        messages = normalize_tool_messages(messages)
+    except InvalidRequestError as e:
+        raise _field_error(e)
+
+    def render(msgs, tools):
+        return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs, template=state.template)
+
+    tools, stream = plan.template_tools, None
+    if tools:
+        framing = _framing(state, render)
+        if framing is GENERIC:
+            messages, tools = apply_generic_tools(messages, plan.tools, parallel=plan.parallel), None
+        if plan.parse:
+            stream = ToolCallStream(framing, plan.tools)
+        if plan.forced:
+            if "grammar" in opts:
+                raise ApiError(400, "tool_choice: a forced call cannot be combined with response_format, "
+                               "json_schema or grammar", param="tool_choice")
+            try:
+                opts["grammar"] = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
+            except InvalidRequestError as e:
+                raise ApiError(400, f"tools: a parameters schema cannot be used: {e}", param="tools")
+    try:
+        text = render(messages, tools)
     except TemplateError as e:
         raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
     source = state.template if state.template is not None else (model.chat_template or "")
@@ -85,7 +128,7 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
     elif fmt is not None and rr.budget >= 0:
         close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
         opts["thought_budget"] = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
-    shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, raw_content=rr.raw_content)
+    shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
     return model.chat_text_ids(text), shaper
 
 
@@ -110,7 +153,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "system_fingerprint": _fingerprint()}
 
     def finish_reason(c: Completion) -> str:
-        return "tool_calls" if shaper.calls else _FINISH.get(c.finish_reason, c.finish_reason)
+        reason = _FINISH.get(c.finish_reason, c.finish_reason)
+        return "tool_calls" if shaper.calls and reason == "stop" else reason
 
     if not req.stream:
         content: list[dict] = []
@@ -120,7 +164,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     content.append(_chat_logprobs(model, ev, k))
         c = gen.completion
         shaper.feed(c.text)
-        shaper.finish()
+        shaper.finish(_FINISH.get(c.finish_reason, c.finish_reason))
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
@@ -153,7 +197,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     for i, d in enumerate(deltas):
                         await sse_send(resp, chunk(d, lp if i == 0 else None))
                 elif isinstance(ev, Completion):
-                    for d in shaper.finish():
+                    for d in shaper.finish(_FINISH.get(ev.finish_reason, ev.finish_reason)):
                         await sse_send(resp, chunk(d))
                     await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
             if include_usage:

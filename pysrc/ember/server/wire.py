@@ -63,9 +63,9 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
     response_format: Any = None
     grammar: Any = None
     json_schema: Any = None
+    tool_choice: Any = None
     # Fields ember knows but cannot honour yet: read so that a request setting
     # them is refused by name instead of being served as if they were absent.
-    tool_choice: Any = None
     mirostat: Any = None
     dry_multiplier: Any = None
     xtc_probability: Any = None
@@ -77,8 +77,6 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
 
 # (field, is it set to something ember would have to act on?, why it is refused)
 _UNHONOURED = [
-    ("tool_choice", lambda v: v not in (None, "auto", "none"),
-     "forcing a tool call is not supported yet (tool_choice may be \"auto\" or \"none\")"),
     ("mirostat", lambda v: v not in (None, 0), "the mirostat sampler is not supported"),
     ("dry_multiplier", lambda v: v not in (None, 0, 0.0), "the DRY sampler is not supported"),
     ("xtc_probability", lambda v: v not in (None, 0, 0.0), "the XTC sampler is not supported"),
