@@ -100,6 +100,15 @@ impl TokenMask {
 
     /// Sets every refused entry of `logits` to minus infinity.
     pub fn apply(&self, logits: &mut [f32]) {
+        if self.count < logits.len() / 8 {
+            // Few allowed: keep them aside and refuse the row wholesale.
+            let kept: Vec<(u32, f32)> = self.ids().map(|id| (id, logits[id as usize])).collect();
+            logits.fill(f32::NEG_INFINITY);
+            for (id, l) in kept {
+                logits[id as usize] = l;
+            }
+            return;
+        }
         for (w, chunk) in logits.chunks_mut(64).enumerate() {
             let bits = self.bits[w];
             if bits == u64::MAX {
@@ -175,6 +184,24 @@ mod tests {
                 assert_eq!(m.allows(id as u32), want, "state {s} token {:?}", String::from_utf8_lossy(b));
             }
             assert_eq!(m.count(), m.ids().count());
+        }
+    }
+
+    #[test]
+    fn sparse_and_dense_masks_apply_alike() {
+        let vocab: Vec<Vec<u8>> = (0..1000u32).map(|i| format!("{}", i % 10).into_bytes()).collect();
+        let index = TokenIndex::new(1000, vocab.iter().enumerate().map(|(i, b)| (i as u32, b.as_slice())));
+        for g in [r#"root ::= "7""#, r#"root ::= [0-8]"#] {
+            let a = Automaton::from_gbnf(g).unwrap();
+            let m = a.mask(a.start(), &index).unwrap();
+            let mut logits: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+            m.apply(&mut logits);
+            for (i, l) in logits.iter().enumerate() {
+                assert_eq!(l.is_finite(), m.allows(i as u32), "{g} token {i}");
+                if l.is_finite() {
+                    assert_eq!(*l, i as f32);
+                }
+            }
         }
     }
 
