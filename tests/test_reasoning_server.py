@@ -131,3 +131,53 @@ def test_a_budget_forces_the_close_after_n_tokens_of_thought(server):
         # The first five tokens of the unbudgeted thought, then the forced close, then the answer.
         assert reasoning and free["reasoning_content"].startswith(reasoning) and len(reasoning) < 40, reasoning
         assert content and "</think>" not in content, content
+
+
+# A Qwen3-style template that also writes Hermes tool calls, as Qwen3's does.
+QWEN3_TOOLS_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\nTools:\\n' }}{%- for t in tools %}{{- t | tojson }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' and m.tool_calls -%}{{- '<|im_start|>assistant\\n' }}"
+    "{%- for c in m.tool_calls -%}{{- '<tool_call>\\n{\"name\": \"' + c.function.name + '\", \"arguments\": ' }}"
+    "{{- c.function.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor -%}{{- '<|im_end|>\\n' }}"
+    "{%- else -%}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- endfor -%}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+)
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def test_reasoning_then_a_tool_call_in_one_turn(tmp_path):
+    """The thought goes to reasoning_content, the Hermes call to tool_calls,
+    and the reply finishes with tool_calls: a grammar writes what a capable
+    model would, and the reply is read as it would be."""
+    model = make_tiny_models.ensure("qwen3")
+    tmpl = tmp_path / "qwen3-tools.jinja"
+    tmpl.write_text(QWEN3_TOOLS_TEMPLATE)
+    grammar = (r'''root ::= "I should look" [a-z ]{0,8} "\n</think>\n\n" '''
+               r'''"<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"q\": \"" [a-z]{1,6} "\"}}\n</tool_call>"''')
+    with ServerProcess(model, "--chat-template-file", str(tmpl)) as s:
+        for stream in (False, True):
+            body = {"messages": CHAT, "tools": [TOOL], "grammar": grammar, "max_tokens": 80, "temperature": 0,
+                    "stream": stream}
+            status, _, raw = http(s.url + "/v1/chat/completions", body)
+            assert status == 200, raw
+            if stream:
+                events = [e for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
+                deltas = [e["choices"][0]["delta"] for e in events]
+                reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+                content = "".join(d.get("content") or "" for d in deltas)
+                calls = [d["tool_calls"][0] for d in deltas if d.get("tool_calls")]
+                name = calls[0]["function"]["name"]
+                arguments = "".join(c["function"].get("arguments") or "" for c in calls)
+                finish = events[-1]["choices"][0]["finish_reason"]
+            else:
+                c = json.loads(raw)["choices"][0]
+                reasoning, content = c["message"]["reasoning_content"], c["message"]["content"] or ""
+                name = c["message"]["tool_calls"][0]["function"]["name"]
+                arguments = c["message"]["tool_calls"][0]["function"]["arguments"]
+                finish = c["finish_reason"]
+            assert reasoning.startswith("I should look") and "</think>" not in reasoning
+            assert content == "" and name == "lookup" and set(json.loads(arguments)) == {"q"}
+            assert finish == "tool_calls"
