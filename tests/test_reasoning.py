@@ -4,31 +4,16 @@ fields that steer thinking, and the thought budget."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(f"ember.{name}")
-    except ImportError:
-        # Both modules are pure Python: test them even where the extension isn't built.
-        spec = importlib.util.spec_from_file_location(f"ember_{name}", ROOT / "pysrc" / "ember" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-        spec.loader.exec_module(module)
-        return module
-
-
-rs = _load("reasoning")
-ct = _load("chat_template")
+from ember import chat_template as ct
+from ember import reasoning as rs
 
 THINK = rs.THINK_TAGS
 GEMMA4 = rs.GEMMA4_CHANNEL

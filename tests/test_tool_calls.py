@@ -8,12 +8,10 @@ so no real generation would exercise these paths."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,20 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
-try:
-    from ember import chat_template as ct
-    from ember import tool_calls as tc
-except ImportError:
-    # Both modules are pure Python: test them even where the extension isn't built.
-    def _load(name: str, file: str):
-        spec = importlib.util.spec_from_file_location(name, ROOT / "pysrc" / "ember" / file)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look their module up there
-        spec.loader.exec_module(mod)
-        return mod
-
-    ct = _load("ember_chat_template", "chat_template.py")
-    tc = _load("ember_tool_calls", "tool_calls.py")
+from ember import chat_template as ct
+from ember import tool_calls as tc
 
 SMOLLM2_TEMPLATE = (FIXTURES / "smollm2-135m-instruct.chat_template.jinja").read_text(encoding="utf-8")
 

@@ -32,12 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-try:
-    from ember.errors import InvalidRequestError
-except ImportError:  # the compiled module is absent: keep this pure-Python module usable on its own
-
-    class InvalidRequestError(ValueError):  # type: ignore[no-redef]
-        """A request that cannot be served as given."""
+from ember.errors import InvalidRequestError
 
 
 __all__ = [

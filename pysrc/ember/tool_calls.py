@@ -51,15 +51,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Union
 
-try:
-    from ember.errors import EmberError, InvalidRequestError
-except ImportError:  # the compiled module is absent: keep this pure-Python module usable on its own
-
-    class EmberError(Exception):  # type: ignore[no-redef]
-        """The base of ember's errors."""
-
-    class InvalidRequestError(ValueError):  # type: ignore[no-redef]
-        """A request that cannot be served as given."""
+from ember.errors import EmberError, InvalidRequestError
 
 
 __all__ = [
