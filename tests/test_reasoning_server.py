@@ -1,5 +1,5 @@
-"""Reasoning split end to end, on a tiny random-weight Qwen3 model served with
-a Qwen3-style template that opens `<think>` in the prompt. Random weights
+"""Reasoning split end to end, on a tiny random-weight Qwen3 model whose file
+carries a Qwen3-style template that opens `<think>` in the prompt. Random weights
 write nothing sensible, so a grammar steers the output through a thought and
 an answer: what is tested is the split, streamed and whole, not the model."""
 
@@ -32,10 +32,9 @@ CHAT = [{"role": "user", "content": "Why?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    model = make_tiny_models.ensure("qwen3")
-    tmpl = tmp_path_factory.mktemp("tmpl") / "qwen3.jinja"
-    tmpl.write_text(QWEN3_TEMPLATE)
-    with ServerProcess(model, "--chat-template-file", str(tmpl)) as s:
+    model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
+    make_tiny_models.build("qwen3", model, chat_template=QWEN3_TEMPLATE)
+    with ServerProcess(model) as s:
         yield s
 
 
