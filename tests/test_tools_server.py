@@ -149,3 +149,41 @@ def test_a_hermes_template_gets_its_own_framing(tmp_path):
         deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
         assert not any("<tool_call>" in (d.get("content") or "") for d in deltas)
         assert any(d.get("tool_calls") for d in deltas)
+
+
+def test_every_call_grammar_starts_with_its_trigger():
+    """A watched call waits for its framing's opener and then holds the output
+    to the call grammar from that opener on: the grammar must read it."""
+    from ember.structured import Grammar, json_schema_rules
+    from ember.tool_calls import FRAMINGS, call_grammar, call_trigger, validate_tools
+
+    plan = validate_tools([WEATHER, TIME])
+    watched = set()
+    for name, framing in FRAMINGS.items():
+        trigger = call_trigger(framing)
+        if trigger is None:
+            continue
+        g = Grammar.from_gbnf(call_grammar(framing, plan.tools, None, False, json_schema_rules))
+        assert not g.accepts_prefix(b"Sure, " + trigger.encode()), framing
+        if g.accepts_prefix(trigger.encode()):
+            watched.add(name)
+    # The route watches exactly these; Llama 3's calls may open bare, so it is not among them.
+    assert {"hermes", "qwen3-coder", "mistral", "gemma4"} <= watched and "llama3-json" not in watched
+
+
+def test_a_watched_call_lets_prose_through(tmp_path):
+    """Under tool_choice auto the reply is free until a call opens: a model
+    that writes no call answers in content, untouched by the call grammar."""
+    model = make_tiny_models.ensure("qwen2")
+    tmpl = tmp_path / "hermes.jinja"
+    tmpl.write_text(HERMES_TEMPLATE)
+    with ServerProcess(model, "--chat-template-file", str(tmpl)) as s:
+        plain = {"messages": ASK, "max_tokens": 12, "temperature": 0}
+        status, _, raw = http(s.url + "/v1/chat/completions", plain)
+        without = json.loads(raw)["choices"][0]["message"]["content"]
+        status, _, raw = http(s.url + "/v1/chat/completions", {**plain, "tools": [WEATHER]})
+        assert status == 200, raw
+        c = json.loads(raw)["choices"][0]
+        assert c["finish_reason"] == "length" and c["message"].get("tool_calls") is None
+        # The tools change the prompt, so only the shape is compared: free text, not JSON.
+        assert c["message"]["content"] and without

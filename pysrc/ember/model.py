@@ -266,6 +266,7 @@ class Model:
         cache_prompt: bool = True,
         grammar=None,
         json_schema: dict | bool | None = None,
+        grammar_trigger: str | None = None,
         thought_budget: tuple | None = None,
     ) -> Iterator[Piece | Completion]:
         """Yields a `Piece` per drawn token, then the `Completion` once.
@@ -277,6 +278,8 @@ class Model:
         ``grammar`` (GBNF text or a compiled `ember.structured.Grammar`) or
         ``json_schema`` holds the output to a document: tokens that would
         break it are never drawn, and the turn ends only once it is whole.
+        With ``grammar_trigger``, the grammar waits for the output to write
+        that text and holds it from there (a tool call after free prose).
 
         ``thought_budget`` is (tokens, opener, closer, close ids, whether
         the prompt left a thought open): past that many tokens of thought,
@@ -289,7 +292,8 @@ class Model:
         gen = self._native.generate(
             ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt, grammar=_grammar(grammar, json_schema), thought_budget=thought_budget,
+            cache_prompt, grammar=_grammar(grammar, json_schema), grammar_trigger=grammar_trigger,
+            thought_budget=thought_budget,
         )
         build = CompletionBuilder(stops, len(ids), gen.n_cached, n_probs, t0)
         build.prompt_read()
@@ -307,7 +311,7 @@ class Model:
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  logit_bias: dict[int, float] | None = None, seed: int | None = None, n_probs: int = 0,
                  cache_prompt: bool = True, grammar=None, json_schema: dict | bool | None = None,
-                 thought_budget: tuple | None = None) -> "CompletionBuilder":
+                 grammar_trigger: str | None = None, thought_budget: tuple | None = None) -> "CompletionBuilder":
         """Places a completion in a slot of ``batcher`` (the keywords of
         `stream_completion`); the batcher's steps then draw its tokens, which
         the returned builder turns into `Piece`s and the `Completion`."""
@@ -319,7 +323,8 @@ class Model:
         n_cached = batcher.start(
             slot, ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt, grammar=_grammar(grammar, json_schema), thought_budget=thought_budget,
+            cache_prompt, grammar=_grammar(grammar, json_schema), grammar_trigger=grammar_trigger,
+            thought_budget=thought_budget,
         )
         return CompletionBuilder(stops, len(ids), n_cached, n_probs, t0)
 

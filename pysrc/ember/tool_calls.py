@@ -56,6 +56,7 @@ from ember.errors import EmberError, InvalidRequestError
 
 __all__ = [
     "ContentDelta",
+    "call_trigger",
     "FRAMINGS",
     "FUNCTIONGEMMA",
     "Framing",
@@ -1772,6 +1773,17 @@ def _classify(rendered: str) -> Framing:
         if framing.probe.search(tail):
             return framing
     return GENERIC  # markup this module cannot read: ask for JSON instead
+
+
+def call_trigger(framing: Framing) -> str | None:
+    """The fixed text a call opens with in ``framing``, which its call
+    grammar also starts with: what a watched call (``tool_choice`` auto)
+    waits for before holding the output to the grammar. None for framings
+    whose calls open with bare JSON, which prose can also start with."""
+    op = framing.openers[0]
+    if op.anchored or len(op.parts) != 1 or not isinstance(op.parts[0], str):
+        return None
+    return op.parts[0]
 
 
 def detect_framing(render: Render) -> Framing:

@@ -84,7 +84,8 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
     from ember.errors import InvalidRequestError
     from ember.reasoning import detect_reasoning, starts_in_thought
     from ember.structured import compile_grammar, json_schema_rules
-    from ember.tool_calls import GENERIC, ToolCallStream, apply_generic_tools, normalize_tool_messages, validate_tools
+    from ember.tool_calls import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
+                                  normalize_tool_messages, validate_tools)
 
     model = state.model
     rr = _reasoning(req)
@@ -97,6 +98,9 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
     def render(msgs, tools):
         return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs, template=state.template)
 
+    # A JSON answer cannot hold a thought: one the prompt opened is closed
+    # first. A GBNF grammar is the client's own and may write the thought.
+    json_answer = "grammar" in opts and not req.grammar
     tools, stream = plan.template_tools, None
     if tools:
         framing = _framing(state, render)
@@ -112,6 +116,19 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
                 opts["grammar"] = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
             except InvalidRequestError as e:
                 raise ApiError(400, f"tools: a parameters schema cannot be used: {e}", param="tools")
+            json_answer = True  # the call starts at once: an open thought is closed first
+        elif plan.parse and "grammar" not in opts and (trigger := call_trigger(framing)):
+            # A watched call: the reply is free until the model writes the
+            # call's opener, and from there the call is held to the tools'
+            # schemas, so it is always whole. A schema outside the subset
+            # leaves the calls parsed but unwatched.
+            try:
+                g = compile_grammar(grammar=call_grammar(framing, plan.tools, None, plan.parallel, json_schema_rules))
+            except InvalidRequestError:
+                g = None
+            # Llama 3's calls may also open bare, so its grammar does not start at the tag.
+            if g is not None and g.accepts_prefix(trigger.encode()):
+                opts["grammar"], opts["grammar_trigger"] = g, trigger
     try:
         text = render(messages, tools)
     except TemplateError as e:
@@ -119,9 +136,6 @@ def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict]
     source = state.template if state.template is not None else (model.chat_template or "")
     fmt = detect_reasoning(source, text) if rr.split else None
     in_thought = starts_in_thought(fmt, text)
-    # A JSON answer cannot hold a thought: one the prompt opened is closed
-    # first. A GBNF grammar is the client's own and may write the thought.
-    json_answer = "grammar" in opts and not req.grammar
     if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
         text += fmt.close
         in_thought = False

@@ -26,6 +26,10 @@ pub struct GenerateParams {
     /// Holds the output to a grammar: refused tokens are masked before the
     /// draw, and the turn ends only where the document may end.
     pub grammar: Option<Arc<Automaton>>,
+    /// Holds the grammar back until the output writes this text (a tool
+    /// call's opener), from which the grammar's document starts: the text
+    /// before it is free, the call after it always whole.
+    pub grammar_trigger: Option<Vec<u8>>,
     /// Ends a thought the model is taking too long over.
     pub thought_budget: Option<ThoughtBudget>,
 }
@@ -155,6 +159,8 @@ pub(crate) struct Draws {
     sampler: Sampler,
     decoder: StreamDecoder,
     matcher: Option<Matcher>,
+    /// A grammar waiting for its trigger, and the latest output bytes.
+    lazy: Option<(Arc<Automaton>, Vec<u8>, Vec<u8>)>,
     thought: Option<ThoughtWatch>,
     params: GenerateParams,
     pub(crate) n_generated: usize,
@@ -165,13 +171,34 @@ impl Draws {
     pub(crate) fn new(model: &Model, params: GenerateParams) -> Result<Draws> {
         let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
         let decoder = model.tokenizer.stream_decoder();
-        let matcher = params.grammar.clone().map(Matcher::new);
-        if matcher.is_some() {
+        let (matcher, lazy) = match (&params.grammar, &params.grammar_trigger) {
+            (Some(g), Some(trigger)) if !trigger.is_empty() => (None, Some((g.clone(), trigger.clone(), Vec::new()))),
+            (g, _) => (g.clone().map(Matcher::new), None),
+        };
+        if params.grammar.is_some() {
             // Index the vocabulary now rather than inside the first step.
             model.token_index();
         }
         let thought = params.thought_budget.clone().map(ThoughtWatch::new);
-        Ok(Draws { sampler, decoder, matcher, thought, params, n_generated: 0, done: false })
+        Ok(Draws { sampler, decoder, matcher, lazy, thought, params, n_generated: 0, done: false })
+    }
+
+    /// Starts a lazy grammar once the output holds its trigger: the grammar
+    /// reads from the trigger on. Output the grammar refuses after the
+    /// trigger (in the same token) leaves the generation unconstrained.
+    fn watch_trigger(&mut self, piece: &[u8]) -> Result<()> {
+        let Some((g, trigger, tail)) = &mut self.lazy else { return Ok(()) };
+        tail.extend_from_slice(piece);
+        if let Some(at) = tail.windows(trigger.len()).position(|w| w == trigger.as_slice()) {
+            let mut m = Matcher::new(g.clone());
+            if m.advance(&tail[at..])? {
+                self.matcher = Some(m);
+            }
+            self.lazy = None;
+        } else if tail.len() >= trigger.len() {
+            tail.drain(..tail.len() + 1 - trigger.len());
+        }
+        Ok(())
     }
 
     /// Masks what the grammar refuses. The end of the turn stays drawable
@@ -235,6 +262,8 @@ impl Draws {
                 if !m.advance(tok.token_to_piece(token, false))? {
                     return Err(ModelError::Invalid(format!("token {token} was drawn against the grammar")));
                 }
+            } else {
+                self.watch_trigger(tok.token_to_piece(token, false))?;
             }
             text = self.decoder.push(tok, token);
             if let Some(t) = &mut self.thought {
@@ -315,6 +344,8 @@ impl Draws {
                 if !m.advance(tok.token_to_piece(id, false))? {
                     break;
                 }
+            } else {
+                self.watch_trigger(tok.token_to_piece(id, false))?;
             }
             if let Some(t) = &mut self.thought {
                 t.saw(tok.token_to_piece(id, false));

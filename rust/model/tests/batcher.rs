@@ -19,7 +19,7 @@ fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams { max_tokens, ignore_eos: true, n_probs: 0, sampling: SamplingParams { temperature: 0.0, ..Default::default() }, grammar: None, thought_budget: None }
+    GenerateParams { max_tokens, ignore_eos: true, n_probs: 0, sampling: SamplingParams { temperature: 0.0, ..Default::default() }, grammar: None, grammar_trigger: None, thought_budget: None }
 }
 
 fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {

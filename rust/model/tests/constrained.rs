@@ -29,6 +29,7 @@ fn params(grammar: &Arc<Automaton>, temperature: f32, seed: u64) -> GeneratePara
         n_probs: 0,
         sampling: SamplingParams { temperature, seed: Some(seed), ..Default::default() },
         grammar: Some(grammar.clone()),
+        grammar_trigger: None,
         thought_budget: None,
     }
 }
@@ -178,4 +179,26 @@ fn forced_runs_are_fed_in_one_pass() {
     let session = model.new_session(256, 64, KvType::F16);
     let (alone, _, _) = run(&mut Generation::new(model.clone(), session, &prompt, params(&a, 0.0, 0)).unwrap());
     assert_eq!(alone, ids);
+}
+
+#[test]
+fn a_lazy_grammar_holds_the_output_from_its_trigger_on() {
+    // A tool call's opener stands in as "{": the text before it is free, the
+    // document from it on is held to the grammar and ends the turn.
+    let Some(model) = load(SMOLLM2) else { return };
+    let a = Arc::new(Automaton::from_gbnf(r#"root ::= "{\"n\": " [0-9]{1,3} "}""#).unwrap());
+    let brace = model.tokenizer.tokenize("{", false, false);
+    assert_eq!(brace.len(), 1);
+    let prompt = model.tokenizer.tokenize("Some data:", true, false);
+    for seed in 0..3 {
+        let mut p = params(&a, 1.0, seed);
+        p.grammar_trigger = Some(b"{".to_vec());
+        // Make the opener likely after a few free tokens.
+        p.sampling.logit_bias = vec![(brace[0], 12.0)];
+        let session = model.new_session(256, 64, KvType::F16);
+        let (_, text, stop) = run(&mut Generation::new(model.clone(), session, &prompt, p).unwrap());
+        let Some(at) = text.find('{') else { panic!("the opener never came: {text:?}") };
+        assert!(a.accepts(text[at..].as_bytes()), "{text:?}");
+        assert_eq!(stop, Some(StopReason::EndOfGeneration), "{text:?}");
+    }
 }

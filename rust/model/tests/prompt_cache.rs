@@ -84,6 +84,7 @@ fn a_generation_hands_its_tokens_to_the_next() {
         n_probs: 0,
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         grammar: None,
+        grammar_trigger: None,
         thought_budget: None,
     };
     let run = |g: &mut Generation| -> Vec<u32> {

@@ -81,7 +81,7 @@ impl Batcher {
     /// reused from its cache. The prompt is read by the next steps.
     #[pyo3(signature = (slot, ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95,
         min_p = 0.05, typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0,
-        presence_penalty = 0.0, logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, thought_budget = None))]
+        presence_penalty = 0.0, logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None, thought_budget = None))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -103,11 +103,13 @@ impl Batcher {
         n_probs: usize,
         cache_prompt: bool,
         grammar: Option<PyRef<'_, crate::grammar::Grammar>>,
+        grammar_trigger: Option<String>,
         thought_budget: Option<crate::ThoughtBudgetArg>,
     ) -> PyResult<usize> {
         let params = generate_params(
             self.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty, repeat_last_n,
-            frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(), thought_budget,
+            frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(), grammar_trigger,
+            thought_budget,
         )?;
         self.inner.lock().unwrap().start(slot, &ids, params, cache_prompt).map(|s| s.n_cached).map_err(map_err)
     }

@@ -62,6 +62,11 @@ impl Grammar {
         self.inner.accepts(text)
     }
 
+    /// Whether `text` can begin a document of the grammar.
+    fn accepts_prefix(&self, text: &[u8]) -> bool {
+        ember_grammar::Matcher::new(self.inner.clone()).advance(text).unwrap_or(false)
+    }
+
     /// Parse states explored so far (they and their masks are cached).
     #[getter]
     fn n_states(&self) -> usize {

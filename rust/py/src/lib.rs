@@ -57,8 +57,12 @@ pub(crate) fn generate_params(
     seed: Option<u64>,
     n_probs: usize,
     grammar: Option<&grammar::Grammar>,
+    grammar_trigger: Option<String>,
     thought_budget: Option<ThoughtBudgetArg>,
 ) -> PyResult<GenerateParams> {
+    if grammar_trigger.is_some() && grammar.is_none() {
+        return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
+    }
     if n_probs > n_vocab {
         return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
     }
@@ -82,7 +86,7 @@ pub(crate) fn generate_params(
         close_ids,
         in_thought,
     });
-    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()), thought_budget })
+    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()), grammar_trigger: grammar_trigger.map(String::into_bytes), thought_budget })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
@@ -272,7 +276,7 @@ impl Model {
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, thought_budget = None))]
+        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None, thought_budget = None))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -294,13 +298,14 @@ impl Model {
         n_probs: usize,
         cache_prompt: bool,
         grammar: Option<PyRef<'_, grammar::Grammar>>,
+        grammar_trigger: Option<String>,
         thought_budget: Option<ThoughtBudgetArg>,
     ) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let params = generate_params(
             self.inner.config.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
             repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(),
-            thought_budget,
+            grammar_trigger, thought_budget,
         )?;
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
