@@ -51,6 +51,8 @@ class ServerState:
     started: float = field(default_factory=time.time)
     metrics: Metrics = field(default_factory=Metrics)
     closing: bool = False
+    #: the tool-call framing of each chat template in use, found once
+    framings: dict = field(default_factory=dict)
 
     def body_limit(self) -> int:
         if self.opts.body_limit is not None:

@@ -69,10 +69,9 @@ def _framing(state: ServerState, render):
     from ember.tool_calls import detect_framing
 
     key = state.template if state.template is not None else state.model.chat_template
-    cache = state.__dict__.setdefault("_framings", {})
-    if key not in cache:
-        cache[key] = detect_framing(render)
-    return cache[key]
+    if key not in state.framings:
+        state.framings[key] = detect_framing(render)
+    return state.framings[key]
 
 
 def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
