@@ -31,7 +31,6 @@ class ChatShaper:
 
     content: list[str] = field(default_factory=list)
     thought: list[str] | None = None
-    calls: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._splitter = ReasoningSplitter(self.reasoning, self.in_thought) if self.reasoning else None
@@ -78,7 +77,7 @@ class ChatShaper:
         return self._tool_deltas(self.tools.feed(piece))
 
     def _tool_deltas(self, events: list) -> list[dict]:
-        from ember.tool_calls import ContentDelta, ToolCallError, ToolCallStart, openai_delta
+        from ember.tool_calls import ContentDelta, ToolCallError, openai_delta
 
         out: list[dict] = []
         for ev in events:
@@ -88,19 +87,22 @@ class ChatShaper:
                 raise ApiError(500, f"the model's tool call {ev.name or ev.index} is malformed: {ev.message}")
             if isinstance(ev, ContentDelta):
                 self.content.append(ev.text)
-            elif isinstance(ev, ToolCallStart):
-                self.calls.append({"index": ev.index})
             delta = openai_delta(ev)
             if delta:
                 out.append(delta)
         return out
+
+    @property
+    def called(self) -> bool:
+        """Whether the reply holds a tool call."""
+        return self.tools is not None and bool(self.tools.calls)
 
     def message(self) -> dict:
         """The whole reply as an assistant message."""
         msg: dict = {"role": "assistant", "content": "".join(self.content)}
         if self.thought is not None:
             msg["reasoning_content"] = "".join(self.thought)
-        if self.calls:
+        if self.called:
             msg["tool_calls"] = [c.to_openai() for c in self.tools.calls]
             if not msg["content"]:
                 msg["content"] = None  # as OpenAI answers a reply that is only calls

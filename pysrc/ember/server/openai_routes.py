@@ -167,7 +167,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
     def finish_reason(c: Completion) -> str:
         reason = _FINISH.get(c.finish_reason, c.finish_reason)
-        return "tool_calls" if shaper.calls and reason == "stop" else reason
+        return "tool_calls" if shaper.called and reason == "stop" else reason
 
     if not req.stream:
         content: list[dict] = []
