@@ -10,7 +10,7 @@ use ember_gguf::GgmlType;
 use half::f16;
 
 use crate::blocks::{
-    k_quants::k4_scales_mins, row_blocks, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
+    k_quants::k4_scales_mins, row_blocks, Block, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
     BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 use crate::kernels::{DotColsFn, DotFn, MAX_DOT_COLS};
@@ -88,20 +88,29 @@ pub(crate) fn dot_cols_fn(w: GgmlType) -> Option<DotColsFn> {
     }
     match w {
         GgmlType::Q4_K => Some(q4_k_q8_k_cols),
+        GgmlType::Q6_K => Some(q6_k_q8_k_cols),
         _ => None,
     }
 }
 
-fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+/// The weight row's blocks and the first `n` activation columns' blocks.
+#[allow(clippy::type_complexity)]
+fn cols_blocks<'a, B: Block>(
+    k: usize,
+    w_row: &'a [u8],
+    acts: &'a [u8],
+    act_stride: usize,
+    n: usize,
+    out: &[f32],
+) -> (&'a [B], [&'a [BlockQ8K]; MAX_DOT_COLS]) {
     assert!((1..=MAX_DOT_COLS).contains(&n) && out.len() >= n, "{n} columns");
-    let x = row_blocks::<BlockQ4K>(w_row, k);
-    let y: [&[BlockQ8K]; MAX_DOT_COLS] = std::array::from_fn(|j| {
-        if j < n {
-            row_blocks::<BlockQ8K>(&acts[j * act_stride..], k)
-        } else {
-            &[]
-        }
-    });
+    let x = row_blocks::<B>(w_row, k);
+    let y = std::array::from_fn(|j| if j < n { row_blocks::<BlockQ8K>(&acts[j * act_stride..], k) } else { &[] });
+    (x, y)
+}
+
+fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+    let (x, y) = cols_blocks::<BlockQ4K>(k, w_row, acts, act_stride, n, out);
     // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
     // column holds as many blocks as the row (row_blocks checked it).
     unsafe {
@@ -116,8 +125,24 @@ fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usi
 
 fn q6_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
+    let mut out = [0.0f32];
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q6_k_q8_k_impl(x, y) }
+    unsafe { q6_k_q8_k_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
+    out[0]
+}
+
+fn q6_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+    let (x, y) = cols_blocks::<BlockQ6K>(k, w_row, acts, act_stride, n, out);
+    // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
+    // column holds as many blocks as the row (row_blocks checked it).
+    unsafe {
+        match n {
+            1 => q6_k_q8_k_cols_impl::<1>(x, &y, out),
+            2 => q6_k_q8_k_cols_impl::<2>(x, &y, out),
+            3 => q6_k_q8_k_cols_impl::<3>(x, &y, out),
+            _ => q6_k_q8_k_cols_impl::<4>(x, &y, out),
+        }
+    }
 }
 
 fn f16_f16(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
@@ -385,25 +410,25 @@ unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; 
     }
 }
 
-/// The quants are used unsigned (0..64) so `maddubs` applies; the -32 bias
-/// comes back as `32 Σ scale * bsum`, from the activation block's sums.
+/// Q6_K against Q8_K for `N` columns at once (the single-column kernel is
+/// `N = 1`): each weight block's six-bit quants and scales are unpacked once
+/// for all the columns, and every column's arithmetic runs in the same order
+/// whatever `N` is. The quants are used unsigned (0..64) so `maddubs`
+/// applies; the -32 bias comes back as `32 Σ scale * bsum`, from the
+/// activation block's sums.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_q8_k_impl(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+unsafe fn q6_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ6K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    for (x, y) in x.iter().zip(y) {
-        let d = _mm256_mul_ps(_mm256_set1_ps(y.d), fp16x8(x.d));
-
-        let q8sums = _mm256_loadu_si256(std::ptr::addr_of!(y.bsums).cast());
-        let scales = _mm_loadu_si128(x.scales.as_ptr().cast());
-        let scales16 = _mm256_cvtepi8_epi16(scales);
-        let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
-
-        let ql = x.ql.as_ptr();
-        let qh = x.qh.as_ptr();
-        let q8 = y.qs.as_ptr();
-        let mut sumi = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (b, xb) in x.iter().enumerate() {
+        let xd = fp16x8(xb.d);
+        let scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(xb.scales.as_ptr().cast()));
+        // The block's 256 quants as eight vectors of 32, with the scales of
+        // their two halves: chunk 4j + i holds elements 128j + 32i...
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut sc = [_mm256_setzero_si256(); 8];
+        let (ql, qh) = (xb.ql.as_ptr(), xb.qh.as_ptr());
         for j in 0..2 {
             let q4bits1 = _mm256_loadu_si256(ql.add(64 * j).cast());
             let q4bits2 = _mm256_loadu_si256(ql.add(64 * j + 32).cast());
@@ -414,31 +439,33 @@ unsafe fn q6_k_q8_k_impl(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
             let q4h_2 = _mm256_and_si256(q4bits_h, _mm256_set1_epi8(48));
             let q4h_3 = _mm256_srli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(-64)));
 
-            let q4_0 = _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0);
-            let q4_1 = _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1);
-            let q4_2 = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15),
-                q4h_2,
-            );
-            let q4_3 = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15),
-                q4h_3,
-            );
-
-            for (i, q4) in [q4_0, q4_1, q4_2, q4_3].into_iter().enumerate() {
-                let q8v = _mm256_loadu_si256(q8.add(128 * j + 32 * i).cast());
-                let p16 = _mm256_maddubs_epi16(q4, q8v);
+            q[4 * j] = _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0);
+            q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1);
+            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2);
+            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3);
+            for i in 0..4 {
                 // Elements 0..16 of this chunk use scale 8j + 2i, 16..32 the next.
                 let s = 8 * j + 2 * i;
-                let sc = _mm256_set_m128i(
-                    _mm_set1_epi16(x.scales[s + 1] as i16),
-                    _mm_set1_epi16(x.scales[s] as i16),
-                );
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));
+                sc[4 * j + i] =
+                    _mm256_set_m128i(_mm_set1_epi16(xb.scales[s + 1] as i16), _mm_set1_epi16(xb.scales[s] as i16));
             }
         }
-        let sumi = _mm256_sub_epi32(sumi, q8sclsub);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        for c in 0..N {
+            let yb = &y[c][b];
+            let d = _mm256_mul_ps(_mm256_set1_ps(yb.d), xd);
+            let q8sums = _mm256_loadu_si256(std::ptr::addr_of!(yb.bsums).cast());
+            let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales16));
+            let q8 = yb.qs.as_ptr();
+            let mut sumi = _mm256_setzero_si256();
+            for t in 0..8 {
+                let q8v = _mm256_loadu_si256(q8.add(32 * t).cast());
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[t], _mm256_maddubs_epi16(q[t], q8v)));
+            }
+            let sumi = _mm256_sub_epi32(sumi, q8sclsub);
+            acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
     }
-    hsum_float_8(acc)
+    for c in 0..N {
+        out[c] = hsum_float_8(acc[c]);
+    }
 }
