@@ -20,8 +20,9 @@ __all__ = ["Grammar", "GrammarError", "compile_grammar", "json_schema_rules"]
 Grammar = _native.Grammar
 GrammarError = _native.GrammarError
 
-#: compiled grammars kept (each with the states and masks it has explored)
-CACHE_SIZE = 64
+#: compiled grammars kept (each with the states it has explored and up to
+#: 16 MiB of token masks)
+CACHE_SIZE = 32
 
 _cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
 _lock = Lock()

@@ -32,8 +32,11 @@ const NIL: u32 = u32::MAX;
 pub const MAX_STACKS: usize = 4096;
 /// Distinct states kept before the automaton refuses to go on.
 pub const MAX_STATES: usize = 1 << 20;
-/// Token masks cached per automaton, beyond which the cache starts over.
-const MAX_CACHED_MASKS: usize = 2048;
+/// Bytes of token masks cached per automaton, beyond which the cache starts
+/// over: 512 masks over a 262,144-token vocabulary, a few thousand over a
+/// small one. A server keeps dozens of compiled grammars, so this bounds
+/// their memory too.
+const MAX_MASK_BYTES: usize = 16 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -171,7 +174,7 @@ impl Automaton {
             return Ok(m.clone());
         }
         let m = Arc::new(mask::compute(index, state, |s, b| t.step(&self.prog, s, b))?);
-        if t.masks.len() >= MAX_CACHED_MASKS {
+        if (t.masks.len() + 1) * m.bytes() > MAX_MASK_BYTES {
             t.masks.clear();
         }
         t.masks.insert((index.id(), state), m.clone());

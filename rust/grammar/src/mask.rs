@@ -78,6 +78,11 @@ impl TokenMask {
         self.bits.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
+    /// Memory the mask holds.
+    pub fn bytes(&self) -> usize {
+        8 * self.bits.len()
+    }
+
     /// How many tokens are allowed.
     pub fn count(&self) -> usize {
         self.count
