@@ -30,6 +30,29 @@ def json_schema_rules(schema: str, root: str) -> str: ...
 # (tokens of thought, opener, closer, ids of the close to force, whether the prompt left a thought open)
 ThoughtBudget = tuple[int, str, str, list[int], bool]
 
+class GenerateOptions:
+    def __init__(
+        self,
+        max_tokens: int = 128,
+        ignore_eos: bool = False,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        repeat_penalty: float = 1.0,
+        repeat_last_n: int = 64,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        logit_bias: list[tuple[int, float]] = ...,
+        seed: int | None = None,
+        n_probs: int = 0,
+        cache_prompt: bool = True,
+        grammar: Grammar | None = None,
+        grammar_trigger: str | None = None,
+        thought_budget: ThoughtBudget | None = None,
+    ) -> None: ...
+
 def simd_level() -> str: ...
 def inspect(path: str, max_array: int = 64) -> dict[str, Any]: ...
 
@@ -61,28 +84,7 @@ class Model:
     def token_to_piece(self, id: int, special: bool = False) -> bytes: ...
     def is_eog(self, id: int) -> bool: ...
     def logits(self, ids: list[int]) -> bytes: ...
-    def generate(
-        self,
-        ids: list[int],
-        max_tokens: int = 128,
-        ignore_eos: bool = False,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        typical_p: float = 1.0,
-        repeat_penalty: float = 1.0,
-        repeat_last_n: int = 64,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        logit_bias: list[tuple[int, float]] = ...,
-        seed: int | None = None,
-        n_probs: int = 0,
-        cache_prompt: bool = True,
-        grammar: Grammar | None = None,
-        grammar_trigger: str | None = None,
-        thought_budget: ThoughtBudget | None = None,
-    ) -> Generator: ...
+    def generate(self, ids: list[int], options: GenerateOptions) -> Generator: ...
     def clear_cache(self) -> None: ...
     @property
     def cached_tokens(self) -> int: ...
@@ -108,29 +110,7 @@ class Batcher:
     def is_busy(self, slot: int) -> bool: ...
     def any_busy(self) -> bool: ...
     def cached_tokens(self, slot: int) -> int: ...
-    def start(
-        self,
-        slot: int,
-        ids: list[int],
-        max_tokens: int = 128,
-        ignore_eos: bool = False,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        typical_p: float = 1.0,
-        repeat_penalty: float = 1.0,
-        repeat_last_n: int = 64,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        logit_bias: list[tuple[int, float]] = ...,
-        seed: int | None = None,
-        n_probs: int = 0,
-        cache_prompt: bool = True,
-        grammar: Grammar | None = None,
-        grammar_trigger: str | None = None,
-        thought_budget: ThoughtBudget | None = None,
-    ) -> int: ...
+    def start(self, slot: int, ids: list[int], options: GenerateOptions) -> int: ...
     def step(self) -> list[tuple[int, int | None, str, str | None, float | None, list[tuple[int, float]], BaseException | None]]: ...
     def last_pass(self) -> list[tuple[int, int, bool]]: ...
     def save_slot(self, slot: int) -> tuple[bytes, int]: ...

@@ -284,17 +284,16 @@ class Model:
         ``thought_budget`` is (tokens, opener, closer, close ids, whether
         the prompt left a thought open): past that many tokens of thought,
         the close is written for the model."""
-        if max_tokens < 0:
-            raise InvalidRequestError("max_tokens: must be >= 0")
-        stops = _check_stop(stop)
-        ids = self._prompt_ids(prompt, add_special, parse_special)
-        t0 = time.perf_counter()
-        gen = self._native.generate(
-            ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
-            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt, grammar=_grammar(grammar, json_schema), grammar_trigger=grammar_trigger,
+        ids, stops, options = self._prepare(
+            prompt, max_tokens, stop=stop, ignore_eos=ignore_eos, add_special=add_special, parse_special=parse_special,
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+            repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, logit_bias=logit_bias, seed=seed, n_probs=n_probs,
+            cache_prompt=cache_prompt, grammar=grammar, json_schema=json_schema, grammar_trigger=grammar_trigger,
             thought_budget=thought_budget,
         )
+        t0 = time.perf_counter()
+        gen = self._native.generate(ids, options)
         build = CompletionBuilder(stops, len(ids), gen.n_cached, n_probs, t0)
         build.prompt_read()
         for token, text, reason, logprob, top in gen:
@@ -304,29 +303,28 @@ class Model:
                 return
         yield from build.finish()
 
-    def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int = 128, *,
-                 stop: str | Sequence[str] | None = None, ignore_eos: bool = False, add_special: bool = True,
-                 parse_special: bool = False, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
-                 min_p: float = 0.05, typical_p: float = 1.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                 logit_bias: dict[int, float] | None = None, seed: int | None = None, n_probs: int = 0,
-                 cache_prompt: bool = True, grammar=None, json_schema: dict | bool | None = None,
-                 grammar_trigger: str | None = None, thought_budget: tuple | None = None) -> "CompletionBuilder":
-        """Places a completion in a slot of ``batcher`` (the keywords of
-        `stream_completion`); the batcher's steps then draw its tokens, which
-        the returned builder turns into `Piece`s and the `Completion`."""
+    def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int = 128,
+                 **options) -> "CompletionBuilder":
+        """Places a completion in a slot of ``batcher`` (``options`` are the
+        keywords of `stream_completion`); the batcher's steps then draw its
+        tokens, which the returned builder turns into `Piece`s and the `Completion`."""
+        ids, stops, native = self._prepare(prompt, max_tokens, **options)
+        t0 = time.perf_counter()
+        n_cached = batcher.start(slot, ids, native)
+        return CompletionBuilder(stops, len(ids), n_cached, options.get("n_probs", 0), t0)
+
+    def _prepare(self, prompt: str | Sequence[int], max_tokens: int, *, stop: str | Sequence[str] | None = None,
+                 add_special: bool = True, parse_special: bool = False, logit_bias: dict[int, float] | None = None,
+                 grammar=None, json_schema: dict | bool | None = None, **options):
+        """(prompt ids, stop strings, the engine's `GenerateOptions`) for a
+        completion; ``options`` are the engine's own keywords, with its defaults."""
         if max_tokens < 0:
             raise InvalidRequestError("max_tokens: must be >= 0")
         stops = _check_stop(stop)
         ids = self._prompt_ids(prompt, add_special, parse_special)
-        t0 = time.perf_counter()
-        n_cached = batcher.start(
-            slot, ids, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
-            repeat_last_n, frequency_penalty, presence_penalty, list((logit_bias or {}).items()), seed, n_probs,
-            cache_prompt, grammar=_grammar(grammar, json_schema), grammar_trigger=grammar_trigger,
-            thought_budget=thought_budget,
-        )
-        return CompletionBuilder(stops, len(ids), n_cached, n_probs, t0)
+        native = _native.GenerateOptions(max_tokens=max_tokens, logit_bias=list((logit_bias or {}).items()),
+                                         grammar=_grammar(grammar, json_schema), **options)
+        return ids, stops, native
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:
         """Generates to the end and returns the text with its finish reason and tokens."""

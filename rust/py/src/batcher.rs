@@ -8,7 +8,7 @@ use ember_model::StopReason;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{generate_params, map_err, InvalidRequestError, Model};
+use crate::{map_err, GenerateOptions, InvalidRequestError, Model};
 
 /// (slot, token, text, stop reason or None, logprob or None, top logprobs, error or None)
 type Event = (usize, Option<u32>, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>, Option<Py<PyAny>>);
@@ -79,39 +79,9 @@ impl Batcher {
 
     /// Places a request in free slot `slot`; returns the prompt positions
     /// reused from its cache. The prompt is read by the next steps.
-    #[pyo3(signature = (slot, ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95,
-        min_p = 0.05, typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0,
-        presence_penalty = 0.0, logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None, thought_budget = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        &self,
-        slot: usize,
-        ids: Vec<u32>,
-        max_tokens: usize,
-        ignore_eos: bool,
-        temperature: f32,
-        top_k: i32,
-        top_p: f32,
-        min_p: f32,
-        typical_p: f32,
-        repeat_penalty: f32,
-        repeat_last_n: i32,
-        frequency_penalty: f32,
-        presence_penalty: f32,
-        logit_bias: Vec<(u32, f32)>,
-        seed: Option<u64>,
-        n_probs: usize,
-        cache_prompt: bool,
-        grammar: Option<PyRef<'_, crate::grammar::Grammar>>,
-        grammar_trigger: Option<String>,
-        thought_budget: Option<crate::ThoughtBudgetArg>,
-    ) -> PyResult<usize> {
-        let params = generate_params(
-            self.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty, repeat_last_n,
-            frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(), grammar_trigger,
-            thought_budget,
-        )?;
-        self.inner.lock().unwrap().start(slot, &ids, params, cache_prompt).map(|s| s.n_cached).map_err(map_err)
+    fn start(&self, slot: usize, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<usize> {
+        let params = options.params_for(self.n_vocab)?;
+        self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt).map(|s| s.n_cached).map_err(map_err)
     }
 
     /// What went into the last pass: (slot, tokens, whether they were prompt).

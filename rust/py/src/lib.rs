@@ -37,56 +37,87 @@ pub(crate) fn map_err(e: ModelError) -> PyErr {
 /// closer, the ids of the close to force, whether the prompt left a thought open).
 pub(crate) type ThoughtBudgetArg = (usize, String, String, Vec<u32>, bool);
 
-/// Sampling and stopping parameters from the keywords `generate` and
-/// `Batcher.start` share.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn generate_params(
-    n_vocab: usize,
-    max_tokens: usize,
-    ignore_eos: bool,
-    temperature: f32,
-    top_k: i32,
-    top_p: f32,
-    min_p: f32,
-    typical_p: f32,
-    repeat_penalty: f32,
-    repeat_last_n: i32,
-    frequency_penalty: f32,
-    presence_penalty: f32,
-    logit_bias: Vec<(u32, f32)>,
-    seed: Option<u64>,
-    n_probs: usize,
-    grammar: Option<&grammar::Grammar>,
-    grammar_trigger: Option<String>,
-    thought_budget: Option<ThoughtBudgetArg>,
-) -> PyResult<GenerateParams> {
-    if grammar_trigger.is_some() && grammar.is_none() {
-        return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
+/// Sampling and stopping parameters for `Model.generate` and
+/// `Batcher.start`, read once from keywords with llama.cpp's defaults.
+#[pyclass(module = "ember._native", frozen)]
+pub struct GenerateOptions {
+    pub(crate) params: GenerateParams,
+    pub(crate) cache_prompt: bool,
+}
+
+impl GenerateOptions {
+    /// The parameters, checked against a vocabulary of `n_vocab` tokens.
+    pub(crate) fn params_for(&self, n_vocab: usize) -> PyResult<GenerateParams> {
+        let n_probs = self.params.n_probs;
+        if n_probs > n_vocab {
+            return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
+        }
+        Ok(self.params.clone())
     }
-    if n_probs > n_vocab {
-        return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
+}
+
+#[pymethods]
+impl GenerateOptions {
+    #[new]
+    #[pyo3(signature = (max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
+        typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
+        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None,
+        thought_budget = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_tokens: usize,
+        ignore_eos: bool,
+        temperature: f32,
+        top_k: i32,
+        top_p: f32,
+        min_p: f32,
+        typical_p: f32,
+        repeat_penalty: f32,
+        repeat_last_n: i32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        logit_bias: Vec<(u32, f32)>,
+        seed: Option<u64>,
+        n_probs: usize,
+        cache_prompt: bool,
+        grammar: Option<PyRef<'_, grammar::Grammar>>,
+        grammar_trigger: Option<String>,
+        thought_budget: Option<ThoughtBudgetArg>,
+    ) -> PyResult<GenerateOptions> {
+        if grammar_trigger.is_some() && grammar.is_none() {
+            return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
+        }
+        let sampling = SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            typical_p,
+            repeat_penalty,
+            repeat_last_n,
+            frequency_penalty,
+            presence_penalty,
+            logit_bias,
+            seed,
+        };
+        let thought_budget = thought_budget.map(|(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
+            budget,
+            opener: opener.into_bytes(),
+            closer: closer.into_bytes(),
+            close_ids,
+            in_thought,
+        });
+        let params = GenerateParams {
+            max_tokens,
+            ignore_eos,
+            n_probs,
+            sampling,
+            grammar: grammar.map(|g| g.inner.clone()),
+            grammar_trigger: grammar_trigger.map(String::into_bytes),
+            thought_budget,
+        };
+        Ok(GenerateOptions { params, cache_prompt })
     }
-    let sampling = SamplingParams {
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        typical_p,
-        repeat_penalty,
-        repeat_last_n,
-        frequency_penalty,
-        presence_penalty,
-        logit_bias,
-        seed,
-    };
-    let thought_budget = thought_budget.map(|(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
-        budget,
-        opener: opener.into_bytes(),
-        closer: closer.into_bytes(),
-        close_ids,
-        in_thought,
-    });
-    Ok(GenerateParams { max_tokens, ignore_eos, n_probs, sampling, grammar: grammar.map(|g| g.inner.clone()), grammar_trigger: grammar_trigger.map(String::into_bytes), thought_budget })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
@@ -274,39 +305,10 @@ impl Model {
     }
 
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
-    #[pyo3(signature = (ids, max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
-        typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
-        logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None, thought_budget = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn generate(
-        &self,
-        py: Python<'_>,
-        ids: Vec<u32>,
-        max_tokens: usize,
-        ignore_eos: bool,
-        temperature: f32,
-        top_k: i32,
-        top_p: f32,
-        min_p: f32,
-        typical_p: f32,
-        repeat_penalty: f32,
-        repeat_last_n: i32,
-        frequency_penalty: f32,
-        presence_penalty: f32,
-        logit_bias: Vec<(u32, f32)>,
-        seed: Option<u64>,
-        n_probs: usize,
-        cache_prompt: bool,
-        grammar: Option<PyRef<'_, grammar::Grammar>>,
-        grammar_trigger: Option<String>,
-        thought_budget: Option<ThoughtBudgetArg>,
-    ) -> PyResult<Generator> {
+    fn generate(&self, py: Python<'_>, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<Generator> {
         self.check_ids(&ids)?;
-        let params = generate_params(
-            self.inner.config.n_vocab, max_tokens, ignore_eos, temperature, top_k, top_p, min_p, typical_p, repeat_penalty,
-            repeat_last_n, frequency_penalty, presence_penalty, logit_bias, seed, n_probs, grammar.as_deref(),
-            grammar_trigger, thought_budget,
-        )?;
+        let params = options.params_for(self.inner.config.n_vocab)?;
+        let cache_prompt = options.cache_prompt;
         let model = self.inner.clone();
         let (n_ctx, max_batch, kv) = (self.n_ctx, self.max_batch, self.kv_type);
         // The slot the last generation left (taken, so two generations at
@@ -427,6 +429,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Generator>()?;
     m.add_class::<batcher::Batcher>()?;
     m.add_class::<grammar::Grammar>()?;
+    m.add_class::<GenerateOptions>()?;
     m.add_function(wrap_pyfunction!(grammar::json_schema_to_gbnf, m)?)?;
     m.add_function(wrap_pyfunction!(grammar::json_schema_rules, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
