@@ -5,6 +5,7 @@
 //! Work is split by weight rows, and each row meets every column of the batch
 //! while it is hot in cache, so a pass of several tokens reads the weights once.
 
+use ember_quant::packed::GROUP;
 use ember_quant::{ActType, MAX_DOT_COLS, MAX_TILE_COLS};
 
 use crate::pool::{Pool, SyncPtr};
@@ -120,24 +121,26 @@ pub fn matmul(pool: &Pool, w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
 }
 
 /// Rows in a task of a tiled product over several columns: few enough that
-/// they stay in L1 while every column group passes over them.
-const TILE_ROWS: usize = 16;
+/// they stay in L1 while every column group passes over them. A multiple of
+/// [`GROUP`].
+const TILE_ROWS: usize = 32;
 
-/// As [`matmul`], over repacked rows. A single column (decode) hands each
-/// task a long run of rows in one kernel call; several columns go in tasks
-/// of [`TILE_ROWS`] rows met by the columns [`MAX_TILE_COLS`] at a time, so a
-/// weight block is unpacked once per column group instead of once per column.
+/// As [`matmul`], over repacked row groups. A single column (decode) hands
+/// each task a long run of groups in one kernel call; several columns go in
+/// tasks of [`TILE_ROWS`] rows met by the columns [`MAX_TILE_COLS`] at a time,
+/// so a weight block is unpacked once per column group instead of once per
+/// column.
 fn matmul_tiled(pool: &Pool, w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
     let stride = acts.len() / t;
     let (rows, k, tile) = (w.rows, w.cols, p.tile);
     let out = SyncPtr(out.as_mut_ptr());
     if t == 1 {
-        let chunk = rows.div_ceil(pool.threads() * 4).max(16);
+        let chunk = rows.div_ceil(pool.threads() * 4).max(16).next_multiple_of(GROUP);
         pool.for_each(rows.div_ceil(chunk), |c| {
             let r = c * chunk..((c + 1) * chunk).min(rows);
             // SAFETY: tasks own disjoint row ranges of the one output row.
             let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
-            tile(k, p.rows(r.clone()), r.len(), acts, stride, 1, o, r.len());
+            tile(k, p.groups(r.clone()), r.len(), acts, stride, 1, o, r.len());
         });
         return;
     }
@@ -147,12 +150,11 @@ fn matmul_tiled(pool: &Pool, w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, 
         let mut res = [0.0f32; TILE_ROWS * MAX_TILE_COLS];
         for j0 in (0..t).step_by(MAX_TILE_COLS) {
             let n = MAX_TILE_COLS.min(t - j0);
-            tile(k, p.rows(r.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
+            tile(k, p.groups(r.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
             for jj in 0..n {
-                for (i, &v) in res[jj * n_rows..(jj + 1) * n_rows].iter().enumerate() {
-                    // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                    unsafe { *out.get().add((j0 + jj) * rows + r.start + i) = v };
-                }
+                // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((j0 + jj) * rows + r.start), n_rows) };
+                dst.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
             }
         }
     });

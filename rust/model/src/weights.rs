@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ember_gguf::{GgmlType, GgufFile};
-use ember_quant::packed::PackedFormat;
+use ember_quant::packed::{PackedFormat, GROUP};
 use ember_quant::{ActType, DotColsFn, DotFn, TileFn};
 
 use crate::config::Config;
@@ -44,23 +44,21 @@ pub enum ActFormat {
     Packed,
 }
 
+/// A matrix's rows in groups of [`GROUP`], interleaved for the tile kernels.
 pub struct PackedRows {
     pub format: PackedFormat,
     pub tile: TileFn,
-    pub row_bytes: usize,
+    pub group_bytes: usize,
     data: Vec<u8>,
 }
 
 impl PackedRows {
+    /// The groups holding rows `rows.start..rows.end`; `rows.start` is a
+    /// multiple of [`GROUP`].
     #[inline]
-    pub fn row(&self, r: usize) -> &[u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
-    /// Rows `rows.start..rows.end`, contiguous.
-    #[inline]
-    pub fn rows(&self, rows: std::ops::Range<usize>) -> &[u8] {
-        &self.data[rows.start * self.row_bytes..rows.end * self.row_bytes]
+    pub fn groups(&self, rows: std::ops::Range<usize>) -> &[u8] {
+        debug_assert_eq!(rows.start % GROUP, 0);
+        &self.data[rows.start / GROUP * self.group_bytes..rows.end.div_ceil(GROUP) * self.group_bytes]
     }
 }
 
@@ -167,12 +165,12 @@ impl<'a> Binder<'a> {
 
 fn repack(format: PackedFormat, rows: usize, cols: usize, row_bytes: usize, src: &[u8]) -> std::result::Result<PackedRows, ember_quant::QuantError> {
     use rayon::prelude::*;
-    let packed_bytes = format.row_bytes(cols).expect("row width checked before");
-    let mut data = vec![0u8; rows * packed_bytes];
-    data.par_chunks_mut(packed_bytes)
-        .zip(src.par_chunks(row_bytes))
-        .try_for_each(|(dst, src)| format.pack_row(cols, src, dst))?;
-    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), row_bytes: packed_bytes, data })
+    let group_bytes = format.group_bytes(cols).expect("row width checked before");
+    let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
+    data.par_chunks_mut(group_bytes)
+        .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
+        .try_for_each(|(dst, src)| format.pack_group(cols, src, dst))?;
+    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), group_bytes, data })
 }
 
 /// Binds every tensor the architecture reads; `repack` rewrites the rows of

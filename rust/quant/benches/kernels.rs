@@ -103,26 +103,23 @@ fn main() {
         println!("| {} | dot | {:.1} | {:.3} | {:.1} |", ty.name(), w.len() as f64 / mv / 1e9, mv * 1e3, gop(mm));
         // Repacked tile kernels.
         let Some(fmt) = PackedFormat::of(ty) else { continue };
-        let prb = fmt.row_bytes(k).unwrap();
-        let mut pw = vec![0u8; rows * prb];
-        for r in 0..rows {
-            fmt.pack_row(k, &w[r * rb..(r + 1) * rb], &mut pw[r * prb..(r + 1) * prb]).unwrap();
-        }
+        let pw = fmt.pack_matrix(rows, k, &w).unwrap();
         let stride = act_row_bytes(k).unwrap();
         let mut acts = vec![0u8; cols * stride];
         for c in 0..cols {
             quantize_act_row(&x[c * k..(c + 1) * k], &mut acts[c * stride..(c + 1) * stride]).unwrap();
         }
         let tile = tile_fn(fmt);
+        let gb = fmt.group_bytes(k).unwrap();
         let mv = time(|| {
             tile(k, &pw, rows, &acts, stride, 1, &mut out, rows);
             black_box(&out);
         });
         let mm = time(|| {
-            for r0 in (0..rows).step_by(16) {
+            for r0 in (0..rows).step_by(32) {
                 for c0 in (0..cols).step_by(MAX_TILE_COLS) {
-                    let n_rows = 16.min(rows - r0);
-                    tile(k, &pw[r0 * prb..(r0 + n_rows) * prb], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
+                    let n_rows = 32.min(rows - r0);
+                    tile(k, &pw[r0 / 8 * gb..], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
                 }
             }
             black_box(&out);

@@ -1,20 +1,31 @@
 //! Weight rows repacked at load for the tile kernels, and the activation rows
 //! those kernels read.
 //!
-//! In the file, every 32-element block carries its own f16 scale beside its
-//! quants, so a dot product converts two scales per block and per column, and
-//! a 4-bit block takes a load, a shift, an insert and a mask to unpack. A
-//! repacked row keeps its scales together in front (padded to a multiple of
-//! eight blocks, so eight scales convert in one instruction), and pairs its
-//! 4-bit blocks: byte `i` of a pair holds element `i` of the first block in
-//! its low nibble and element `i` of the second in its high nibble, so one
-//! load, one shift and two masks unpack two blocks. The activation side
-//! mirrors it: each row's scales and sums as f32 arrays, then its 8-bit quants
-//! contiguous.
+//! Rows are interleaved in groups of [`GROUP`] (eight): a group stores, block
+//! by block, the eight rows' scales side by side (one f16 vector each) and
+//! then their quants arranged so that one 32-byte register holds four
+//! consecutive elements of each of the eight rows. Against it the kernel
+//! broadcasts four activation bytes to all eight lanes, and one
+//! `maddubs` + `madd` leaves one 32-bit sum per row in its lane: a group's
+//! eight dot products are built lane-parallel and stored as one vector, with
+//! one scale conversion and one FMA per block for all eight rows (in the
+//! file's layout each row pays those per block, plus a horizontal sum per
+//! row). For 4- and 5-bit quants the 16-bit partial sums of a whole block fit
+//! without overflow, so the widening `madd` is paid once per block, not once
+//! per four elements; on cores with one vector-multiply pipe that is most of
+//! the arithmetic saved.
+//!
+//! Within a block, element `e` of row `r` sits in register `g = e / 4`, byte
+//! `4 r + e % 4`. 4-bit quants pack two registers in one: byte `4 r + i` of
+//! packed register `p` (0..4) holds element `4 p + i` in its low nibble and
+//! element `16 + 4 p + i` in its high one. Q5_0's fifth bits form one 32-byte
+//! vector per block: bit `g` of byte `4 r + i` is the high bit of element
+//! `4 g + i` of row `r`.
 //!
 //! The arithmetic is the file format's own: a repacked row dots to the same
 //! integer sums per block as [`crate::vec_dot`] on the original bytes; only the
-//! order in which the f32 block terms are added differs.
+//! order in which the f32 block terms are added differs. A group past the
+//! matrix's last row is padded with zero rows.
 
 use ember_gguf::GgmlType;
 use half::f16;
@@ -24,6 +35,9 @@ use crate::error::QuantError;
 use crate::quantize::{q8_block, Q8Rounding};
 
 const QK: usize = 32;
+
+/// Rows interleaved in one group.
+pub const GROUP: usize = 8;
 
 /// The file formats that have a repacked layout and tile kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,24 +49,6 @@ pub enum PackedFormat {
     Q5_0,
     /// Scale per block; signed 8-bit quants.
     Q8_0,
-}
-
-/// Where the parts of a repacked row (or activation row) of `k` elements lie.
-#[derive(Clone, Copy, Debug)]
-pub struct RowLayout {
-    /// Blocks in the row.
-    pub nb: usize,
-    /// Blocks rounded up to even: the quants region holds whole pairs.
-    pub nbe: usize,
-    /// Blocks rounded up to a multiple of 8: the length of each scale array.
-    pub nbp: usize,
-}
-
-impl RowLayout {
-    pub fn new(k: usize) -> RowLayout {
-        let nb = k / QK;
-        RowLayout { nb, nbe: nb.next_multiple_of(2), nbp: nb.next_multiple_of(8) }
-    }
 }
 
 impl PackedFormat {
@@ -74,67 +70,97 @@ impl PackedFormat {
         }
     }
 
-    /// Bytes of one repacked row of `k` elements, or `None` when `k` is not a
-    /// whole number of blocks.
-    pub fn row_bytes(self, k: usize) -> Option<usize> {
-        if k % QK != 0 || k == 0 {
-            return None;
+    /// Bytes of one block of a group: eight rows' scales and 32 quants each.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            // d[8] f16, m[8] f16, 4 registers of nibble pairs
+            PackedFormat::Q4_1 => 32 + 128,
+            // d[8] f16, fifth bits (32 bytes), 4 registers of nibble pairs
+            PackedFormat::Q5_0 => 16 + 32 + 128,
+            // d[8] f16, 8 registers of bytes
+            PackedFormat::Q8_0 => 16 + 256,
         }
-        let l = RowLayout::new(k);
-        Some(match self {
-            // d[nbp] f16, m[nbp] f16, quants as nibble pairs
-            PackedFormat::Q4_1 => 4 * l.nbp + 16 * l.nbe,
-            // d[nbp] f16, high bits [nbe] u32, quants as nibble pairs
-            PackedFormat::Q5_0 => 2 * l.nbp + 4 * l.nbe + 16 * l.nbe,
-            // d[nbp] f16, quants [nbe * 32] i8
-            PackedFormat::Q8_0 => 2 * l.nbp + QK * l.nbe,
-        })
     }
 
-    /// Repacks one row of `k` elements from the file's bytes `src` into `dst`
-    /// (exactly [`row_bytes`](Self::row_bytes) long; every byte is written,
-    /// padding as zeros).
-    pub fn pack_row(self, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
+    /// Bytes of one group of [`GROUP`] rows of `k` elements, or `None` when
+    /// `k` is not a whole number of blocks.
+    pub fn group_bytes(self, k: usize) -> Option<usize> {
+        if !k.is_multiple_of(QK) || k == 0 {
+            return None;
+        }
+        Some(k / QK * self.block_bytes())
+    }
+
+    /// Bytes of a matrix of `rows` rows of `k` elements, its last group padded.
+    pub fn matrix_bytes(self, rows: usize, k: usize) -> Option<usize> {
+        Some(rows.div_ceil(GROUP) * self.group_bytes(k)?)
+    }
+
+    /// Repacks up to [`GROUP`] consecutive rows of `k` elements, given as the
+    /// file's bytes `src` (a whole number of rows), into one group `dst`
+    /// (exactly [`group_bytes`](Self::group_bytes) long; rows past the ones
+    /// given are zeros).
+    pub fn pack_group(self, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
         let format = self.ggml_type().name();
-        let want = self.row_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
-        let src_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
-        if src.len() != src_len {
-            return Err(QuantError::Length { format, what: "file row", expected: src_len, got: src.len() });
+        let want = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
+        let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
+        if src.is_empty() || !src.len().is_multiple_of(row_len) || src.len() / row_len > GROUP {
+            return Err(QuantError::Length { format, what: "file rows of a group", expected: GROUP * row_len, got: src.len() });
         }
         if dst.len() != want {
-            return Err(QuantError::Length { format, what: "repacked row", expected: want, got: dst.len() });
+            return Err(QuantError::Length { format, what: "repacked group", expected: want, got: dst.len() });
         }
         dst.fill(0);
-        let l = RowLayout::new(k);
-        match self {
-            PackedFormat::Q4_1 => {
-                let (scales, qs) = dst.split_at_mut(4 * l.nbp);
-                for (b, x) in as_blocks::<BlockQ4_1>(src).iter().enumerate() {
-                    put_f16(scales, b, x.d);
-                    put_f16(scales, l.nbp + b, x.m);
-                    put_nibbles(qs, b, &unpack_nibbles(&x.qs));
+        let bb = self.block_bytes();
+        for (r, row) in src.chunks_exact(row_len).enumerate() {
+            match self {
+                PackedFormat::Q4_1 => {
+                    for (b, x) in as_blocks::<BlockQ4_1>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        put_f16(&mut blk[16..], r, x.m);
+                        put_nibble_regs(&mut blk[32..], r, &unpack_nibbles(&x.qs));
+                    }
                 }
-            }
-            PackedFormat::Q5_0 => {
-                let (scales, rest) = dst.split_at_mut(2 * l.nbp);
-                let (qh, qs) = rest.split_at_mut(4 * l.nbe);
-                for (b, x) in as_blocks::<BlockQ5_0>(src).iter().enumerate() {
-                    put_f16(scales, b, x.d);
-                    qh[4 * b..4 * b + 4].copy_from_slice(&x.qh);
-                    put_nibbles(qs, b, &unpack_nibbles(&x.qs));
+                PackedFormat::Q5_0 => {
+                    for (b, x) in as_blocks::<BlockQ5_0>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        let h = u32::from_le_bytes(x.qh);
+                        for e in 0..QK {
+                            blk[16 + 4 * r + e % 4] |= (((h >> e) & 1) as u8) << (e / 4);
+                        }
+                        put_nibble_regs(&mut blk[48..], r, &unpack_nibbles(&x.qs));
+                    }
                 }
-            }
-            PackedFormat::Q8_0 => {
-                let (scales, qs) = dst.split_at_mut(2 * l.nbp);
-                for (b, x) in as_blocks::<BlockQ8_0>(src).iter().enumerate() {
-                    put_f16(scales, b, x.d);
-                    for (o, &q) in qs[QK * b..QK * (b + 1)].iter_mut().zip(&x.qs) {
-                        *o = q as u8;
+                PackedFormat::Q8_0 => {
+                    for (b, x) in as_blocks::<BlockQ8_0>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        for (e, &q) in x.qs.iter().enumerate() {
+                            blk[16 + 32 * (e / 4) + 4 * r + e % 4] = q as u8;
+                        }
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Repacks a whole matrix of `rows` rows of `k` elements from the file's
+    /// bytes, in [`matrix_bytes`](Self::matrix_bytes).
+    pub fn pack_matrix(self, rows: usize, k: usize, src: &[u8]) -> Result<Vec<u8>, QuantError> {
+        let format = self.ggml_type().name();
+        let gb = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
+        let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
+        if src.len() != rows * row_len {
+            return Err(QuantError::Length { format, what: "file matrix", expected: rows * row_len, got: src.len() });
+        }
+        let mut out = vec![0u8; rows.div_ceil(GROUP) * gb];
+        for (dst, src) in out.chunks_exact_mut(gb).zip(src.chunks(GROUP * row_len)) {
+            self.pack_group(k, src, dst)?;
+        }
+        Ok(out)
     }
 }
 
@@ -152,25 +178,33 @@ fn unpack_nibbles(qs: &[u8; 16]) -> [u8; QK] {
     q
 }
 
-/// Block `b`'s 32 4-bit elements into its half of a nibble pair.
-fn put_nibbles(qs: &mut [u8], b: usize, q: &[u8; QK]) {
-    let pair = &mut qs[QK * (b / 2)..QK * (b / 2 + 1)];
-    let shift = 4 * (b % 2);
-    for (o, &v) in pair.iter_mut().zip(q) {
-        *o |= v << shift;
+/// Row `r`'s 32 4-bit elements into a block's four nibble-pair registers.
+fn put_nibble_regs(regs: &mut [u8], r: usize, q: &[u8; QK]) {
+    for e in 0..16 {
+        regs[32 * (e / 4) + 4 * r + e % 4] |= q[e] | (q[e + 16] << 4);
+    }
+}
+
+/// Element `e` (0..32) of row `r` in a block's nibble-pair registers.
+#[inline]
+pub(crate) fn nibble_at(regs: &[u8], r: usize, e: usize) -> u8 {
+    let byte = regs[32 * ((e % 16) / 4) + 4 * r + e % 4];
+    if e < 16 {
+        byte & 0xF
+    } else {
+        byte >> 4
     }
 }
 
 // ---- activations ----
 
 /// Bytes of one activation row of `k` elements in the tile kernels' layout:
-/// `d[nbp]`, `s[nbp]`, `dsum[nbp]` as f32, then `nbe * 32` i8 quants.
+/// `d[nb]`, `s[nb]`, `dsum[nb]` as f32, then `nb * 32` i8 quants.
 pub fn act_row_bytes(k: usize) -> Option<usize> {
-    if k % QK != 0 || k == 0 {
+    if !k.is_multiple_of(QK) || k == 0 {
         return None;
     }
-    let l = RowLayout::new(k);
-    Some(12 * l.nbp + QK * l.nbe)
+    Some(k / QK * (12 + QK))
 }
 
 /// Quantizes one activation row as llama.cpp's x86 backend quantizes Q8_0 and
@@ -184,23 +218,19 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     if out.len() != want {
         return Err(QuantError::Length { format, what: "activation row", expected: want, got: out.len() });
     }
-    let l = RowLayout::new(k);
-    let (head, qs) = out.split_at_mut(12 * l.nbp);
+    let nb = k / QK;
+    let (head, qs) = out.split_at_mut(12 * nb);
     for (b, x) in x.chunks_exact(QK).enumerate() {
         let (d, q, sum) = q8_block(x, Q8Rounding::X86);
         let d16 = f16::from_f32(d).to_f32();
         let s = f16::from_f32(sum as f32 * d).to_f32();
         let dsum = d16 * sum as f32;
         head[4 * b..4 * b + 4].copy_from_slice(&d16.to_le_bytes());
-        head[4 * (l.nbp + b)..4 * (l.nbp + b) + 4].copy_from_slice(&s.to_le_bytes());
-        head[4 * (2 * l.nbp + b)..4 * (2 * l.nbp + b) + 4].copy_from_slice(&dsum.to_le_bytes());
+        head[4 * (nb + b)..4 * (nb + b) + 4].copy_from_slice(&s.to_le_bytes());
+        head[4 * (2 * nb + b)..4 * (2 * nb + b) + 4].copy_from_slice(&dsum.to_le_bytes());
         for (o, &v) in qs[QK * b..QK * (b + 1)].iter_mut().zip(&q) {
             *o = v as u8;
         }
     }
-    head[4 * l.nb..4 * l.nbp].fill(0);
-    head[4 * (l.nbp + l.nb)..4 * 2 * l.nbp].fill(0);
-    head[4 * (2 * l.nbp + l.nb)..].fill(0);
-    qs[QK * l.nb..].fill(0);
     Ok(())
 }

@@ -1,23 +1,25 @@
 //! Tile kernels over repacked rows: the scalar twins against the file-format
 //! kernels on the original bytes, and the SIMD kernels against the scalar twins,
-//! for every tile width and for rows whose block count is odd or not a
-//! multiple of eight (the padded cases).
+//! for every tile width, for odd block counts, and for row counts that leave
+//! a group padded.
 
 mod common;
 
 use common::{random_row, Rng};
 use ember_gguf::GgmlType;
-use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat};
+use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
 use ember_quant::{quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, MAX_TILE_COLS};
 
 const FORMATS: [PackedFormat; 3] = [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0];
 /// 1, 3 and 9 blocks (odd), 18 and 20 (the test models' widths 576 and 640), 48.
 const WIDTHS: [usize; 6] = [32, 96, 288, 576, 640, 1536];
 
-fn packed_row(fmt: PackedFormat, k: usize, src: &[u8]) -> Vec<u8> {
-    let mut dst = vec![0xAA; fmt.row_bytes(k).unwrap()];
-    fmt.pack_row(k, src, &mut dst).unwrap();
-    dst
+/// `rows` random rows of `fmt`'s file type, and the same rows repacked.
+fn random_matrix(fmt: PackedFormat, rows: usize, k: usize, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let file: Vec<Vec<u8>> = (0..rows).map(|_| random_row(fmt.ggml_type(), k, rng)).collect();
+    let packed = fmt.pack_matrix(rows, k, &file.concat()).unwrap();
+    assert_eq!(packed.len(), fmt.matrix_bytes(rows, k).unwrap());
+    (file, packed)
 }
 
 /// `n` activation rows, each `stride` bytes apart (a stride wider than a row
@@ -55,6 +57,9 @@ fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     deq.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
 }
 
+/// 1, 8 (one whole group) and 13 rows (a padded second group).
+const ROWS: [usize; 3] = [1, 8, 13];
+
 #[test]
 fn scalar_tiles_equal_file_format_kernels() {
     let mut rng = Rng::new(41);
@@ -63,17 +68,21 @@ fn scalar_tiles_equal_file_format_kernels() {
         let dot = scalar_dot_fn(ty).unwrap();
         let tile = scalar_tile_fn(fmt);
         for k in WIDTHS {
-            let w = random_row(ty, k, &mut rng);
-            let pw = packed_row(fmt, k, &w);
-            let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
-            let stride = act_row_bytes(k).unwrap() + 16;
-            let acts = packed_acts(&xs, k, stride);
-            let mut out = [0.0f32; MAX_TILE_COLS];
-            tile(k, &pw, 1, &acts, stride, MAX_TILE_COLS, &mut out, 1);
-            for (j, x) in xs.iter().enumerate() {
-                let want = dot(k, &w, &file_act(fmt, x));
-                let tol = 1e-5 * magnitude(ty, &w, x).max(1.0);
-                assert!((out[j] - want).abs() <= tol, "{fmt:?} k={k} col {j}: tile {} vs file kernel {want}", out[j]);
+            for rows in ROWS {
+                let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
+                let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
+                let stride = act_row_bytes(k).unwrap() + 16;
+                let acts = packed_acts(&xs, k, stride);
+                let mut out = vec![f32::NAN; MAX_TILE_COLS * rows];
+                tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut out, rows);
+                for (j, x) in xs.iter().enumerate() {
+                    for (r, w) in file.iter().enumerate() {
+                        let want = dot(k, w, &file_act(fmt, x));
+                        let tol = 1e-5 * magnitude(ty, w, x).max(1.0);
+                        let got = out[j * rows + r];
+                        assert!((got - want).abs() <= tol, "{fmt:?} k={k} row {r} col {j}: tile {got} vs file kernel {want}");
+                    }
+                }
             }
         }
     }
@@ -86,20 +95,60 @@ fn simd_tiles_match_scalar_twins() {
         let ty = fmt.ggml_type();
         let (best, scalar) = (tile_fn(fmt), scalar_tile_fn(fmt));
         for k in WIDTHS {
-            let w = random_row(ty, k, &mut rng);
-            let pw = packed_row(fmt, k, &w);
-            for n in 1..=MAX_TILE_COLS {
-                let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.normals(k, 1.0)).collect();
-                let stride = act_row_bytes(k).unwrap();
-                let acts = packed_acts(&xs, k, stride);
-                let (mut a, mut b) = ([f32::NAN; MAX_TILE_COLS], [f32::NAN; MAX_TILE_COLS]);
-                best(k, &pw, 1, &acts, stride, n, &mut a, 1);
-                scalar(k, &pw, 1, &acts, stride, n, &mut b, 1);
-                for j in 0..n {
-                    let tol = 1e-5 * magnitude(ty, &w, &xs[j]).max(1.0);
-                    assert!((a[j] - b[j]).abs() <= tol, "{fmt:?} ({}) k={k} n={n} col {j}: {} vs {}", ember_quant::simd_level(), a[j], b[j]);
+            for rows in ROWS {
+                let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
+                for n in 1..=MAX_TILE_COLS {
+                    let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.normals(k, 1.0)).collect();
+                    let stride = act_row_bytes(k).unwrap();
+                    let acts = packed_acts(&xs, k, stride);
+                    let out_stride = rows + 3;
+                    let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
+                    best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
+                    scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
+                    for j in 0..n {
+                        for (r, w) in file.iter().enumerate() {
+                            let tol = 1e-5 * magnitude(ty, w, &xs[j]).max(1.0);
+                            let (x, y) = (a[j * out_stride + r], b[j * out_stride + r]);
+                            assert!((x - y).abs() <= tol, "{fmt:?} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}", ember_quant::simd_level());
+                        }
+                        assert!(a[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "wrote past the rows");
+                    }
                 }
-                assert!(a[n..].iter().all(|v| v.is_nan()), "wrote past the tile");
+            }
+        }
+    }
+}
+
+/// Extreme quants and activations: every 4-bit quant 15, every 5-bit quant
+/// 31 (stored), every 8-bit quant +-127, against activations of +-127 (the
+/// bounds the kernels' 16-bit partial sums are sized for).
+#[test]
+fn extreme_quants_do_not_overflow() {
+    for fmt in FORMATS {
+        let ty = fmt.ggml_type();
+        let k = 256;
+        let row: Vec<u8> = match fmt {
+            // d = 1.0, m = 0, quants all 15
+            PackedFormat::Q4_1 => [0x00, 0x3C, 0, 0].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 20).collect(),
+            // d = 1.0, fifth bits all set, nibbles all 15
+            PackedFormat::Q5_0 => [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 22).collect(),
+            // d = 1.0, quants alternating 127 and -127
+            PackedFormat::Q8_0 => [0x00u8, 0x3C].into_iter().chain((0..32).map(|i| if i % 2 == 0 { 127u8 } else { 129u8 })).cycle().take(k / 32 * 34).collect(),
+        };
+        let rows = 8;
+        let file = row.repeat(rows);
+        let packed = fmt.pack_matrix(rows, k, &file).unwrap();
+        let dot = scalar_dot_fn(ty).unwrap();
+        for sign in [1.0f32, -1.0] {
+            let x: Vec<f32> = (0..k).map(|i| if fmt == PackedFormat::Q8_0 && i % 2 == 1 { -sign } else { sign }).collect();
+            let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
+            let want = dot(k, &row, &file_act(fmt, &x));
+            for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+                let mut out = vec![0.0; rows];
+                tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
+                for v in out {
+                    assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "{fmt:?} sign {sign}: {v} vs {want}");
+                }
             }
         }
     }
@@ -108,12 +157,14 @@ fn simd_tiles_match_scalar_twins() {
 #[test]
 fn packing_refuses_wrong_lengths() {
     let fmt = PackedFormat::Q4_1;
-    assert_eq!(fmt.row_bytes(33), None);
+    assert_eq!(fmt.group_bytes(33), None);
     let src = vec![0u8; 20 * 2];
-    let mut dst = vec![0u8; fmt.row_bytes(64).unwrap()];
-    assert!(fmt.pack_row(64, &src[..39], &mut dst).is_err());
-    assert!(fmt.pack_row(64, &src, &mut dst[1..]).is_err());
-    assert!(fmt.pack_row(64, &src, &mut dst).is_ok());
+    let mut dst = vec![0u8; fmt.group_bytes(64).unwrap()];
+    assert!(fmt.pack_group(64, &src[..39], &mut dst).is_err());
+    assert!(fmt.pack_group(64, &src, &mut dst[1..]).is_err());
+    assert!(fmt.pack_group(64, &[0u8; 9 * 40], &mut dst).is_err(), "nine rows are not a group");
+    assert!(fmt.pack_group(64, &src, &mut dst).is_ok());
+    assert!(fmt.pack_matrix(3, 64, &src).is_err());
     assert!(quantize_act_row(&[0.0; 64], &mut vec![0; act_row_bytes(64).unwrap() - 1]).is_err());
 }
 
@@ -121,21 +172,21 @@ fn packing_refuses_wrong_lengths() {
 #[should_panic(expected = "activation rows too short")]
 fn tiles_refuse_short_activations() {
     let (fmt, k) = (PackedFormat::Q8_0, 64);
-    let w = vec![0u8; fmt.row_bytes(k).unwrap()];
+    let w = vec![0u8; fmt.group_bytes(k).unwrap()];
     let acts = vec![0u8; act_row_bytes(k).unwrap()];
     let mut out = [0.0; 2];
     tile_fn(fmt)(k, &w, 1, &acts, act_row_bytes(k).unwrap(), 2, &mut out, 1);
 }
 
-/// Runs of rows in one call equal one call per row, for every tile width,
-/// with the output strided as a pass's [column][row] matrix.
+/// Runs of groups in one call equal one call per group, for every tile
+/// width, with the output strided as a pass's [column][row] matrix.
 #[test]
-fn row_runs_equal_single_rows() {
+fn group_runs_equal_single_groups() {
     let mut rng = Rng::new(43);
     for fmt in FORMATS {
-        let (k, rows) = (96, 5);
-        let w: Vec<u8> = (0..rows).flat_map(|_| packed_row(fmt, k, &random_row(fmt.ggml_type(), k, &mut rng))).collect();
-        let rb = fmt.row_bytes(k).unwrap();
+        let (k, rows) = (96, 21);
+        let (_, packed) = random_matrix(fmt, rows, k, &mut rng);
+        let gb = fmt.group_bytes(k).unwrap();
         let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
         let stride = act_row_bytes(k).unwrap();
         let acts = packed_acts(&xs, k, stride);
@@ -143,12 +194,16 @@ fn row_runs_equal_single_rows() {
             for n in 1..=MAX_TILE_COLS {
                 let out_stride = rows + 3;
                 let mut run = vec![f32::NAN; n * out_stride];
-                tile(k, &w, rows, &acts, stride, n, &mut run, out_stride);
-                for r in 0..rows {
-                    let mut one = vec![f32::NAN; n];
-                    tile(k, &w[r * rb..(r + 1) * rb], 1, &acts, stride, n, &mut one, 1);
+                tile(k, &packed, rows, &acts, stride, n, &mut run, out_stride);
+                for g in 0..rows.div_ceil(GROUP) {
+                    let lanes = (rows - g * GROUP).min(GROUP);
+                    let mut one = vec![f32::NAN; n * GROUP];
+                    tile(k, &packed[g * gb..(g + 1) * gb], lanes, &acts, stride, n, &mut one, GROUP);
                     for j in 0..n {
-                        assert_eq!(run[j * out_stride + r].to_bits(), one[j].to_bits(), "{fmt:?} row {r} col {j}");
+                        for i in 0..lanes {
+                            let r = g * GROUP + i;
+                            assert_eq!(run[j * out_stride + r].to_bits(), one[j * GROUP + i].to_bits(), "{fmt:?} row {r} col {j}");
+                        }
                     }
                 }
                 for j in 0..n {
@@ -160,23 +215,26 @@ fn row_runs_equal_single_rows() {
 }
 
 /// A column's result does not depend on the width of the tile it is computed
-/// in (bit for bit): a token's logits are the same decoded alone or in a batch.
+/// in (bit for bit): a token gets the same logits decoded alone or in a batch.
 #[test]
 fn columns_are_independent_of_tile_width() {
     let mut rng = Rng::new(44);
     for fmt in FORMATS {
         for k in WIDTHS {
-            let w = packed_row(fmt, k, &random_row(fmt.ggml_type(), k, &mut rng));
+            let rows = 8;
+            let (_, packed) = random_matrix(fmt, rows, k, &mut rng);
             let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
             let stride = act_row_bytes(k).unwrap();
             let acts = packed_acts(&xs, k, stride);
             let tile = tile_fn(fmt);
-            let mut wide = [0.0f32; MAX_TILE_COLS];
-            tile(k, &w, 1, &acts, stride, MAX_TILE_COLS, &mut wide, 1);
+            let mut wide = [0.0f32; MAX_TILE_COLS * 8];
+            tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut wide, rows);
             for j in 0..MAX_TILE_COLS {
-                let mut one = [0.0f32; 1];
-                tile(k, &w, 1, &acts[j * stride..], stride, 1, &mut one, 1);
-                assert_eq!(one[0].to_bits(), wide[j].to_bits(), "{fmt:?} k={k} col {j}");
+                let mut one = [0.0f32; 8];
+                tile(k, &packed, rows, &acts[j * stride..], stride, 1, &mut one, rows);
+                for r in 0..rows {
+                    assert_eq!(one[r].to_bits(), wide[j * rows + r].to_bits(), "{fmt:?} k={k} row {r} col {j}");
+                }
             }
         }
     }

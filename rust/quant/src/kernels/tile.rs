@@ -1,39 +1,41 @@
-//! Tile kernels: one repacked weight row against up to [`MAX_TILE_COLS`]
-//! activation columns at once, so each weight block is unpacked once for
-//! every column of a pass. The scalar twins here define the arithmetic; the
-//! SIMD kernels are tested against them.
+//! Tile kernels: groups of repacked weight rows (see [`crate::packed`])
+//! against up to [`MAX_TILE_COLS`] activation columns at once, so each weight
+//! block is unpacked once for every column of a pass. The scalar twins here
+//! define the arithmetic; the SIMD kernels are tested against them.
 
 use half::f16;
 
-use crate::packed::{PackedFormat, RowLayout};
+use crate::packed::{nibble_at, PackedFormat, GROUP};
 
 /// The most activation columns one tile call takes.
 pub const MAX_TILE_COLS: usize = 4;
 
 /// `out[j * out_stride + r] = dot(row r, column j)` for `r < rows`, `j < n`,
-/// `n <= MAX_TILE_COLS`. `w` holds `rows` consecutive rows repacked by
-/// [`PackedFormat::pack_row`] for `k` elements; column `j` is the activation
-/// row at `acts[j * act_stride..]`, written by
-/// [`crate::packed::quantize_act_row`]. Taking a run of rows per call keeps
+/// `n <= MAX_TILE_COLS`. `w` holds the `rows.div_ceil(GROUP)` groups that
+/// [`PackedFormat::pack_group`] wrote for those rows (`k` elements each);
+/// column `j` is the activation row at `acts[j * act_stride..]`, written by
+/// [`crate::packed::quantize_act_row`]. Taking a run of groups per call keeps
 /// the dispatch and the bounds checks out of the per-row cost, which matters
 /// for short rows (a 640-wide head of 262,144 rows).
 pub type TileFn = fn(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize);
 
 /// Checks the slices the unsafe kernels will read; a violation is a bug in
-/// the caller, so it panics rather than reads out of bounds.
+/// the caller, so it panics rather than reads out of bounds. Returns the
+/// bytes of one group.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_tile(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &[f32], out_stride: usize) -> usize {
     let act_bytes = crate::packed::act_row_bytes(k).expect("k is a whole number of blocks");
-    let rb = fmt.row_bytes(k).unwrap();
+    let gb = fmt.group_bytes(k).unwrap();
     assert!((1..=MAX_TILE_COLS).contains(&n), "tile of {n} columns");
     assert!(rows == 0 || (out_stride >= rows || n == 1) && out.len() >= (n - 1) * out_stride + rows, "output too short");
-    assert!(w.len() >= rows * rb, "weight rows too short");
+    assert!(w.len() >= rows.div_ceil(GROUP) * gb, "weight groups too short");
     assert!(act_stride >= act_bytes && acts.len() >= (n - 1) * act_stride + act_bytes, "activation rows too short");
-    rb
+    gb
 }
 
-/// An activation column's parts.
+/// An activation column's parts: per-block scales `d`, Q8_1 sums `s`, exact
+/// sums `dsum`, and the quants.
 pub(crate) struct Col<'a> {
     pub d: &'a [u8],
     pub s: &'a [u8],
@@ -41,10 +43,11 @@ pub(crate) struct Col<'a> {
     pub qs: &'a [u8],
 }
 
-pub(crate) fn col<'a>(l: &RowLayout, acts: &'a [u8], stride: usize, j: usize) -> Col<'a> {
+pub(crate) fn col(k: usize, acts: &[u8], stride: usize, j: usize) -> Col<'_> {
+    let nb = k / 32;
     let a = &acts[j * stride..];
-    let f = 4 * l.nbp;
-    Col { d: &a[..f], s: &a[f..2 * f], dsum: &a[2 * f..3 * f], qs: &a[3 * f..3 * f + 32 * l.nbe] }
+    let f = 4 * nb;
+    Col { d: &a[..f], s: &a[f..2 * f], dsum: &a[2 * f..3 * f], qs: &a[3 * f..3 * f + 32 * nb] }
 }
 
 #[inline]
@@ -57,81 +60,70 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
 }
 
-/// Element `e` of block `b` from a nibble-pair region.
-#[inline]
-fn nibble(qs: &[u8], b: usize, e: usize) -> i32 {
-    ((qs[32 * (b / 2) + e] >> (4 * (b % 2))) & 0xF) as i32
+/// Runs `row(block bytes, r, column)` → value for every row and column of a
+/// tile, one group at a time.
+#[allow(clippy::too_many_arguments)]
+fn each_dot(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize, dot: impl Fn(&[u8], usize, &Col) -> f32) {
+    let gb = check_tile(fmt, k, w, rows, acts, act_stride, n, out, out_stride);
+    for r in 0..rows {
+        let group = &w[(r / GROUP) * gb..(r / GROUP + 1) * gb];
+        for j in 0..n {
+            out[j * out_stride + r] = dot(group, r % GROUP, &col(k, acts, act_stride, j));
+        }
+    }
 }
+
+// Each twin adds its terms in the order the SIMD kernels do: the scaled
+// block sums into one accumulator, any per-block constant term (Q4_1's min)
+// into another, and the two added at the end.
 
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q4_1(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
-    let rb = check_tile(PackedFormat::Q4_1, k, w, rows, acts, act_stride, n, out, out_stride);
-    for r in 0..rows {
-        row_q4_1(k, &w[r * rb..(r + 1) * rb], acts, act_stride, n, |j, v| out[j * out_stride + r] = v);
-    }
-}
-
-fn row_q4_1(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, mut put: impl FnMut(usize, f32)) {
-    let l = RowLayout::new(k);
-    let (scales, qs) = w_row.split_at(4 * l.nbp);
-    for j in 0..n {
-        let c = col(&l, acts, act_stride, j);
-        let mut sum = 0.0f32;
-        for b in 0..l.nb {
-            let isum: i32 = (0..32).map(|e| nibble(qs, b, e) * c.qs[32 * b + e] as i8 as i32).sum();
-            sum += f16_at(scales, b) * f32_at(c.d, b) * isum as f32 + f16_at(scales, l.nbp + b) * f32_at(c.s, b);
+    let bb = PackedFormat::Q4_1.block_bytes();
+    each_dot(PackedFormat::Q4_1, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
+            acc_min += f16_at(&blk[16..], r) * f32_at(c.s, b);
         }
-        put(j, sum);
-    }
+        acc + acc_min
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q5_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
-    let rb = check_tile(PackedFormat::Q5_0, k, w, rows, acts, act_stride, n, out, out_stride);
-    for r in 0..rows {
-        row_q5_0(k, &w[r * rb..(r + 1) * rb], acts, act_stride, n, |j, v| out[j * out_stride + r] = v);
-    }
-}
-
-fn row_q5_0(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, mut put: impl FnMut(usize, f32)) {
-    let l = RowLayout::new(k);
-    let (scales, rest) = w_row.split_at(2 * l.nbp);
-    let (qh, qs) = rest.split_at(4 * l.nbe);
-    for j in 0..n {
-        let c = col(&l, acts, act_stride, j);
-        let mut sum = 0.0f32;
-        for b in 0..l.nb {
-            let h = u32::from_le_bytes(qh[4 * b..4 * b + 4].try_into().unwrap());
+    let bb = PackedFormat::Q5_0.block_bytes();
+    each_dot(PackedFormat::Q5_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
             let isum: i32 = (0..32)
-                .map(|e| (nibble(qs, b, e) | (((h >> e) & 1) << 4) as i32) * c.qs[32 * b + e] as i8 as i32)
+                .map(|e| {
+                    let hi = (blk[16 + 4 * r + e % 4] >> (e / 4)) & 1;
+                    (nibble_at(&blk[48..], r, e) | hi << 4) as i32 * c.qs[32 * b + e] as i8 as i32
+                })
                 .sum();
-            let dx = f16_at(scales, b);
-            sum += dx * f32_at(c.d, b) * isum as f32 - 16.0 * dx * f32_at(c.dsum, b);
+            // The quants were stored offset by 16: take 16 d_y Σq_y back.
+            acc += f16_at(blk, r) * (isum as f32 * f32_at(c.d, b) - 16.0 * f32_at(c.dsum, b));
         }
-        put(j, sum);
-    }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q8_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
-    let rb = check_tile(PackedFormat::Q8_0, k, w, rows, acts, act_stride, n, out, out_stride);
-    for r in 0..rows {
-        row_q8_0(k, &w[r * rb..(r + 1) * rb], acts, act_stride, n, |j, v| out[j * out_stride + r] = v);
-    }
-}
-
-fn row_q8_0(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, mut put: impl FnMut(usize, f32)) {
-    let l = RowLayout::new(k);
-    let (scales, qs) = w_row.split_at(2 * l.nbp);
-    for j in 0..n {
-        let c = col(&l, acts, act_stride, j);
-        let mut sum = 0.0f32;
-        for b in 0..l.nb {
-            let isum: i32 = (0..32).map(|e| qs[32 * b + e] as i8 as i32 * c.qs[32 * b + e] as i8 as i32).sum();
-            sum += f16_at(scales, b) * f32_at(c.d, b) * isum as f32;
+    let bb = PackedFormat::Q8_0.block_bytes();
+    each_dot(PackedFormat::Q8_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32).map(|e| blk[16 + 32 * (e / 4) + 4 * r + e % 4] as i8 as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
         }
-        put(j, sum);
-    }
+        acc
+    });
 }
 
 /// The scalar tile kernel for a repacked format.
