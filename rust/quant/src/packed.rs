@@ -22,24 +22,41 @@
 //! vector per block: bit `g` of byte `4 r + i` is the high bit of element
 //! `4 g + i` of row `r`.
 //!
+//! The K-quants keep their super-blocks: a group's super-block holds the
+//! eight rows' f16 scales, then their integer sub-block scales (and Q4_K's
+//! mins) sub-block by sub-block, eight to a row of bytes, then each 32-element
+//! sub-block's quants as above. Q6_K's two high bits per element form two
+//! 32-byte planes per sub-block: bits `2p, 2p+1` of byte `4 r + i` of plane
+//! `h` are the high bits of element `16 h + 4 p + i`.
+//!
 //! The arithmetic is the file format's own: a repacked row dots to the same
 //! integer sums per block as [`crate::vec_dot`] on the original bytes; only the
-//! order in which the f32 block terms are added differs. A group past the
-//! matrix's last row is padded with zero rows.
+//! order in which the f32 block terms are added differs, and the K-quants
+//! meet the same 32-element activation blocks as the others (finer than the
+//! 256-element blocks llama.cpp quantizes their activations in). A group past
+//! the matrix's last row is padded with zero rows.
 
 use ember_gguf::GgmlType;
 use half::f16;
 
-use crate::blocks::{as_blocks, BlockQ4_1, BlockQ5_0, BlockQ8_0};
+use crate::blocks::k_quants::{get_scale_min_k4, q6k_quants};
+use crate::blocks::{as_blocks, BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use crate::error::QuantError;
 use crate::quantize::{q8_block, Q8Rounding};
 
 const QK: usize = 32;
+const QK_K: usize = 256;
+
+/// Where a Q4_K super-block's quants start, after its scales.
+pub(crate) const Q4_K_QUANTS: usize = 32 + 64 + 64;
+/// Where a Q6_K super-block's quants start, after its scales.
+pub(crate) const Q6_K_QUANTS: usize = 16 + 128;
 
 /// Rows interleaved in one group.
 pub const GROUP: usize = 8;
 
 /// The file formats that have a repacked layout and tile kernels.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackedFormat {
     /// Scale and min per block; quants 0..15.
@@ -49,6 +66,12 @@ pub enum PackedFormat {
     Q5_0,
     /// Scale per block; signed 8-bit quants.
     Q8_0,
+    /// Super-blocks of 256: f16 scale and min, 6-bit scale and min per
+    /// 32-element sub-block, quants 0..15.
+    Q4_K,
+    /// Super-blocks of 256: f16 scale, signed 8-bit scale per 16 elements,
+    /// quants 0..63 read as `q - 32`.
+    Q6_K,
 }
 
 impl PackedFormat {
@@ -58,6 +81,8 @@ impl PackedFormat {
             GgmlType::Q4_1 => Some(PackedFormat::Q4_1),
             GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
             GgmlType::Q8_0 => Some(PackedFormat::Q8_0),
+            GgmlType::Q4_K => Some(PackedFormat::Q4_K),
+            GgmlType::Q6_K => Some(PackedFormat::Q6_K),
             _ => None,
         }
     }
@@ -67,10 +92,20 @@ impl PackedFormat {
             PackedFormat::Q4_1 => GgmlType::Q4_1,
             PackedFormat::Q5_0 => GgmlType::Q5_0,
             PackedFormat::Q8_0 => GgmlType::Q8_0,
+            PackedFormat::Q4_K => GgmlType::Q4_K,
+            PackedFormat::Q6_K => GgmlType::Q6_K,
         }
     }
 
-    /// Bytes of one block of a group: eight rows' scales and 32 quants each.
+    /// Elements per block of the format (32, or a K-quant's super-block of 256).
+    pub const fn block_elems(self) -> usize {
+        match self {
+            PackedFormat::Q4_1 | PackedFormat::Q5_0 | PackedFormat::Q8_0 => QK,
+            PackedFormat::Q4_K | PackedFormat::Q6_K => QK_K,
+        }
+    }
+
+    /// Bytes of one block of a group: eight rows' scales and quants.
     pub const fn block_bytes(self) -> usize {
         match self {
             // d[8] f16, m[8] f16, 4 registers of nibble pairs
@@ -79,16 +114,22 @@ impl PackedFormat {
             PackedFormat::Q5_0 => 16 + 32 + 128,
             // d[8] f16, 8 registers of bytes
             PackedFormat::Q8_0 => 16 + 256,
+            // d[8], dmin[8] f16, scales[8 sub][8 rows], mins[8 sub][8 rows],
+            // then per 32-element sub-block 4 registers of nibble pairs
+            PackedFormat::Q4_K => Q4_K_QUANTS + 8 * 128,
+            // d[8] f16, scales[16 sub][8 rows] i8, then per 32 elements 4
+            // registers of nibble pairs and 64 bytes of high bits
+            PackedFormat::Q6_K => Q6_K_QUANTS + 8 * (128 + 64),
         }
     }
 
     /// Bytes of one group of [`GROUP`] rows of `k` elements, or `None` when
     /// `k` is not a whole number of blocks.
     pub fn group_bytes(self, k: usize) -> Option<usize> {
-        if !k.is_multiple_of(QK) || k == 0 {
+        if !k.is_multiple_of(self.block_elems()) || k == 0 {
             return None;
         }
-        Some(k / QK * self.block_bytes())
+        Some(k / self.block_elems() * self.block_bytes())
     }
 
     /// Bytes of a matrix of `rows` rows of `k` elements, its last group padded.
@@ -102,7 +143,7 @@ impl PackedFormat {
     /// given are zeros).
     pub fn pack_group(self, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
         let format = self.ggml_type().name();
-        let want = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
+        let want = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: self.block_elems() })?;
         let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
         if src.is_empty() || !src.len().is_multiple_of(row_len) || src.len() / row_len > GROUP {
             return Err(QuantError::Length { format, what: "file rows of a group", expected: GROUP * row_len, got: src.len() });
@@ -142,6 +183,48 @@ impl PackedFormat {
                         }
                     }
                 }
+                PackedFormat::Q4_K => {
+                    for (b, x) in as_blocks::<BlockQ4K>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        put_f16(&mut blk[16..], r, x.dmin);
+                        for j in 0..8 {
+                            let (sc, m) = get_scale_min_k4(j, &x.scales);
+                            blk[32 + 8 * j + r] = sc;
+                            blk[96 + 8 * j + r] = m;
+                            let mut q = [0u8; QK];
+                            for (l, q) in q.iter_mut().enumerate() {
+                                let byte = x.qs[32 * (j / 2) + l];
+                                *q = if j % 2 == 0 { byte & 0xF } else { byte >> 4 };
+                            }
+                            put_nibble_regs(&mut blk[Q4_K_QUANTS + 128 * j..], r, &q);
+                        }
+                    }
+                }
+                PackedFormat::Q6_K => {
+                    for (b, x) in as_blocks::<BlockQ6K>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        for (j, &sc) in x.scales.iter().enumerate() {
+                            blk[16 + 8 * j + r] = sc as u8;
+                        }
+                        let q = q6_k_elements(x);
+                        for j in 0..8 {
+                            let sub = &mut blk[Q6_K_QUANTS + 192 * j..Q6_K_QUANTS + 192 * (j + 1)];
+                            let q = &q[QK * j..QK * (j + 1)];
+                            let mut low = [0u8; QK];
+                            for (l, v) in low.iter_mut().enumerate() {
+                                *v = q[l] & 0xF;
+                            }
+                            put_nibble_regs(sub, r, &low);
+                            // Element e's two high bits go to bits 2p, 2p+1 of
+                            // byte 4 r + e % 4 of plane e / 16, p = (e % 16) / 4.
+                            for (e, &v) in q.iter().enumerate() {
+                                sub[128 + 32 * (e / 16) + 4 * r + e % 4] |= (v >> 4) << (2 * ((e % 16) / 4));
+                            }
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -151,7 +234,7 @@ impl PackedFormat {
     /// bytes, in [`matrix_bytes`](Self::matrix_bytes).
     pub fn pack_matrix(self, rows: usize, k: usize, src: &[u8]) -> Result<Vec<u8>, QuantError> {
         let format = self.ggml_type().name();
-        let gb = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
+        let gb = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: self.block_elems() })?;
         let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
         if src.len() != rows * row_len {
             return Err(QuantError::Length { format, what: "file matrix", expected: rows * row_len, got: src.len() });
@@ -178,6 +261,16 @@ fn unpack_nibbles(qs: &[u8; 16]) -> [u8; QK] {
     q
 }
 
+/// A Q6_K block's 256 quants in element order, unsigned (0..63; the value is `q - 32`).
+fn q6_k_elements(x: &BlockQ6K) -> [u8; QK_K] {
+    let mut out = [0u8; QK_K];
+    for e in 0..QK_K {
+        let (n, l, i) = (e / 128, e % 32, (e % 128) / 32);
+        out[e] = (q6k_quants(&x.ql[64 * n..64 * n + 64], &x.qh[32 * n..32 * n + 32], l)[i] + 32) as u8;
+    }
+    out
+}
+
 /// Row `r`'s 32 4-bit elements into a block's four nibble-pair registers.
 fn put_nibble_regs(regs: &mut [u8], r: usize, q: &[u8; QK]) {
     for e in 0..16 {
@@ -199,12 +292,13 @@ pub(crate) fn nibble_at(regs: &[u8], r: usize, e: usize) -> u8 {
 // ---- activations ----
 
 /// Bytes of one activation row of `k` elements in the tile kernels' layout:
-/// `d[nb]`, `s[nb]`, `dsum[nb]` as f32, then `nb * 32` i8 quants.
+/// `d[nb]`, `s[nb]`, `dsum[nb]` as f32, `hsum[nb]` as two i16 (the sums of
+/// each half block's quants, for Q6_K's offset), then `nb * 32` i8 quants.
 pub fn act_row_bytes(k: usize) -> Option<usize> {
     if !k.is_multiple_of(QK) || k == 0 {
         return None;
     }
-    Some(k / QK * (12 + QK))
+    Some(k / QK * (16 + QK))
 }
 
 /// Quantizes one activation row as llama.cpp's x86 backend quantizes Q8_0 and
@@ -219,7 +313,7 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
         return Err(QuantError::Length { format, what: "activation row", expected: want, got: out.len() });
     }
     let nb = k / QK;
-    let (head, qs) = out.split_at_mut(12 * nb);
+    let (head, qs) = out.split_at_mut(16 * nb);
     for (b, x) in x.chunks_exact(QK).enumerate() {
         let (d, q, sum) = q8_block(x, Q8Rounding::X86);
         let d16 = f16::from_f32(d).to_f32();
@@ -228,6 +322,9 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
         head[4 * b..4 * b + 4].copy_from_slice(&d16.to_le_bytes());
         head[4 * (nb + b)..4 * (nb + b) + 4].copy_from_slice(&s.to_le_bytes());
         head[4 * (2 * nb + b)..4 * (2 * nb + b) + 4].copy_from_slice(&dsum.to_le_bytes());
+        let half = |h: &[i8]| h.iter().map(|&v| v as i16).sum::<i16>();
+        head[4 * (3 * nb + b)..4 * (3 * nb + b) + 2].copy_from_slice(&half(&q[..16]).to_le_bytes());
+        head[4 * (3 * nb + b) + 2..4 * (3 * nb + b) + 4].copy_from_slice(&half(&q[16..]).to_le_bytes());
         for (o, &v) in qs[QK * b..QK * (b + 1)].iter_mut().zip(&q) {
             *o = v as u8;
         }

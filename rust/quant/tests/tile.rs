@@ -10,9 +10,21 @@ use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
 use ember_quant::{quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, MAX_TILE_COLS};
 
-const FORMATS: [PackedFormat; 3] = [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0];
-/// 1, 3 and 9 blocks (odd), 18 and 20 (the test models' widths 576 and 640), 48.
-const WIDTHS: [usize; 6] = [32, 96, 288, 576, 640, 1536];
+const FORMATS: [PackedFormat; 5] = [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0, PackedFormat::Q4_K, PackedFormat::Q6_K];
+
+/// Row widths to test a format at: for the 32-element formats 1, 3 and 9
+/// blocks (odd), 18 and 20 (the test models' widths 576 and 640), 48; for the
+/// K-quants 1, 3 and 8 super-blocks.
+fn widths(fmt: PackedFormat) -> &'static [usize] {
+    match fmt.block_elems() {
+        32 => &[32, 96, 288, 576, 640, 1536],
+        _ => &[256, 768, 2048],
+    }
+}
+
+fn is_k_quant(fmt: PackedFormat) -> bool {
+    fmt.block_elems() == 256
+}
 
 /// `rows` random rows of `fmt`'s file type, and the same rows repacked.
 fn random_matrix(fmt: PackedFormat, rows: usize, k: usize, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<u8>) {
@@ -49,6 +61,20 @@ fn file_act(fmt: PackedFormat, x: &[f32]) -> Vec<u8> {
     }
 }
 
+/// The exact dot of a file row with an activation row as the tile kernels
+/// quantize it (in f64): for the K-quants, whose file kernels quantize
+/// activations in 256-element blocks instead.
+fn exact_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    let k = x.len();
+    let mut deq = vec![0.0; k];
+    ember_quant::dequantize_row(ty, w, &mut deq).unwrap();
+    let mut act = vec![0u8; act_row_bytes(k).unwrap()];
+    quantize_act_row(x, &mut act).unwrap();
+    let nb = k / 32;
+    let d = |b: usize| f32::from_le_bytes(act[4 * b..4 * b + 4].try_into().unwrap()) as f64;
+    (0..k).map(|e| deq[e] as f64 * d(e / 32) * act[16 * nb + e] as i8 as f64).sum::<f64>() as f32
+}
+
 /// Σ |w x| over the dequantized weights and raw activations: the scale of
 /// the f32 rounding a dot may carry.
 fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
@@ -67,7 +93,7 @@ fn scalar_tiles_equal_file_format_kernels() {
         let ty = fmt.ggml_type();
         let dot = scalar_dot_fn(ty).unwrap();
         let tile = scalar_tile_fn(fmt);
-        for k in WIDTHS {
+        for &k in widths(fmt) {
             for rows in ROWS {
                 let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
                 let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
@@ -77,7 +103,7 @@ fn scalar_tiles_equal_file_format_kernels() {
                 tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut out, rows);
                 for (j, x) in xs.iter().enumerate() {
                     for (r, w) in file.iter().enumerate() {
-                        let want = dot(k, w, &file_act(fmt, x));
+                        let want = if is_k_quant(fmt) { exact_dot(ty, w, x) } else { dot(k, w, &file_act(fmt, x)) };
                         let tol = 1e-5 * magnitude(ty, w, x).max(1.0);
                         let got = out[j * rows + r];
                         assert!((got - want).abs() <= tol, "{fmt:?} k={k} row {r} col {j}: tile {got} vs file kernel {want}");
@@ -94,7 +120,7 @@ fn simd_tiles_match_scalar_twins() {
     for fmt in FORMATS {
         let ty = fmt.ggml_type();
         let (best, scalar) = (tile_fn(fmt), scalar_tile_fn(fmt));
-        for k in WIDTHS {
+        for &k in widths(fmt) {
             for rows in ROWS {
                 let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
                 for n in 1..=MAX_TILE_COLS {
@@ -124,7 +150,7 @@ fn simd_tiles_match_scalar_twins() {
 /// bounds the kernels' 16-bit partial sums are sized for).
 #[test]
 fn extreme_quants_do_not_overflow() {
-    for fmt in FORMATS {
+    for fmt in [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0] {
         let ty = fmt.ggml_type();
         let k = 256;
         let row: Vec<u8> = match fmt {
@@ -134,6 +160,7 @@ fn extreme_quants_do_not_overflow() {
             PackedFormat::Q5_0 => [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 22).collect(),
             // d = 1.0, quants alternating 127 and -127
             PackedFormat::Q8_0 => [0x00u8, 0x3C].into_iter().chain((0..32).map(|i| if i % 2 == 0 { 127u8 } else { 129u8 })).cycle().take(k / 32 * 34).collect(),
+            _ => unreachable!(),
         };
         let rows = 8;
         let file = row.repeat(rows);
@@ -166,6 +193,46 @@ fn packing_refuses_wrong_lengths() {
     assert!(fmt.pack_group(64, &src, &mut dst).is_ok());
     assert!(fmt.pack_matrix(3, 64, &src).is_err());
     assert!(quantize_act_row(&[0.0; 64], &mut vec![0; act_row_bytes(64).unwrap() - 1]).is_err());
+    assert_eq!(PackedFormat::Q4_K.group_bytes(640), None, "K-quant rows are whole super-blocks");
+}
+
+/// The K-quants' extremes: Q4_K with every quant 15 and the largest 6-bit
+/// scales and mins, Q6_K with every quant at -32 or +31 and scales of -128
+/// and 127, against activations of +-127.
+#[test]
+fn extreme_k_quants_do_not_overflow() {
+    let k = 512;
+    for fmt in [PackedFormat::Q4_K, PackedFormat::Q6_K] {
+        let ty = fmt.ggml_type();
+        for variant in 0..2u8 {
+            let block: Vec<u8> = match fmt {
+                // d = dmin = 1.0; all scales and mins 63; quants 15 (or 0)
+                PackedFormat::Q4_K => [0x00, 0x3C, 0x00, 0x3C].into_iter().chain([0xFF; 12]).chain([if variant == 0 { 0xFF } else { 0x00 }; 128]).collect(),
+                // quants 63 (+31) or 0 (-32); scales 127 or -128; d = 1.0
+                _ => [if variant == 0 { 0xFF } else { 0x00 }; 128 + 64]
+                    .into_iter()
+                    .chain([if variant == 0 { 127u8 } else { 128u8 }; 16])
+                    .chain([0x00, 0x3C])
+                    .collect(),
+            };
+            assert_eq!(block.len(), ty.type_size());
+            let row = block.repeat(k / 256);
+            let rows = 8;
+            let packed = fmt.pack_matrix(rows, k, &row.repeat(rows)).unwrap();
+            for sign in [1.0f32, -1.0] {
+                let x = vec![sign; k];
+                let acts = packed_acts(&[x.clone()], k, act_row_bytes(k).unwrap());
+                let want = exact_dot(ty, &row, &x);
+                for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+                    let mut out = vec![0.0; rows];
+                    tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
+                    for v in out {
+                        assert!((v - want).abs() <= 1e-4 * want.abs().max(1.0), "{fmt:?} variant {variant} sign {sign}: {v} vs {want}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -184,7 +251,7 @@ fn tiles_refuse_short_activations() {
 fn group_runs_equal_single_groups() {
     let mut rng = Rng::new(43);
     for fmt in FORMATS {
-        let (k, rows) = (96, 21);
+        let (k, rows) = (widths(fmt)[1], 21);
         let (_, packed) = random_matrix(fmt, rows, k, &mut rng);
         let gb = fmt.group_bytes(k).unwrap();
         let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
@@ -220,7 +287,7 @@ fn group_runs_equal_single_groups() {
 fn columns_are_independent_of_tile_width() {
     let mut rng = Rng::new(44);
     for fmt in FORMATS {
-        for k in WIDTHS {
+        for &k in widths(fmt) {
             let rows = 8;
             let (_, packed) = random_matrix(fmt, rows, k, &mut rng);
             let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();

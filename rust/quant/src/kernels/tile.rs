@@ -5,7 +5,7 @@
 
 use half::f16;
 
-use crate::packed::{nibble_at, PackedFormat, GROUP};
+use crate::packed::{nibble_at, PackedFormat, GROUP, Q4_K_QUANTS, Q6_K_QUANTS};
 
 /// The most activation columns one tile call takes.
 pub const MAX_TILE_COLS: usize = 4;
@@ -35,11 +35,13 @@ pub(crate) fn check_tile(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, act
 }
 
 /// An activation column's parts: per-block scales `d`, Q8_1 sums `s`, exact
-/// sums `dsum`, and the quants.
+/// sums `dsum`, half-block quant sums `hsum` (two i16 per block), and the
+/// quants.
 pub(crate) struct Col<'a> {
     pub d: &'a [u8],
     pub s: &'a [u8],
     pub dsum: &'a [u8],
+    pub hsum: &'a [u8],
     pub qs: &'a [u8],
 }
 
@@ -47,7 +49,13 @@ pub(crate) fn col(k: usize, acts: &[u8], stride: usize, j: usize) -> Col<'_> {
     let nb = k / 32;
     let a = &acts[j * stride..];
     let f = 4 * nb;
-    Col { d: &a[..f], s: &a[f..2 * f], dsum: &a[2 * f..3 * f], qs: &a[3 * f..3 * f + 32 * nb] }
+    Col { d: &a[..f], s: &a[f..2 * f], dsum: &a[2 * f..3 * f], hsum: &a[3 * f..4 * f], qs: &a[4 * f..4 * f + 32 * nb] }
+}
+
+/// Half `h` (0 or 1) of block `b`'s quant sums.
+#[inline]
+fn half_sum(c: &Col, b: usize, h: usize) -> i32 {
+    i16::from_le_bytes([c.hsum[4 * b + 2 * h], c.hsum[4 * b + 2 * h + 1]]) as i32
 }
 
 #[inline]
@@ -126,11 +134,63 @@ pub fn tile_q8_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
     });
 }
 
+#[allow(clippy::too_many_arguments)]
+pub fn tile_q4_k(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
+    let bb = PackedFormat::Q4_K.block_bytes();
+    each_dot(PackedFormat::Q4_K, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+        for sb in 0..k / 256 {
+            let blk = &g[sb * bb..(sb + 1) * bb];
+            let (d, dmin) = (f16_at(blk, r), f16_at(&blk[16..], r));
+            for j in 0..8 {
+                let b = 8 * sb + j;
+                let regs = &blk[Q4_K_QUANTS + 128 * j..];
+                let isum: i32 = (0..32).map(|e| nibble_at(regs, r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+                let (dx, mx) = (d * blk[32 + 8 * j + r] as f32, dmin * blk[96 + 8 * j + r] as f32);
+                acc += dx * f32_at(c.d, b) * isum as f32;
+                acc_min += -mx * f32_at(c.dsum, b);
+            }
+        }
+        acc + acc_min
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn tile_q6_k(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
+    let bb = PackedFormat::Q6_K.block_bytes();
+    each_dot(PackedFormat::Q6_K, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for sb in 0..k / 256 {
+            let blk = &g[sb * bb..(sb + 1) * bb];
+            for j in 0..8 {
+                let b = 8 * sb + j;
+                let sub = &blk[Q6_K_QUANTS + 192 * j..];
+                let mut isum = 0i32;
+                for h in 0..2 {
+                    let sc = blk[16 + 8 * (2 * j + h) + r] as i8 as i32;
+                    let dot: i32 = (16 * h..16 * h + 16)
+                        .map(|e| {
+                            let hi = (sub[128 + 32 * h + 4 * r + e % 4] >> (2 * ((e % 16) / 4))) & 3;
+                            (nibble_at(sub, r, e) | hi << 4) as i32 * c.qs[32 * b + e] as i8 as i32
+                        })
+                        .sum();
+                    // Unsigned quants: the -32 comes back through the half's sum.
+                    isum += sc * (dot - 32 * half_sum(c, b, h));
+                }
+                acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
+            }
+        }
+        acc
+    });
+}
+
 /// The scalar tile kernel for a repacked format.
 pub fn scalar_tile_fn(fmt: PackedFormat) -> TileFn {
     match fmt {
         PackedFormat::Q4_1 => tile_q4_1,
         PackedFormat::Q5_0 => tile_q5_0,
         PackedFormat::Q8_0 => tile_q8_0,
+        PackedFormat::Q4_K => tile_q4_k,
+        PackedFormat::Q6_K => tile_q6_k,
     }
 }

@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::available;
 use crate::kernels::tile::{check_tile, TileFn};
-use crate::packed::{PackedFormat, GROUP};
+use crate::packed::{PackedFormat, GROUP, Q4_K_QUANTS, Q6_K_QUANTS};
 
 pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
     if !available() {
@@ -23,6 +23,8 @@ pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
         PackedFormat::Q4_1 => q4_1,
         PackedFormat::Q5_0 => q5_0,
         PackedFormat::Q8_0 => q8_0,
+        PackedFormat::Q4_K => q4_k,
+        PackedFormat::Q6_K => q6_k,
     })
 }
 
@@ -52,6 +54,8 @@ macro_rules! dispatch {
 dispatch!(q4_1, q4_1_impl, PackedFormat::Q4_1);
 dispatch!(q5_0, q5_0_impl, PackedFormat::Q5_0);
 dispatch!(q8_0, q8_0_impl, PackedFormat::Q8_0);
+dispatch!(q4_k, q4_k_impl, PackedFormat::Q4_K);
+dispatch!(q6_k, q6_k_impl, PackedFormat::Q6_K);
 
 /// Column `j`'s eight row results to `out[j * stride..]`, the first `lanes`.
 #[inline(always)]
@@ -67,12 +71,24 @@ unsafe fn store<const N: usize>(res: &[__m256; N], out: *mut f32, stride: usize,
     }
 }
 
-/// An activation column of `nb` blocks: scales, Q8_1 sums, exact sums, quants.
+/// An activation column of `nb` blocks: scales, Q8_1 sums, exact sums,
+/// half-block sums, quants (see `crate::packed::act_row_bytes`).
+#[derive(Clone, Copy)]
+struct Col {
+    d: *const f32,
+    s: *const f32,
+    dsum: *const f32,
+    hsum: *const u8,
+    qs: *const u8,
+}
+
 #[inline(always)]
-unsafe fn col(nb: usize, a: *const u8, stride: usize, j: usize) -> (*const f32, *const f32, *const f32, *const u8) {
-    let base = a.add(j * stride);
-    let d = base.cast::<f32>();
-    (d, d.add(nb), d.add(2 * nb), base.add(12 * nb))
+unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; N] {
+    std::array::from_fn(|j| {
+        let base = a.add(j * stride);
+        let d = base.cast::<f32>();
+        Col { d, s: d.add(nb), dsum: d.add(2 * nb), hsum: base.add(12 * nb), qs: base.add(16 * nb) }
+    })
 }
 
 /// Four activation bytes in every 32-bit lane.
@@ -81,45 +97,135 @@ unsafe fn bcast4(p: *const u8) -> __m256i {
     _mm256_set1_epi32(p.cast::<i32>().read_unaligned())
 }
 
+/// One 32-element block of 4-bit quants (four nibble-pair registers at
+/// `regs`) for every column: `acc += (dx d_y) Σ q q_y`, `acc_min += mx sums[b]`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N], acc_min: &mut [__m256; N]) {
+    let (m4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi16(1));
+    let mut s16 = [_mm256_setzero_si256(); N];
+    for p in 0..4 {
+        let v = _mm256_loadu_si256(regs.add(32 * p).cast());
+        let (xl, xh) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+        for (s, c) in s16.iter_mut().zip(c) {
+            let y = c.qs.add(32 * b + 4 * p);
+            let pl = _mm256_maddubs_epi16(xl, bcast4(y));
+            let ph = _mm256_maddubs_epi16(xh, bcast4(y.add(16)));
+            *s = _mm256_add_epi16(*s, _mm256_add_epi16(pl, ph));
+        }
+    }
+    for j in 0..N {
+        let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
+        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))), isum, acc[j]);
+        acc_min[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc_min[j]);
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
     let bb = PackedFormat::Q4_1.block_bytes();
-    let (m4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi16(1));
+    let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_min = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
-        let mut s16 = [_mm256_setzero_si256(); N];
-        for p in 0..4 {
-            let v = _mm256_loadu_si256(blk.add(32 + 32 * p).cast());
-            let (xl, xh) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
-            for (j, s) in s16.iter_mut().enumerate() {
-                let y = col(nb, a, stride, j).3.add(32 * b + 4 * p);
-                let pl = _mm256_maddubs_epi16(xl, bcast4(y));
-                let ph = _mm256_maddubs_epi16(xh, bcast4(y.add(16)));
-                *s = _mm256_add_epi16(*s, _mm256_add_epi16(pl, ph));
-            }
-        }
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
-        for j in 0..N {
-            let (d, s, _, _) = col(nb, a, stride, j);
-            let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
-            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))), isum, acc[j]);
-            acc_min[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*s.add(b)), acc_min[j]);
+        q4_block(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc, &mut acc_min);
+    }
+    std::array::from_fn(|j| _mm256_add_ps(acc[j], acc_min[j]))
+}
+
+/// Q4_K as 32-element blocks: each sub-block's scale `d sc` and min
+/// `dmin m` (exact in f32) built for the eight rows, the min met by the
+/// activation block's exact sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = PackedFormat::Q4_K.block_bytes();
+    let c = cols::<N>(nb, a, stride);
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc_min = [_mm256_setzero_ps(); N];
+    let bytes8 = |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())));
+    for sb in 0..nb / 8 {
+        let blk = g.add(sb * bb);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
+        let neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())));
+        for j in 0..8 {
+            let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
+            let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
+            q4_block(blk.add(Q4_K_QUANTS + 128 * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc, &mut acc_min);
         }
     }
-    let mut res = [_mm256_setzero_ps(); N];
-    for j in 0..N {
-        res[j] = _mm256_add_ps(acc[j], acc_min[j]);
+    std::array::from_fn(|j| _mm256_add_ps(acc[j], acc_min[j]))
+}
+
+/// Q6_K: unsigned six-bit quants; two `maddubs` (at most 2 x 2 x 63 x 127 <
+/// 32,768) per 16-bit sum, widened by `madd` against the sub-block's integer
+/// scale, so a 32-element block's sum stays exact in 32 bits; the `- 32` of
+/// every quant comes back as `32 Σ sc Σq_y` over the half-block sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = PackedFormat::Q6_K.block_bytes();
+    let c = cols::<N>(nb, a, stride);
+    let (m4, m30) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
+    let mut acc = [_mm256_setzero_ps(); N];
+    // Bits 2p, 2p+1 of each plane byte to bits 4, 5 (within the byte: a
+    // 16-bit shift of at most 4 carries nothing across into bits 4 and 5).
+    let high = |plane: __m256i, p: usize| {
+        _mm256_and_si256(
+            match p {
+                0 => _mm256_slli_epi16::<4>(plane),
+                1 => _mm256_slli_epi16::<2>(plane),
+                2 => plane,
+                _ => _mm256_srli_epi16::<2>(plane),
+            },
+            m30,
+        )
+    };
+    for sb in 0..nb / 8 {
+        let blk = g.add(sb * bb);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
+        for j in 0..8 {
+            let b = 8 * sb + j;
+            let sub = blk.add(Q6_K_QUANTS + 192 * j);
+            let sa = _mm_loadl_epi64(blk.add(16 + 8 * (2 * j)).cast());
+            let sbb = _mm_loadl_epi64(blk.add(16 + 8 * (2 * j + 1)).cast());
+            // Row r's scale in 16-bit lanes 2r and 2r+1: `madd` then scales
+            // and widens in one step.
+            let sc_a = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sa));
+            let sc_b = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sbb, sbb));
+            let sc_ab = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sbb));
+            let (plane_a, plane_b) = (_mm256_loadu_si256(sub.add(128).cast()), _mm256_loadu_si256(sub.add(160).cast()));
+            let mut isum = [_mm256_setzero_si256(); N];
+            for pp in [0, 2] {
+                let v0 = _mm256_loadu_si256(sub.add(32 * pp).cast());
+                let v1 = _mm256_loadu_si256(sub.add(32 * pp + 32).cast());
+                let xl0 = _mm256_or_si256(_mm256_and_si256(v0, m4), high(plane_a, pp));
+                let xl1 = _mm256_or_si256(_mm256_and_si256(v1, m4), high(plane_a, pp + 1));
+                let xh0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4), high(plane_b, pp));
+                let xh1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4), high(plane_b, pp + 1));
+                for (s, c) in isum.iter_mut().zip(&c) {
+                    let y = c.qs.add(32 * b + 4 * pp);
+                    let ta = _mm256_add_epi16(_mm256_maddubs_epi16(xl0, bcast4(y)), _mm256_maddubs_epi16(xl1, bcast4(y.add(4))));
+                    let tb = _mm256_add_epi16(_mm256_maddubs_epi16(xh0, bcast4(y.add(16))), _mm256_maddubs_epi16(xh1, bcast4(y.add(20))));
+                    *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_madd_epi16(ta, sc_a), _mm256_madd_epi16(tb, sc_b)));
+                }
+            }
+            for jj in 0..N {
+                let off = _mm256_madd_epi16(sc_ab, bcast4(c[jj].hsum.add(4 * b)));
+                let total = _mm256_sub_epi32(isum[jj], _mm256_slli_epi32::<5>(off));
+                acc[jj] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(*c[jj].d.add(b))), _mm256_cvtepi32_ps(total), acc[jj]);
+            }
+        }
     }
-    res
+    acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
     let bb = PackedFormat::Q5_0.block_bytes();
     let (m4, bit4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x10), _mm256_set1_epi16(1));
+    let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
@@ -136,14 +242,14 @@ unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
             let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl[p], bit4));
             let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh[p], bit4));
             for j in 0..N {
-                let y = col(nb, a, stride, j).3.add(32 * b + 4 * p);
+                let y = c[j].qs.add(32 * b + 4 * p);
                 lo16[j] = _mm256_add_epi16(lo16[j], _mm256_maddubs_epi16(xl, bcast4(y)));
                 hi16[j] = _mm256_add_epi16(hi16[j], _mm256_maddubs_epi16(xh, bcast4(y.add(16))));
             }
         }
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
-            let (d, _, dsum, _) = col(nb, a, stride, j);
+            let (d, dsum) = (c[j].d, c[j].dsum);
             let isum = _mm256_add_epi32(_mm256_madd_epi16(lo16[j], ones), _mm256_madd_epi16(hi16[j], ones));
             // The quants were stored offset by 16: take 16 d_y Σq_y back.
             let t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(*d.add(b)), _mm256_set1_ps(-16.0 * *dsum.add(b)));
@@ -159,6 +265,7 @@ unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
 unsafe fn q8_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
     let bb = PackedFormat::Q8_0.block_bytes();
     let ones = _mm256_set1_epi16(1);
+    let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
@@ -166,14 +273,14 @@ unsafe fn q8_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
         for r in 0..8 {
             let x = _mm256_loadu_si256(blk.add(16 + 32 * r).cast());
             let ax = _mm256_sign_epi8(x, x);
-            for (j, s) in s32.iter_mut().enumerate() {
-                let y = bcast4(col(nb, a, stride, j).3.add(32 * b + 4 * r));
+            for (s, c) in s32.iter_mut().zip(&c) {
+                let y = bcast4(c.qs.add(32 * b + 4 * r));
                 *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones));
             }
         }
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
-            let d = col(nb, a, stride, j).0;
+            let d = c[j].d;
             acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))), _mm256_cvtepi32_ps(s32[j]), acc[j]);
         }
     }
