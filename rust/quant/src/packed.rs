@@ -263,12 +263,10 @@ fn unpack_nibbles(qs: &[u8; 16]) -> [u8; QK] {
 
 /// A Q6_K block's 256 quants in element order, unsigned (0..63; the value is `q - 32`).
 fn q6_k_elements(x: &BlockQ6K) -> [u8; QK_K] {
-    let mut out = [0u8; QK_K];
-    for e in 0..QK_K {
+    std::array::from_fn(|e| {
         let (n, l, i) = (e / 128, e % 32, (e % 128) / 32);
-        out[e] = (q6k_quants(&x.ql[64 * n..64 * n + 64], &x.qh[32 * n..32 * n + 32], l)[i] + 32) as u8;
-    }
-    out
+        (q6k_quants(&x.ql[64 * n..64 * n + 64], &x.qh[32 * n..32 * n + 32], l)[i] + 32) as u8
+    })
 }
 
 /// Row `r`'s 32 4-bit elements into a block's four nibble-pair registers.

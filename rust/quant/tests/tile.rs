@@ -221,7 +221,7 @@ fn extreme_k_quants_do_not_overflow() {
             let packed = fmt.pack_matrix(rows, k, &row.repeat(rows)).unwrap();
             for sign in [1.0f32, -1.0] {
                 let x = vec![sign; k];
-                let acts = packed_acts(&[x.clone()], k, act_row_bytes(k).unwrap());
+                let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
                 let want = exact_dot(ty, &row, &x);
                 for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
                     let mut out = vec![0.0; rows];
