@@ -81,22 +81,22 @@ fn each_dot(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, acts: &[u8], act
     }
 }
 
-// Each twin adds its terms in the order the SIMD kernels do: the scaled
-// block sums into one accumulator, any per-block constant term (Q4_1's min)
-// into another, and the two added at the end.
+// Each twin rounds exactly as the SIMD kernels do (fused multiply-adds
+// included), so the two agree bit for bit: per block, the scaled block sum,
+// then any per-block constant term (a min, an offset).
 
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q4_1(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
     let bb = PackedFormat::Q4_1.block_bytes();
     each_dot(PackedFormat::Q4_1, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
-        let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+        let mut acc = 0.0f32;
         for b in 0..k / 32 {
             let blk = &g[b * bb..(b + 1) * bb];
             let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
-            acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
-            acc_min += f16_at(&blk[16..], r) * f32_at(c.s, b);
+            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+            acc = f16_at(&blk[16..], r).mul_add(f32_at(c.s, b), acc);
         }
-        acc + acc_min
+        acc
     });
 }
 
@@ -114,7 +114,8 @@ pub fn tile_q5_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
                 })
                 .sum();
             // The quants were stored offset by 16: take 16 d_y Σq_y back.
-            acc += f16_at(blk, r) * (isum as f32 * f32_at(c.d, b) - 16.0 * f32_at(c.dsum, b));
+            let t = (isum as f32).mul_add(f32_at(c.d, b), -16.0 * f32_at(c.dsum, b));
+            acc = f16_at(blk, r).mul_add(t, acc);
         }
         acc
     });
@@ -128,7 +129,7 @@ pub fn tile_q8_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
         for b in 0..k / 32 {
             let blk = &g[b * bb..(b + 1) * bb];
             let isum: i32 = (0..32).map(|e| blk[16 + 32 * (e / 4) + 4 * r + e % 4] as i8 as i32 * c.qs[32 * b + e] as i8 as i32).sum();
-            acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
+            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
         }
         acc
     });
@@ -138,7 +139,7 @@ pub fn tile_q8_0(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
 pub fn tile_q4_k(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
     let bb = PackedFormat::Q4_K.block_bytes();
     each_dot(PackedFormat::Q4_K, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
-        let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+        let mut acc = 0.0f32;
         for sb in 0..k / 256 {
             let blk = &g[sb * bb..(sb + 1) * bb];
             let (d, dmin) = (f16_at(blk, r), f16_at(&blk[16..], r));
@@ -147,11 +148,11 @@ pub fn tile_q4_k(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
                 let regs = &blk[Q4_K_QUANTS + 128 * j..];
                 let isum: i32 = (0..32).map(|e| nibble_at(regs, r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
                 let (dx, mx) = (d * blk[32 + 8 * j + r] as f32, dmin * blk[96 + 8 * j + r] as f32);
-                acc += dx * f32_at(c.d, b) * isum as f32;
-                acc_min += -mx * f32_at(c.dsum, b);
+                acc = (dx * f32_at(c.d, b)).mul_add(isum as f32, acc);
+                acc = (-mx).mul_add(f32_at(c.dsum, b), acc);
             }
         }
-        acc + acc_min
+        acc
     });
 }
 
@@ -177,7 +178,7 @@ pub fn tile_q6_k(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize
                     // Unsigned quants: the -32 comes back through the half's sum.
                     isum += sc * (dot - 32 * half_sum(c, b, h));
                 }
-                acc += f16_at(blk, r) * f32_at(c.d, b) * isum as f32;
+                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
             }
         }
         acc

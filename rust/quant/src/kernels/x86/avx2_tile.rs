@@ -98,10 +98,11 @@ unsafe fn bcast4(p: *const u8) -> __m256i {
 }
 
 /// One 32-element block of 4-bit quants (four nibble-pair registers at
-/// `regs`) for every column: `acc += (dx d_y) Σ q q_y`, `acc_min += mx sums[b]`.
+/// `regs`) for every column: `acc += (dx d_y) Σ q q_y`, then `acc += mx
+/// sums[b]` (one accumulator per column: at four columns a second would not
+/// fit in the sixteen registers).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N], acc_min: &mut [__m256; N]) {
+unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N]) {
     let (m4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi16(1));
     let mut s16 = [_mm256_setzero_si256(); N];
     for p in 0..4 {
@@ -117,7 +118,7 @@ unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: u
     for j in 0..N {
         let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
         acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))), isum, acc[j]);
-        acc_min[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc_min[j]);
+        acc[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc[j]);
     }
 }
 
@@ -126,14 +127,13 @@ unsafe fn q4_1_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
     let bb = PackedFormat::Q4_1.block_bytes();
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
-    let mut acc_min = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
-        q4_block(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc, &mut acc_min);
+        q4_block(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc);
     }
-    std::array::from_fn(|j| _mm256_add_ps(acc[j], acc_min[j]))
+    acc
 }
 
 /// Q4_K as 32-element blocks: each sub-block's scale `d sc` and min
@@ -144,7 +144,6 @@ unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
     let bb = PackedFormat::Q4_K.block_bytes();
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
-    let mut acc_min = [_mm256_setzero_ps(); N];
     let bytes8 = |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())));
     for sb in 0..nb / 8 {
         let blk = g.add(sb * bb);
@@ -153,10 +152,10 @@ unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
         for j in 0..8 {
             let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
             let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
-            q4_block(blk.add(Q4_K_QUANTS + 128 * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc, &mut acc_min);
+            q4_block(blk.add(Q4_K_QUANTS + 128 * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
         }
     }
-    std::array::from_fn(|j| _mm256_add_ps(acc[j], acc_min[j]))
+    acc
 }
 
 /// Q6_K: unsigned six-bit quants; two `maddubs` (at most 2 x 2 x 63 x 127 <
