@@ -11,7 +11,7 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, FfnActivation};
 use crate::error::{ModelError, Result};
-use crate::matmul::{matmul, Acts};
+use crate::matmul::{matmul, matmul_gated, matmul_many, Acts, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
 use crate::Model;
@@ -36,7 +36,6 @@ struct Scratch {
     att: Vec<f32>,  // [t, n_head * head_dim_v]
     o: Vec<f32>,    // [t, n_embd] block output
     gate: Vec<f32>, // [t, n_ff]
-    up: Vec<f32>,   // [t, n_ff]
     cos: Vec<f32>,  // [t, n_rot / 2], one table per rope variant: global then windowed
     sin: Vec<f32>,
     acts: Acts,
@@ -54,7 +53,7 @@ impl Scratch {
             return;
         }
         let half = c.n_rot / 2;
-        let sizes: [(&mut Vec<f32>, usize); 11] = [
+        let sizes: [(&mut Vec<f32>, usize); 10] = [
             (&mut self.x, c.n_embd),
             (&mut self.h, c.n_embd),
             (&mut self.q, c.n_head * c.head_dim_k),
@@ -63,7 +62,6 @@ impl Scratch {
             (&mut self.att, c.n_head * c.head_dim_v),
             (&mut self.o, c.n_embd),
             (&mut self.gate, c.n_ff),
-            (&mut self.up, c.n_ff),
             (&mut self.cos, 2 * half),
             (&mut self.sin, 2 * half),
         ];
@@ -249,9 +247,17 @@ impl Model {
             // Attention block.
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(pool, &l.wq, sc.acts.get(pool, l.wq.input, &sc.h, t, e), t, &mut sc.q);
-            matmul(pool, &l.wk, sc.acts.get(pool, l.wk.input, &sc.h, t, e), t, &mut sc.k);
-            matmul(pool, &l.wv, sc.acts.get(pool, l.wv.input, &sc.h, t, e), t, &mut sc.v);
+            // One dispatch for the three: a decoded token pays for each fork/join.
+            let [aq, ak, av] = sc.acts.get_many(pool, [l.wq.input, l.wk.input, l.wv.input], &sc.h, t, e);
+            matmul_many(
+                pool,
+                t,
+                [
+                    Product { w: &l.wq, acts: aq, out: &mut sc.q },
+                    Product { w: &l.wk, acts: ak, out: &mut sc.k },
+                    Product { w: &l.wv, acts: av, out: &mut sc.v },
+                ],
+            );
             for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
                 if let Some(b) = bias {
                     buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
@@ -304,19 +310,23 @@ impl Model {
             // Feed-forward block.
             norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
-            matmul(pool, &l.w_gate, sc.acts.get(pool, l.w_gate.input, &sc.h, t, e), t, &mut sc.gate);
-            matmul(pool, &l.w_up, sc.acts.get(pool, l.w_up.input, &sc.h, t, e), t, &mut sc.up);
+            // The activation rides in the products' dispatch, on rows still in cache.
+            let [a_gate, a_up] = sc.acts.get_many(pool, [l.w_gate.input, l.w_up.input], &sc.h, t, e);
             let act = c.opts.activation;
-            let up = &sc.up;
-            pool.rows_mut(&mut sc.gate[..t * c.n_ff], c.n_ff, |j, g| {
-                let u = &up[j * c.n_ff..(j + 1) * c.n_ff];
-                for (g, u) in g.iter_mut().zip(u) {
-                    *g = match act {
-                        FfnActivation::Silu => ops::silu(*g),
-                        FfnActivation::GeluTanh => ops::gelu_table(*g),
-                    } * u;
-                }
-            });
+            matmul_gated(
+                pool,
+                t,
+                Product { w: &l.w_gate, acts: a_gate, out: &mut sc.gate },
+                &l.w_up,
+                a_up,
+                |g, u| {
+                    let a = match act {
+                        FfnActivation::Silu => ops::silu(g),
+                        FfnActivation::GeluTanh => ops::gelu_table(g),
+                    };
+                    a * u
+                },
+            );
             sc.acts.invalidate();
             matmul(pool, &l.w_down, sc.acts.get(pool, l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);

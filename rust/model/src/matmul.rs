@@ -4,12 +4,18 @@
 //!
 //! Work is split by weight rows, and each row meets every column of the batch
 //! while it is hot in cache, so a pass of several tokens reads the weights once.
+//! Products that can run together share one dispatch, which a decoded token
+//! pays for in latency; every dispatch hands its tasks to one routine
+//! ([`product_rows`]), so a row's result never depends on which it went through.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
 
 use ember_quant::packed::GROUP;
 use ember_quant::{ActType, MAX_DOT_COLS, MAX_TILE_COLS};
 
 use crate::pool::{Pool, SyncPtr};
-use crate::weights::{ActFormat, Matrix, PackedRows};
+use crate::weights::{ActFormat, Matrix};
 
 /// Activation rows, quantized on first use per format and reused by every
 /// matrix of that format reading the same input (q, k and v share one).
@@ -28,6 +34,23 @@ impl Acts {
 
     /// The `t` rows of `x` (each `k` wide) in format `act`.
     pub fn get(&mut self, pool: &Pool, act: ActFormat, x: &[f32], t: usize, k: usize) -> &[u8] {
+        let [rows] = self.get_many(pool, [act], x, t, k);
+        rows
+    }
+
+    /// The same rows in each of several formats at once, for products that
+    /// share one dispatch but not one kernel input.
+    pub fn get_many<const N: usize>(&mut self, pool: &Pool, acts: [ActFormat; N], x: &[f32], t: usize, k: usize) -> [&[u8]; N] {
+        for act in acts {
+            self.quantize(pool, act, x, t, k);
+        }
+        acts.map(|act| {
+            let e = self.entries.iter().find(|e| e.0 == act).expect("quantized above");
+            &e.1[..]
+        })
+    }
+
+    fn quantize(&mut self, pool: &Pool, act: ActFormat, x: &[f32], t: usize, k: usize) {
         let i = match self.entries.iter().position(|e| e.0 == act) {
             Some(i) => i,
             None => {
@@ -46,7 +69,6 @@ impl Acts {
             pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| quantize_into(act, &x[j * k..(j + 1) * k], dst));
             e.2 = true;
         }
-        &self.entries[i].1
     }
 }
 
@@ -83,79 +105,321 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
 
 /// `out[j][r] = dot(w.row(r), acts[j])` for `t` columns; `out` is `t` rows of `w.rows`.
 pub fn matmul(pool: &Pool, w: &Matrix, acts: &[u8], t: usize, out: &mut [f32]) {
-    assert!(out.len() >= t * w.rows);
-    if let Some(p) = &w.packed {
-        return matmul_tiled(pool, w, p, acts, t, out);
+    matmul_many(pool, t, [Product { w, acts, out }]);
+}
+
+/// One product of a dispatch: `out[j * w.rows + r] = dot(w.row(r), column j of acts)`
+/// for the `t` columns of the pass; `acts` holds them in `w.input`'s format.
+pub struct Product<'a> {
+    pub w: &'a Matrix,
+    pub acts: &'a [u8],
+    pub out: &'a mut [f32],
+}
+
+/// Several independent products in one parallel dispatch: on a few cores a
+/// fork/join costs a visible share of a decoded token, and products that
+/// read the same input (q, k and v) need not wait for one another.
+pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>; N]) {
+    let parts = products.map(|p| {
+        assert!(p.out.len() >= t * p.w.rows, "output of {} for {t} columns of {} rows", p.out.len(), p.w.rows);
+        (Operand::new(p.w, p.acts, t), SyncPtr(p.out.as_mut_ptr()))
+    });
+    let task_rows = parts.each_ref().map(|(p, _)| task_rows(pool, p.w, t));
+    let mut first_item = [0usize; N];
+    let mut n_items = 0;
+    for i in 0..N {
+        first_item[i] = n_items;
+        n_items += parts[i].0.w.rows.div_ceil(task_rows[i]);
     }
-    let arb = acts.len() / t;
-    let (rows, k, dot) = (w.rows, w.cols, w.dot);
-    let out = SyncPtr(out.as_mut_ptr());
-    if let (Some(cols), true) = (w.dot_cols, t > 1) {
-        // Several columns per call: the weight block's decoding is shared.
-        return pool.for_each(rows.div_ceil(TILE_ROWS), |c| {
-            let mut res = [0.0f32; MAX_DOT_COLS];
-            for j0 in (0..t).step_by(MAX_DOT_COLS) {
-                let n = MAX_DOT_COLS.min(t - j0);
-                for r in c * TILE_ROWS..((c + 1) * TILE_ROWS).min(rows) {
-                    cols(k, w.row(r), &acts[j0 * arb..], arb, n, &mut res);
-                    for (jj, &v) in res[..n].iter().enumerate() {
-                        // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                        unsafe { *out.get().add((j0 + jj) * rows + r) = v };
+    pool.for_each(n_items, |item| {
+        let i = first_item.iter().rposition(|&f| f <= item).expect("item 0 starts product 0");
+        let (p, out) = &parts[i];
+        let start = (item - first_item[i]) * task_rows[i];
+        let r = start..(start + task_rows[i]).min(p.w.rows);
+        // SAFETY: each item is handed out once, the items of a product cover
+        // disjoint row ranges, and `out` holds every column of every row.
+        unsafe { product_rows(p, r.clone(), 0..t, out.get().add(r.start), p.w.rows) };
+    });
+}
+
+/// `gate.out[j * rows + r] = combine(g, u)`, `g` and `u` being what the
+/// products of `gate` and of `up` over `up_acts` give for row `r` of column
+/// `j`: the two products and the combination in one dispatch. A task
+/// computes a few rows of both in a few columns at a time into buffers of its
+/// own and writes only the combination: no join between the products and the
+/// activation, and neither product makes a round trip through memory.
+pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_acts: &[u8], combine: impl Fn(f32, f32) -> f32 + Sync) {
+    let rows = gate.w.rows;
+    assert_eq!(up.rows, rows, "gate and up products of different heights");
+    assert!(gate.out.len() >= t * rows, "output of {} for {t} columns of {rows} rows", gate.out.len());
+    let out = SyncPtr(gate.out.as_mut_ptr());
+    let (gate, up) = (Operand::new(gate.w, gate.acts, t), Operand::new(up, up_acts, t));
+    // A cut that suits both; a packed matrix needs runs that start on a group.
+    let chunk = task_rows(pool, gate.w, t).max(task_rows(pool, up.w, t)).next_multiple_of(GROUP);
+    // One column: long runs of rows, as a product alone has. Several: the
+    // product's own tiles, in column groups that fill the buffers.
+    let (run_rows, col_block) = if t == 1 { (GATED_BUF, 1) } else { (TILE_ROWS, GATED_BUF / TILE_ROWS) };
+    pool.for_each(rows.div_ceil(chunk), |c| {
+        // Only the part in use is initialised: zeroing all of it would cost
+        // a decode task a few percent.
+        let mut g = MaybeUninit::<[f32; GATED_BUF]>::uninit();
+        let mut u = MaybeUninit::<[f32; GATED_BUF]>::uninit();
+        let (g, u) = (g.as_mut_ptr() as *mut f32, u.as_mut_ptr() as *mut f32);
+        let task = c * chunk..((c + 1) * chunk).min(rows);
+        for run_start in task.clone().step_by(run_rows) {
+            let r = run_start..(run_start + run_rows).min(task.end);
+            for j0 in (0..t).step_by(col_block) {
+                let cols = j0..(j0 + col_block).min(t);
+                let n = r.len();
+                debug_assert!(cols.len() * n <= GATED_BUF);
+                // SAFETY: the buffers hold `cols.len()` columns of `n` rows;
+                // each task owns rows `task` of `out`, in every column.
+                unsafe {
+                    g.write_bytes(0, cols.len() * n);
+                    u.write_bytes(0, cols.len() * n);
+                    product_rows(&gate, r.clone(), cols.clone(), g, n);
+                    product_rows(&up, r.clone(), cols.clone(), u, n);
+                    for (jj, j) in cols.enumerate() {
+                        let dst = std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
+                        let g = std::slice::from_raw_parts(g.add(jj * n), n);
+                        let u = std::slice::from_raw_parts(u.add(jj * n), n);
+                        for ((d, &g), &u) in dst.iter_mut().zip(g).zip(u) {
+                            *d = combine(g, u);
+                        }
                     }
                 }
             }
-        });
-    }
-    // Several chunks per thread to even out stragglers, each big enough to amortise scheduling.
-    let chunk = rows.div_ceil(pool.threads() * 4).max(16);
-    pool.for_each(rows.div_ceil(chunk), |c| {
-        for r in c * chunk..((c + 1) * chunk).min(rows) {
-            let wr = w.row(r);
-            for j in 0..t {
-                let v = dot(k, wr, &acts[j * arb..(j + 1) * arb]);
-                // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                unsafe { *out.get().add(j * rows + r) = v };
-            }
         }
     });
 }
 
-/// Rows in a task of a tiled product over several columns: few enough that
-/// they stay in L1 while every column group passes over them. A multiple of
+/// Results a task of [`matmul_gated`] holds per product: a long run of rows
+/// in one column, or a tile of [`TILE_ROWS`] rows in several columns (enough
+/// of them that alternating between the two products' weight tiles costs
+/// little: with only [`MAX_TILE_COLS`], both tiles and the columns crowd L1).
+const GATED_BUF: usize = 1024;
+const _: () = assert!(GATED_BUF.is_multiple_of(GROUP) && GATED_BUF.is_multiple_of(TILE_ROWS) && GATED_BUF / TILE_ROWS >= MAX_TILE_COLS);
+
+/// A matrix and the activation columns it is multiplied with.
+struct Operand<'a> {
+    w: &'a Matrix,
+    acts: &'a [u8],
+    /// Bytes of one activation column.
+    stride: usize,
+}
+
+impl<'a> Operand<'a> {
+    fn new(w: &'a Matrix, acts: &'a [u8], t: usize) -> Operand<'a> {
+        assert!(t > 0, "a product of no columns");
+        Operand { w, acts, stride: acts.len() / t }
+    }
+}
+
+/// Rows in a task of a product over `t` columns.
+fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
+    // Several tasks per thread to even out stragglers, each big enough to amortise scheduling.
+    let spread = w.rows.div_ceil(pool.threads() * 4).max(16);
+    match (&w.packed, w.dot_cols) {
+        // One column: a long run of groups per kernel call.
+        (Some(_), _) if t == 1 => spread.next_multiple_of(GROUP),
+        // Several columns: tiles that stay in L1 while every column passes over them.
+        (Some(_), _) => TILE_ROWS,
+        (None, Some(_)) if t > 1 => TILE_ROWS,
+        _ => spread,
+    }
+}
+
+/// Rows per tile of a product over several columns: few enough that they
+/// stay in L1 while every column group passes over them. A multiple of
 /// [`GROUP`].
 const TILE_ROWS: usize = 32;
 
-/// As [`matmul`], over repacked row groups. A single column (decode) hands
-/// each task a long run of groups in one kernel call; several columns go in
-/// tasks of [`TILE_ROWS`] rows met by the columns [`MAX_TILE_COLS`] at a time,
-/// so a weight block is unpacked once per column group instead of once per
-/// column.
-fn matmul_tiled(pool: &Pool, w: &Matrix, p: &PackedRows, acts: &[u8], t: usize, out: &mut [f32]) {
-    let stride = acts.len() / t;
-    let (rows, k, tile) = (w.rows, w.cols, p.tile);
-    let out = SyncPtr(out.as_mut_ptr());
-    if t == 1 {
-        let chunk = rows.div_ceil(pool.threads() * 4).max(16).next_multiple_of(GROUP);
-        pool.for_each(rows.div_ceil(chunk), |c| {
-            let r = c * chunk..((c + 1) * chunk).min(rows);
-            // SAFETY: tasks own disjoint row ranges of the one output row.
-            let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(r.start), r.len()) };
-            tile(k, p.groups(r.clone()), r.len(), acts, stride, 1, o, r.len());
-        });
-        return;
-    }
-    pool.for_each(rows.div_ceil(TILE_ROWS), |c| {
-        let r = c * TILE_ROWS..((c + 1) * TILE_ROWS).min(rows);
-        let n_rows = r.len();
+/// Computes rows `r` of a product in columns `cols`, the result of row `i`
+/// in column `j` going to `dst[(j - cols.start) * col_stride + (i - r.start)]`:
+/// the work of one task, or of part of one, whatever dispatch it is part of.
+/// `r.start` is a multiple of [`GROUP`] where the matrix is packed.
+///
+/// A single column over packed rows goes to the tile kernel as one run of
+/// groups; several columns go in tiles of [`TILE_ROWS`] rows met by
+/// [`MAX_TILE_COLS`] columns at a time (or [`MAX_DOT_COLS`] for a file
+/// format's multi-column kernel), so a weight block is decoded once per
+/// column group instead of once per column.
+///
+/// # Safety
+/// `dst` is valid for those writes, and no other thread accesses those
+/// elements meanwhile.
+unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *mut f32, col_stride: usize) {
+    let (w, acts, stride, k) = (p.w, p.acts, p.stride, p.w.cols);
+    let at = |j: usize, row: usize| dst.add((j - cols.start) * col_stride + (row - r.start));
+    if let Some(packed) = &w.packed {
+        if cols.len() == 1 {
+            let j = cols.start;
+            let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
+            (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[j * stride..], stride, 1, o, r.len());
+            return;
+        }
         let mut res = [0.0f32; TILE_ROWS * MAX_TILE_COLS];
-        for j0 in (0..t).step_by(MAX_TILE_COLS) {
-            let n = MAX_TILE_COLS.min(t - j0);
-            tile(k, p.groups(r.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
-            for jj in 0..n {
-                // SAFETY: each (j, r) is written by exactly one task; `out` holds t * rows.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.get().add((j0 + jj) * rows + r.start), n_rows) };
-                dst.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
+        for tile_start in r.clone().step_by(TILE_ROWS) {
+            let tr = tile_start..(tile_start + TILE_ROWS).min(r.end);
+            let n_rows = tr.len();
+            for j0 in cols.clone().step_by(MAX_TILE_COLS) {
+                let n = MAX_TILE_COLS.min(cols.end - j0);
+                (packed.tile)(k, packed.groups(tr.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
+                for jj in 0..n {
+                    let o = std::slice::from_raw_parts_mut(at(j0 + jj, tr.start), n_rows);
+                    o.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
+                }
             }
         }
-    });
+        return;
+    }
+    if let (Some(dot_cols), true) = (w.dot_cols, cols.len() > 1) {
+        let mut res = [0.0f32; MAX_DOT_COLS];
+        for tile_start in r.clone().step_by(TILE_ROWS) {
+            let tr = tile_start..(tile_start + TILE_ROWS).min(r.end);
+            for j0 in cols.clone().step_by(MAX_DOT_COLS) {
+                let n = MAX_DOT_COLS.min(cols.end - j0);
+                for row in tr.clone() {
+                    dot_cols(k, w.row(row), &acts[j0 * stride..], stride, n, &mut res);
+                    for (jj, &v) in res[..n].iter().enumerate() {
+                        *at(j0 + jj, row) = v;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for row in r.clone() {
+        let wr = w.row(row);
+        for j in cols.clone() {
+            *at(j, row) = (w.dot)(k, wr, &acts[j * stride..(j + 1) * stride]);
+        }
+    }
 }
+
+#[cfg(test)]
+mod tests {
+    use ember_gguf::GgmlType;
+
+    use super::*;
+
+    /// splitmix64, for test data that is the same on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+            z ^ (z >> 31)
+        }
+
+        fn float(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+    }
+
+    /// Random quants under small, finite scales: Q4_1 and Q4_K blocks both
+    /// open with two f16 (scale and min), the rest is quant bits.
+    fn matrix(ty: GgmlType, rows: usize, cols: usize, repack: bool, rng: &mut Rng) -> Matrix {
+        assert!(matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K));
+        let mut data: Vec<u8> = (0..rows * ty.row_bytes(cols as u64).unwrap() as usize).map(|_| rng.next() as u8).collect();
+        for block in data.chunks_exact_mut(ty.type_size()) {
+            block[..2].copy_from_slice(&half::f16::from_f32(0.01 + 0.01 * rng.float().abs()).to_bits().to_le_bytes());
+            block[2..4].copy_from_slice(&half::f16::from_f32(0.02 * rng.float()).to_bits().to_le_bytes());
+        }
+        Matrix::for_test(ty, rows, cols, data, repack)
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// Each product alone, on one thread: the reference the fused dispatches
+    /// must reproduce exactly.
+    fn alone(w: &Matrix, x: &[f32], t: usize) -> Vec<f32> {
+        let pool = Pool::new(1).unwrap();
+        let mut acts = Acts::default();
+        let mut out = vec![0.0; t * w.rows];
+        matmul(&pool, w, acts.get(&pool, w.input, x, t, w.cols), t, &mut out);
+        assert!(out.iter().all(|v| v.is_finite()) && out.iter().any(|&v| v != 0.0), "test data gives a meaningful product");
+        out
+    }
+
+    const K: usize = 256;
+
+    /// Packed rows (tile kernel), a file format left unpacked that has a
+    /// multi-column kernel (Q4_K on AVX2), the plain dot, and all three mixed
+    /// (three activation formats in one dispatch). Heights that are not whole
+    /// tiles or groups.
+    fn cases(rng: &mut Rng) -> Vec<(&'static str, [Matrix; 3])> {
+        let (q, kv) = (200, 75);
+        let same = |ty, repack, rng: &mut Rng| [matrix(ty, q, K, repack, rng), matrix(ty, kv, K, repack, rng), matrix(ty, kv, K, repack, rng)];
+        vec![
+            ("packed", same(GgmlType::Q4_1, true, rng)),
+            ("q4_k", same(GgmlType::Q4_K, false, rng)),
+            ("plain dot", same(GgmlType::Q4_1, false, rng)),
+            ("mixed", [matrix(GgmlType::Q4_1, q, K, true, rng), matrix(GgmlType::Q4_K, kv, K, false, rng), matrix(GgmlType::Q4_1, kv, K, false, rng)]),
+        ]
+    }
+
+    #[test]
+    fn products_in_one_dispatch_equal_products_alone() {
+        let mut rng = Rng(7);
+        let pool = Pool::new(3).unwrap();
+        for (name, [a, b, c]) in cases(&mut rng) {
+            for t in [1, 3, 9, 37] {
+                let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
+                let mut acts = Acts::default();
+                let [xa, xb, xc] = acts.get_many(&pool, [a.input, b.input, c.input], &x, t, K);
+                let (mut oa, mut ob, mut oc) = (vec![0.0; t * a.rows], vec![0.0; t * b.rows], vec![0.0; t * c.rows]);
+                matmul_many(
+                    &pool,
+                    t,
+                    [
+                        Product { w: &a, acts: xa, out: &mut oa },
+                        Product { w: &b, acts: xb, out: &mut ob },
+                        Product { w: &c, acts: xc, out: &mut oc },
+                    ],
+                );
+                for (w, out) in [(&a, &oa), (&b, &ob), (&c, &oc)] {
+                    assert!(same_bits(out, &alone(w, &x, t)), "{name}, {} rows, t = {t}", w.rows);
+                }
+            }
+        }
+    }
+
+    /// The same pairs of formats; t = 37 spans more than one column group of
+    /// a task, and the single thread's long tasks more than one run of rows.
+    #[test]
+    fn gated_product_equals_products_then_activation() {
+        let mut rng = Rng(11);
+        let combine = |g: f32, u: f32| crate::ops::silu(g) * u;
+        let n_ff = 200;
+        let pairs = [
+            ("packed", matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng), matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng)),
+            ("q4_k", matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng), matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng)),
+            ("plain dot", matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng), matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng)),
+            ("mixed", matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng), matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng)),
+            ("odd height", matrix(GgmlType::Q4_1, 75, K, true, &mut rng), matrix(GgmlType::Q4_1, 75, K, false, &mut rng)),
+            ("long runs", matrix(GgmlType::Q4_1, 4400, K, true, &mut rng), matrix(GgmlType::Q4_1, 4400, K, true, &mut rng)),
+        ];
+        for (name, gate, up) in &pairs {
+            let (pool, ts): (_, &[usize]) = match *name {
+                "long runs" => (Pool::new(1).unwrap(), &[1, 3]),
+                _ => (Pool::new(3).unwrap(), &[1, 3, 9, 37]),
+            };
+            for &t in ts {
+                let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
+                let want: Vec<f32> = alone(gate, &x, t).into_iter().zip(alone(up, &x, t)).map(|(g, u)| combine(g, u)).collect();
+                let mut acts = Acts::default();
+                let [xg, xu] = acts.get_many(&pool, [gate.input, up.input], &x, t, K);
+                let mut og = vec![0.0; t * gate.rows];
+                matmul_gated(&pool, t, Product { w: gate, acts: xg, out: &mut og }, up, xu, combine);
+                assert!(same_bits(&og, &want), "{name}, t = {t}");
+            }
+        }
+    }
+}
+

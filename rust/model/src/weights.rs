@@ -69,6 +69,21 @@ impl Matrix {
     }
 }
 
+#[cfg(test)]
+impl Matrix {
+    /// A matrix of `rows` rows of `cols` over `data` in the file layout of
+    /// `ty`, bound as a file's tensor would be.
+    pub(crate) fn for_test(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>, repack_rows: bool) -> Matrix {
+        let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
+        assert_eq!(data.len(), rows * row_bytes);
+        let data: &'static [u8] = Vec::leak(data);
+        let packed = PackedFormat::of(ty).filter(|_| repack_rows).map(|f| repack(f, rows, cols, row_bytes, data).unwrap());
+        let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(ember_quant::activation_type(ty)) };
+        let (dot, dot_cols) = (ember_quant::dot_fn(ty).unwrap(), ember_quant::dot_cols_fn(ty));
+        Matrix { name: format!("test.{}", ty.name()), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }
+    }
+}
+
 /// One transformer block. Shapes are written as (rows = outputs, cols = inputs).
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,         // [n_embd]
