@@ -312,20 +312,53 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     }
     let nb = k / QK;
     let (head, qs) = out.split_at_mut(16 * nb);
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::x86::avx2::available() {
+        for (b, x) in x.chunks_exact(QK).enumerate() {
+            // SAFETY: AVX2/FMA/F16C checked above; 32 floats in, 32 bytes out.
+            let (amax, sum, lo, hi) = unsafe { crate::kernels::x86::avx2_act::q8_block(x.as_ptr(), qs[QK * b..].as_mut_ptr()) };
+            put_act_head(head, nb, b, amax / 127.0, sum, [lo, hi]);
+        }
+        return Ok(());
+    }
+    quantize_act_blocks(x, nb, head, qs);
+    Ok(())
+}
+
+/// [`quantize_act_row`] without SIMD: the definition the vector form is
+/// tested against.
+pub fn quantize_act_row_scalar(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    let k = x.len();
+    let format = "packed Q8 activations";
+    let want = act_row_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
+    if out.len() != want {
+        return Err(QuantError::Length { format, what: "activation row", expected: want, got: out.len() });
+    }
+    let nb = k / QK;
+    let (head, qs) = out.split_at_mut(16 * nb);
+    quantize_act_blocks(x, nb, head, qs);
+    Ok(())
+}
+
+fn quantize_act_blocks(x: &[f32], nb: usize, head: &mut [u8], qs: &mut [u8]) {
     for (b, x) in x.chunks_exact(QK).enumerate() {
         let (d, q, sum) = q8_block(x, Q8Rounding::X86);
-        let d16 = f16::from_f32(d).to_f32();
-        let s = f16::from_f32(sum as f32 * d).to_f32();
-        let dsum = d16 * sum as f32;
-        head[4 * b..4 * b + 4].copy_from_slice(&d16.to_le_bytes());
-        head[4 * (nb + b)..4 * (nb + b) + 4].copy_from_slice(&s.to_le_bytes());
-        head[4 * (2 * nb + b)..4 * (2 * nb + b) + 4].copy_from_slice(&dsum.to_le_bytes());
-        let half = |h: &[i8]| h.iter().map(|&v| v as i16).sum::<i16>();
-        head[4 * (3 * nb + b)..4 * (3 * nb + b) + 2].copy_from_slice(&half(&q[..16]).to_le_bytes());
-        head[4 * (3 * nb + b) + 2..4 * (3 * nb + b) + 4].copy_from_slice(&half(&q[16..]).to_le_bytes());
+        let half = |h: &[i8]| h.iter().map(|&v| v as i32).sum::<i32>();
+        put_act_head(head, nb, b, d, sum, [half(&q[..16]), half(&q[16..])]);
         for (o, &v) in qs[QK * b..QK * (b + 1)].iter_mut().zip(&q) {
             *o = v as u8;
         }
     }
-    Ok(())
+}
+
+/// Block `b`'s scale and sums into a row's head (see [`act_row_bytes`]).
+fn put_act_head(head: &mut [u8], nb: usize, b: usize, d: f32, sum: i32, halves: [i32; 2]) {
+    let d16 = f16::from_f32(d).to_f32();
+    let s = f16::from_f32(sum as f32 * d).to_f32();
+    let dsum = d16 * sum as f32;
+    head[4 * b..4 * b + 4].copy_from_slice(&d16.to_le_bytes());
+    head[4 * (nb + b)..4 * (nb + b) + 4].copy_from_slice(&s.to_le_bytes());
+    head[4 * (2 * nb + b)..4 * (2 * nb + b) + 4].copy_from_slice(&dsum.to_le_bytes());
+    head[4 * (3 * nb + b)..4 * (3 * nb + b) + 2].copy_from_slice(&(halves[0] as i16).to_le_bytes());
+    head[4 * (3 * nb + b) + 2..4 * (3 * nb + b) + 4].copy_from_slice(&(halves[1] as i16).to_le_bytes());
 }

@@ -4,7 +4,7 @@
 pub mod scalar;
 pub mod tile;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use std::sync::OnceLock;
 

@@ -3,3 +3,4 @@
 
 pub(crate) mod avx2;
 pub(crate) mod avx2_tile;
+pub(crate) mod avx2_act;
