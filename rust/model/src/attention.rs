@@ -7,8 +7,8 @@
 //! score is a dot whose products are accumulated by fused multiply-adds into
 //! eight lanes (element `d` into lane `d % 8`), the lanes summed pairwise
 //! (`((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), then scaled;
-//! scores are softmaxed in f32 (probabilities rounded to f16 for an f16
-//! cache); and the outputs are the value rows weighted by fused multiply-adds
+//! scores are softmaxed in f32 with `ops::exp_shifted` (probabilities rounded
+//! to f16 for an f16 cache); and the outputs are the value rows weighted by fused multiply-adds
 //! in position order.
 //!
 //! The work is split into items of (a tile of consecutive query rows, a run of
@@ -369,9 +369,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             for &e in row.iter() {
                 max = max.max(e);
             }
-            for e in row.iter_mut() {
-                *e = (*e - max).exp();
-            }
+            crate::ops::exp_shifted(row, max);
             let mut sum = 0.0f64;
             for &e in row.iter() {
                 sum += e as f64;
@@ -709,7 +707,7 @@ mod tests {
             }
             let mut sum = 0.0f64;
             for e in scores.iter_mut() {
-                *e = (*e - max).exp();
+                *e = crate::ops::exp_fast(*e - max);
                 sum += *e as f64;
             }
             let inv = (1.0 / sum) as f32;

@@ -319,12 +319,13 @@ impl Model {
                 Product { w: &l.w_gate, acts: a_gate, out: &mut sc.gate },
                 &l.w_up,
                 a_up,
-                |g, u| {
-                    let a = match act {
-                        FfnActivation::Silu => ops::silu(g),
-                        FfnActivation::GeluTanh => ops::gelu_table(g),
-                    };
-                    a * u
+                |out, g, u| match act {
+                    FfnActivation::Silu => ops::silu_mul(out, g, u),
+                    FfnActivation::GeluTanh => {
+                        for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                            *o = ops::gelu_table(g) * u;
+                        }
+                    }
                 },
             );
             sc.acts.invalidate();

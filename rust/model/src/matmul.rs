@@ -144,11 +144,11 @@ pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>
 
 /// `gate.out[j * rows + r] = combine(g, u)`, `g` and `u` being what the
 /// products of `gate` and of `up` over `up_acts` give for row `r` of column
-/// `j`: the two products and the combination in one dispatch. A task
+/// `j` (`combine(out, g, u)` takes runs of rows, so it can be vectorised): the two products and the combination in one dispatch. A task
 /// computes a few rows of both in a few columns at a time into buffers of its
 /// own and writes only the combination: no join between the products and the
 /// activation, and neither product makes a round trip through memory.
-pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_acts: &[u8], combine: impl Fn(f32, f32) -> f32 + Sync) {
+pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_acts: &[u8], combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync) {
     let rows = gate.w.rows;
     assert_eq!(up.rows, rows, "gate and up products of different heights");
     assert!(gate.out.len() >= t * rows, "output of {} for {t} columns of {rows} rows", gate.out.len());
@@ -183,9 +183,7 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
                         let dst = std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
                         let g = std::slice::from_raw_parts(g.add(jj * n), n);
                         let u = std::slice::from_raw_parts(u.add(jj * n), n);
-                        for ((d, &g), &u) in dst.iter_mut().zip(g).zip(u) {
-                            *d = combine(g, u);
-                        }
+                        combine(dst, g, u);
                     }
                 }
             }
@@ -395,7 +393,7 @@ mod tests {
     #[test]
     fn gated_product_equals_products_then_activation() {
         let mut rng = Rng(11);
-        let combine = |g: f32, u: f32| crate::ops::silu(g) * u;
+        let combine = |d: &mut [f32], g: &[f32], u: &[f32]| crate::ops::silu_mul(d, g, u);
         let n_ff = 200;
         let pairs = [
             ("packed", matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng), matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng)),
@@ -412,7 +410,9 @@ mod tests {
             };
             for &t in ts {
                 let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
-                let want: Vec<f32> = alone(gate, &x, t).into_iter().zip(alone(up, &x, t)).map(|(g, u)| combine(g, u)).collect();
+                let (g, u) = (alone(gate, &x, t), alone(up, &x, t));
+                let mut want = vec![0.0; g.len()];
+                crate::ops::silu_mul_scalar(&mut want, &g, &u);
                 let mut acts = Acts::default();
                 let [xg, xu] = acts.get_many(&pool, [gate.input, up.input], &x, t, K);
                 let mut og = vec![0.0; t * gate.rows];

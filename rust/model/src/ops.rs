@@ -29,6 +29,125 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+// The exponential of the softmax and of SiLU, in one arithmetic that the
+// scalar form and the AVX2 form (eight lanes) follow operation for operation,
+// fused multiply-adds included, so they agree bit for bit: x = n ln2 + r with
+// n = round(x log2 e) (halves to even) and ln2 split in two, a degree-6
+// polynomial in r (Cephes' expf coefficients, within a couple of ulp of
+// exp), scaled by 2^n. Inputs are clamped to where 2^n is a normal float.
+const EXP_HI: f32 = 88.376_26;
+const EXP_LO: f32 = -87.336_54;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+
+/// `exp(x)` in the arithmetic above, scalar form.
+#[inline]
+pub fn exp_fast(x: f32) -> f32 {
+    let x = x.clamp(EXP_LO, EXP_HI);
+    let n = (x * LOG2E).round_ties_even();
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    let mut p = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        p = p.mul_add(r, c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+/// `row[i] = exp(row[i] - shift)` for every element (a softmax's numerators).
+pub fn exp_shifted(row: &mut [f32], shift: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if avx::available() {
+        // SAFETY: the CPU has the features `avx` needs.
+        return unsafe { avx::exp_shifted(row, shift) };
+    }
+    exp_shifted_scalar(row, shift)
+}
+
+/// [`exp_shifted`] without SIMD: the definition the vector form is tested against.
+pub fn exp_shifted_scalar(row: &mut [f32], shift: f32) {
+    for e in row.iter_mut() {
+        *e = exp_fast(*e - shift);
+    }
+}
+
+/// `out[i] = silu(g[i]) * u[i]`, with `silu(x) = x / (1 + exp(-x))` and the
+/// exponential above.
+pub fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx::available() {
+        // SAFETY: the CPU has the features `avx` needs.
+        return unsafe { avx::silu_mul(out, g, u) };
+    }
+    silu_mul_scalar(out, g, u)
+}
+
+/// [`silu_mul`] without SIMD.
+pub fn silu_mul_scalar(out: &mut [f32], g: &[f32], u: &[f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+        *o = g / (1.0 + exp_fast(-g)) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    pub(super) fn available() -> bool {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+        _mm256_mul_ps(y, scale)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
+        let (n, p) = (row.len(), row.as_mut_ptr());
+        let s = _mm256_set1_ps(shift);
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(p.add(i), exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s)));
+            i += 8;
+        }
+        exp_shifted_scalar(&mut row[i..], shift);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
+        let n = out.len().min(g.len()).min(u.len());
+        let (o, gp, up) = (out.as_mut_ptr(), g.as_ptr(), u.as_ptr());
+        let one = _mm256_set1_ps(1.0);
+        let mut i = 0;
+        while i + 8 <= n {
+            let gv = _mm256_loadu_ps(gp.add(i));
+            let e = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
+            let v = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(up.add(i)));
+            _mm256_storeu_ps(o.add(i), v);
+            i += 8;
+        }
+        silu_mul_scalar(&mut out[i..n], &g[i..n], &u[i..n]);
+    }
+}
+
 /// GELU, tanh approximation (as ggml's `gelu`).
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
@@ -98,6 +217,43 @@ pub fn rope_apply(head: &mut [f32], style: RopeStyle, cos: &[f32], sin: &[f32]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values from -100 to 100 with fine steps near 0 and halfway points of
+    /// the range reduction.
+    fn exp_inputs() -> Vec<f32> {
+        let mut v: Vec<f32> = (-20_000..=20_000).map(|i| i as f32 * 0.005).collect();
+        v.extend((-100..=100).map(|i| i as f32));
+        v.extend((-60..60).map(|i| (i as f32 + 0.5) * std::f32::consts::LN_2));
+        v.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, 88.5, -87.0, -88.0, -1000.0, 1000.0]);
+        v
+    }
+
+    #[test]
+    fn exp_is_accurate_and_the_vector_form_equals_the_scalar() {
+        let xs = exp_inputs();
+        for &x in &xs {
+            let (got, want) = (exp_fast(x), (x.clamp(EXP_LO, EXP_HI) as f64).exp());
+            assert!(((got as f64 - want) / want).abs() < 4e-7, "exp({x}) = {got}, want {want}");
+        }
+        for shift in [0.0f32, 3.25, -7.5] {
+            let (mut a, mut b) = (xs.clone(), xs.clone());
+            exp_shifted(&mut a, shift);
+            exp_shifted_scalar(&mut b, shift);
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "shift {shift}");
+        }
+        let u: Vec<f32> = xs.iter().map(|x| 1.0 - x * 0.01).collect();
+        let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+        silu_mul(&mut a, &xs, &u);
+        silu_mul_scalar(&mut b, &xs, &u);
+        for ((x, y), g) in a.iter().zip(&b).zip(&xs) {
+            assert_eq!(x.to_bits(), y.to_bits(), "silu at {g}");
+        }
+        for (&g, &y) in xs.iter().zip(&b).filter(|(g, _)| g.abs() < 80.0) {
+            let u = 1.0 - g * 0.01;
+            let want = silu(g) * u;
+            assert!((y - want).abs() <= 1e-6 * want.abs().max(1e-30) + 1e-37, "silu({g}) * {u}: {y} vs {want}");
+        }
+    }
 
     #[test]
     fn rope_at_position_zero_is_identity_and_preserves_norm() {
