@@ -72,6 +72,10 @@ fn simd() -> bool {
 /// Query row budget of one item: its outputs and f16 queries stay around 16 KiB each.
 const ITEM_FLOATS: usize = 4096;
 
+/// Below this many queries, an item reads f16 keys in place instead of
+/// widening each block of eight once for all its queries.
+const DIRECT_QUERIES: usize = 4;
+
 /// Items per thread to aim for, so that uneven items (later rows see more
 /// keys) still balance.
 const ITEMS_PER_THREAD: usize = 4;
@@ -325,20 +329,31 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
 
     // Scores: query (j, g) against position pos goes to
     // scores[(j - j0) * heads + g][pos - lo], eight positions at a time.
-    k8.clear();
-    k8.resize(8 * hkp, 0.0);
+    // With few queries an item reads f16 keys in place (converting them in the
+    // dot, exactly as widening would) rather than widening each block first.
+    let direct = matches!(p.keys, Rows::F16(_)) && hk == hkp && nq < DIRECT_QUERIES;
+    if !direct {
+        k8.clear();
+        k8.resize(8 * hkp, 0.0);
+    }
     let mut b0 = lo;
     while b0 <= hi {
         let b1 = (b0 + 8).min(hi + 1);
-        for pos in b0..b1 {
-            let row = p.cache.row_of(p.il, pos);
-            let dst = &mut k8[(pos - b0) * hkp..][..hk];
-            match &p.keys {
-                Rows::F16(k) => L::widen(&k[row * p.kw + kvh * hk..][..hk], dst),
-                Rows::F32(k) => dst.copy_from_slice(&k[row * p.kw + kvh * hk..][..hk]),
+        let mut rows8 = [0usize; 8];
+        for (i, r) in rows8.iter_mut().enumerate() {
+            // Past the span, the last row again: those lanes are never stored.
+            *r = p.cache.row_of(p.il, (b0 + i).min(b1 - 1));
+        }
+        if !direct {
+            for pos in b0..b1 {
+                let row = rows8[pos - b0];
+                let dst = &mut k8[(pos - b0) * hkp..][..hk];
+                match &p.keys {
+                    Rows::F16(k) => L::widen(&k[row * p.kw + kvh * hk..][..hk], dst),
+                    Rows::F32(k) => dst.copy_from_slice(&k[row * p.kw + kvh * hk..][..hk]),
+                }
             }
         }
-        // Rows past the span keep what they held: their lanes are never stored.
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
         for j in ja..jb {
             let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
@@ -348,7 +363,13 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             for g in 0..heads {
                 let qi = (j - j0) * heads + g;
                 let mut s8 = [0.0f32; 8];
-                L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8);
+                match &p.keys {
+                    Rows::F16(k) if direct => {
+                        let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
+                        L::scores8_f16(&qw[qi * hkp..][..hkp], &keys, &mut s8);
+                    }
+                    _ => L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8),
+                }
                 for pos in a..b {
                     *scores.get_unchecked_mut(qi * width + pos - lo) = p.scale * s8[pos - b0];
                 }
@@ -433,6 +454,8 @@ trait Lanes {
     /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
     /// multiple of eight), in the lane order of the module's doc.
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]);
+    /// The same with eight f16 key rows read in place (each `q.len()` long).
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
     /// f32 to f16, rounding to nearest even (as `f16::from_f32`).
     unsafe fn narrow(src: &[f32], dst: &mut [f16]);
     /// f16 to f32 (exact).
@@ -450,6 +473,13 @@ impl Lanes for Scalar {
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         for (o, key) in out.iter_mut().zip(k.chunks_exact(q.len())) {
             *o = dot8(q, key);
+        }
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        for (o, key) in out.iter_mut().zip(keys) {
+            let key: Vec<f32> = key.iter().map(|h| h.to_f32()).collect();
+            *o = dot8(q, &key);
         }
     }
     #[inline(always)]
@@ -560,6 +590,33 @@ mod avx {
             }
             i += 8;
         }
+        reduce8(&acc, out)
+    }
+
+    /// As [`scores8`], the keys f16 rows read in place.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        let n = q.len();
+        assert!(n % 8 == 0 && keys.iter().all(|k| k.len() >= n));
+        let qp = q.as_ptr();
+        let kp = keys.map(|k| k.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut i = 0;
+        while i < n {
+            let qv = _mm256_loadu_ps(qp.add(i));
+            for (acc, k) in acc.iter_mut().zip(&kp) {
+                *acc = _mm256_fmadd_ps(qv, _mm256_cvtph_ps(_mm_loadu_si128(k.add(i).cast())), *acc);
+            }
+            i += 8;
+        }
+        reduce8(&acc, out)
+    }
+
+    /// The eight accumulators' sums, by pairwise horizontal adds.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn reduce8(acc: &[__m256; 8], out: &mut [f32; 8]) {
         // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
         let h01 = _mm256_hadd_ps(acc[0], acc[1]);
         let h23 = _mm256_hadd_ps(acc[2], acc[3]);
@@ -623,6 +680,10 @@ impl Lanes for Avx {
     #[inline(always)]
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         avx::scores8(q, k, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        avx::scores8_f16(q, keys, out)
     }
     #[inline(always)]
     unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
