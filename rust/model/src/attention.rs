@@ -579,7 +579,7 @@ mod avx {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         let n = q.len();
-        assert!(n % 8 == 0 && k.len() >= 8 * n);
+        assert!(n.is_multiple_of(8) && k.len() >= 8 * n);
         let (qp, kp) = (q.as_ptr(), k.as_ptr());
         let mut acc = [_mm256_setzero_ps(); 8];
         let mut i = 0;
@@ -598,7 +598,7 @@ mod avx {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
         let n = q.len();
-        assert!(n % 8 == 0 && keys.iter().all(|k| k.len() >= n));
+        assert!(n.is_multiple_of(8) && keys.iter().all(|k| k.len() >= n));
         let qp = q.as_ptr();
         let kp = keys.map(|k| k.as_ptr());
         let mut acc = [_mm256_setzero_ps(); 8];
