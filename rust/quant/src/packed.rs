@@ -304,14 +304,7 @@ pub fn act_row_bytes(k: usize) -> Option<usize> {
 /// to f16 as the file formats store it, `s = f16(d Σq)` as Q8_1 stores it
 /// (Q4_1's min term), and `dsum = f16(d) Σq` unrounded (Q5_0's offset term).
 pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
-    let k = x.len();
-    let format = "packed Q8 activations";
-    let want = act_row_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
-    if out.len() != want {
-        return Err(QuantError::Length { format, what: "activation row", expected: want, got: out.len() });
-    }
-    let nb = k / QK;
-    let (head, qs) = out.split_at_mut(16 * nb);
+    let (nb, head, qs) = act_row_parts(x, out)?;
     #[cfg(target_arch = "x86_64")]
     if crate::kernels::x86::avx2::available() {
         for (b, x) in x.chunks_exact(QK).enumerate() {
@@ -328,6 +321,13 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
 /// [`quantize_act_row`] without SIMD: the definition the vector form is
 /// tested against.
 pub fn quantize_act_row_scalar(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    let (nb, head, qs) = act_row_parts(x, out)?;
+    quantize_act_blocks(x, nb, head, qs);
+    Ok(())
+}
+
+/// An activation row's block count, head and quants, once its length is checked.
+fn act_row_parts<'a>(x: &[f32], out: &'a mut [u8]) -> Result<(usize, &'a mut [u8], &'a mut [u8]), QuantError> {
     let k = x.len();
     let format = "packed Q8 activations";
     let want = act_row_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
@@ -336,8 +336,7 @@ pub fn quantize_act_row_scalar(x: &[f32], out: &mut [u8]) -> Result<(), QuantErr
     }
     let nb = k / QK;
     let (head, qs) = out.split_at_mut(16 * nb);
-    quantize_act_blocks(x, nb, head, qs);
-    Ok(())
+    Ok((nb, head, qs))
 }
 
 fn quantize_act_blocks(x: &[f32], nb: usize, head: &mut [u8], qs: &mut [u8]) {
