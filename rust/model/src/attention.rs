@@ -478,8 +478,7 @@ impl Lanes for Scalar {
     #[inline(always)]
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
         for (o, key) in out.iter_mut().zip(keys) {
-            let key: Vec<f32> = key.iter().map(|h| h.to_f32()).collect();
-            *o = dot8(q, &key);
+            *o = dot8_by(q, |i| key[i].to_f32());
         }
     }
     #[inline(always)]
@@ -707,10 +706,17 @@ impl Lanes for Avx {
 /// length that is a multiple of eight).
 #[inline]
 fn dot8(q: &[f32], k: &[f32]) -> f32 {
+    dot8_by(q, |i| k[i])
+}
+
+/// [`dot8`] with key element `i` given by `key(i)` (an f16 row widened as it
+/// is read, without a buffer).
+#[inline]
+fn dot8_by(q: &[f32], key: impl Fn(usize) -> f32) -> f32 {
     let mut l = [0.0f32; 8];
-    for (qc, kc) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
+    for (c, qc) in q.chunks_exact(8).enumerate() {
         for i in 0..8 {
-            l[i] = qc[i].mul_add(kc[i], l[i]);
+            l[i] = qc[i].mul_add(key(8 * c + i), l[i]);
         }
     }
     ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))

@@ -160,8 +160,8 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
     // product's own tiles, in column groups that fill the buffers.
     let (run_rows, col_block) = if t == 1 { (GATED_BUF, 1) } else { (TILE_ROWS, GATED_BUF / TILE_ROWS) };
     pool.for_each(rows.div_ceil(chunk), |c| {
-        // Only the part in use is initialised: zeroing all of it would cost
-        // a decode task a few percent.
+        // Left uninitialised: every element read is first written by
+        // `product_rows` (zeroing them would cost a decode task a few percent).
         let mut g = MaybeUninit::<[f32; GATED_BUF]>::uninit();
         let mut u = MaybeUninit::<[f32; GATED_BUF]>::uninit();
         let (g, u) = (g.as_mut_ptr() as *mut f32, u.as_mut_ptr() as *mut f32);
@@ -174,9 +174,9 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
                 debug_assert!(cols.len() * n <= GATED_BUF);
                 // SAFETY: the buffers hold `cols.len()` columns of `n` rows;
                 // each task owns rows `task` of `out`, in every column.
+                // `product_rows` writes every (row, column) of the run before
+                // the slices below read them.
                 unsafe {
-                    g.write_bytes(0, cols.len() * n);
-                    u.write_bytes(0, cols.len() * n);
                     product_rows(&gate, r.clone(), cols.clone(), g, n);
                     product_rows(&up, r.clone(), cols.clone(), u, n);
                     for (jj, j) in cols.enumerate() {
