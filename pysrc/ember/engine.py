@@ -273,14 +273,34 @@ class Engine:
                         self.n_processed += 1
                 self.kv_tokens = sum(self.batcher.cached_tokens(s) for s in self._active)
                 self.busy = bool(self._active)
-                for job, ev in deliveries:
-                    job._deliver(ev)
+                _deliver_pass(deliveries)
         finally:
             for job, _ in self._active.values():
                 job._deliver(EngineStopped("the server is shutting down"))
             self._active.clear()
             self.busy = False
             self.kv_tokens = 0
+
+
+def _deliver_pass(deliveries: list[tuple[Job, object]]) -> None:
+    """A pass's events to their readers, with one wake-up per event loop (one
+    per pass in a server) instead of one per event: each wake-up is a write
+    to the loop's self-pipe and a turn of the loop, taken from the cores the
+    next pass runs on."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, object]]] = {}
+    for job, ev in deliveries:
+        by_loop.setdefault(job._loop, []).append((job, ev))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_events, items)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            for job, _ in items:
+                job._cancelled.set()
+
+
+def _put_events(items: list[tuple[Job, object]]) -> None:
+    for job, ev in items:
+        job._events.put_nowait(ev)
 
 
 def stop_list(stop: str | Sequence[str] | None) -> list[str]:

@@ -10,12 +10,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ember import _native
 from ember.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Model", "Completion", "CompletionBuilder", "Piece"]
 
@@ -228,6 +229,11 @@ class Model:
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Teacher-forced logits: one float32 row of n_vocab per position."""
+        # Imported here, not at load: numpy's BLAS starts threads that poll
+        # for work, and a server process never needs them beside the
+        # engine's own (they took measurable time from its cores).
+        import numpy as np
+
         ids = list(ids)
         raw = self._native.logits(ids)
         return np.frombuffer(raw, dtype="<f4").reshape(len(ids), self.n_vocab)

@@ -101,12 +101,17 @@ pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPa
     let mut plans = Vec::with_capacity(parts.len());
     let mut ends = Vec::with_capacity(parts.len());
     let mut total = 0;
+    // The items of all sequences share the threads: each sequence needs only
+    // its share of them, so several decoded tokens keep whole head groups
+    // (a key and value row read once for the group's heads).
+    let sharing = parts.iter().filter(|p| p.t > 0).count().max(1);
+    let want = (ITEMS_PER_THREAD * pool.threads()).div_ceil(sharing);
     for p in parts.iter_mut() {
         if p.t == 0 {
             continue;
         }
         assert!(p.q.len() >= p.t * s.n_head * s.head_dim_k, "query rows");
-        let plan = Plan::new(p.cache, il, s, p.q, p.start, p.t, pool.threads(), ITEM_FLOATS);
+        let plan = Plan::new(p.cache, il, s, p.q, p.start, p.t, want, ITEM_FLOATS);
         total += plan.items();
         ends.push(total);
         let out = &mut p.out[..p.t * s.n_head * s.head_dim_v];
@@ -147,7 +152,7 @@ fn attention_with(
         return;
     }
     assert!(!simd || self::simd(), "vector loops on a CPU without them");
-    let plan = Plan::new(cache, il, s, q, start, t, threads, item_floats);
+    let plan = Plan::new(cache, il, s, q, start, t, ITEMS_PER_THREAD * threads.max(1), item_floats);
     assert!(q.len() >= t * s.n_head * s.head_dim_k, "query rows");
     let out = &mut out[..t * s.n_head * s.head_dim_v];
     let dst = OutPtr(out.as_mut_ptr());
@@ -192,6 +197,8 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
+    /// Splits a sequence's attention into about `want` items (more where
+    /// its rows need it), each of about `item_floats` floats of output.
     #[allow(clippy::too_many_arguments)]
     fn new(
         cache: &'a KvCache,
@@ -200,12 +207,11 @@ impl<'a> Plan<'a> {
         q: &'a [f32],
         start: usize,
         t: usize,
-        threads: usize,
+        want: usize,
         item_floats: usize,
     ) -> Self {
         let group = s.n_head / s.n_head_kv;
         let rows = (item_floats / s.head_dim_k.max(s.head_dim_v).max(1)).max(1);
-        let want = ITEMS_PER_THREAD * threads.max(1);
         // A whole group per item shares each key and value row between the
         // group's heads; single heads give more items where there are few rows.
         let (mut heads, mut tile) = (group, (rows / group).max(1).min(t));
