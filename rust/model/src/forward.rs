@@ -321,11 +321,7 @@ impl Model {
                 a_up,
                 |out, g, u| match act {
                     FfnActivation::Silu => ops::silu_mul(out, g, u),
-                    FfnActivation::GeluTanh => {
-                        for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                            *o = ops::gelu_table(g) * u;
-                        }
-                    }
+                    FfnActivation::GeluTanh => ops::gelu_mul(out, g, u),
                 },
             );
             sc.acts.invalidate();

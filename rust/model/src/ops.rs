@@ -132,6 +132,35 @@ mod avx {
         exp_shifted_scalar(&mut row[i..], shift);
     }
 
+    pub(super) fn f16c() -> bool {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| is_x86_feature_detected!("f16c"))
+    }
+
+    /// [`gelu_table`] on eight lanes: rounded to f16 as `f16::from_f32`
+    /// rounds (to nearest even), looked up, widened back; the limits at ±10.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn gelu_mul(out: &mut [f32], g: &[f32], u: &[f32], table: &[u16]) {
+        assert_eq!(table.len(), 1 << 16, "one entry per f16");
+        let n = out.len().min(g.len()).min(u.len());
+        let (o, gp, up, tp) = (out.as_mut_ptr(), g.as_ptr(), u.as_ptr(), table.as_ptr());
+        let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+        let mut i = 0;
+        let mut idx = [0u16; 8];
+        while i + 8 <= n {
+            let x = _mm256_loadu_ps(gp.add(i));
+            _mm_storeu_si128(idx.as_mut_ptr().cast(), _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x));
+            let looked = idx.map(|h| *tp.add(h as usize));
+            let y = _mm256_cvtph_ps(_mm_loadu_si128(looked.as_ptr().cast()));
+            // x >= 10 keeps x; x <= -10 gives 0 (the table is never read there).
+            let y = _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi));
+            let y = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, lo), y);
+            _mm256_storeu_ps(o.add(i), _mm256_mul_ps(y, _mm256_loadu_ps(up.add(i))));
+            i += 8;
+        }
+        gelu_mul_scalar(&mut out[i..n], &g[i..n], &u[i..n]);
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
         let n = out.len().min(g.len()).min(u.len());
@@ -169,6 +198,24 @@ pub fn gelu_table(x: f32) -> f32 {
         x
     } else {
         f16::from_bits(gelu_f16_table()[f16::from_f32(x).to_bits() as usize]).to_f32()
+    }
+}
+
+/// `out = gelu_table(g) * u`, eight at a time where the CPU converts to f16
+/// in vectors (the per-element conversions cost more than the lookup).
+pub fn gelu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx::available() && avx::f16c() {
+        // SAFETY: the CPU has the features `avx` and F16C need.
+        return unsafe { avx::gelu_mul(out, g, u, gelu_f16_table()) };
+    }
+    gelu_mul_scalar(out, g, u)
+}
+
+/// [`gelu_mul`] without SIMD.
+pub fn gelu_mul_scalar(out: &mut [f32], g: &[f32], u: &[f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+        *o = gelu_table(g) * u;
     }
 }
 
@@ -284,6 +331,22 @@ mod tests {
             assert!((gelu_table(x) - gelu_tanh(x)).abs() <= 2e-3 * (1.0 + x.abs()), "{x}");
         }
         assert_eq!((gelu_table(-10.0), gelu_table(12.0)), (0.0, 12.0));
+    }
+
+    /// The vector GELU rounds, looks up and clamps exactly as the scalar
+    /// table does: every f16 step from -12 to 12, the limits, infinities,
+    /// and a tail that is not a multiple of eight.
+    #[test]
+    fn gelu_mul_equals_its_scalar_twin() {
+        let mut g: Vec<f32> = (-24_000..=24_000).map(|i| i as f32 * 0.0005).collect();
+        g.extend([-10.0, 10.0, -10.001, 9.999, 65504.0, 1e6, -1e6, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-8]);
+        let u: Vec<f32> = (0..g.len()).map(|i| if i % 3 == 0 { -1.5 } else { 0.75 + i as f32 * 1e-5 }).collect();
+        let (mut a, mut b) = (vec![0.0; g.len()], vec![0.0; g.len()]);
+        gelu_mul(&mut a, &g, &u);
+        gelu_mul_scalar(&mut b, &g, &u);
+        for i in 0..g.len() {
+            assert_eq!(a[i].to_bits(), b[i].to_bits(), "gelu({}) * {}: {} vs {}", g[i], u[i], a[i], b[i]);
+        }
     }
 
     #[test]
