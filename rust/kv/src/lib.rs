@@ -185,6 +185,14 @@ impl KvCache {
         pos % self.layers[il].rows
     }
 
+    /// The rows of consecutive positions `first..first + n` (`n` at most the
+    /// layer's rows, as any span a reader sees is), without a division per
+    /// position: the ring wraps at most once within them.
+    pub fn ring_rows(&self, il: usize, first: usize) -> RingRows {
+        let ring = self.layers[il].rows;
+        RingRows { first, row0: first % ring, ring }
+    }
+
     /// Writes the keys and values of position `pos` (which must be `len()` + i
     /// for a pass in progress) into layer `il`.
     pub fn write(&mut self, il: usize, pos: usize, k: &[f32], v: &[f32]) {
@@ -320,6 +328,28 @@ fn rows(s: &Store) -> Rows<'_> {
     }
 }
 
+/// Row lookup for a span of positions (see [`KvCache::ring_rows`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RingRows {
+    first: usize,
+    row0: usize,
+    ring: usize,
+}
+
+impl RingRows {
+    /// The row of position `pos`, `first <= pos < first + ring`.
+    #[inline(always)]
+    pub fn row(&self, pos: usize) -> usize {
+        debug_assert!(pos >= self.first && pos - self.first < self.ring, "position {pos} outside the span");
+        let r = self.row0 + (pos - self.first);
+        if r >= self.ring {
+            r - self.ring
+        } else {
+            r
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,6 +383,22 @@ mod tests {
         match c.keys(il) {
             Rows::F16(k) => k[row].to_f32(),
             Rows::F32(k) => k[row],
+        }
+    }
+
+    /// Every span a reader can see, anywhere on the ring (wrapping or not),
+    /// maps its positions to the rows `row_of` gives.
+    #[test]
+    fn ring_rows_equal_row_of() {
+        let c = KvCache::new(KvType::F32, 100, 2, &shapes());
+        for il in 0..shapes().len() {
+            let ring = c.layers[il].rows;
+            for first in 0..3 * ring {
+                let rows = c.ring_rows(il, first);
+                for pos in first..first + ring {
+                    assert_eq!(rows.row(pos), c.row_of(il, pos), "layer {il} first {first} pos {pos}");
+                }
+            }
         }
     }
 

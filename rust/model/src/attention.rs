@@ -306,6 +306,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     let hi = p.start + j1 - 1;
     let width = hi + 1 - lo;
     let Scratch { scores, q16, qw, k8, v32, o } = sc;
+    let ring = p.cache.ring_rows(p.il, lo);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
     }
@@ -348,7 +349,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         let mut rows8 = [0usize; 8];
         for (i, r) in rows8.iter_mut().enumerate() {
             // Past the span, the last row again: those lanes are never stored.
-            *r = p.cache.row_of(p.il, (b0 + i).min(b1 - 1));
+            *r = ring.row((b0 + i).min(b1 - 1));
         }
         if !direct {
             for pos in b0..b1 {
@@ -424,7 +425,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     while c0 <= hi {
         let c1 = (c0 + block).min(hi + 1);
         for pos in c0..c1 {
-            let row = p.cache.row_of(p.il, pos);
+            let row = ring.row(pos);
             let dst = &mut v32[(pos - c0) * hv..][..hv];
             match &p.values {
                 Rows::F16(v) => L::widen(&v[row * p.vw + kvh * hv..][..hv], dst),
