@@ -880,6 +880,51 @@ mod tests {
         check(KvType::F16, 4, 4, 19, 7);
     }
 
+    /// A pass of several decoded tokens, one per conversation (the plan
+    /// that keeps head groups whole when the sequences share the threads),
+    /// and a prompt beside them: each output equals the reference alone.
+    #[test]
+    fn several_sequences_in_one_pass_match_the_reference() {
+        let (n_head, n_head_kv, hk, hv) = (9, 3, 64, 64);
+        let shapes = [LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: Some(7) }];
+        let s = AttnShape { n_head, n_head_kv, head_dim_k: hk, head_dim_v: hv, scale: 0.125, window: Some(7) };
+        let mut rng = Rng(0xba7c4);
+        let pool = Pool::new(2).unwrap();
+        for ty in [KvType::F16, KvType::F32] {
+            for ts in [&[1usize, 1, 1, 1][..], &[1, 1], &[1, 5, 1]] {
+                // Conversations of different lengths, each with its next rows written.
+                let mut caches: Vec<KvCache> = (0..ts.len()).map(|_| KvCache::new(ty, 64, 8, &shapes)).collect();
+                let mut starts = vec![];
+                for (i, (cache, &t)) in caches.iter_mut().zip(ts).enumerate() {
+                    let held = 3 + 9 * i;
+                    for pos in 0..held + t {
+                        cache.write(0, pos, &rng.vec(n_head_kv * hk, 2.0), &rng.vec(n_head_kv * hv, 1.0));
+                        if pos < held {
+                            cache.commit(1);
+                        }
+                    }
+                    starts.push(held);
+                }
+                let qs: Vec<Vec<f32>> = ts.iter().map(|&t| rng.vec(t * n_head * hk, 3.0)).collect();
+                let mut outs: Vec<Vec<f32>> = ts.iter().map(|&t| vec![f32::NAN; t * n_head * hv]).collect();
+                let mut parts: Vec<AttnPart> = caches
+                    .iter()
+                    .zip(&qs)
+                    .zip(outs.iter_mut())
+                    .zip(ts.iter().zip(&starts))
+                    .map(|(((cache, q), out), (&t, &start))| AttnPart { cache, q, start, t, out })
+                    .collect();
+                attention_many(&pool, 0, &s, &mut parts);
+                drop(parts);
+                for (i, &t) in ts.iter().enumerate() {
+                    let mut want = vec![0.0; t * n_head * hv];
+                    reference(&caches[i], 0, &s, &qs[i], starts[i], t, &mut want);
+                    assert!(outs[i].iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{ty:?} passes {ts:?}: sequence {i}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn matches_reference_f32() {
         check(KvType::F32, 6, 2, 40, 36);
