@@ -232,14 +232,21 @@ unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
         // to bit 4 by a shift within the byte (a 16-bit shift of at most 4
         // brings nothing from the neighbouring byte into bit 4).
         let h = _mm256_loadu_si256(blk.add(16).cast());
-        let hl = [_mm256_slli_epi16::<4>(h), _mm256_slli_epi16::<3>(h), _mm256_slli_epi16::<2>(h), _mm256_slli_epi16::<1>(h)];
-        let hh = [h, _mm256_srli_epi16::<1>(h), _mm256_srli_epi16::<2>(h), _mm256_srli_epi16::<3>(h)];
         let mut lo16 = [_mm256_setzero_si256(); N];
         let mut hi16 = [_mm256_setzero_si256(); N];
         for p in 0..4 {
+            // Shifted where they are used: eight shifted copies of `h` held
+            // for the whole block would not fit in the registers beside four
+            // columns' sums.
+            let (hl, hh) = match p {
+                0 => (_mm256_slli_epi16::<4>(h), h),
+                1 => (_mm256_slli_epi16::<3>(h), _mm256_srli_epi16::<1>(h)),
+                2 => (_mm256_slli_epi16::<2>(h), _mm256_srli_epi16::<2>(h)),
+                _ => (_mm256_slli_epi16::<1>(h), _mm256_srli_epi16::<3>(h)),
+            };
             let v = _mm256_loadu_si256(blk.add(48 + 32 * p).cast());
-            let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl[p], bit4));
-            let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh[p], bit4));
+            let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, bit4));
+            let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh, bit4));
             for j in 0..N {
                 let y = c[j].qs.add(32 * b + 4 * p);
                 lo16[j] = _mm256_add_epi16(lo16[j], _mm256_maddubs_epi16(xl, bcast4(y)));
