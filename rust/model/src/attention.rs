@@ -353,12 +353,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         }
         if !direct {
             for pos in b0..b1 {
-                let row = rows8[pos - b0];
-                let dst = &mut k8[(pos - b0) * hkp..][..hk];
-                match &p.keys {
-                    Rows::F16(k) => L::widen(&k[row * p.kw + kvh * hk..][..hk], dst),
-                    Rows::F32(k) => dst.copy_from_slice(&k[row * p.kw + kvh * hk..][..hk]),
-                }
+                head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
             }
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
@@ -425,12 +420,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     while c0 <= hi {
         let c1 = (c0 + block).min(hi + 1);
         for pos in c0..c1 {
-            let row = ring.row(pos);
-            let dst = &mut v32[(pos - c0) * hv..][..hv];
-            match &p.values {
-                Rows::F16(v) => L::widen(&v[row * p.vw + kvh * hv..][..hv], dst),
-                Rows::F32(v) => dst.copy_from_slice(&v[row * p.vw + kvh * hv..][..hv]),
-            }
+            head_row::<L>(&p.values, ring.row(pos), p.vw, kvh, hv, &mut v32[(pos - c0) * hv..][..hv]);
         }
         let (ja, jb) = (p.rows_seeing(c0, j0, j1).start, p.rows_seeing(c1 - 1, j0, j1).end);
         for j in ja..jb {
@@ -453,6 +443,17 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         // SAFETY: rows j0..j1 and heads h0..h0 + heads belong to this item alone.
         let out = std::slice::from_raw_parts_mut(dst.0.add(j * p.n_head * hv + h0 * hv), n);
         out.copy_from_slice(src);
+    }
+}
+
+/// Head `head`'s `dim` elements of cache row `row` (rows `width` wide) as
+/// f32 in `dst`: a key or value row made ready for the element loops.
+#[inline(always)]
+unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
+    let at = row * width + head * dim;
+    match rows {
+        Rows::F16(r) => L::widen(&r[at..][..dim], dst),
+        Rows::F32(r) => dst.copy_from_slice(&r[at..][..dim]),
     }
 }
 

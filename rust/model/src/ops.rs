@@ -334,11 +334,19 @@ mod tests {
     }
 
     /// The vector GELU rounds, looks up and clamps exactly as the scalar
-    /// table does: every f16 step from -12 to 12, the limits, infinities,
-    /// and a tail that is not a multiple of eight.
+    /// table does: every finite f16 value and the f32 halfway to the next
+    /// one (the rounding ties), the limits, infinities, and a tail that is
+    /// not a multiple of eight.
     #[test]
     fn gelu_mul_equals_its_scalar_twin() {
-        let mut g: Vec<f32> = (-24_000..=24_000).map(|i| i as f32 * 0.0005).collect();
+        let mut g: Vec<f32> = Vec::new();
+        for h in (0..=u16::MAX).map(f16::from_bits).filter(|h| h.is_finite()) {
+            let (x, next) = (h.to_f32(), f16::from_bits(h.to_bits().wrapping_add(1)).to_f32());
+            g.push(x);
+            if next.is_finite() {
+                g.push((x + next) / 2.0);
+            }
+        }
         g.extend([-10.0, 10.0, -10.001, 9.999, 65504.0, 1e6, -1e6, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-8]);
         let u: Vec<f32> = (0..g.len()).map(|i| if i % 3 == 0 { -1.5 } else { 0.75 + i as f32 * 1e-5 }).collect();
         let (mut a, mut b) = (vec![0.0; g.len()], vec![0.0; g.len()]);

@@ -97,7 +97,7 @@ unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; 
 /// (one thread decoded at about the rate that streaming and computing one
 /// after the other would give); asking 1-2 KiB ahead, a dozen blocks, took
 /// SmolLM2's generation from about 67 to 84 t/s on one thread and from 110
-/// to 125 on two. Further ahead, lines start to leave L1 before their turn.
+/// to 125 on two (4 KiB ahead measured slower).
 const PREFETCH_AHEAD: usize = 2048;
 
 /// Asks for the `len` bytes at `p + PREFETCH_AHEAD`, a line at a time; one
