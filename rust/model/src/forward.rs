@@ -234,6 +234,21 @@ impl Model {
             }
         });
 
+        // Rows whose logits are wanted, in order: in the last layer only they
+        // go on past attention (as llama.cpp's output ids do).
+        sc.out_rows.clear();
+        let mut r0 = 0;
+        for q in seqs.iter() {
+            let n = q.tokens.len();
+            match q.want {
+                Logits::None => {}
+                Logits::Last => sc.out_rows.push(r0 + n - 1),
+                Logits::All => sc.out_rows.extend(r0..r0 + n),
+            }
+            r0 += n;
+        }
+        let n_out = sc.out_rows.len();
+
         // Rope angles for this pass, per rope variant.
         for (variant, (inv, fscale)) in self.rope_tables.iter().enumerate() {
             for (j, &p) in sc.pos.iter().enumerate() {
@@ -242,8 +257,10 @@ impl Model {
             }
         }
 
+        let mut t = t;
         for (il, l) in w.layers.iter().enumerate() {
             let variant = self.rope_variant[il];
+            let last = il + 1 == w.layers.len();
             // Attention block.
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
@@ -291,18 +308,41 @@ impl Model {
                 }
                 r0 += n;
             }
+            // Every row's key and value are in the cache now. In the last
+            // layer a row whose logits nobody wants changes nothing more, so
+            // only the wanted rows' queries attend, and the rows after
+            // attention are those alone, in order (`out_rows`).
+            if last && n_out < t {
+                if n_out == 0 {
+                    break;
+                }
+                for (at, &r) in sc.out_rows.iter().enumerate() {
+                    sc.x.copy_within(r * e..(r + 1) * e, at * e);
+                }
+            }
             let aw = c.n_head * hv;
             let mut parts = Vec::with_capacity(seqs.len());
             let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
             for q in seqs.iter() {
                 let n = q.tokens.len();
                 let (qs, qr) = q_rest.split_at(n * qw);
-                let (os, or) = std::mem::take(&mut out_rest).split_at_mut(n * aw);
-                (q_rest, out_rest) = (qr, or);
-                parts.push(AttnPart { cache: &*q.cache, q: qs, start: q.cache.len(), t: n, out: os });
+                q_rest = qr;
+                // The queries that attend: all of them, or the wanted ones of the last layer.
+                let (first, m) = match q.want {
+                    _ if !last => (0, n),
+                    Logits::None => continue,
+                    Logits::Last => (n - 1, 1),
+                    Logits::All => (0, n),
+                };
+                let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
+                out_rest = or;
+                parts.push(AttnPart { cache: &*q.cache, q: &qs[first * qw..], start: q.cache.len() + first, t: m, out: os });
             }
             attention_many(pool, il, &shape, &mut parts);
             drop(parts);
+            if last {
+                t = n_out;
+            }
             sc.acts.invalidate();
             matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
@@ -329,25 +369,14 @@ impl Model {
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
         }
 
-        // Output head, on the rows asked for only, all sequences in one product.
-        sc.out_rows.clear();
-        let mut r0 = 0;
+        // Output head, on the rows asked for only (the first `n_out` rows of
+        // `x` now), all sequences in one product.
         for q in seqs.iter_mut() {
-            let n = q.tokens.len();
-            q.cache.commit(n);
-            match q.want {
-                Logits::None => {}
-                Logits::Last => sc.out_rows.push(r0 + n - 1),
-                Logits::All => sc.out_rows.extend(r0..r0 + n),
-            }
-            r0 += n;
+            q.cache.commit(q.tokens.len());
         }
-        let n = sc.out_rows.len();
+        let n = n_out;
         if n > 0 {
-            for (i, &r) in sc.out_rows.iter().enumerate() {
-                sc.o[i * e..(i + 1) * e].copy_from_slice(&sc.x[r * e..(r + 1) * e]);
-            }
-            norm_rows(pool, &sc.o, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
+            norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
             let out = w.output();
             sc.logits.resize(n * c.n_vocab, 0.0);
             sc.acts.invalidate();

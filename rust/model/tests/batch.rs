@@ -93,3 +93,33 @@ fn a_bad_part_runs_nothing() {
     assert!(model.forward_batch(&mut ws, &mut parts).is_err());
     assert_eq!((a.len(), b.len()), (0, 0));
 }
+
+/// In the last layer only the rows whose logits are wanted go on past
+/// attention: a prompt's last row is the same whether every row's logits
+/// were asked for, only the last one's, or none until a later pass, and the
+/// caches they leave continue identically (every row's key and value of the
+/// last layer are still written).
+#[test]
+fn only_the_wanted_rows_finish_the_last_layer() {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        let Some(path) = tiny_model(arch) else { return };
+        let model = Model::load(&path, LoadOptions::default()).unwrap();
+        let n_vocab = model.config.n_vocab;
+        let prompt = tokens(13, 4, n_vocab);
+        let mut all = model.new_session(64, 16, KvType::F16);
+        let every = model.forward(&mut all, &prompt, Logits::All).unwrap().to_vec();
+        let want = every[12 * n_vocab..].to_vec();
+
+        let mut last = model.new_session(64, 16, KvType::F16);
+        assert!(same_bits(model.forward(&mut last, &prompt, Logits::Last).unwrap(), &want), "{arch}: last only");
+        let mut split = model.new_session(64, 16, KvType::F16);
+        assert!(model.forward(&mut split, &prompt[..8], Logits::None).unwrap().is_empty(), "{arch}: no logits wanted");
+        assert!(same_bits(model.forward(&mut split, &prompt[8..], Logits::Last).unwrap(), &want), "{arch}: none, then last");
+
+        let next = argmax(&want);
+        let cont = model.forward(&mut all, &[next], Logits::Last).unwrap().to_vec();
+        for (name, s) in [("last only", &mut last), ("none, then last", &mut split)] {
+            assert!(same_bits(model.forward(s, &[next], Logits::Last).unwrap(), &cont), "{arch}: continuing after {name}");
+        }
+    }
+}

@@ -58,7 +58,8 @@ dispatch!(q4_k, q4_k_impl, PackedFormat::Q4_K);
 dispatch!(q6_k, q6_k_impl, PackedFormat::Q6_K);
 
 /// Column `j`'s eight row results to `out[j * stride..]`, the first `lanes`.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn store<const N: usize>(res: &[__m256; N], out: *mut f32, stride: usize, lanes: usize) {
     for (j, &v) in res.iter().enumerate() {
         if lanes == GROUP {
