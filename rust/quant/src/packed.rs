@@ -307,11 +307,9 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let (nb, head, qs) = act_row_parts(x, out)?;
     #[cfg(target_arch = "x86_64")]
     if crate::kernels::x86::avx2::available() {
-        for (b, x) in x.chunks_exact(QK).enumerate() {
-            // SAFETY: AVX2/FMA/F16C checked above; 32 floats in, 32 bytes out.
-            let (amax, sum, lo, hi) = unsafe { crate::kernels::x86::avx2_act::q8_block(x.as_ptr(), qs[QK * b..].as_mut_ptr()) };
-            put_act_head(head, nb, b, amax / 127.0, sum, [lo, hi]);
-        }
+        // SAFETY: AVX2/FMA/F16C checked above; `act_row_parts` checked that
+        // `x` holds `nb` blocks, `head` 16 bytes and `qs` 32 bytes a block.
+        unsafe { crate::kernels::x86::avx2_act::quantize_row(x.as_ptr(), nb, head.as_mut_ptr(), qs.as_mut_ptr()) };
         return Ok(());
     }
     quantize_act_blocks(x, nb, head, qs);

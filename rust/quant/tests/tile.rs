@@ -313,15 +313,20 @@ fn columns_are_independent_of_tile_width() {
 fn activation_rows_equal_the_scalar_quantizer() {
     use ember_quant::packed::quantize_act_row_scalar;
     let mut rng = Rng::new(45);
-    let k = 256;
-    let mut rows: Vec<Vec<f32>> = (0..20).map(|i| rng.normals(k, 0.1 + i as f64)).collect();
-    // amax 127 makes the multiplier 1: x.5 values are exact ties.
-    rows.push((0..k).map(|i| if i % 32 == 0 { 127.0 } else { (i % 32) as f32 - 15.5 }).collect());
-    rows.push((0..k).map(|i| if i < 32 { 0.0 } else if i % 32 == 5 { -3.0 } else { 1.0 }).collect());
-    for x in &rows {
-        let (mut a, mut b) = (vec![0u8; act_row_bytes(k).unwrap()], vec![1u8; act_row_bytes(k).unwrap()]);
-        quantize_act_row(x, &mut a).unwrap();
-        quantize_act_row_scalar(x, &mut b).unwrap();
-        assert_eq!(a, b);
+    // Whole groups of eight blocks and partial ones (the vector form does
+    // eight blocks' scales at a time).
+    for k in [32, 224, 256, 640, 2048] {
+        let mut rows: Vec<Vec<f32>> = (0..20).map(|i| rng.normals(k, 0.1 + i as f64)).collect();
+        // amax 127 makes the multiplier 1: x.5 values are exact ties.
+        rows.push((0..k).map(|i| if i % 32 == 0 { 127.0 } else { (i % 32) as f32 - 15.5 }).collect());
+        rows.push((0..k).map(|i| if i < 32 { 0.0 } else if i % 32 == 5 { -3.0 } else { 1.0 }).collect());
+        // Scales that round to f16 subnormals, to zero, and past f16's range.
+        rows.push((0..k).map(|i| [1e-5, 3e-8, 1e-9, 9e6][(i / 32) % 4] * ((i % 7) as f32 - 3.0)).collect());
+        for x in &rows {
+            let (mut a, mut b) = (vec![0u8; act_row_bytes(k).unwrap()], vec![1u8; act_row_bytes(k).unwrap()]);
+            quantize_act_row(x, &mut a).unwrap();
+            quantize_act_row_scalar(x, &mut b).unwrap();
+            assert_eq!(a, b, "k = {k}");
+        }
     }
 }
