@@ -429,11 +429,10 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             if a >= b {
                 continue;
             }
-            for g in 0..heads {
-                let qi = (j - j0) * heads + g;
-                let w = &scores[qi * width + a - lo..][..b - a];
-                L::weigh(w, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..hv]);
-            }
+            // The row's heads see the same positions: they share each value row.
+            let qi = (j - j0) * heads;
+            let w = &scores[qi * width + a - lo..][..(heads - 1) * width + b - a];
+            L::weigh_heads(w, width, heads, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..heads * hv]);
         }
         c0 = c1;
     }
@@ -472,6 +471,15 @@ trait Lanes {
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
     /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
+    /// [`Lanes::weigh`] for `heads` heads over the same value rows: head
+    /// `g`'s weights at `w[g * stride..]`, its output the `g`-th of the
+    /// `heads` equal parts of `o`.
+    unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
+        let (n, rows) = (o.len() / heads, v.len() / (o.len() / heads).max(1));
+        for (g, o) in o.chunks_exact_mut(n).enumerate() {
+            Self::weigh(&w[g * stride..][..rows], v, o);
+        }
+    }
 }
 
 struct Scalar;
@@ -637,6 +645,47 @@ mod avx {
         _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(firsts, seconds));
     }
 
+    /// `H` heads' outputs over the same value rows, sixteen floats of each
+    /// held in registers across all the rows: a value row is loaded once for
+    /// the `H` heads (one head alone waits on its four accumulators' chains
+    /// and loads a value for every multiply-add). Each output element is the
+    /// same chain of fused multiply-adds, in row order, as in [`weigh`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_heads<const H: usize>(w: *const f32, stride: usize, rows: usize, v: *const f32, n: usize, o: *mut f32) {
+        let mut i = 0;
+        while i + 16 <= n {
+            let mut acc = [[_mm256_setzero_ps(); 2]; H];
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = [_mm256_loadu_ps(o.add(g * n + i)), _mm256_loadu_ps(o.add(g * n + i + 8))];
+            }
+            for r in 0..rows {
+                let row = v.add(r * n + i);
+                let (v0, v1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let wg = _mm256_set1_ps(*w.add(g * stride + r));
+                    a[0] = _mm256_fmadd_ps(wg, v0, a[0]);
+                    a[1] = _mm256_fmadd_ps(wg, v1, a[1]);
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(g * n + i), a[0]);
+                _mm256_storeu_ps(o.add(g * n + i + 8), a[1]);
+            }
+            i += 16;
+        }
+        while i < n {
+            for g in 0..H {
+                let mut acc = *o.add(g * n + i);
+                for r in 0..rows {
+                    acc = (*w.add(g * stride + r)).mul_add(*v.add(r * n + i), acc);
+                }
+                *o.add(g * n + i) = acc;
+            }
+            i += 1;
+        }
+    }
+
     /// Four output vectors held in registers across all the rows, then eight, then single floats.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -707,6 +756,24 @@ impl Lanes for Avx {
     #[inline(always)]
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
         avx::weigh(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
+        let n = o.len() / heads;
+        let rows = v.len() / n.max(1);
+        assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
+        // Four heads at most per sweep: two outputs vectors each fill eight accumulators.
+        let mut g = 0;
+        while g < heads {
+            let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
+            match heads - g {
+                1 => avx::weigh(&w[g * stride..][..rows], v, &mut o[g * n..][..n]),
+                2 => avx::weigh_heads::<2>(ws, stride, rows, v.as_ptr(), n, os),
+                3 => avx::weigh_heads::<3>(ws, stride, rows, v.as_ptr(), n, os),
+                _ => avx::weigh_heads::<4>(ws, stride, rows, v.as_ptr(), n, os),
+            }
+            g += (heads - g).min(4);
+        }
     }
 }
 
@@ -931,5 +998,9 @@ mod tests {
         check(KvType::F32, 6, 2, 40, 36);
         check(KvType::F32, 4, 1, 256, 256);
         check(KvType::F32, 4, 4, 19, 7);
+        // Groups of two, five (four heads a sweep, then one) and eight.
+        check(KvType::F32, 4, 2, 16, 16);
+        check(KvType::F32, 10, 2, 24, 20);
+        check(KvType::F32, 8, 1, 32, 48);
     }
 }
