@@ -131,14 +131,24 @@ pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>
         first_item[i] = n_items;
         n_items += parts[i].0.w.rows.div_ceil(task_rows[i]);
     }
-    pool.for_each(n_items, |item| {
+    // Columns in chunks whose activations stay in a core's L2 while every
+    // tile of rows passes over them, the chunks one after another: every
+    // thread works in the same chunk, and a tile of weights is read once
+    // per chunk instead of all columns once per tile.
+    let widest = parts.iter().map(|(p, _)| p.stride).max().unwrap_or(0);
+    let chunk = (COL_CHUNK_BYTES / widest.max(1)).next_multiple_of(MAX_TILE_COLS).min(t).max(1);
+    let n_chunks = t.div_ceil(chunk);
+    pool.for_each(n_items * n_chunks, |item| {
+        let (c, item) = (item / n_items, item % n_items);
+        let cols = c * chunk..((c + 1) * chunk).min(t);
         let i = first_item.iter().rposition(|&f| f <= item).expect("item 0 starts product 0");
         let (p, out) = &parts[i];
         let start = (item - first_item[i]) * task_rows[i];
         let r = start..(start + task_rows[i]).min(p.w.rows);
         // SAFETY: each item is handed out once, the items of a product cover
-        // disjoint row ranges, and `out` holds every column of every row.
-        unsafe { product_rows(p, r.clone(), 0..t, out.get().add(r.start), p.w.rows) };
+        // disjoint (row range, column chunk) pairs, and `out` holds every
+        // column of every row.
+        unsafe { product_rows(p, r.clone(), cols.clone(), out.get().add(cols.start * p.w.rows + r.start), p.w.rows) };
     });
 }
 
@@ -226,6 +236,9 @@ fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
         _ => spread,
     }
 }
+
+/// Bytes of activation columns a product works through at a time.
+const COL_CHUNK_BYTES: usize = 256 * 1024;
 
 /// Rows per tile of a product over several columns: few enough that they
 /// stay in L1 while every column group passes over them. A multiple of
@@ -367,7 +380,8 @@ mod tests {
         let mut rng = Rng(7);
         let pool = Pool::new(3).unwrap();
         for (name, [a, b, c]) in cases(&mut rng) {
-            for t in [1, 3, 9, 37] {
+            // 700 columns are more than one chunk of activations in every format.
+            for t in [1, 3, 9, 37, 700] {
                 let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
                 let mut acts = Acts::default();
                 let [xa, xb, xc] = acts.get_many(&pool, [a.input, b.input, c.input], &x, t, K);
