@@ -8,14 +8,17 @@
 //! pays for in latency; every dispatch hands its tasks to one routine
 //! ([`product_rows`]), so a row's result never depends on which it went through.
 
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ember_quant::packed::GROUP;
-use ember_quant::{ActType, MAX_DOT_COLS, MAX_TILE_COLS};
+use ember_quant::TileFn;
+use ember_quant::{ActType, UnpackedTile, MAX_DOT_COLS, MAX_TILE_COLS};
 
 use crate::pool::{Pool, SyncPtr};
-use crate::weights::{ActFormat, Matrix};
+use crate::weights::{ActFormat, Matrix, PackedRows};
 
 /// Activation rows, quantized on first use per format and reused by every
 /// matrix of that format reading the same input (q, k and v share one).
@@ -214,13 +217,60 @@ struct Operand<'a> {
     acts: &'a [u8],
     /// Bytes of one activation column.
     stride: usize,
+    /// This product's number among all dispatches where its tiles are worth
+    /// unpacking (more than one group of columns meets each), else 0.
+    unpack: u64,
 }
 
 impl<'a> Operand<'a> {
     fn new(w: &'a Matrix, acts: &'a [u8], t: usize) -> Operand<'a> {
         assert!(t > 0, "a product of no columns");
-        Operand { w, acts, stride: acts.len() / t }
+        static DISPATCHES: AtomicU64 = AtomicU64::new(1);
+        let unpack = match &w.packed {
+            Some(p) if p.unpacked.is_some() && t > MAX_TILE_COLS => DISPATCHES.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        Operand { w, acts, stride: acts.len() / t, unpack }
     }
+}
+
+/// The tiles of rows this thread unpacked last, two of them (a gated
+/// product alternates between its two matrices), each keyed by the
+/// product's dispatch number and its packed groups' place: an entry
+/// serves only the dispatch that made it, so weights are never read stale.
+#[derive(Default)]
+struct UnpackedTiles {
+    entries: [((u64, usize, usize), Vec<u8>); 2],
+    older: usize,
+}
+
+thread_local! {
+    static UNPACKED: RefCell<UnpackedTiles> = RefCell::new(UnpackedTiles::default());
+}
+
+/// Runs `f` over rows `r` of `p`'s packed matrix unpacked (`u`), unpacking
+/// them unless this thread just did for the same dispatch.
+fn with_unpacked<R>(p: &Operand, packed: &PackedRows, u: &UnpackedTile, r: Range<usize>, f: impl FnOnce(&[u8]) -> R) -> R {
+    let k = p.w.cols;
+    let groups = packed.groups(r.clone());
+    let key = (p.unpack, groups.as_ptr() as usize, groups.len());
+    UNPACKED.with_borrow_mut(|cache| {
+        let i = match cache.entries.iter().position(|e| e.0 == key) {
+            Some(i) => i,
+            None => {
+                let i = cache.older;
+                let n_groups = r.len().div_ceil(GROUP);
+                let bytes = n_groups * packed.format.unpacked_group_bytes(k).expect("a format with an unpacked layout");
+                let e = &mut cache.entries[i];
+                e.1.resize(bytes, 0);
+                (u.unpack)(k, groups, n_groups, &mut e.1[..bytes]);
+                e.0 = key;
+                i
+            }
+        };
+        cache.older = 1 - i;
+        f(&cache.entries[i].1)
+    })
 }
 
 /// Rows in a task of a product over `t` columns.
@@ -273,13 +323,19 @@ unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *m
         for tile_start in r.clone().step_by(TILE_ROWS) {
             let tr = tile_start..(tile_start + TILE_ROWS).min(r.end);
             let n_rows = tr.len();
-            for j0 in cols.clone().step_by(MAX_TILE_COLS) {
-                let n = MAX_TILE_COLS.min(cols.end - j0);
-                (packed.tile)(k, packed.groups(tr.clone()), n_rows, &acts[j0 * stride..], stride, n, &mut res, n_rows);
-                for jj in 0..n {
-                    let o = std::slice::from_raw_parts_mut(at(j0 + jj, tr.start), n_rows);
-                    o.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
+            let columns = |tile: TileFn, groups: &[u8], res: &mut [f32]| {
+                for j0 in cols.clone().step_by(MAX_TILE_COLS) {
+                    let n = MAX_TILE_COLS.min(cols.end - j0);
+                    tile(k, groups, n_rows, &acts[j0 * stride..], stride, n, res, n_rows);
+                    for jj in 0..n {
+                        let o = std::slice::from_raw_parts_mut(at(j0 + jj, tr.start), n_rows);
+                        o.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
+                    }
                 }
+            };
+            match &packed.unpacked {
+                Some(u) if p.unpack != 0 => with_unpacked(p, packed, u, tr.clone(), |groups| columns(u.tile, groups, &mut res)),
+                _ => columns(packed.tile, packed.groups(tr.clone()), &mut res),
             }
         }
         return;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ember_gguf::{GgmlType, GgufFile};
 use ember_quant::packed::{PackedFormat, GROUP};
-use ember_quant::{ActType, DotColsFn, DotFn, TileFn};
+use ember_quant::{ActType, DotColsFn, DotFn, TileFn, UnpackedTile};
 
 use crate::config::Config;
 use crate::error::{ModelError, Result};
@@ -48,6 +48,8 @@ pub enum ActFormat {
 pub struct PackedRows {
     pub format: PackedFormat,
     pub tile: TileFn,
+    /// The unpacking and tile kernel over unpacked rows, where the format and the CPU have them.
+    pub unpacked: Option<UnpackedTile>,
     pub group_bytes: usize,
     data: Vec<u8>,
 }
@@ -185,7 +187,7 @@ fn repack(format: PackedFormat, rows: usize, cols: usize, row_bytes: usize, src:
     data.par_chunks_mut(group_bytes)
         .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
         .try_for_each(|(dst, src)| format.pack_group(cols, src, dst))?;
-    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), group_bytes, data })
+    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), unpacked: ember_quant::unpacked_tile(format), group_bytes, data })
 }
 
 /// Binds every tensor the architecture reads; `repack` rewrites the rows of

@@ -29,6 +29,15 @@
 //! 32-byte planes per sub-block: bits `2p, 2p+1` of byte `4 r + i` of plane
 //! `h` are the high bits of element `16 h + 4 p + i`.
 //!
+//! The unpacked layout, for passes of many columns, is the same group with
+//! every register of quants as 32 bytes, one quant a byte as the kernels
+//! meet them (Q5_0's offset by 16, Q6_K's unsigned six bits): a block's
+//! scales as above, then per 32-element (sub-)block its eight registers in
+//! the order the kernel builds them (4- and 5-bit: for each packed register
+//! `p`, elements `4 p..` then `16 + 4 p..`; Q6_K: for each pair `p, p + 1`,
+//! low elements of both, then high). Q8_0's quants are bytes already and it
+//! has none.
+//!
 //! The arithmetic is the file format's own: a repacked row dots to the same
 //! integer sums per block as [`crate::vec_dot`] on the original bytes; only the
 //! order in which the f32 block terms are added differs, and the K-quants
@@ -121,6 +130,23 @@ impl PackedFormat {
             // registers of nibble pairs and 64 bytes of high bits
             PackedFormat::Q6_K => Q6_K_QUANTS + 8 * (128 + 64),
         }
+    }
+
+    /// Bytes of one block of a group in the unpacked layout, for the formats
+    /// that have one.
+    pub const fn unpacked_block_bytes(self) -> Option<usize> {
+        match self {
+            PackedFormat::Q4_1 => Some(32 + 256),
+            PackedFormat::Q5_0 => Some(16 + 256),
+            PackedFormat::Q8_0 => None,
+            PackedFormat::Q4_K => Some(Q4_K_QUANTS + 8 * 256),
+            PackedFormat::Q6_K => Some(Q6_K_QUANTS + 8 * 256),
+        }
+    }
+
+    /// Bytes of one unpacked group of rows of `k` elements.
+    pub fn unpacked_group_bytes(self, k: usize) -> Option<usize> {
+        Some(self.group_bytes(k)? / self.block_bytes() * self.unpacked_block_bytes()?)
     }
 
     /// Bytes of one group of [`GROUP`] rows of `k` elements, or `None` when

@@ -9,7 +9,7 @@ mod common;
 use common::{random_row, Rng};
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
-use ember_quant::{quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, MAX_TILE_COLS};
+use ember_quant::{quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile, MAX_TILE_COLS};
 
 const FORMATS: [PackedFormat; 5] = [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0, PackedFormat::Q4_K, PackedFormat::Q6_K];
 
@@ -84,6 +84,18 @@ fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     deq.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
 }
 
+/// The tile over unpacked groups, where this CPU has one for `fmt`: the
+/// packed groups unpacked into a fresh buffer, then met by the columns.
+#[allow(clippy::too_many_arguments)]
+fn unpacked(fmt: PackedFormat, k: usize, packed: &[u8], rows: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32], out_stride: usize) -> Option<()> {
+    let u = unpacked_tile(fmt)?;
+    let groups = rows.div_ceil(GROUP);
+    let mut buf = vec![0xA5u8; groups * fmt.unpacked_group_bytes(k).unwrap()];
+    (u.unpack)(k, packed, groups, &mut buf);
+    (u.tile)(k, &buf, rows, acts, stride, n, out, out_stride);
+    Some(())
+}
+
 /// 1, 8 (one whole group) and 13 rows (a padded second group).
 const ROWS: [usize; 3] = [1, 8, 13];
 
@@ -131,12 +143,20 @@ fn simd_tiles_match_scalar_twins() {
                     let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
                     best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
                     scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
-                    for j in 0..n {
-                        for r in 0..file.len() {
-                            let (x, y) = (a[j * out_stride + r], b[j * out_stride + r]);
-                            assert_eq!(x.to_bits(), y.to_bits(), "{fmt:?} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}", ember_quant::simd_level());
+                    // The unpacked layout's kernel too, where there is one.
+                    let mut c = vec![f32::NAN; n * out_stride];
+                    let runs: Vec<(&str, &[f32])> = match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride) {
+                        Some(()) => vec![("packed", &a), ("unpacked", &c)],
+                        None => vec![("packed", &a)],
+                    };
+                    for (what, got) in runs {
+                        for j in 0..n {
+                            for r in 0..file.len() {
+                                let (x, y) = (got[j * out_stride + r], b[j * out_stride + r]);
+                                assert_eq!(x.to_bits(), y.to_bits(), "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}", ember_quant::simd_level());
+                            }
+                            assert!(got[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "{what} wrote past the rows");
                         }
-                        assert!(a[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "wrote past the rows");
                     }
                 }
             }
@@ -175,6 +195,10 @@ fn extreme_quants_do_not_overflow() {
                 for v in out {
                     assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "{fmt:?} sign {sign}: {v} vs {want}");
                 }
+            }
+            let mut out = vec![0.0; rows];
+            if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
+                assert!(out.iter().all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)), "{fmt:?} unpacked, sign {sign}: {out:?} vs {want}");
             }
         }
     }
@@ -228,6 +252,10 @@ fn extreme_k_quants_do_not_overflow() {
                     for v in out {
                         assert!((v - want).abs() <= 1e-4 * want.abs().max(1.0), "{fmt:?} variant {variant} sign {sign}: {v} vs {want}");
                     }
+                }
+                let mut out = vec![0.0; rows];
+                if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
+                    assert!(out.iter().all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)), "{fmt:?} unpacked, variant {variant} sign {sign}");
                 }
             }
         }

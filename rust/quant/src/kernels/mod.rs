@@ -99,6 +99,16 @@ pub fn tile_fn(fmt: PackedFormat) -> TileFn {
     }
 }
 
+/// The unpacking and tile kernel over unpacked rows for a repacked format,
+/// where this CPU has them and the format's quants are not bytes already.
+pub fn unpacked_tile(fmt: PackedFormat) -> Option<tile::UnpackedTile> {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => x86::avx2_tile::unpacked_tile(fmt),
+        Level::Scalar => None,
+    }
+}
+
 /// Name of the instruction set [`dot_fn`] picks kernels for ("avx2" or
 /// "scalar"), for logs and benchmarks.
 pub fn simd_level() -> &'static str {

@@ -19,14 +19,30 @@ pub const MAX_TILE_COLS: usize = 4;
 /// for short rows (a 640-wide head of 262,144 rows).
 pub type TileFn = fn(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize);
 
+/// Unpacks `groups` consecutive groups of rows of `k` elements (the bytes
+/// [`PackedFormat::pack_group`] wrote) into `dst`, in the format's unpacked
+/// layout ([`PackedFormat::unpacked_group_bytes`] a group).
+pub type UnpackFn = fn(k: usize, w: &[u8], groups: usize, dst: &mut [u8]);
+
+/// A pass of many columns unpacks a tile of rows once with `unpack` and
+/// meets it with every group of columns through `tile`, a [`TileFn`] over
+/// unpacked groups that gives the packed kernel's results bit for bit:
+/// building each register of quants from nibbles and high bits is then paid
+/// once per tile, not once per group of columns.
+#[derive(Clone, Copy)]
+pub struct UnpackedTile {
+    pub unpack: UnpackFn,
+    pub tile: TileFn,
+}
+
 /// Checks the slices the unsafe kernels will read; a violation is a bug in
 /// the caller, so it panics rather than reads out of bounds. Returns the
 /// bytes of one group.
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn check_tile(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &[f32], out_stride: usize) -> usize {
+pub(crate) fn check_tile(fmt: PackedFormat, unpacked: bool, k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &[f32], out_stride: usize) -> usize {
     let act_bytes = crate::packed::act_row_bytes(k).expect("k is a whole number of blocks");
-    let gb = fmt.group_bytes(k).unwrap();
+    let gb = if unpacked { fmt.unpacked_group_bytes(k) } else { fmt.group_bytes(k) }.unwrap();
     assert!((1..=MAX_TILE_COLS).contains(&n), "tile of {n} columns");
     assert!(rows == 0 || (out_stride >= rows || n == 1) && out.len() >= (n - 1) * out_stride + rows, "output too short");
     assert!(w.len() >= rows.div_ceil(GROUP) * gb, "weight groups too short");
@@ -72,7 +88,7 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
 /// tile, one group at a time.
 #[allow(clippy::too_many_arguments)]
 fn each_dot(fmt: PackedFormat, k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize, dot: impl Fn(&[u8], usize, &Col) -> f32) {
-    let gb = check_tile(fmt, k, w, rows, acts, act_stride, n, out, out_stride);
+    let gb = check_tile(fmt, false, k, w, rows, acts, act_stride, n, out, out_stride);
     for r in 0..rows {
         let group = &w[(r / GROUP) * gb..(r / GROUP + 1) * gb];
         for j in 0..n {

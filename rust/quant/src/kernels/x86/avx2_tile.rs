@@ -8,11 +8,16 @@
 //! are below 32,768) and widen them once per block (4-bit) or per half-block
 //! (5-bit); 8-bit blocks widen each `maddubs` since two would overflow. Then
 //! one conversion and one FMA per block and column scale all eight rows.
+//!
+//! Every kernel also runs over the unpacked layout (`X = true`, see
+//! `crate::packed`): the same arithmetic with each register of quants loaded
+//! as bytes instead of built from nibbles and high bits, for passes of many
+//! columns that unpack a tile once and meet it with every column group.
 
 use std::arch::x86_64::*;
 
 use super::avx2::available;
-use crate::kernels::tile::{check_tile, TileFn};
+use crate::kernels::tile::{check_tile, TileFn, UnpackedTile};
 use crate::packed::{PackedFormat, GROUP, Q4_K_QUANTS, Q6_K_QUANTS};
 
 pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
@@ -28,22 +33,38 @@ pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
     })
 }
 
+/// The unpacking and the tile kernel over unpacked groups, for the formats
+/// whose quants are not bytes already.
+pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
+    if !available() {
+        return None;
+    }
+    Some(match fmt {
+        PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: q4_1_x },
+        PackedFormat::Q5_0 => UnpackedTile { unpack: unpack_q5_0, tile: q5_0_x },
+        PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: q4_k_x },
+        PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: q6_k_x },
+        PackedFormat::Q8_0 => return None,
+    })
+}
+
 macro_rules! dispatch {
-    ($name:ident, $impl:ident, $fmt:expr) => {
+    ($name:ident, $impl:ident, $fmt:expr, $x:expr) => {
         #[allow(clippy::too_many_arguments)]
         fn $name(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
-            let gb = check_tile($fmt, k, w, rows, acts, act_stride, n, out, out_stride);
+            let gb = check_tile($fmt, $x, k, w, rows, acts, act_stride, n, out, out_stride);
             let (w, a, o) = (w.as_ptr(), acts.as_ptr(), out.as_mut_ptr());
-            // SAFETY: handed out only by `tile_fn` after `available()`; the
-            // slices were checked to cover everything the kernel reads/writes.
+            // SAFETY: handed out only by `tile_fn` and `unpacked_tile` after
+            // `available()`; the slices were checked to cover everything the
+            // kernel reads/writes.
             unsafe {
                 for g in 0..rows.div_ceil(GROUP) {
                     let (w, o, lanes) = (w.add(g * gb), o.add(g * GROUP), (rows - g * GROUP).min(GROUP));
                     match n {
-                        1 => store(&$impl::<1>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        2 => store(&$impl::<2>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        3 => store(&$impl::<3>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        _ => store(&$impl::<4>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        1 => store(&$impl::<1, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        2 => store(&$impl::<2, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        3 => store(&$impl::<3, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        _ => store(&$impl::<4, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
                     }
                 }
             }
@@ -51,11 +72,33 @@ macro_rules! dispatch {
     };
 }
 
-dispatch!(q4_1, q4_1_impl, PackedFormat::Q4_1);
-dispatch!(q5_0, q5_0_impl, PackedFormat::Q5_0);
-dispatch!(q8_0, q8_0_impl, PackedFormat::Q8_0);
-dispatch!(q4_k, q4_k_impl, PackedFormat::Q4_K);
-dispatch!(q6_k, q6_k_impl, PackedFormat::Q6_K);
+dispatch!(q4_1, q4_1_impl, PackedFormat::Q4_1, false);
+dispatch!(q5_0, q5_0_impl, PackedFormat::Q5_0, false);
+dispatch!(q8_0, q8_0_impl, PackedFormat::Q8_0, false);
+dispatch!(q4_k, q4_k_impl, PackedFormat::Q4_K, false);
+dispatch!(q6_k, q6_k_impl, PackedFormat::Q6_K, false);
+dispatch!(q4_1_x, q4_1_impl, PackedFormat::Q4_1, true);
+dispatch!(q5_0_x, q5_0_impl, PackedFormat::Q5_0, true);
+dispatch!(q4_k_x, q4_k_impl, PackedFormat::Q4_K, true);
+dispatch!(q6_k_x, q6_k_impl, PackedFormat::Q6_K, true);
+
+macro_rules! unpacker {
+    ($name:ident, $impl:ident, $fmt:expr) => {
+        fn $name(k: usize, w: &[u8], groups: usize, dst: &mut [u8]) {
+            let (gb, xb) = ($fmt.group_bytes(k).expect("k is a whole number of blocks"), $fmt.unpacked_group_bytes(k).expect("an unpacked layout"));
+            assert!(w.len() >= groups * gb && dst.len() >= groups * xb, "unpacking {groups} groups");
+            let blocks = groups * (k / $fmt.block_elems());
+            // SAFETY: handed out only by `unpacked_tile` after `available()`;
+            // both slices were checked to hold `groups` groups.
+            unsafe { $impl(blocks, w.as_ptr(), dst.as_mut_ptr()) }
+        }
+    };
+}
+
+unpacker!(unpack_q4_1, unpack_q4_1_impl, PackedFormat::Q4_1);
+unpacker!(unpack_q5_0, unpack_q5_0_impl, PackedFormat::Q5_0);
+unpacker!(unpack_q4_k, unpack_q4_k_impl, PackedFormat::Q4_K);
+unpacker!(unpack_q6_k, unpack_q6_k_impl, PackedFormat::Q6_K);
 
 /// Column `j`'s eight row results to `out[j * stride..]`, the first `lanes`.
 #[inline]
@@ -122,17 +165,59 @@ unsafe fn bcast4(p: *const u8) -> __m256i {
     _mm256_set1_epi32(p.cast::<i32>().read_unaligned())
 }
 
-/// One 32-element block of 4-bit quants (four nibble-pair registers at
-/// `regs`) for every column: `acc += (dx d_y) Σ q q_y`, then `acc += mx
-/// sums[b]` (one accumulator per column: at four columns a second would not
-/// fit in the sixteen registers).
+/// Packed register `p` of 4-bit quants at `regs` as its two registers of
+/// bytes (elements `4p..` and `16 + 4p..`), or those two read from an
+/// unpacked block.
 #[inline(always)]
-unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N]) {
-    let (m4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi16(1));
+unsafe fn q4_regs<const X: bool>(regs: *const u8, p: usize) -> (__m256i, __m256i) {
+    if X {
+        return (_mm256_loadu_si256(regs.add(64 * p).cast()), _mm256_loadu_si256(regs.add(64 * p + 32).cast()));
+    }
+    let m4 = _mm256_set1_epi8(0xF);
+    let v = _mm256_loadu_si256(regs.add(32 * p).cast());
+    (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4))
+}
+
+/// Unpacks `blocks` blocks of 4-bit registers: each block's `head` bytes
+/// (scales) copied, then its `subs` sub-blocks of four packed registers as
+/// eight registers of bytes.
+#[inline(always)]
+unsafe fn unpack_q4(blocks: usize, head: usize, subs: usize, src: *const u8, dst: *mut u8) {
+    let (bb, xb) = (head + subs * 128, head + subs * 256);
+    for b in 0..blocks {
+        let (s, d) = (src.add(b * bb), dst.add(b * xb));
+        std::ptr::copy_nonoverlapping(s, d, head);
+        for j in 0..subs {
+            for p in 0..4 {
+                let (xl, xh) = q4_regs::<false>(s.add(head + 128 * j), p);
+                _mm256_storeu_si256(d.add(head + 256 * j + 64 * p).cast(), xl);
+                _mm256_storeu_si256(d.add(head + 256 * j + 64 * p + 32).cast(), xh);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q4_1_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+    unpack_q4(blocks, 32, 1, src, dst)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q4_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+    unpack_q4(blocks, Q4_K_QUANTS, 8, src, dst)
+}
+
+/// One 32-element block of 4-bit quants (four nibble-pair registers at
+/// `regs`, or eight byte registers where `X`) for every column: `acc +=
+/// (dx d_y) Σ q q_y`, then `acc += mx sums[b]` (one accumulator per column:
+/// at four columns a second would not fit in the sixteen registers).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn q4_block<const N: usize, const X: bool>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N]) {
+    let ones = _mm256_set1_epi16(1);
     let mut s16 = [_mm256_setzero_si256(); N];
     for p in 0..4 {
-        let v = _mm256_loadu_si256(regs.add(32 * p).cast());
-        let (xl, xh) = (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+        let (xl, xh) = q4_regs::<X>(regs, p);
         for (s, c) in s16.iter_mut().zip(c) {
             let y = c.qs.add(32 * b + 4 * p);
             let pl = _mm256_maddubs_epi16(xl, bcast4(y));
@@ -148,8 +233,8 @@ unsafe fn q4_block<const N: usize>(regs: *const u8, dx: __m256, mx: __m256, b: u
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
-    let bb = PackedFormat::Q4_1.block_bytes();
+unsafe fn q4_1_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = block_bytes::<X>(PackedFormat::Q4_1);
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
@@ -157,7 +242,7 @@ unsafe fn q4_1_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
         prefetch_ahead::<N>(blk, bb);
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
-        q4_block(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc);
+        q4_block::<N, X>(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc);
     }
     acc
 }
@@ -166,8 +251,9 @@ unsafe fn q4_1_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
 /// `dmin m` (exact in f32) built for the eight rows, the min met by the
 /// activation block's exact sum.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
-    let bb = PackedFormat::Q4_K.block_bytes();
+unsafe fn q4_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = block_bytes::<X>(PackedFormat::Q4_K);
+    let sub = if X { 256 } else { 128 };
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     let bytes8 = |p: *const u8| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast())));
@@ -179,7 +265,7 @@ unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
             prefetch_ahead::<N>(blk.add(j * bb / 8), bb / 8);
             let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
             let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
-            q4_block(blk.add(Q4_K_QUANTS + 128 * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
+            q4_block::<N, X>(blk.add(Q4_K_QUANTS + sub * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
         }
     }
     acc
@@ -190,31 +276,17 @@ unsafe fn q4_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
 /// scale, so a 32-element block's sum stays exact in 32 bits; the `- 32` of
 /// every quant comes back as `32 Σ sc Σq_y` over the half-block sums.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
-    let bb = PackedFormat::Q6_K.block_bytes();
+unsafe fn q6_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = block_bytes::<X>(PackedFormat::Q6_K);
     let c = cols::<N>(nb, a, stride);
-    let (m4, m30) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
     let mut acc = [_mm256_setzero_ps(); N];
-    // Bits 2p, 2p+1 of each plane byte to bits 4, 5 (within the byte: a
-    // 16-bit shift of at most 4 carries nothing across into bits 4 and 5).
-    let high = |plane: __m256i, p: usize| {
-        _mm256_and_si256(
-            match p {
-                0 => _mm256_slli_epi16::<4>(plane),
-                1 => _mm256_slli_epi16::<2>(plane),
-                2 => plane,
-                _ => _mm256_srli_epi16::<2>(plane),
-            },
-            m30,
-        )
-    };
     for sb in 0..nb / 8 {
         let blk = g.add(sb * bb);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..8 {
             prefetch_ahead::<N>(blk.add(j * bb / 8), bb / 8);
             let b = 8 * sb + j;
-            let sub = blk.add(Q6_K_QUANTS + 192 * j);
+            let sub = blk.add(Q6_K_QUANTS + if X { 256 } else { 192 } * j);
             let sa = _mm_loadl_epi64(blk.add(16 + 8 * (2 * j)).cast());
             let sbb = _mm_loadl_epi64(blk.add(16 + 8 * (2 * j + 1)).cast());
             // Row r's scale in 16-bit lanes 2r and 2r+1: `madd` then scales
@@ -222,15 +294,9 @@ unsafe fn q6_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
             let sc_a = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sa));
             let sc_b = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sbb, sbb));
             let sc_ab = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sbb));
-            let (plane_a, plane_b) = (_mm256_loadu_si256(sub.add(128).cast()), _mm256_loadu_si256(sub.add(160).cast()));
             let mut isum = [_mm256_setzero_si256(); N];
             for pp in [0, 2] {
-                let v0 = _mm256_loadu_si256(sub.add(32 * pp).cast());
-                let v1 = _mm256_loadu_si256(sub.add(32 * pp + 32).cast());
-                let xl0 = _mm256_or_si256(_mm256_and_si256(v0, m4), high(plane_a, pp));
-                let xl1 = _mm256_or_si256(_mm256_and_si256(v1, m4), high(plane_a, pp + 1));
-                let xh0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4), high(plane_b, pp));
-                let xh1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4), high(plane_b, pp + 1));
+                let [xl0, xl1, xh0, xh1] = q6_regs::<X>(sub, pp);
                 for (s, c) in isum.iter_mut().zip(&c) {
                     let y = c.qs.add(32 * b + 4 * pp);
                     let ta = _mm256_add_epi16(_mm256_maddubs_epi16(xl0, bcast4(y)), _mm256_maddubs_epi16(xl1, bcast4(y.add(4))));
@@ -248,34 +314,120 @@ unsafe fn q6_k_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
     acc
 }
 
+/// Sub-block registers `pp, pp + 1` of Q6_K quants at `sub` as four
+/// registers of bytes (low elements `pp`, `pp + 1`, then high), or those
+/// four read from an unpacked sub-block.
+#[inline(always)]
+unsafe fn q6_regs<const X: bool>(sub: *const u8, pp: usize) -> [__m256i; 4] {
+    if X {
+        return std::array::from_fn(|i| _mm256_loadu_si256(sub.add(64 * pp + 32 * i).cast()));
+    }
+    let (m4, m30) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
+    // Bits 2p, 2p+1 of each plane byte to bits 4, 5 (within the byte: a
+    // 16-bit shift of at most 4 carries nothing across into bits 4 and 5).
+    let high = |plane: __m256i, p: usize| {
+        _mm256_and_si256(
+            match p {
+                0 => _mm256_slli_epi16::<4>(plane),
+                1 => _mm256_slli_epi16::<2>(plane),
+                2 => plane,
+                _ => _mm256_srli_epi16::<2>(plane),
+            },
+            m30,
+        )
+    };
+    let (plane_a, plane_b) = (_mm256_loadu_si256(sub.add(128).cast()), _mm256_loadu_si256(sub.add(160).cast()));
+    let v0 = _mm256_loadu_si256(sub.add(32 * pp).cast());
+    let v1 = _mm256_loadu_si256(sub.add(32 * pp + 32).cast());
+    [
+        _mm256_or_si256(_mm256_and_si256(v0, m4), high(plane_a, pp)),
+        _mm256_or_si256(_mm256_and_si256(v1, m4), high(plane_a, pp + 1)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4), high(plane_b, pp)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4), high(plane_b, pp + 1)),
+    ]
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
-    let bb = PackedFormat::Q5_0.block_bytes();
-    let (m4, bit4, ones) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x10), _mm256_set1_epi16(1));
+unsafe fn unpack_q6_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+    let (bb, xb) = (PackedFormat::Q6_K.block_bytes(), block_bytes::<true>(PackedFormat::Q6_K));
+    for b in 0..blocks {
+        let (s, d) = (src.add(b * bb), dst.add(b * xb));
+        std::ptr::copy_nonoverlapping(s, d, Q6_K_QUANTS);
+        for j in 0..8 {
+            for pp in [0, 2] {
+                for (i, x) in q6_regs::<false>(s.add(Q6_K_QUANTS + 192 * j), pp).into_iter().enumerate() {
+                    _mm256_storeu_si256(d.add(Q6_K_QUANTS + 256 * j + 64 * pp + 32 * i).cast(), x);
+                }
+            }
+        }
+    }
+}
+
+/// Register `p` of a Q5_0 block (nibble pairs at `blk + 48`, fifth bits
+/// `h`) as its two registers of bytes, or those two read from an unpacked
+/// block.
+#[inline(always)]
+unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m256i, __m256i) {
+    if X {
+        return (_mm256_loadu_si256(blk.add(16 + 64 * p).cast()), _mm256_loadu_si256(blk.add(16 + 64 * p + 32).cast()));
+    }
+    let (m4, bit4) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x10));
+    // Bit g of each byte of `h` is the fifth bit of register g's element:
+    // moved to bit 4 by a shift within the byte (a 16-bit shift of at most 4
+    // brings nothing from the neighbouring byte into bit 4). Shifted where
+    // they are used: eight shifted copies of `h` held for the whole block
+    // would not fit in the registers beside four columns' sums.
+    let (hl, hh) = match p {
+        0 => (_mm256_slli_epi16::<4>(h), h),
+        1 => (_mm256_slli_epi16::<3>(h), _mm256_srli_epi16::<1>(h)),
+        2 => (_mm256_slli_epi16::<2>(h), _mm256_srli_epi16::<2>(h)),
+        _ => (_mm256_slli_epi16::<1>(h), _mm256_srli_epi16::<3>(h)),
+    };
+    let v = _mm256_loadu_si256(blk.add(48 + 32 * p).cast());
+    let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, bit4));
+    let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh, bit4));
+    (xl, xh)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q5_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+    let (bb, xb) = (PackedFormat::Q5_0.block_bytes(), block_bytes::<true>(PackedFormat::Q5_0));
+    for b in 0..blocks {
+        let (s, d) = (src.add(b * bb), dst.add(b * xb));
+        std::ptr::copy_nonoverlapping(s, d, 16);
+        let h = _mm256_loadu_si256(s.add(16).cast());
+        for p in 0..4 {
+            let (xl, xh) = q5_regs::<false>(s, h, p);
+            _mm256_storeu_si256(d.add(16 + 64 * p).cast(), xl);
+            _mm256_storeu_si256(d.add(16 + 64 * p + 32).cast(), xh);
+        }
+    }
+}
+
+/// Bytes of a block of `fmt` as the kernel reads it: packed, or unpacked where `X`.
+#[inline(always)]
+fn block_bytes<const X: bool>(fmt: PackedFormat) -> usize {
+    if X {
+        fmt.unpacked_block_bytes().expect("an unpacked layout")
+    } else {
+        fmt.block_bytes()
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+    let bb = block_bytes::<X>(PackedFormat::Q5_0);
+    let ones = _mm256_set1_epi16(1);
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
         prefetch_ahead::<N>(blk, bb);
-        // Bit g of each byte is the fifth bit of register g's element: moved
-        // to bit 4 by a shift within the byte (a 16-bit shift of at most 4
-        // brings nothing from the neighbouring byte into bit 4).
-        let h = _mm256_loadu_si256(blk.add(16).cast());
+        let h = if X { _mm256_setzero_si256() } else { _mm256_loadu_si256(blk.add(16).cast()) };
         let mut lo16 = [_mm256_setzero_si256(); N];
         let mut hi16 = [_mm256_setzero_si256(); N];
         for p in 0..4 {
-            // Shifted where they are used: eight shifted copies of `h` held
-            // for the whole block would not fit in the registers beside four
-            // columns' sums.
-            let (hl, hh) = match p {
-                0 => (_mm256_slli_epi16::<4>(h), h),
-                1 => (_mm256_slli_epi16::<3>(h), _mm256_srli_epi16::<1>(h)),
-                2 => (_mm256_slli_epi16::<2>(h), _mm256_srli_epi16::<2>(h)),
-                _ => (_mm256_slli_epi16::<1>(h), _mm256_srli_epi16::<3>(h)),
-            };
-            let v = _mm256_loadu_si256(blk.add(48 + 32 * p).cast());
-            let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, bit4));
-            let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh, bit4));
+            let (xl, xh) = q5_regs::<X>(blk, h, p);
             for j in 0..N {
                 let y = c[j].qs.add(32 * b + 4 * p);
                 lo16[j] = _mm256_add_epi16(lo16[j], _mm256_maddubs_epi16(xl, bcast4(y)));
@@ -297,7 +449,7 @@ unsafe fn q5_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
 /// Signed by signed through `maddubs`: |x| once per register, x's sign moved
 /// onto each column's y (exact: no quant is -128).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_impl<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q8_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
     let bb = PackedFormat::Q8_0.block_bytes();
     let ones = _mm256_set1_epi16(1);
     let c = cols::<N>(nb, a, stride);
