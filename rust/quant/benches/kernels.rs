@@ -1,7 +1,8 @@
 //! Kernel throughput per weight format, one thread: a matrix-vector product
 //! at decode sizes in GB/s of weights streamed, and a product over 64 columns
 //! (a prompt chunk) in GOP/s (two per multiply-add). Both the file-format dot
-//! kernels and, where the format has one, the repacked tile kernels.
+//! kernels and, where the format has one, the repacked tile kernels, packed and
+//! (as a prompt runs them) over tiles unpacked once for every column group.
 //!
 //!     cargo bench -p ember-quant --bench kernels [-- ROWS COLS]
 
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat};
-use ember_quant::{activation_type, dot_fn, quantize_activation, tile_fn, MAX_TILE_COLS};
+use ember_quant::{activation_type, dot_fn, quantize_activation, tile_fn, unpacked_tile, MAX_TILE_COLS};
 
 /// Random bytes with every f16 scale field made small and finite, by
 /// rewriting the file through a dequantize-free trick: scales live at known
@@ -129,5 +130,21 @@ fn main() {
             black_box(&out);
         });
         println!("| {} | tile | {:.1} | {:.3} | {:.1} |", ty.name(), pw.len() as f64 / mv / 1e9, mv * 1e3, gop(mm));
+        // A prompt's way: each tile of 32 rows unpacked once, then met by every column group.
+        let Some(u) = unpacked_tile(fmt) else { continue };
+        let xb = fmt.unpacked_group_bytes(k).unwrap();
+        let mut buf = vec![0u8; 4 * xb];
+        let mm = time(|| {
+            for r0 in (0..rows).step_by(32) {
+                let n_rows = 32.min(rows - r0);
+                let groups = n_rows.div_ceil(8);
+                (u.unpack)(k, &pw[r0 / 8 * gb..], groups, &mut buf[..groups * xb]);
+                for c0 in (0..cols).step_by(MAX_TILE_COLS) {
+                    (u.tile)(k, &buf[..groups * xb], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
+                }
+            }
+            black_box(&out);
+        });
+        println!("| {} | unpacked tile | - | - | {:.1} |", ty.name(), gop(mm));
     }
 }
