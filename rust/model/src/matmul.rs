@@ -169,9 +169,14 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
     let (gate, up) = (Operand::new(gate.w, gate.acts, t), Operand::new(up, up_acts, t));
     // A cut that suits both; a packed matrix needs runs that start on a group.
     let chunk = task_rows(pool, gate.w, t).max(task_rows(pool, up.w, t)).next_multiple_of(GROUP);
-    // One column: long runs of rows, as a product alone has. Several: the
-    // product's own tiles, in column groups that fill the buffers.
-    let (run_rows, col_block) = if t == 1 { (GATED_BUF, 1) } else { (TILE_ROWS, GATED_BUF / TILE_ROWS) };
+    // Up to one group of columns: long runs of rows, as a product alone has.
+    // More: the product's own tiles, in column groups that fill the buffers.
+    let (run_rows, col_block) = match t {
+        1 => (GATED_BUF, 1),
+        // A few columns (decoded tokens): runs long enough to stream the weights.
+        _ if t <= MAX_TILE_COLS => (GATED_BUF / MAX_TILE_COLS, MAX_TILE_COLS),
+        _ => (TILE_ROWS, GATED_BUF / TILE_ROWS),
+    };
     pool.for_each(rows.div_ceil(chunk), |c| {
         // Left uninitialised: every element read is first written by
         // `product_rows` (zeroing them would cost a decode task a few percent).
@@ -246,6 +251,8 @@ struct UnpackedTiles {
 
 thread_local! {
     static UNPACKED: RefCell<UnpackedTiles> = RefCell::new(UnpackedTiles::default());
+    /// Results of a long run of rows in a few columns, before they go to their columns.
+    static RUN_OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` over rows `r` of `p`'s packed matrix unpacked (`u`), unpacking
@@ -278,8 +285,9 @@ fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
     // Several tasks per thread to even out stragglers, each big enough to amortise scheduling.
     let spread = w.rows.div_ceil(pool.threads() * 4).max(16);
     match (&w.packed, w.dot_cols) {
-        // One column: a long run of groups per kernel call.
-        (Some(_), _) if t == 1 => spread.next_multiple_of(GROUP),
+        // Up to one group of columns (a decoded token per conversation): a
+        // long run of groups per kernel call, streamed once.
+        (Some(_), _) if t <= MAX_TILE_COLS => spread.next_multiple_of(GROUP),
         // Several columns: tiles that stay in L1 while every column passes over them.
         (Some(_), _) => TILE_ROWS,
         (None, Some(_)) if t > 1 => TILE_ROWS,
@@ -317,6 +325,21 @@ unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *m
             let j = cols.start;
             let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
             (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[j * stride..], stride, 1, o, r.len());
+            return;
+        }
+        if cols.len() <= MAX_TILE_COLS && r.len() > TILE_ROWS {
+            // One group of columns over a long run of rows: the weights are
+            // streamed once, as for one column (a tile at a time would wait on
+            // memory at every tile), into a buffer of this thread's.
+            RUN_OUT.with_borrow_mut(|res| {
+                let n = cols.len();
+                res.resize(n * r.len(), 0.0);
+                (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[cols.start * stride..], stride, n, res, r.len());
+                for (jj, j) in cols.clone().enumerate() {
+                    let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
+                    o.copy_from_slice(&res[jj * r.len()..(jj + 1) * r.len()]);
+                }
+            });
             return;
         }
         let mut res = [0.0f32; TILE_ROWS * MAX_TILE_COLS];
@@ -388,9 +411,11 @@ mod tests {
     }
 
     /// Random quants under small, finite scales: Q4_1 and Q4_K blocks both
-    /// open with two f16 (scale and min), the rest is quant bits.
+    /// open with two f16 (scale and min), Q8_0's with its scale and then
+    /// quants (two of which get f16 bits: any byte is a quant), the rest is
+    /// quant bits.
     fn matrix(ty: GgmlType, rows: usize, cols: usize, repack: bool, rng: &mut Rng) -> Matrix {
-        assert!(matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K));
+        assert!(matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0));
         let mut data: Vec<u8> = (0..rows * ty.row_bytes(cols as u64).unwrap() as usize).map(|_| rng.next() as u8).collect();
         for block in data.chunks_exact_mut(ty.type_size()) {
             block[..2].copy_from_slice(&half::f16::from_f32(0.01 + 0.01 * rng.float().abs()).to_bits().to_le_bytes());
@@ -435,9 +460,12 @@ mod tests {
     fn products_in_one_dispatch_equal_products_alone() {
         let mut rng = Rng(7);
         let pool = Pool::new(3).unwrap();
-        for (name, [a, b, c]) in cases(&mut rng) {
+        let mut cases = cases(&mut rng);
+        // Tall packed matrices: a few columns meet long runs of rows per task.
+        cases.push(("tall", [matrix(GgmlType::Q4_1, 1200, K, true, &mut rng), matrix(GgmlType::Q8_0, 1000, K, true, &mut rng), matrix(GgmlType::Q4_1, 75, K, true, &mut rng)]));
+        for (name, [a, b, c]) in cases {
             // 700 columns are more than one chunk of activations in every format.
-            for t in [1, 3, 9, 37, 700] {
+            for t in [1, 2, 3, 4, 9, 37, 700] {
                 let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
                 let mut acts = Acts::default();
                 let [xa, xb, xc] = acts.get_many(&pool, [a.input, b.input, c.input], &x, t, K);

@@ -144,13 +144,13 @@ unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; 
 /// to 125 on two (4 KiB ahead measured slower).
 const PREFETCH_AHEAD: usize = 2048;
 
-/// Asks for the `len` bytes at `p + PREFETCH_AHEAD`, a line at a time; one
-/// column only (several columns reuse a tile from cache and are
-/// arithmetic-bound). Past the end of the weights it asks for lines nobody
-/// reads, which costs little and cannot fault.
+/// Asks for the `len` bytes at `p + PREFETCH_AHEAD`, a line at a time, when
+/// reading packed weights (an unpacked tile is in cache already). Past the
+/// end of the weights it asks for lines nobody reads, which costs little and
+/// cannot fault.
 #[inline(always)]
-unsafe fn prefetch_ahead<const N: usize>(p: *const u8, len: usize) {
-    if N == 1 {
+unsafe fn prefetch_ahead<const X: bool>(p: *const u8, len: usize) {
+    if !X {
         let mut off = 0;
         while off < len {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
@@ -239,7 +239,7 @@ unsafe fn q4_1_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
-        prefetch_ahead::<N>(blk, bb);
+        prefetch_ahead::<X>(blk, bb);
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
         q4_block::<N, X>(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc);
@@ -262,7 +262,7 @@ unsafe fn q4_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         let neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())));
         for j in 0..8 {
-            prefetch_ahead::<N>(blk.add(j * bb / 8), bb / 8);
+            prefetch_ahead::<X>(blk.add(j * bb / 8), bb / 8);
             let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
             let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
             q4_block::<N, X>(blk.add(Q4_K_QUANTS + sub * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
@@ -284,7 +284,7 @@ unsafe fn q6_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
         let blk = g.add(sb * bb);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..8 {
-            prefetch_ahead::<N>(blk.add(j * bb / 8), bb / 8);
+            prefetch_ahead::<X>(blk.add(j * bb / 8), bb / 8);
             let b = 8 * sb + j;
             let sub = blk.add(Q6_K_QUANTS + if X { 256 } else { 192 } * j);
             let sa = _mm_loadl_epi64(blk.add(16 + 8 * (2 * j)).cast());
@@ -422,7 +422,7 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
-        prefetch_ahead::<N>(blk, bb);
+        prefetch_ahead::<X>(blk, bb);
         let h = if X { _mm256_setzero_si256() } else { _mm256_loadu_si256(blk.add(16).cast()) };
         let mut lo16 = [_mm256_setzero_si256(); N];
         let mut hi16 = [_mm256_setzero_si256(); N];
@@ -456,7 +456,7 @@ unsafe fn q8_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
-        prefetch_ahead::<N>(blk, bb);
+        prefetch_ahead::<X>(blk, bb);
         let mut s32 = [_mm256_setzero_si256(); N];
         for r in 0..8 {
             let x = _mm256_loadu_si256(blk.add(16 + 32 * r).cast());
