@@ -268,7 +268,8 @@ def test_bad_config_names_the_key(smollm2_path, tmp_path, content, needle):
     (["--queue-depth", "-1"], "--queue-depth -1", 2),
     (["-m", "no-such-model.gguf"], "no-such-model.gguf", 1),
     (["-ctk", "q9"], "--cache-type-k q9: is not a cache type", 2),
-    (["-ctk", "q8_0", "-ctv", "q8_0"], "--cache-type-k q8_0: is not stored by ember's KV cache yet", 2),
+    (["-ctk", "q5_0", "-ctv", "q5_0"], "--cache-type-k q5_0: is not stored by ember's KV cache yet", 2),
+    (["-ctk", "q8_0"], "--cache-type-v f16: differs from --cache-type-k q8_0", 2),
     (["-ctk", "f32"], "--cache-type-v f16: differs from --cache-type-k f32", 2),
     (["--cache-reuse", "256"], "--cache-reuse 256: ember does not shift cached chunks yet", 2),
     (["--cache-reuse", "-1"], "--cache-reuse -1: must be 0 or more", 2),
@@ -326,6 +327,8 @@ def test_cache_types_reach_the_options(smollm2_path):
     assert opts.kv_type == "f16" and "KV cache: f16 keys and values" in lines
     opts, lines = _parse(["-m", str(smollm2_path), "--cache-type-k", "f32"], {"LLAMA_ARG_CACHE_TYPE_V": "f32"})
     assert opts.kv_type == "f32" and "KV cache: f32 keys and values (from the command line)" in lines
+    opts, lines = _parse(["-m", str(smollm2_path), "-ctk", "q8_0", "-ctv", "q8_0"])
+    assert opts.kv_type == "q8_0" and "KV cache: q8_0 keys and values (from the command line)" in lines
 
 
 def test_a_file_without_a_template_gets_the_fallback(gemma3_path):

@@ -55,8 +55,8 @@ _FLAGS = [
     _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
     _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
-    _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default) or f32", "f16"),
-    _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default) or f32", "f16"),
+    _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), f32 or q8_0", "f16"),
+    _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
     _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
     _Flag("api-key", ("--api-key",), str, "LLAMA_API_KEY", "comma-separated keys a request must present"),
     _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE", "file of keys, one a line"),
@@ -224,12 +224,12 @@ def _resolve_model(model: str | None, source: str, lines: list[str]) -> str:
 
 
 def _choose_ctx(requested: int, meta: Mapping[str, Any], mem_available: int | None, lines: list[str],
-                kv_scale: int = 1) -> int:
+                kv_scale: float = 1.0) -> int:
     arch = meta.get("general.architecture")
     trained = meta.get(f"{arch}.context_length")
     per_pos = kv_bytes_per_position(meta)
     if per_pos:
-        per_pos *= kv_scale  # f32 entries are twice f16's
+        per_pos = max(1, int(per_pos * kv_scale))  # the cache type's entries against f16's
     cap = None
     if per_pos and mem_available:
         cap = (mem_available // 2 // per_pos) // _MIN_CTX * _MIN_CTX
@@ -333,7 +333,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * max(values["parallel"], 1)
     ctx = _choose_ctx(requested, meta, _mem_available() if mem_available is None else mem_available, lines,
-                      kv_scale=2 if kv_type == "f32" else 1)
+                      kv_scale=_CACHE_TYPE_SCALE[kv_type])
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
 
     parallel, depth = values["parallel"], values["queue-depth"]
@@ -421,7 +421,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
 #: llama-server's cache types, and the ones ember's KV cache stores.
 _LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-_EMBER_CACHE_TYPES = ("f16", "f32")
+_EMBER_CACHE_TYPES = ("f16", "f32", "q8_0")
+#: Bytes of an entry of each cache type, as a share of an f16 entry's (Q8_0:
+#: 34 bytes a block of 32).
+_CACHE_TYPE_SCALE = {"f16": 1.0, "f32": 2.0, "q8_0": 34 / 64}
 
 
 def _kv_type(values: dict[str, Any], sources: dict[str, str], bad) -> str:

@@ -1,5 +1,7 @@
 //! The key/value cache of one sequence: per layer, the keys and values of every
-//! position the sequence holds, stored as f16 or f32.
+//! position the sequence holds, stored as f16, f32 or Q8_0 blocks (32
+//! elements to an f16 scale and 32 signed bytes, quantized as llama.cpp's
+//! x86 backend copies rows into a Q8_0 cache; about half an f16 cache).
 //!
 //! Built around sequences rather than a single append-only buffer: a sequence
 //! can be cut back to a prefix, copied, and saved to bytes and restored, which
@@ -26,20 +28,48 @@ pub enum KvError {
 pub enum KvType {
     F16,
     F32,
+    Q8_0,
 }
+
+/// Elements of one Q8_0 block, and its bytes.
+pub const Q8_0_BLOCK: usize = 32;
+const Q8_0_BYTES: usize = 34;
 
 impl KvType {
     pub fn parse(s: &str) -> Option<KvType> {
         match s {
             "f16" => Some(KvType::F16),
             "f32" => Some(KvType::F32),
+            "q8_0" => Some(KvType::Q8_0),
             _ => None,
         }
     }
-    fn size(self) -> usize {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::F32 => "f32",
+            KvType::Q8_0 => "q8_0",
+        }
+    }
+    /// Whether a head of `dim` elements can be stored and read on its own:
+    /// a Q8_0 head must be whole blocks.
+    pub fn holds_heads_of(self, dim: usize) -> bool {
+        self != KvType::Q8_0 || dim.is_multiple_of(Q8_0_BLOCK)
+    }
+    /// Bytes of `n` elements (a whole number of blocks for Q8_0).
+    fn bytes(self, n: usize) -> usize {
+        match self {
+            KvType::F16 => 2 * n,
+            KvType::F32 => 4 * n,
+            KvType::Q8_0 => n / Q8_0_BLOCK * Q8_0_BYTES,
+        }
+    }
+    /// The type's mark in a saved state (its element size for the float types).
+    fn code(self) -> usize {
         match self {
             KvType::F16 => 2,
             KvType::F32 => 4,
+            KvType::Q8_0 => 34,
         }
     }
 }
@@ -59,6 +89,8 @@ pub struct LayerShape {
 enum Store {
     F16(Vec<f16>),
     F32(Vec<f32>),
+    /// Q8_0 blocks, element `i` in block `i / 32`.
+    Q8_0(Vec<u8>),
 }
 
 impl Store {
@@ -66,8 +98,10 @@ impl Store {
         match ty {
             KvType::F16 => Store::F16(vec![f16::ZERO; n]),
             KvType::F32 => Store::F32(vec![0.0; n]),
+            KvType::Q8_0 => Store::Q8_0(vec![0; KvType::Q8_0.bytes(n)]),
         }
     }
+    /// Writes `src` at element `at` (both whole blocks for Q8_0).
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             Store::F16(v) => {
@@ -76,18 +110,24 @@ impl Store {
                 }
             }
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            Store::Q8_0(v) => {
+                let (from, n) = (KvType::Q8_0.bytes(at), KvType::Q8_0.bytes(src.len()));
+                ember_quant::quantize_row_q8_0(src, &mut v[from..from + n]).expect("rows are whole blocks");
+            }
         }
     }
     fn bytes(&self) -> &[u8] {
         match self {
             Store::F16(v) => as_bytes(v),
             Store::F32(v) => as_bytes(v),
+            Store::Q8_0(v) => v,
         }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             Store::F16(v) => as_bytes_mut(v),
             Store::F32(v) => as_bytes_mut(v),
+            Store::Q8_0(v) => v,
         }
     }
 }
@@ -101,10 +141,34 @@ fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 
-/// Read access to one layer's keys or values, by position.
+/// Read access to one layer's keys or values, by position: element `i` of
+/// row `r` (rows `width` wide) is element `r * width + i` of the layer.
 pub enum Rows<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
+    /// Q8_0 blocks: element `e` is `d * q` of block `e / 32`.
+    Q8_0(&'a [u8]),
+}
+
+impl Rows<'_> {
+    /// Elements `at..at + out.len()` as f32 (exactly: an f16, or a Q8_0
+    /// quant times its f16 scale, is exact in f32). For Q8_0, `at` and the
+    /// length are whole blocks.
+    pub fn widen(&self, at: usize, out: &mut [f32]) {
+        let n = out.len();
+        match self {
+            Rows::F16(r) => out.iter_mut().zip(&r[at..at + n]).for_each(|(o, x)| *o = x.to_f32()),
+            Rows::F32(r) => out.copy_from_slice(&r[at..at + n]),
+            Rows::Q8_0(r) => {
+                assert!(at.is_multiple_of(Q8_0_BLOCK) && out.len().is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
+                let blocks = r[KvType::Q8_0.bytes(at)..].chunks_exact(Q8_0_BYTES);
+                for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(blocks) {
+                    let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    o.iter_mut().zip(&b[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -134,6 +198,10 @@ impl KvCache {
         let layers = layers
             .iter()
             .map(|&shape| {
+                assert!(
+                    shape.k_width.is_multiple_of(Q8_0_BLOCK) && shape.v_width.is_multiple_of(Q8_0_BLOCK) || ty != KvType::Q8_0,
+                    "a Q8_0 cache holds rows of whole blocks"
+                );
                 let rows = match shape.window {
                     Some(w) => (w + max_batch).min(n_ctx),
                     None => n_ctx,
@@ -165,7 +233,7 @@ impl KvCache {
     }
     /// Bytes the cache holds in memory.
     pub fn memory_bytes(&self) -> usize {
-        self.layers.iter().map(|l| l.rows * (l.shape.k_width + l.shape.v_width) * self.ty.size()).sum()
+        self.layers.iter().map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)).sum()
     }
 
     /// Checks that `n` more positions fit, before a pass writes any of them.
@@ -258,7 +326,7 @@ impl KvCache {
     pub fn save_state(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(b"EMKV");
-        for v in [self.ty.size(), self.n_ctx, self.max_batch, self.layers.len(), self.len] {
+        for v in [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len(), self.len] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
         for l in &self.layers {
@@ -279,7 +347,7 @@ impl KvCache {
         }
         let head = [r.u()?, r.u()?, r.u()?, r.u()?];
         let len = r.u()?;
-        if head != [self.ty.size(), self.n_ctx, self.max_batch, self.layers.len()] || len > self.n_ctx {
+        if head != [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len()] || len > self.n_ctx {
             return Err(KvError::BadState("element type, context or layer count differ".into()));
         }
         // Check every layer before writing any, so a bad state leaves the cache as it was.
@@ -325,6 +393,7 @@ fn rows(s: &Store) -> Rows<'_> {
     match s {
         Store::F16(v) => Rows::F16(v),
         Store::F32(v) => Rows::F32(v),
+        Store::Q8_0(v) => Rows::Q8_0(v),
     }
 }
 
@@ -379,11 +448,10 @@ mod tests {
     }
 
     fn key_at(c: &KvCache, il: usize, pos: usize) -> f32 {
-        let row = c.row_of(il, pos) * c.shape(il).k_width;
-        match c.keys(il) {
-            Rows::F16(k) => k[row].to_f32(),
-            Rows::F32(k) => k[row],
-        }
+        let width = c.shape(il).k_width;
+        let mut row = vec![0.0; width];
+        c.keys(il).widen(c.row_of(il, pos) * width, &mut row);
+        row[0]
     }
 
     /// Every span a reader can see, anywhere on the ring (wrapping or not),
@@ -457,5 +525,49 @@ mod tests {
         let mut other = KvCache::new(KvType::F32, 16, 4, &shapes());
         assert!(other.restore_state(&state).is_err());
         assert!(b.restore_state(&state[..state.len() - 1]).is_err());
+    }
+
+    /// A Q8_0 cache stores each row as llama.cpp's Q8_0 quantizer writes it
+    /// (read back as the quant crate dequantizes those bytes), within half a
+    /// step of the original; it is about half an f16 cache, and its saved
+    /// state restores into a Q8_0 cache only.
+    #[test]
+    fn q8_0_rows_are_llama_cpp_blocks() {
+        let shapes = [LayerShape { k_width: 64, v_width: 32, window: Some(3) }, LayerShape { k_width: 96, v_width: 64, window: None }];
+        let mut c = KvCache::new(KvType::Q8_0, 16, 4, &shapes);
+        let f16 = KvCache::new(KvType::F16, 16, 4, &shapes);
+        assert_eq!(c.memory_bytes() * 64, f16.memory_bytes() * 34);
+        let value = |p: usize, i: usize, salt: usize| ((p * 131 + i * 37 + salt * 17) % 97) as f32 * 0.173 - 8.0;
+        c.reserve(4).unwrap();
+        for p in 0..4 {
+            for (il, s) in shapes.iter().enumerate() {
+                let k: Vec<f32> = (0..s.k_width).map(|i| value(p, i, il)).collect();
+                let v: Vec<f32> = (0..s.v_width).map(|i| value(p, i, il + 5)).collect();
+                c.write(il, p, &k, &v);
+            }
+        }
+        c.commit(4);
+        for (il, s) in shapes.iter().enumerate() {
+            for p in 1..4 {
+                let want: Vec<f32> = (0..s.k_width).map(|i| value(p, i, il)).collect();
+                let mut bytes = vec![0u8; s.k_width / 32 * 34];
+                ember_quant::quantize_row_q8_0(&want, &mut bytes).unwrap();
+                let mut exact = vec![0.0; s.k_width];
+                ember_quant::dequantize_row(ember_gguf::GgmlType::Q8_0, &bytes, &mut exact).unwrap();
+                let mut got = vec![0.0; s.k_width];
+                c.keys(il).widen(c.row_of(il, p) * s.k_width, &mut got);
+                assert_eq!(got, exact, "layer {il} position {p}");
+                for (block, g) in want.chunks(32).zip(got.chunks(32)) {
+                    let step = block.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
+                    assert!(block.iter().zip(g).all(|(a, b)| (a - b).abs() <= 0.5 * step * 1.01), "within half a step");
+                }
+            }
+        }
+        let state = c.save_state();
+        let mut d = KvCache::new(KvType::Q8_0, 16, 4, &shapes);
+        d.restore_state(&state).unwrap();
+        assert_eq!(d.save_state(), state);
+        assert!(KvCache::new(KvType::F16, 16, 4, &shapes).restore_state(&state).is_err());
+        assert!(KvType::Q8_0.holds_heads_of(64) && !KvType::Q8_0.holds_heads_of(48) && KvType::F16.holds_heads_of(48));
     }
 }

@@ -9,7 +9,10 @@
 //! (`((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), then scaled;
 //! scores are softmaxed in f32 with `ops::exp_shifted` (probabilities rounded
 //! to f16 for an f16 cache); and the outputs are the value rows weighted by fused multiply-adds
-//! in position order.
+//! in position order. A Q8_0 cache's keys and values are widened exactly
+//! (quant times scale) and met by the f32 query and probabilities (llama.cpp
+//! instead quantizes the query to Q8_0 for the dot: the two differ by that
+//! rounding).
 //!
 //! The work is split into items of (a tile of consecutive query rows, a run of
 //! query heads sharing one kv head). An item widens each block of eight key
@@ -453,6 +456,8 @@ unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize,
     match rows {
         Rows::F16(r) => L::widen(&r[at..][..dim], dst),
         Rows::F32(r) => dst.copy_from_slice(&r[at..][..dim]),
+        // Exact in f32 (a quant times its f16 scale), so one form serves both lanes.
+        Rows::Q8_0(_) => rows.widen(at, &mut dst[..dim]),
     }
 }
 
@@ -835,14 +840,13 @@ mod tests {
             };
             let qp = match &keys {
                 Rows::F16(_) => pad(qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect()),
-                Rows::F32(_) => pad(qh.to_vec()),
+                _ => pad(qh.to_vec()),
             };
             for p in first..=pos {
                 let row = cache.row_of(il, p);
-                let key = match &keys {
-                    Rows::F16(k) => pad(k[row * kw + kvh * hk..][..hk].iter().map(|x| x.to_f32()).collect()),
-                    Rows::F32(k) => pad(k[row * kw + kvh * hk..][..hk].to_vec()),
-                };
+                let mut key = vec![0.0; hk];
+                keys.widen(row * kw + kvh * hk, &mut key);
+                let key = pad(key);
                 let score = s.scale * dot8(&qp, &key);
                 max = max.max(score);
                 scores.push(score);
@@ -856,12 +860,11 @@ mod tests {
             o.fill(0.0);
             for (p, &e) in (first..=pos).zip(scores.iter()) {
                 let row = cache.row_of(il, p);
+                let mut v32 = vec![0.0; hv];
+                values.widen(row * vw + kvh * hv, &mut v32);
                 match &values {
-                    Rows::F16(v) => {
-                        let v32: Vec<f32> = v[row * vw + kvh * hv..][..hv].iter().map(|x| x.to_f32()).collect();
-                        fma_row(f16::from_f32(e * inv).to_f32(), &v32, o);
-                    }
-                    Rows::F32(v) => fma_row(e * inv, &v[row * vw + kvh * hv..][..hv], o),
+                    Rows::F16(_) => fma_row(f16::from_f32(e * inv).to_f32(), &v32, o),
+                    _ => fma_row(e * inv, &v32, o),
                 }
             }
         }
@@ -938,6 +941,13 @@ mod tests {
             cache.commit(t);
             start += t;
         }
+    }
+
+    #[test]
+    fn matches_reference_q8_0() {
+        check(KvType::Q8_0, 6, 2, 64, 32);
+        check(KvType::Q8_0, 4, 1, 256, 256);
+        check(KvType::Q8_0, 9, 3, 64, 64);
     }
 
     #[test]

@@ -123,6 +123,21 @@ impl Session {
 }
 
 impl Model {
+    /// Whether this model's caches can be of type `kv`: a Q8_0 cache stores
+    /// each head as whole blocks of 32 elements.
+    pub fn check_kv_type(&self, kv: KvType) -> Result<()> {
+        let c = &self.config;
+        if kv.holds_heads_of(c.head_dim_k) && kv.holds_heads_of(c.head_dim_v) {
+            return Ok(());
+        }
+        Err(ModelError::Invalid(format!(
+            "a {} KV cache stores heads of whole blocks of 32 elements; this model's heads have {} (keys) and {} (values)",
+            kv.name(),
+            c.head_dim_k,
+            c.head_dim_v
+        )))
+    }
+
     /// A sequence of up to `n_ctx` positions, fed at most `max_batch` tokens per pass.
     pub fn new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Session {
         let c = &self.config;

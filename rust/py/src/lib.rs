@@ -121,7 +121,7 @@ impl GenerateOptions {
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
-    KvType::parse(s).ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\" or \"f32\"")))
+    KvType::parse(s).ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\", \"f32\" or \"q8_0\"")))
 }
 
 /// A metadata value as a Python object; long arrays (vocabularies) come back whole.
@@ -196,6 +196,7 @@ impl Model {
         }
         let path = path.to_string();
         let inner = py.detach(move || ember_model::Model::load(&path, LoadOptions { threads, ..Default::default() })).map_err(map_err)?;
+        inner.check_kv_type(kv).map_err(map_err)?;
         let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
         Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default() })
     }
