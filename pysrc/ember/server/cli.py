@@ -433,7 +433,7 @@ def _kv_type(values: dict[str, Any], sources: dict[str, str], bad) -> str:
         if v not in _LLAMA_CACHE_TYPES:
             raise bad(name, f"is not a cache type (llama-server's are {', '.join(_LLAMA_CACHE_TYPES)})")
         if v not in _EMBER_CACHE_TYPES:
-            raise bad(name, f"is not stored by ember's KV cache yet (it stores {' and '.join(_EMBER_CACHE_TYPES)})")
+            raise bad(name, f"is not stored by ember's KV cache yet (it stores {', '.join(_EMBER_CACHE_TYPES)})")
     if values["cache-type-k"] != values["cache-type-v"]:
         raise bad("cache-type-v", f"differs from --cache-type-k {values['cache-type-k']}: ember stores keys and values in one type")
     return values["cache-type-k"]

@@ -29,7 +29,7 @@ class ServerOptions:
     slot_save_path: str | None = None
     #: requests waiting beyond the ones being served; past it, 503
     queue_depth: int = 64
-    #: KV cache element type: "f16" or "f32" (--cache-type-k/-v)
+    #: KV cache element type: "f16", "f32" or "q8_0" (--cache-type-k/-v)
     kv_type: str = "f16"
     #: MiB of host memory for conversations whose slot went to another; 0 off, -1 no limit
     cache_ram_mib: int = 0

@@ -161,7 +161,8 @@ impl Rows<'_> {
             Rows::F32(r) => out.copy_from_slice(&r[at..at + n]),
             Rows::Q8_0(r) => {
                 assert!(at.is_multiple_of(Q8_0_BLOCK) && out.len().is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
-                let blocks = r[KvType::Q8_0.bytes(at)..].chunks_exact(Q8_0_BYTES);
+                let from = KvType::Q8_0.bytes(at);
+                let blocks = r[from..from + KvType::Q8_0.bytes(n)].chunks_exact(Q8_0_BYTES);
                 for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(blocks) {
                     let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
                     o.iter_mut().zip(&b[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32);

@@ -139,7 +139,13 @@ impl Model {
     }
 
     /// A sequence of up to `n_ctx` positions, fed at most `max_batch` tokens per pass.
+    /// # Panics
+    /// When the cache type cannot hold this model's heads (see
+    /// [`Model::check_kv_type`], which callers check first).
     pub fn new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Session {
+        if let Err(e) = self.check_kv_type(kv_type) {
+            panic!("{e}");
+        }
         let c = &self.config;
         let shapes: Vec<LayerShape> = (0..c.n_layer)
             .map(|il| LayerShape {
@@ -396,6 +402,9 @@ impl Model {
             sc.logits.resize(n * c.n_vocab, 0.0);
             sc.acts.invalidate();
             matmul(pool, out, sc.acts.get(pool, out.input, &sc.h, n, e), n, &mut sc.logits);
+        } else {
+            // No rows wanted: the session must not keep an earlier pass's.
+            sc.logits.clear();
         }
         if let [q] = seqs {
             // One sequence: hand the rows over instead of copying them (a

@@ -118,6 +118,12 @@ fn only_the_wanted_rows_finish_the_last_layer() {
 
         let next = argmax(&want);
         let cont = model.forward(&mut all, &[next], Logits::Last).unwrap().to_vec();
+        // A pass that wants none hands back none, not an earlier pass's (the
+        // session and the pass trade buffers, so two passes back).
+        let mut again = model.new_session(64, 16, KvType::F16);
+        model.forward(&mut again, &prompt, Logits::Last).unwrap();
+        model.forward(&mut again, &[next], Logits::Last).unwrap();
+        assert!(model.forward(&mut again, &[next], Logits::None).unwrap().is_empty(), "{arch}: stale logits");
         for (name, s) in [("last only", &mut last), ("none, then last", &mut split)] {
             assert!(same_bits(model.forward(s, &[next], Logits::Last).unwrap(), &cont), "{arch}: continuing after {name}");
         }
