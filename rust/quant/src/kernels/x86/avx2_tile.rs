@@ -135,13 +135,15 @@ unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; 
     })
 }
 
-/// Bytes ahead of the block being read that a one-column kernel asks the
-/// memory system for. A decoded token streams every weight once, and on its
-/// own a core here barely overlaps its arithmetic with the wait for memory
-/// (one thread decoded at about the rate that streaming and computing one
-/// after the other would give); asking 1-2 KiB ahead, a dozen blocks, took
-/// SmolLM2's generation from about 67 to 84 t/s on one thread and from 110
-/// to 125 on two (4 KiB ahead measured slower).
+/// Bytes ahead of the block being read that a kernel over packed weights
+/// asks the memory system for. A decoded token (or one token from each of a
+/// few conversations) streams every weight once, and on its own a core here
+/// barely overlaps its arithmetic with the wait for memory (one thread
+/// decoded at about the rate that streaming and computing one after the
+/// other would give); asking 1-2 KiB ahead, a dozen blocks, took SmolLM2's
+/// generation from about 67 to 84 t/s on one thread and from 110 to 125 on
+/// two (4 KiB ahead measured slower), and a pass of two decoded tokens from
+/// 15.4 to 10.4 ms.
 const PREFETCH_AHEAD: usize = 2048;
 
 /// Asks for the `len` bytes at `p + PREFETCH_AHEAD`, a line at a time, when
