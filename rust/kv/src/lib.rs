@@ -31,9 +31,9 @@ pub enum KvType {
     Q8_0,
 }
 
-/// Elements of one Q8_0 block, and its bytes.
+/// Elements of one Q8_0 block, and its bytes (an f16 scale, then 32 quants).
 pub const Q8_0_BLOCK: usize = 32;
-const Q8_0_BYTES: usize = 34;
+pub const Q8_0_BYTES: usize = 34;
 
 impl KvType {
     pub fn parse(s: &str) -> Option<KvType> {

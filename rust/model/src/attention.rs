@@ -25,7 +25,7 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use ember_kv::{KvCache, Rows};
+use ember_kv::{KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::f16;
 
 use crate::pool::Pool;
@@ -456,8 +456,11 @@ unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize,
     match rows {
         Rows::F16(r) => L::widen(&r[at..][..dim], dst),
         Rows::F32(r) => dst.copy_from_slice(&r[at..][..dim]),
-        // Exact in f32 (a quant times its f16 scale), so one form serves both lanes.
-        Rows::Q8_0(_) => rows.widen(at, &mut dst[..dim]),
+        Rows::Q8_0(r) => {
+            let (from, n) = (at / Q8_0_BLOCK * Q8_0_BYTES, dim / Q8_0_BLOCK * Q8_0_BYTES);
+            debug_assert!(at.is_multiple_of(Q8_0_BLOCK) && dim.is_multiple_of(Q8_0_BLOCK));
+            L::widen_q8_0(&r[from..from + n], &mut dst[..dim])
+        }
     }
 }
 
@@ -472,6 +475,8 @@ trait Lanes {
     unsafe fn narrow(src: &[f32], dst: &mut [f16]);
     /// f16 to f32 (exact).
     unsafe fn widen(src: &[f16], dst: &mut [f32]);
+    /// Q8_0 blocks to f32: each quant times its block's scale (exact).
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]);
     /// `e = f16(e * inv)` widened back, for every e.
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
     /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
@@ -513,6 +518,10 @@ impl Lanes for Scalar {
         for (d, &s) in dst.iter_mut().zip(src) {
             *d = s.to_f32();
         }
+    }
+    #[inline(always)]
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        Rows::Q8_0(src).widen(0, dst)
     }
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {
@@ -568,6 +577,22 @@ mod avx {
         while i < n {
             *d.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((*s.add(i)).to_bits() as i16)));
             i += 1;
+        }
+    }
+
+    /// Eight quants at a time, widened and multiplied by the block's scale.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+        assert!(src.len() / Q8_0_BYTES * Q8_0_BLOCK >= dst.len() && dst.len().is_multiple_of(Q8_0_BLOCK));
+        for (b, out) in dst.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
+            let blk = src.as_ptr().add(b * Q8_0_BYTES);
+            let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            for i in 0..4 {
+                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * i).cast()));
+                _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+            }
         }
     }
 
@@ -753,6 +778,10 @@ impl Lanes for Avx {
     #[inline(always)]
     unsafe fn widen(src: &[f16], dst: &mut [f32]) {
         avx::widen(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        avx::widen_q8_0(src, dst)
     }
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {
