@@ -354,6 +354,15 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             // Past the span, the last row again: those lanes are never stored.
             *r = ring.row((b0 + i).min(b1 - 1));
         }
+        // A long cache comes from memory, a row of a head at a time: ask for
+        // the keys of the block after next, and for this block's values
+        // (read after the softmax), while this block is scored.
+        for pos in (b1 + 8).min(hi + 1)..(b1 + 16).min(hi + 1) {
+            prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk);
+        }
+        for &row in &rows8[..b1 - b0] {
+            prefetch_head_row(&p.values, row, p.vw, kvh, hv);
+        }
         if !direct {
             for pos in b0..b1 {
                 head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
@@ -415,11 +424,26 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     // order, a block of value rows (widened to f32) at a time.
     o.clear();
     o.resize(nq * hv, 0.0);
+    // With few queries an item reads f16 values in place, converting each as
+    // it meets it: widened into a buffer first, a value would be stored and
+    // read back for a single multiply-add.
+    let direct_values = matches!(p.values, Rows::F16(_)) && nq < DIRECT_QUERIES;
+    if let (Rows::F16(v), true) = (&p.values, direct_values) {
+        for j in j0..j1 {
+            let (a, b) = (p.first(j), p.start + j + 1);
+            for g in 0..heads {
+                let qi = (j - j0) * heads + g;
+                let rows = (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]);
+                L::weigh_f16(&scores[qi * width + a - lo..][..b - a], rows, &mut o[qi * hv..][..hv]);
+            }
+        }
+    }
     let block = (ITEM_FLOATS / hv.max(1)).clamp(1, width);
     if v32.len() < block * hv {
         v32.resize(block * hv, 0.0);
     }
-    let mut c0 = lo;
+    // Otherwise a block of value rows is widened once for all the queries.
+    let mut c0 = if direct_values { hi + 1 } else { lo };
     while c0 <= hi {
         let c1 = (c0 + block).min(hi + 1);
         for pos in c0..c1 {
@@ -446,6 +470,34 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         let out = std::slice::from_raw_parts_mut(dst.0.add(j * p.n_head * hv + h0 * hv), n);
         out.copy_from_slice(src);
     }
+}
+
+/// Asks the memory system for head `head`'s `dim` elements of cache row
+/// `row` (rows `width` wide); reads nothing.
+#[inline(always)]
+fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = row * width + head * dim;
+        let (p, bytes) = match rows {
+            Rows::F16(r) => (r[at..at + dim].as_ptr().cast::<u8>(), 2 * dim),
+            Rows::F32(r) => (r[at..at + dim].as_ptr().cast::<u8>(), 4 * dim),
+            Rows::Q8_0(r) => {
+                let from = at / Q8_0_BLOCK * Q8_0_BYTES;
+                (r[from..from + dim / Q8_0_BLOCK * Q8_0_BYTES].as_ptr(), dim / Q8_0_BLOCK * Q8_0_BYTES)
+            }
+        };
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: a prefetch reads nothing and cannot fault; the address
+            // is inside the row sliced above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (rows, row, width, head, dim);
 }
 
 /// Head `head`'s `dim` elements of cache row `row` (rows `width` wide) as
@@ -481,6 +533,8 @@ trait Lanes {
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
     /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
+    /// [`Lanes::weigh`] over f16 rows read in place (each widened exactly).
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]);
     /// [`Lanes::weigh`] for `heads` heads over the same value rows: head
     /// `g`'s weights at `w[g * stride..]`, its output the `g`-th of the
     /// `heads` equal parts of `o`.
@@ -522,6 +576,14 @@ impl Lanes for Scalar {
     #[inline(always)]
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
         Rows::Q8_0(src).widen(0, dst)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        for (&w, row) in w.iter().zip(v) {
+            for (o, x) in o.iter_mut().zip(row) {
+                *o = w.mul_add(x.to_f32(), *o);
+            }
+        }
     }
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {
@@ -577,6 +639,47 @@ mod avx {
         while i < n {
             *d.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((*s.add(i)).to_bits() as i16)));
             i += 1;
+        }
+    }
+
+    /// The output held in registers, 64 floats at a time (eight
+    /// accumulators, then one for each eight left), while the rows go by;
+    /// each row's elements widened as they are met.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        let n = o.len();
+        let op = o.as_mut_ptr();
+        let mut i = 0;
+        while i + 64 <= n {
+            let mut acc: [__m256; 8] = std::array::from_fn(|u| _mm256_loadu_ps(op.add(i + 8 * u)));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= n);
+                let (wb, row) = (_mm256_set1_ps(w), row.as_ptr().add(i));
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(wb, _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * u).cast())), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(i + 8 * u), *a);
+            }
+            i += 64;
+        }
+        while i + 8 <= n {
+            let mut acc = _mm256_loadu_ps(op.add(i));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= n);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i).cast())), acc);
+            }
+            _mm256_storeu_ps(op.add(i), acc);
+            i += 8;
+        }
+        for e in i..n {
+            let mut acc = *op.add(e);
+            for (&w, row) in w.iter().zip(v.clone()) {
+                acc = w.mul_add(row[e].to_f32(), acc);
+            }
+            *op.add(e) = acc;
         }
     }
 
@@ -782,6 +885,10 @@ impl Lanes for Avx {
     #[inline(always)]
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
         avx::widen_q8_0(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        avx::weigh_f16(w, v, o)
     }
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {
