@@ -427,14 +427,22 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     // With few queries an item reads f16 values in place, converting each as
     // it meets it: widened into a buffer first, a value would be stored and
     // read back for a single multiply-add.
-    let direct_values = matches!(p.values, Rows::F16(_)) && nq < DIRECT_QUERIES;
-    if let (Rows::F16(v), true) = (&p.values, direct_values) {
+    let direct_values = matches!(p.values, Rows::F16(_) | Rows::Q8_0(_)) && nq < DIRECT_QUERIES;
+    if direct_values {
         for j in j0..j1 {
             let (a, b) = (p.first(j), p.start + j + 1);
             for g in 0..heads {
                 let qi = (j - j0) * heads + g;
-                let rows = (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]);
-                L::weigh_f16(&scores[qi * width + a - lo..][..b - a], rows, &mut o[qi * hv..][..hv]);
+                let (w, o) = (&scores[qi * width + a - lo..][..b - a], &mut o[qi * hv..][..hv]);
+                match &p.values {
+                    Rows::F16(v) => L::weigh_f16(w, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o),
+                    Rows::Q8_0(v) => {
+                        let (row_bytes, at) = (p.vw / Q8_0_BLOCK * Q8_0_BYTES, kvh * hv / Q8_0_BLOCK * Q8_0_BYTES);
+                        let n = hv / Q8_0_BLOCK * Q8_0_BYTES;
+                        L::weigh_q8_0(w, (a..b).map(|pos| &v[ring.row(pos) * row_bytes + at..][..n]), o)
+                    }
+                    Rows::F32(_) => unreachable!("f32 values are widened by copy"),
+                }
             }
         }
     }
@@ -535,6 +543,17 @@ trait Lanes {
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
     /// [`Lanes::weigh`] over f16 rows read in place (each widened exactly).
     unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]);
+    /// The same over rows of Q8_0 blocks (each quant times its scale, exact).
+    unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        for (&w, r) in w.iter().zip(v) {
+            for (ob, blk) in o.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                for (o, &q) in ob.iter_mut().zip(&blk[2..]) {
+                    *o = w.mul_add(d * q as i8 as f32, *o);
+                }
+            }
+        }
+    }
     /// [`Lanes::weigh`] for `heads` heads over the same value rows: head
     /// `g`'s weights at `w[g * stride..]`, its output the `g`-th of the
     /// `heads` equal parts of `o`.
@@ -680,6 +699,33 @@ mod avx {
                 acc = w.mul_add(row[e].to_f32(), acc);
             }
             *op.add(e) = acc;
+        }
+    }
+
+    /// [`weigh_f16`] over rows of Q8_0 blocks: 32 floats of output (one
+    /// block) in registers at a time, each quant times its block's scale
+    /// (exact) as it is met.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+        assert!(o.len().is_multiple_of(Q8_0_BLOCK));
+        let op = o.as_mut_ptr();
+        for b in 0..o.len() / Q8_0_BLOCK {
+            let mut acc: [__m256; 4] = std::array::from_fn(|u| _mm256_loadu_ps(op.add(Q8_0_BLOCK * b + 8 * u)));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= (b + 1) * Q8_0_BYTES);
+                let blk = row.as_ptr().add(b * Q8_0_BYTES);
+                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+                let wb = _mm256_set1_ps(w);
+                for (u, a) in acc.iter_mut().enumerate() {
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast())));
+                    *a = _mm256_fmadd_ps(wb, _mm256_mul_ps(d, q), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(Q8_0_BLOCK * b + 8 * u), *a);
+            }
         }
     }
 
@@ -885,6 +931,10 @@ impl Lanes for Avx {
     #[inline(always)]
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
         avx::widen_q8_0(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        avx::weigh_q8_0(w, v, o)
     }
     #[inline(always)]
     unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
