@@ -143,6 +143,7 @@ fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
 
 /// Read access to one layer's keys or values, by position: element `i` of
 /// row `r` (rows `width` wide) is element `r * width + i` of the layer.
+#[derive(Clone, Copy)]
 pub enum Rows<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
@@ -150,20 +151,39 @@ pub enum Rows<'a> {
     Q8_0(&'a [u8]),
 }
 
-impl Rows<'_> {
+impl<'a> Rows<'a> {
+    /// Elements `at..at + n` alone (whole blocks for Q8_0): a head of a
+    /// row, say.
+    pub fn slice(&self, at: usize, n: usize) -> Rows<'a> {
+        match *self {
+            Rows::F16(r) => Rows::F16(&r[at..at + n]),
+            Rows::F32(r) => Rows::F32(&r[at..at + n]),
+            Rows::Q8_0(r) => {
+                assert!(at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
+                let from = KvType::Q8_0.bytes(at);
+                Rows::Q8_0(&r[from..from + KvType::Q8_0.bytes(n)])
+            }
+        }
+    }
+
+    /// The bytes the elements are stored in.
+    pub fn bytes(&self) -> &'a [u8] {
+        match *self {
+            Rows::F16(r) => as_bytes(r),
+            Rows::F32(r) => as_bytes(r),
+            Rows::Q8_0(r) => r,
+        }
+    }
+
     /// Elements `at..at + out.len()` as f32 (exactly: an f16, or a Q8_0
     /// quant times its f16 scale, is exact in f32). For Q8_0, `at` and the
     /// length are whole blocks.
     pub fn widen(&self, at: usize, out: &mut [f32]) {
-        let n = out.len();
-        match self {
-            Rows::F16(r) => out.iter_mut().zip(&r[at..at + n]).for_each(|(o, x)| *o = x.to_f32()),
-            Rows::F32(r) => out.copy_from_slice(&r[at..at + n]),
+        match self.slice(at, out.len()) {
+            Rows::F16(r) => out.iter_mut().zip(r).for_each(|(o, x)| *o = x.to_f32()),
+            Rows::F32(r) => out.copy_from_slice(r),
             Rows::Q8_0(r) => {
-                assert!(at.is_multiple_of(Q8_0_BLOCK) && out.len().is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
-                let from = KvType::Q8_0.bytes(at);
-                let blocks = r[from..from + KvType::Q8_0.bytes(n)].chunks_exact(Q8_0_BYTES);
-                for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(blocks) {
+                for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
                     let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
                     o.iter_mut().zip(&b[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32);
                 }

@@ -434,13 +434,9 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             for g in 0..heads {
                 let qi = (j - j0) * heads + g;
                 let (w, o) = (&scores[qi * width + a - lo..][..b - a], &mut o[qi * hv..][..hv]);
-                match &p.values {
+                match p.values {
                     Rows::F16(v) => L::weigh_f16(w, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o),
-                    Rows::Q8_0(v) => {
-                        let (row_bytes, at) = (p.vw / Q8_0_BLOCK * Q8_0_BYTES, kvh * hv / Q8_0_BLOCK * Q8_0_BYTES);
-                        let n = hv / Q8_0_BLOCK * Q8_0_BYTES;
-                        L::weigh_q8_0(w, (a..b).map(|pos| &v[ring.row(pos) * row_bytes + at..][..n]), o)
-                    }
+                    Rows::Q8_0(_) => L::weigh_q8_0(w, (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
                     Rows::F32(_) => unreachable!("f32 values are widened by copy"),
                 }
             }
@@ -487,17 +483,10 @@ fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: us
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let at = row * width + head * dim;
-        let (p, bytes) = match rows {
-            Rows::F16(r) => (r[at..at + dim].as_ptr().cast::<u8>(), 2 * dim),
-            Rows::F32(r) => (r[at..at + dim].as_ptr().cast::<u8>(), 4 * dim),
-            Rows::Q8_0(r) => {
-                let from = at / Q8_0_BLOCK * Q8_0_BYTES;
-                (r[from..from + dim / Q8_0_BLOCK * Q8_0_BYTES].as_ptr(), dim / Q8_0_BLOCK * Q8_0_BYTES)
-            }
-        };
+        let bytes = rows.slice(row * width + head * dim, dim).bytes();
+        let p = bytes.as_ptr();
         let mut off = 0;
-        while off < bytes {
+        while off < bytes.len() {
             // SAFETY: a prefetch reads nothing and cannot fault; the address
             // is inside the row sliced above.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
@@ -512,15 +501,10 @@ fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: us
 /// f32 in `dst`: a key or value row made ready for the element loops.
 #[inline(always)]
 unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
-    let at = row * width + head * dim;
-    match rows {
-        Rows::F16(r) => L::widen(&r[at..][..dim], dst),
-        Rows::F32(r) => dst.copy_from_slice(&r[at..][..dim]),
-        Rows::Q8_0(r) => {
-            let (from, n) = (at / Q8_0_BLOCK * Q8_0_BYTES, dim / Q8_0_BLOCK * Q8_0_BYTES);
-            debug_assert!(at.is_multiple_of(Q8_0_BLOCK) && dim.is_multiple_of(Q8_0_BLOCK));
-            L::widen_q8_0(&r[from..from + n], &mut dst[..dim])
-        }
+    match rows.slice(row * width + head * dim, dim) {
+        Rows::F16(r) => L::widen(r, dst),
+        Rows::F32(r) => dst.copy_from_slice(r),
+        Rows::Q8_0(r) => L::widen_q8_0(r, &mut dst[..dim]),
     }
 }
 
