@@ -60,6 +60,8 @@ class Job:
         #: the slot that answers it, once placed; whether it waited for one
         self.slot: int | None = None
         self.waited = False
+        #: prompt tokens the slot already held, once placed
+        self.n_cached: int | None = None
 
     def cancel(self) -> None:
         """Stops the job: before it starts, it never reaches the model; after,
@@ -228,7 +230,7 @@ class Engine:
                 job._deliver(e)
                 self.n_processed += 1
                 continue
-            job.slot = slot
+            job.slot, job.n_cached = slot, build.done.n_cached
             self._active[slot] = (job, build)
             job._mark_started()
         return True

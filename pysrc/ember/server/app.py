@@ -20,10 +20,14 @@ from aiohttp import web
 
 from ember.engine import CHUNK_TARGET_S
 from ember.model import Completion
-from ember.server.errors import ApiError, error_body, error_response, exceed_context, from_engine_error
+from ember.server.errors import (ApiError, anthropic_error_body, error_body, error_response, exceed_context,
+                                 from_engine_error)
 from ember.server.options import ServerOptions
 
 __all__ = ["create_app", "ServerState", "Generation", "read_body", "json_response"]
+
+# Anthropic's Messages routes answer errors in Anthropic's envelope.
+ANTHROPIC_PREFIX = "/v1/messages"
 
 # Reachable without a key and before the model is ready: load balancers poll them.
 _PUBLIC = frozenset({"/health", "/v1/health"})
@@ -145,18 +149,19 @@ async def _middleware(request: web.Request, handler):
     state: ServerState = request.app["state"]
     t0 = time.perf_counter()
     resp = None
+    anthropic = request.path.startswith(ANTHROPIC_PREFIX)
     try:
         resp = await _dispatch(request, handler, state)
     except ApiError as e:
-        resp = error_response(e)
+        resp = error_response(e, anthropic=anthropic)
     except web.HTTPException as e:
-        resp = error_response(_http_error(request, e))
+        resp = error_response(_http_error(request, e), anthropic=anthropic)
     except (asyncio.CancelledError, ConnectionError):
         _log_request(request, request.get("sse"), t0, state)
         raise
     except Exception as e:
         state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
-        resp = error_response(from_engine_error(e))
+        resp = error_response(from_engine_error(e), anthropic=anthropic)
     _log_request(request, resp, t0, state)
     return resp
 
@@ -346,10 +351,13 @@ async def sse_send(resp: web.StreamResponse, obj, event: str | None = None) -> N
     await resp.write(head + b"data: " + data + b"\n\n")
 
 
-async def sse_error(resp: web.StreamResponse, err: ApiError) -> None:
+async def sse_error(resp: web.StreamResponse, err: ApiError, *, anthropic: bool = False) -> None:
     # Headers are gone: the error travels as an event, in the envelope clients already parse.
     try:
-        await sse_send(resp, error_body(err))
+        if anthropic:
+            await sse_send(resp, anthropic_error_body(err), event="error")
+        else:
+            await sse_send(resp, error_body(err))
     except (ConnectionError, RuntimeError):
         pass
 
@@ -439,7 +447,7 @@ def _stderr(line: str) -> None:
 
 
 def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None) -> web.Application:
-    from ember.server import llama_routes, openai_routes
+    from ember.server import anthropic_routes, llama_routes, openai_routes
 
     # The body cap is enforced while reading (read_body), so aiohttp's own is only a backstop.
     app = web.Application(middlewares=[_middleware], client_max_size=2**40)
@@ -453,6 +461,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/shutdown", shutdown)
     openai_routes.add_routes(app)
+    anthropic_routes.add_routes(app)
     llama_routes.add_routes(app)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)

@@ -1,6 +1,8 @@
 """The HTTP error envelope: one exception type the handlers raise and the
 middleware turns into llama-server's `{"error": {"code", "message", "type"}}`
-(with OpenAI's `param` when one field is at fault), and the engine's errors mapped onto it."""
+(with OpenAI's `param` when one field is at fault), or into Anthropic's
+`{"type": "error", "error": {"type", "message"}}` on its Messages routes, and
+the engine's errors mapped onto it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from aiohttp import web
 
 from ember.errors import ContextFullError, EmberError, InvalidRequestError
 
-__all__ = ["ApiError", "error_body", "error_response", "from_engine_error", "exceed_context"]
+__all__ = ["ApiError", "error_body", "anthropic_error_body", "error_response", "from_engine_error", "exceed_context"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -21,6 +23,20 @@ _TYPES = {
     500: "server_error",
     501: "not_supported_error",
     503: "unavailable_error",
+}
+
+
+# Anthropic's error types by status (it answers overload with 529; ember keeps
+# 503 and its Retry-After, under Anthropic's name for it).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
 }
 
 
@@ -52,10 +68,15 @@ def error_body(err: ApiError) -> dict:
     return {"error": e}
 
 
-def error_response(err: ApiError) -> web.Response:
+def anthropic_error_body(err: ApiError) -> dict:
+    kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+def error_response(err: ApiError, *, anthropic: bool = False) -> web.Response:
     return web.Response(
         status=err.status,
-        body=msgspec.json.encode(error_body(err)),
+        body=msgspec.json.encode(anthropic_error_body(err) if anthropic else error_body(err)),
         content_type="application/json",
         headers=err.headers,
     )

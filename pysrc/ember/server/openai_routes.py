@@ -9,10 +9,9 @@ import uuid
 
 from aiohttp import web
 
-from ember.errors import TemplateError
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.chat_output import ChatShaper
+from ember.server.chat_prompt import chat_prompt
 from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
 from ember.server.errors import ApiError
 
@@ -46,105 +45,6 @@ def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
     return wire.max_tokens("max_tokens", None, state.opts.n_predict)
 
 
-def _reasoning(req: wire.ChatRequest):
-    from ember.errors import InvalidRequestError
-    from ember.reasoning import resolve_reasoning_request
-
-    try:
-        return resolve_reasoning_request({
-            "chat_template_kwargs": req.chat_template_kwargs, "reasoning_effort": req.reasoning_effort,
-            "reasoning_budget": req.reasoning_budget, "reasoning_format": req.reasoning_format})
-    except InvalidRequestError as e:
-        raise _field_error(e)
-
-
-def _field_error(e: Exception) -> ApiError:
-    """A 400 for an error whose message starts with the field it is about."""
-    field = str(e).split(":", 1)[0].split(".", 1)[0].split("[", 1)[0]
-    return ApiError(400, str(e), param=field)
-
-
-def _framing(state: ServerState, render):
-    """The tool-call framing of the template in use, found once per template."""
-    from ember.tool_calls import detect_framing
-
-    key = state.template if state.template is not None else state.model.chat_template
-    if key not in state.framings:
-        state.framings[key] = detect_framing(render)
-    return state.framings[key]
-
-
-def _chat_prompt(state: ServerState, req: wire.ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
-    """The prompt's ids and the shaper its reply goes through: the tools as
-    the template (or the generic framing) presents them, a forced call's
-    grammar, the thought markers the template uses, whether the prompt
-    leaves a thought open, and what the request asked of thinking (a budget
-    of 0, or a JSON answer, closes an open thought in the prompt itself)."""
-    from ember.errors import InvalidRequestError
-    from ember.reasoning import detect_reasoning, starts_in_thought
-    from ember.structured import compile_grammar, json_schema_rules
-    from ember.tool_calls import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
-                                  normalize_tool_messages, validate_tools)
-
-    model = state.model
-    rr = _reasoning(req)
-    try:
-        plan = validate_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
-        messages = normalize_tool_messages(messages)
-    except InvalidRequestError as e:
-        raise _field_error(e)
-
-    def render(msgs, tools):
-        return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs, template=state.template)
-
-    # A JSON answer cannot hold a thought: one the prompt opened is closed
-    # first. A GBNF grammar is the client's own and may write the thought.
-    json_answer = "grammar" in opts and not req.grammar
-    tools, stream = plan.template_tools, None
-    if tools:
-        framing = _framing(state, render)
-        if framing is GENERIC:
-            messages, tools = apply_generic_tools(messages, plan.tools, parallel=plan.parallel), None
-        if plan.parse:
-            stream = ToolCallStream(framing, plan.tools)
-        if plan.forced:
-            if "grammar" in opts:
-                raise ApiError(400, "tool_choice: a forced call cannot be combined with response_format, "
-                               "json_schema or grammar", param="tool_choice")
-            try:
-                opts["grammar"] = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
-            except InvalidRequestError as e:
-                raise ApiError(400, f"tools: a parameters schema cannot be used: {e}", param="tools")
-            json_answer = True  # the call starts at once: an open thought is closed first
-        elif plan.parse and "grammar" not in opts and (trigger := call_trigger(framing)):
-            # A watched call: the reply is free until the model writes the
-            # call's opener, and from there the call is held to the tools'
-            # schemas, so it is always whole. A schema outside the subset
-            # leaves the calls parsed but unwatched.
-            try:
-                g = compile_grammar(grammar=call_grammar(framing, plan.tools, None, plan.parallel, json_schema_rules))
-            except InvalidRequestError:
-                g = None
-            # Llama 3's calls may also open bare, so its grammar does not start at the tag.
-            if g is not None and g.accepts_prefix(trigger.encode()):
-                opts["grammar"], opts["grammar_trigger"] = g, trigger
-    try:
-        text = render(messages, tools)
-    except TemplateError as e:
-        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
-    source = state.template if state.template is not None else (model.chat_template or "")
-    fmt = detect_reasoning(source, text) if rr.split else None
-    in_thought = starts_in_thought(fmt, text)
-    if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
-        text += fmt.close
-        in_thought = False
-    elif fmt is not None and rr.budget >= 0:
-        close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
-        opts["thought_budget"] = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
-    shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
-    return model.chat_text_ids(text), shaper
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
@@ -158,7 +58,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     k = req.top_logprobs or 0
     if req.logprobs:
         opts["n_probs"] = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = _chat_prompt(state, req, messages, opts)
+    prompt, shaper = chat_prompt(state, req, messages, opts)
     gen = Generation(request, prompt, max_tokens, opts)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

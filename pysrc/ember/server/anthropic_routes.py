@@ -1,0 +1,511 @@
+"""Anthropic's Messages API over the engine: `POST /v1/messages`, whole or
+streamed as Anthropic's named events, and `POST /v1/messages/count_tokens`.
+
+A request is read and checked in Anthropic's terms (a top-level system
+prompt, content blocks, tools with an `input_schema`, `tool_choice` by type,
+`thinking`), so an error names the field the client sent. It then becomes the
+chat request the OpenAI route builds, through the same template, grammars and
+reply shaper, and the reply goes back as content blocks: the thought, the
+text, then one `tool_use` block per call, in the order the model wrote them."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Union
+
+import msgspec
+from aiohttp import web
+
+from ember.model import Completion, Piece
+from ember.server import wire
+from ember.server.app import ANTHROPIC_PREFIX, Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.chat_output import ChatShaper
+from ember.server.chat_prompt import chat_prompt
+from ember.server.errors import ApiError
+
+__all__ = ["add_routes"]
+
+
+# -- the request, as Anthropic spells it ----------------------------------------
+
+class _Block(msgspec.Struct, tag_field="type", forbid_unknown_fields=False):
+    pass
+
+
+class TextBlock(_Block, tag="text"):
+    text: str
+
+
+class ImageBlock(_Block, tag="image"):
+    source: Any = None
+
+
+class DocumentBlock(_Block, tag="document"):
+    source: Any = None
+
+
+class ThinkingBlock(_Block, tag="thinking"):
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Block, tag="redacted_thinking"):
+    data: str | None = None
+
+
+class ToolUseBlock(_Block, tag="tool_use"):
+    id: str
+    name: str
+    input: dict[str, Any] = {}
+
+
+class ToolResultBlock(_Block, tag="tool_result"):
+    tool_use_id: str
+    content: Union[str, list[Union[TextBlock, ImageBlock, DocumentBlock]], None] = None
+    is_error: bool = False
+
+
+ContentBlock = Union[TextBlock, ImageBlock, DocumentBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock,
+                     ToolResultBlock]
+
+
+class Message(msgspec.Struct, forbid_unknown_fields=False):
+    role: str
+    content: Union[str, list[ContentBlock]]
+
+
+class Tool(msgspec.Struct, forbid_unknown_fields=False):
+    name: str
+    input_schema: dict[str, Any] | None = None
+    description: str | None = None
+    # Absent or "custom" for a client's own tool; Anthropic's server tools
+    # (web search, code execution...) name a versioned type instead.
+    type: str | None = None
+
+
+class ToolChoice(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class Thinking(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    budget_tokens: int | None = None
+    # "omitted": the thought is written but not shown
+    display: str | None = None
+
+
+class OutputFormat(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    schema: dict[str, Any] | None = None
+
+
+class OutputConfig(msgspec.Struct, forbid_unknown_fields=False):
+    format: OutputFormat | None = None
+    effort: str | None = None
+
+
+class CountTokensRequest(msgspec.Struct, forbid_unknown_fields=False):
+    messages: list[Message] = []
+    model: str | None = None
+    system: Union[str, list[TextBlock], None] = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    # llama-server's extension, passed on to the template as on its chat route
+    chat_template_kwargs: Any = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    # llama-server's sampling fields, which its own clients send on every route
+    min_p: float | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    ignore_eos: bool = False
+    grammar: Any = None
+
+    def sampling(self) -> dict:
+        """The chat request's sampling fields, under their OpenAI names."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                "seed": self.seed, "repeat_penalty": self.repeat_penalty, "ignore_eos": self.ignore_eos,
+                "grammar": self.grammar, "stop": self.stop_sequences}
+
+
+# -- into the chat request every chat route builds ---------------------------------
+
+def _unsupported(where: str, kind: str) -> ApiError:
+    return ApiError(400, f"{where}.type: {kind} blocks are not supported (this server reads text only)", param=where)
+
+
+def _text_of(where: str, parts) -> str:
+    if parts is None:
+        return ""
+    if isinstance(parts, str):
+        return parts
+    out = []
+    for k, p in enumerate(parts):
+        if not isinstance(p, TextBlock):
+            raise _unsupported(f"{where}[{k}]", p.__struct_config__.tag)
+        out.append(p.text)
+    return "\n".join(out)
+
+
+def _chat_messages(req: CountTokensRequest) -> list[dict]:
+    """The conversation as the chat template reads it: the system prompt
+    first, a tool result as a `tool` message right after the call it
+    answers, an assistant's thought as its `reasoning_content`."""
+    out: list[dict] = []
+    if req.system:
+        out.append({"role": "system", "content": _text_of("system", req.system)})
+    if not req.messages:
+        raise ApiError(400, "messages: at least one message is required", param="messages")
+    for i, m in enumerate(req.messages):
+        where = f"messages[{i}]"
+        if m.role not in ("user", "assistant"):
+            hint = " (the system prompt is the top-level system field)" if m.role == "system" else ""
+            raise ApiError(400, f"{where}.role: expected \"user\" or \"assistant\", got {m.role!r}{hint}",
+                           param=f"{where}.role")
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+            continue
+        texts: list[str] = []
+        thought: list[str] = []
+        calls: list[dict] = []
+        results: list[dict] = []
+        for j, b in enumerate(m.content):
+            at = f"{where}.content[{j}]"
+            if isinstance(b, TextBlock):
+                texts.append(b.text)
+            elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock, ToolUseBlock)) and m.role != "assistant":
+                raise ApiError(400, f"{at}.type: a {b.__struct_config__.tag} block belongs to an assistant message",
+                               param=f"{at}.type")
+            elif isinstance(b, ThinkingBlock):
+                thought.append(b.thinking)
+            elif isinstance(b, RedactedThinkingBlock):
+                pass  # encrypted for Anthropic's own models: nothing a template could show
+            elif isinstance(b, ToolUseBlock):
+                calls.append({"id": b.id, "type": "function",
+                              "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
+            elif isinstance(b, ToolResultBlock):
+                if m.role != "user":
+                    raise ApiError(400, f"{at}.type: a tool_result block belongs to a user message", param=f"{at}.type")
+                results.append({"role": "tool", "tool_call_id": b.tool_use_id,
+                                "content": _text_of(f"{at}.content", b.content)})
+            else:
+                raise _unsupported(at, b.__struct_config__.tag)
+        # The results answer the calls of the message before: they come
+        # first, and the user's own words after them.
+        out += results
+        if texts or calls or thought or not results:
+            msg: dict = {"role": m.role, "content": "\n".join(texts)}
+            if calls:
+                msg["tool_calls"] = calls
+            if thought:
+                msg["reasoning_content"] = "".join(thought)
+            out.append(msg)
+    return out
+
+
+def _tools(req: CountTokensRequest) -> tuple[list[dict] | None, Any, bool | None]:
+    """(OpenAI tools, tool_choice, parallel_tool_calls) for the request's."""
+    tools = None
+    if req.tools is not None:
+        tools = []
+        for i, t in enumerate(req.tools):
+            if t.type not in (None, "custom"):
+                raise ApiError(400, f"tools[{i}].type: {t.type!r} is one of Anthropic's server tools, which this "
+                               "server does not run; declare the tool with an input_schema instead",
+                               param=f"tools[{i}].type")
+            if t.input_schema is None:
+                raise ApiError(400, f"tools[{i}].input_schema: required", param=f"tools[{i}].input_schema")
+            # In OpenAI's order: a template that writes the tools as JSON writes the keys as given.
+            fn: dict = {"name": t.name}
+            if t.description is not None:
+                fn["description"] = t.description
+            fn["parameters"] = t.input_schema
+            tools.append({"type": "function", "function": fn})
+    tc = req.tool_choice
+    if tc is None:
+        return tools, None, None
+    parallel = not tc.disable_parallel_tool_use
+    if tc.type in ("auto", "none"):
+        return tools, tc.type, parallel
+    if tc.type == "any":
+        return tools, "required", parallel
+    if tc.type == "tool":
+        if tc.name is None:
+            raise ApiError(400, "tool_choice.name: required when tool_choice.type is \"tool\"", param="tool_choice.name")
+        return tools, {"type": "function", "function": {"name": tc.name}}, parallel
+    raise ApiError(400, f"tool_choice.type: expected auto, any, tool or none, got {tc.type!r}", param="tool_choice.type")
+
+
+_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+
+
+def _thinking(req: CountTokensRequest) -> dict:
+    """The chat request's reasoning fields for `thinking` and `output_config.effort`."""
+    kwargs, th = req.chat_template_kwargs, req.thinking
+    out: dict = {"chat_template_kwargs": kwargs}
+    effort = req.output_config.effort if req.output_config is not None else None
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise ApiError(400, f"output_config.effort: expected one of {', '.join(_EFFORTS)}, got {effort!r}",
+                           param="output_config.effort")
+        out["reasoning_effort"] = _EFFORTS[effort]
+    if th is None:
+        return out
+    if th.display not in (None, "summarized", "omitted"):
+        raise ApiError(400, f"thinking.display: expected summarized or omitted, got {th.display!r}",
+                       param="thinking.display")
+    if th.type == "enabled":
+        if th.budget_tokens is None:
+            raise ApiError(400, "thinking.budget_tokens: required when thinking.type is \"enabled\"",
+                           param="thinking.budget_tokens")
+        if th.budget_tokens < 1:
+            raise ApiError(400, f"thinking.budget_tokens: must be >= 1, got {th.budget_tokens}",
+                           param="thinking.budget_tokens")
+        enable, budget = True, th.budget_tokens
+    elif th.type in ("adaptive", "between_tools"):
+        enable, budget = True, -1
+    elif th.type == "disabled":
+        enable, budget = False, 0
+    else:
+        raise ApiError(400, f"thinking.type: expected enabled, adaptive, between_tools or disabled, got {th.type!r}",
+                       param="thinking.type")
+    if isinstance(kwargs, dict):
+        kwargs = {"enable_thinking": enable, **kwargs}  # an explicit template switch wins, as on the chat route
+    elif kwargs is None:
+        kwargs = {"enable_thinking": enable}
+    out.update(chat_template_kwargs=kwargs, reasoning_budget=budget)
+    return out
+
+
+def _response_format(req: CountTokensRequest) -> dict | None:
+    fmt = req.output_config.format if req.output_config is not None else None
+    if fmt is None:
+        return None
+    if fmt.type != "json_schema":
+        raise ApiError(400, f"output_config.format.type: expected json_schema, got {fmt.type!r}",
+                       param="output_config.format.type")
+    if fmt.schema is None:
+        raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
+    return {"type": "json_schema", "json_schema": {"schema": fmt.schema}}
+
+
+# OpenAI's names in the chat pipeline's errors, as this API spells them.
+_RENAMES = [
+    (re.compile(r"\btools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
+    (re.compile(r"\btools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
+    (re.compile(r"^stop:"), "stop_sequences:"),
+    (re.compile(r"^response_format:"), "output_config.format:"),
+    (re.compile(r"^reasoning_budget:"), "thinking.budget_tokens:"),
+    (re.compile(r"^tool_choice: function "), "tool_choice.name: tool "),
+    (re.compile(r'^tool_choice: "required" needs tools'), 'tool_choice.type: "any" needs tools'),
+]
+
+
+def _renamed(e: ApiError) -> ApiError:
+    msg = e.message
+    for pattern, repl in _RENAMES:
+        msg = pattern.sub(repl, msg)
+    if msg == e.message:
+        return e
+    field = msg.split(":", 1)[0]
+    return ApiError(e.status, msg, type=e.type, param=field if " " not in field else e.param, extra=e.extra,
+                    headers=e.headers)
+
+
+def _prompt(state: ServerState, req: CountTokensRequest, sampling: dict) -> tuple[list[int], ChatShaper, dict]:
+    """The prompt's ids, the reply's shaper and the engine's options."""
+    messages = _chat_messages(req)
+    tools, tool_choice, parallel = _tools(req)
+    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
+                            response_format=_response_format(req), **_thinking(req), **sampling)
+    try:
+        opts = wire.sampling_options(chat, state.model.n_vocab)
+        prompt, shaper = chat_prompt(state, chat, messages, opts)
+    except ApiError as e:
+        raise _renamed(e) from None
+    return prompt, shaper, opts
+
+
+# -- the reply, as Anthropic shapes it --------------------------------------------
+
+def _stop_reason(c: Completion, called: bool) -> str:
+    if c.finish_reason in ("length", "context"):
+        return "max_tokens"
+    if called:
+        return "tool_use"
+    if c.stop_string is not None:
+        return "stop_sequence"
+    return "end_turn"
+
+
+def _usage(g: Generation, n_cached: int, n_output: int) -> dict:
+    # Anthropic counts the prompt tokens read apart from those the cache held.
+    return {"input_tokens": len(g.prompt) - n_cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": n_cached, "output_tokens": n_output}
+
+
+def _tool_input(call) -> dict:
+    try:
+        value = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError as e:
+        raise ApiError(500, f"the model's tool call {call.name} has arguments that are not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ApiError(500, f"the model's tool call {call.name} has arguments that are not a JSON object")
+    return value
+
+
+def _content(shaper: ChatShaper, show_thought: bool) -> list[dict]:
+    blocks: list[dict] = []
+    thought = "".join(shaper.thought or [])
+    if thought:
+        # Anthropic signs its own models' thoughts; a local model's has nothing to sign.
+        blocks.append({"type": "thinking", "thinking": thought if show_thought else "", "signature": ""})
+    text = "".join(shaper.content)
+    if text:
+        blocks.append({"type": "text", "text": text})
+    if shaper.called:
+        for call in shaper.tools.calls:
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _tool_input(call)})
+    return blocks
+
+
+class _BlockStream:
+    """The chat shaper's deltas as Anthropic's content-block events: a block
+    opens when a delta of another kind arrives (closing the one before), and
+    each tool call is a block of its own."""
+
+    def __init__(self, show_thought: bool) -> None:
+        self.index = -1
+        self.open: tuple | None = None
+        self.show_thought = show_thought
+
+    def _event(self, kind: str, **fields) -> tuple[str, dict]:
+        return kind, {"type": kind, "index": self.index, **fields}
+
+    def _start(self, key: tuple, block: dict) -> list[tuple[str, dict]]:
+        out = self.close()
+        self.index += 1
+        self.open = key
+        return out + [self._event("content_block_start", content_block=block)]
+
+    def close(self) -> list[tuple[str, dict]]:
+        if self.open is None:
+            return []
+        out = []
+        if self.open[0] == "thinking":
+            out.append(self._event("content_block_delta", delta={"type": "signature_delta", "signature": ""}))
+        out.append(self._event("content_block_stop"))
+        self.open = None
+        return out
+
+    def feed(self, delta: dict) -> list[tuple[str, dict]]:
+        out: list[tuple[str, dict]] = []
+        if thought := delta.get("reasoning_content"):
+            if self.open != ("thinking",):
+                out += self._start(("thinking",), {"type": "thinking", "thinking": "", "signature": ""})
+            if self.show_thought:
+                out.append(self._event("content_block_delta", delta={"type": "thinking_delta", "thinking": thought}))
+        if text := delta.get("content"):
+            if self.open != ("text",):
+                out += self._start(("text",), {"type": "text", "text": ""})
+            out.append(self._event("content_block_delta", delta={"type": "text_delta", "text": text}))
+        for call in delta.get("tool_calls") or ():
+            if "id" in call:
+                out += self._start(("tool_use", call["index"]),
+                                   {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}})
+            if fragment := call["function"].get("arguments"):
+                out.append(self._event("content_block_delta", delta={"type": "input_json_delta", "partial_json": fragment}))
+        return out
+
+
+# -- the routes -------------------------------------------------------------------
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), MessagesRequest)
+    if req.max_tokens is None:
+        raise ApiError(400, "max_tokens: required", param="max_tokens")
+    if req.max_tokens < 1:
+        raise ApiError(400, f"max_tokens: must be >= 1, got {req.max_tokens}", param="max_tokens")
+    prompt, shaper, opts = _prompt(state, req, req.sampling())
+    gen = Generation(request, prompt, req.max_tokens, opts)
+    mid = f"msg_{uuid.uuid4().hex}"
+    head = {"id": mid, "type": "message", "role": "assistant", "model": state.model_id()}
+    show_thought = req.thinking is None or req.thinking.display != "omitted"
+
+    if not req.stream:
+        async with gen:
+            async for _ in gen.events():
+                pass
+        c = gen.completion
+        shaper.feed(c.text)
+        shaper.finish(c.finish_reason)
+        reason = _stop_reason(c, shaper.called)
+        return json_response({**head, "content": _content(shaper, show_thought), "stop_reason": reason,
+                              "stop_sequence": c.stop_string if reason == "stop_sequence" else None,
+                              "usage": _usage(gen, gen.n_cached, len(c.tokens))})
+
+    async with gen:
+        events = gen.events()
+        # The first event comes once the prompt is read: a request the engine
+        # refuses is still answered with a status, before any event is sent.
+        first = await anext(events)
+        resp = await sse_start(request)
+        blocks = _BlockStream(show_thought)
+
+        async def send(items) -> None:
+            for kind, data in items:
+                await sse_send(resp, data, event=kind)
+
+        try:
+            n_cached = gen.job.n_cached or 0
+            await send([("message_start", {"type": "message_start", "message": {
+                **head, "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": _usage(gen, n_cached, 0)}}), ("ping", {"type": "ping"})])
+            ev = first
+            while True:
+                if isinstance(ev, Piece):
+                    for d in shaper.feed(ev.text):
+                        await send(blocks.feed(d))
+                elif isinstance(ev, Completion):
+                    for d in shaper.finish(ev.finish_reason):
+                        await send(blocks.feed(d))
+                    await send(blocks.close())
+                    reason = _stop_reason(ev, shaper.called)
+                    await send([("message_delta", {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": reason,
+                                  "stop_sequence": ev.stop_string if reason == "stop_sequence" else None},
+                        "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
+                        ("message_stop", {"type": "message_stop"})])
+                    break
+                ev = await anext(events)
+        except ApiError as e:
+            await sse_error(resp, e, anthropic=True)
+    await resp.write_eof()
+    return resp
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), CountTokensRequest)
+    prompt, _, _ = _prompt(state, req, {})
+    return json_response({"input_tokens": len(prompt)})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(ANTHROPIC_PREFIX, messages)
+    app.router.add_post(f"{ANTHROPIC_PREFIX}/count_tokens", count_tokens)
