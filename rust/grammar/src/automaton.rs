@@ -30,6 +30,10 @@ const NIL: u32 = u32::MAX;
 
 /// Parses alive at once before the grammar is declared too ambiguous.
 pub const MAX_STACKS: usize = 4096;
+/// Steps of one expansion (a call entered, an alternative ended) before the
+/// grammar is declared too ambiguous: far above what any parse of a sane
+/// grammar takes between two bytes.
+const MAX_EXPANSION: usize = MAX_STACKS * 64;
 /// Distinct states kept before the automaton refuses to go on.
 pub const MAX_STATES: usize = 1 << 20;
 /// Bytes of token masks cached per automaton, beyond which the cache starts
@@ -253,6 +257,11 @@ impl Tables {
 
 /// Pushes every stack that resuming at `pos` over `parent` leads to, down to
 /// the next byte each must read; sets `accepting` if one completes the root.
+///
+/// Iterative, with a bound on the work: nested optional rules (`((x?){0,n}){0,m}`)
+/// make the paths through empty alternatives as deep as the nesting and as
+/// many as its product, which neither the thread's stack nor a request's
+/// time may pay for.
 fn expand(
     prog: &Program,
     t: &mut Tables,
@@ -261,23 +270,32 @@ fn expand(
     heads: &mut Vec<u32>,
     accepting: &mut bool,
 ) -> Result<(), GrammarError> {
-    match prog.ops[pos as usize] {
-        Op::Bytes(..) => heads.push(t.frame(Frame { pos, parent })),
-        Op::Ret if parent == NIL => *accepting = true,
-        Op::Ret => {
-            let f = t.frames[parent as usize];
-            expand(prog, t, f.pos, f.parent, heads, accepting)?;
+    let mut todo = vec![(pos, parent)];
+    let mut steps = 0usize;
+    while let Some((pos, parent)) = todo.pop() {
+        steps += 1;
+        if steps > MAX_EXPANSION {
+            return Err(GrammarError::TooAmbiguous(MAX_STACKS));
         }
-        Op::Call(r) => {
-            // A call in tail position returns straight to our caller.
-            let ret = if prog.ops[pos as usize + 1] == Op::Ret { parent } else { t.frame(Frame { pos: pos + 1, parent }) };
-            for &a in &prog.alts[r as usize] {
-                expand(prog, t, a, ret, heads, accepting)?;
+        match prog.ops[pos as usize] {
+            Op::Bytes(..) => {
+                heads.push(t.frame(Frame { pos, parent }));
+                if heads.len() > MAX_STACKS * 4 {
+                    return Err(GrammarError::TooAmbiguous(MAX_STACKS));
+                }
+            }
+            Op::Ret if parent == NIL => *accepting = true,
+            Op::Ret => {
+                let f = t.frames[parent as usize];
+                todo.push((f.pos, f.parent));
+            }
+            Op::Call(r) => {
+                // A call in tail position returns straight to our caller.
+                let ret = if prog.ops[pos as usize + 1] == Op::Ret { parent } else { t.frame(Frame { pos: pos + 1, parent }) };
+                // Reversed onto the stack, so the alternatives are explored in order.
+                todo.extend(prog.alts[r as usize].iter().rev().map(|&a| (a, ret)));
             }
         }
-    }
-    if heads.len() > MAX_STACKS * 4 {
-        return Err(GrammarError::TooAmbiguous(MAX_STACKS));
     }
     Ok(())
 }

@@ -20,9 +20,13 @@ use crate::GrammarError;
 /// Repetition bounds above this are refused: `x{0,n}` is n nested rules.
 pub const MAX_REPEAT: u32 = 10_000;
 
+/// Groups nested deeper than this are refused: the parser descends once per
+/// level, on the stack of whatever thread compiles the grammar.
+pub const MAX_NESTING: usize = 256;
+
 /// Parses GBNF text; the rule named `root` is the document.
 pub fn parse(text: &str) -> Result<Grammar, GrammarError> {
-    let mut p = Parser { src: text.as_bytes(), text, pos: 0, b: Builder::default() };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, depth: 0, b: Builder::default() };
     p.grammar()?;
     p.b.finish()
 }
@@ -31,6 +35,8 @@ struct Parser<'a> {
     src: &'a [u8],
     text: &'a str,
     pos: usize,
+    /// Groups open around `pos`.
+    depth: usize,
     b: Builder,
 }
 
@@ -144,9 +150,14 @@ impl Parser<'_> {
                     seq.push(e);
                 }
                 Some(b'(') => {
+                    if self.depth == MAX_NESTING {
+                        return self.err(format!("groups nested deeper than {MAX_NESTING}"));
+                    }
                     self.pos += 1;
                     self.space(true);
+                    self.depth += 1;
                     let alts = self.alternates(rule, true)?;
+                    self.depth -= 1;
                     if self.peek() != Some(b')') {
                         return self.err("expected ) to close the group");
                     }
