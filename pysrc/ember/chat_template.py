@@ -225,7 +225,9 @@ def render_chat(
     if extra_kwargs:
         clash = _RESERVED.intersection(extra_kwargs)
         if clash:
-            raise InvalidRequestError(f"chat_template_kwargs may not set {', '.join(sorted(clash))}")
+            names = sorted(clash)
+            raise InvalidRequestError(f"chat_template_kwargs.{names[0]}: the template's own variable "
+                                      f"({', '.join(names)}) cannot be set by a request")
         context.update(extra_kwargs)
     context.update(messages=msgs, tools=tools, add_generation_prompt=add_generation_prompt)
     try:

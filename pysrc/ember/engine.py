@@ -46,6 +46,8 @@ class GenerationRequest:
     prompt: list[int]
     max_tokens: int
     options: dict = field(default_factory=dict)
+    #: the slot the client asked for (llama-server's id_slot), or None for the engine's choice
+    slot: int | None = None
 
 
 class Job:
@@ -154,6 +156,8 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="ember-engine", daemon=False)
         self._closing = False
         self._active: dict[int, tuple[Job, CompletionBuilder]] = {}
+        #: jobs whose asked-for slot was busy, in arrival order (engine thread only)
+        self._deferred: list[Job] = []
         self.busy = False
         self.n_processed = 0
         #: positions the busy slots hold in their KV caches
@@ -164,7 +168,7 @@ class Engine:
         self._thread.start()
 
     def waiting(self) -> int:
-        return self._jobs.qsize()
+        return self._jobs.qsize() + len(self._deferred)
 
     @property
     def n_busy(self) -> int:
@@ -177,10 +181,11 @@ class Engine:
         # Free slots take requests at once (the engine thread may not have
         # picked them up yet): only what is left over counts against the depth.
         free = self.n_slots - len(self._active)
-        if self._jobs.qsize() >= self.queue_depth + max(free, 0):
-            raise EngineOverloaded(f"{self._jobs.qsize()} requests are already waiting (queue depth {self.queue_depth})")
+        waiting = self.waiting()
+        if waiting >= self.queue_depth + max(free, 0):
+            raise EngineOverloaded(f"{waiting} requests are already waiting (queue depth {self.queue_depth})")
         job = Job(request, loop or asyncio.get_running_loop())
-        job.waited = len(self._active) >= self.n_slots or self._jobs.qsize() > 0
+        job.waited = len(self._active) >= self.n_slots or waiting > 0 or request.slot in self._active
         self._jobs.put(job)
         return job
 
@@ -205,6 +210,12 @@ class Engine:
     def _admit(self) -> bool:
         """Places waiting requests in free slots; False once told to stop."""
         was_idle, joined = not self._active, False
+        # A job that asked for a busy slot takes it as soon as it frees, before
+        # newer jobs; it holds back none of the jobs behind it meanwhile.
+        for job in list(self._deferred):
+            if job.cancelled or job.request.slot not in self._active:
+                self._deferred.remove(job)
+                self._place(job, job.request.slot)
         while len(self._active) < self.n_slots:
             try:
                 if not self._active:
@@ -222,18 +233,28 @@ class Engine:
                 return False
             if job.cancelled:
                 continue
-            req = job.request
-            slot = self.batcher.choose_slot(req.prompt)
-            try:
-                build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, **req.options)
-            except Exception as e:  # a refused request (too long, bad option) reaches its client
-                job._deliver(e)
-                self.n_processed += 1
+            want = job.request.slot
+            if want is not None and want in self._active:
+                self._deferred.append(job)
                 continue
-            job.slot, job.n_cached = slot, build.done.n_cached
-            self._active[slot] = (job, build)
-            job._mark_started()
+            self._place(job, want if want is not None else self.batcher.choose_slot(job.request.prompt))
         return True
+
+    def _place(self, job: Job, slot: int) -> None:
+        """Starts `job` in free slot `slot` (a cancelled job is only counted)."""
+        if job.cancelled:
+            self.n_processed += 1
+            return
+        req = job.request
+        try:
+            build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, **req.options)
+        except Exception as e:  # a refused request (too long, bad option) reaches its client
+            job._deliver(e)
+            self.n_processed += 1
+            return
+        job.slot, job.n_cached = slot, build.done.n_cached
+        self._active[slot] = (job, build)
+        job._mark_started()
 
     def _run(self) -> None:
         try:
@@ -277,9 +298,10 @@ class Engine:
                 self.busy = bool(self._active)
                 _deliver_pass(deliveries)
         finally:
-            for job, _ in self._active.values():
+            for job in [j for j, _ in self._active.values()] + self._deferred:
                 job._deliver(EngineStopped("the server is shutting down"))
             self._active.clear()
+            self._deferred.clear()
             self.busy = False
             self.kv_tokens = 0
 

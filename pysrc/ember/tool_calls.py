@@ -248,7 +248,7 @@ def _arguments_object(where: str, args: Any) -> dict:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ToolRequestError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(args, Mapping):
         raise ToolRequestError(f"{where}: a call's arguments must be a JSON object, got {type(args).__name__}")
@@ -378,7 +378,7 @@ def apply_generic_tools(
                 if isinstance(args, str):
                     try:
                         args = json.loads(args) if args.strip() else {}
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         pass
                 calls.append({"name": fn.get("name"), "arguments": args if args is not None else {}})
             prose = _text_of(m.get("content"))
@@ -893,7 +893,7 @@ def _arguments_text(s: str) -> str:
     """Arguments a model wrote as a JSON string holding the object."""
     try:
         value = json.loads(s) if s.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _Bad("arguments string is not JSON") from None
     if not isinstance(value, dict):
         raise _Bad("arguments are not an object")
@@ -1235,7 +1235,7 @@ def _coder_value(raw: str) -> str:
     ``{'a': 1}``), which is what the model learned to write back."""
     try:
         return json.dumps(json.loads(raw), ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         value = ast.literal_eval(raw.strip())

@@ -459,9 +459,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
                               "usage": _usage(gen, gen.n_cached, len(c.tokens))})
 
     async with gen:
+        await gen.first_event()
         events = gen.events()
-        # The first event comes once the prompt is read: a request the engine
-        # refuses is still answered with a status, before any event is sent.
         first = await anext(events)
         resp = await sse_start(request)
         blocks = _BlockStream(show_thought)

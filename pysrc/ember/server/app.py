@@ -17,6 +17,7 @@ from typing import Callable
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from ember.engine import CHUNK_TARGET_S
 from ember.model import Completion
@@ -95,10 +96,17 @@ async def read_body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise too_big
     buf = bytearray()
-    async for chunk in request.content.iter_any():
-        buf += chunk
-        if len(buf) > limit:
-            raise too_big
+    try:
+        async for chunk in request.content.iter_any():
+            buf += chunk
+            if len(buf) > limit:
+                raise too_big
+    except RequestPayloadError as e:
+        # A body that does not decode as its Content-Encoding says, or stops
+        # short. Marked read to its end: aiohttp would otherwise drain it
+        # after the reply, meet the same error and log it as unhandled.
+        request.content.feed_eof()
+        raise ApiError(400, f"the request body cannot be read: {' '.join(str(e).split())}") from None
     return bytes(buf)
 
 
@@ -144,10 +152,27 @@ def _gen_log(g: "Generation") -> str:
             f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
 
 
+# CORS as llama-server answers it by default: any origin, with credentials
+# (the page's Origin echoed back), these methods and any header. A preflight
+# is answered before the key is checked: browsers send it without one.
+_CORS_PREFLIGHT = {"Access-Control-Allow-Credentials": "true", "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                   "Access-Control-Allow-Headers": "*"}
+
+
+async def _allow_origin(request: web.Request, response: web.StreamResponse) -> None:
+    origin = request.headers.get("Origin")
+    if origin:
+        response.headers["Access-Control-Allow-Origin"] = origin
+
+
 @web.middleware
 async def _middleware(request: web.Request, handler):
     state: ServerState = request.app["state"]
     t0 = time.perf_counter()
+    if request.method == "OPTIONS":
+        resp = web.Response(status=200, headers=_CORS_PREFLIGHT)
+        _log_request(request, resp, t0, state)
+        return resp
     resp = None
     anthropic = request.path.startswith(ANTHROPIC_PREFIX)
     try:
@@ -156,9 +181,16 @@ async def _middleware(request: web.Request, handler):
         resp = error_response(e, anthropic=anthropic)
     except web.HTTPException as e:
         resp = error_response(_http_error(request, e), anthropic=anthropic)
-    except (asyncio.CancelledError, ConnectionError):
+    except asyncio.CancelledError:
         _log_request(request, request.get("sse"), t0, state)
         raise
+    except ConnectionError:
+        # The client left. A reply handed back to aiohttp that cannot be
+        # written is dropped quietly; an exception would be logged as a
+        # server error with its traceback.
+        resp = request.get("sse")
+        _log_request(request, resp, t0, state)
+        return resp if resp is not None else web.Response(status=499)
     except Exception as e:
         state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
         resp = error_response(from_engine_error(e), anthropic=anthropic)
@@ -238,7 +270,8 @@ class Generation:
     submission, events with the client watched, and the stats the log line and
     /metrics read. Use as ``async with``: leaving early cancels the job."""
 
-    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, options: dict):
+    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, options: dict,
+                 slot: int | None = None):
         from ember.engine import GenerationRequest
 
         self.request = request
@@ -261,9 +294,11 @@ class Generation:
         self.cancelled = False
         self.n_drawn = 0
         self.t0 = time.perf_counter()
-        self._req = GenerationRequest(prompt, max_tokens, options)
+        self._req = GenerationRequest(prompt, max_tokens, options, slot)
         self.job = None
         self._watch: asyncio.Task | None = None
+        self._stream = None
+        self._first = None
 
     async def __aenter__(self) -> "Generation":
         try:
@@ -300,8 +335,23 @@ class Generation:
                 self.job.abandon(ClientGone())
                 return
 
+    async def first_event(self) -> None:
+        """Waits for the job's first event (it comes once the prompt is read):
+        a stream starts only after, so a request the engine refuses is still
+        answered with a status and its error envelope, not a stream event."""
+        self._stream = self._events()
+        self._first = await anext(self._stream)
+
     async def events(self):
         """The job's pieces and completion; engine errors raised as ApiErrors."""
+        stream = self._stream or self._events()
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for ev in stream:
+            yield ev
+
+    async def _events(self):
         try:
             async for ev in self.job.events():
                 if isinstance(ev, Completion):
@@ -463,6 +513,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     openai_routes.add_routes(app)
     anthropic_routes.add_routes(app)
     llama_routes.add_routes(app)
+    app.on_response_prepare.append(_allow_origin)
     app.on_startup.append(_on_startup)
     app.on_cleanup.append(_on_cleanup)
     return app

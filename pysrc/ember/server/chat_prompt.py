@@ -12,7 +12,7 @@ from ember.server.chat_output import ChatShaper
 from ember.server.errors import ApiError
 from ember.server.wire import ChatRequest
 
-__all__ = ["chat_prompt", "field_error"]
+__all__ = ["chat_prompt", "chat_text", "field_error"]
 
 
 def _reasoning(req: ChatRequest):
@@ -44,7 +44,14 @@ def _framing(state: ServerState, render):
 
 
 def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
-    """The prompt's ids and the shaper its reply goes through: the tools as
+    """The prompt's ids and the shaper its reply goes through (see `chat_text`)."""
+    text, shaper = chat_text(state, req, messages, opts)
+    return state.model.chat_text_ids(text), shaper
+
+
+def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: dict,
+              add_generation_prompt: bool = True) -> tuple[str, ChatShaper]:
+    """The prompt's text and the shaper its reply goes through: the tools as
     the template (or the generic framing) presents them, a forced call's
     grammar, the thought markers the template uses, whether the prompt
     leaves a thought open, and what the request asked of thinking (a budget
@@ -64,7 +71,11 @@ def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], opts
         raise field_error(e)
 
     def render(msgs, tools):
-        return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs, template=state.template)
+        try:
+            return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs,
+                                     template=state.template, add_generation_prompt=add_generation_prompt)
+        except InvalidRequestError as e:  # a template variable the request may not set
+            raise field_error(e) from None
 
     # A JSON answer cannot hold a thought: one the prompt opened is closed
     # first. A GBNF grammar is the client's own and may write the thought.
@@ -111,4 +122,4 @@ def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], opts
         close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
         opts["thought_budget"] = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
     shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
-    return model.chat_text_ids(text), shaper
+    return text, shaper

@@ -95,6 +95,7 @@ def exceed_context(n_prompt: int, n_ctx: int) -> ApiError:
 def from_engine_error(e: BaseException, *, n_prompt: int = 0, n_ctx: int = 0) -> ApiError:
     # Imported here: the engine module pulls in the model, which the error module must not need.
     from ember.engine import EngineOverloaded, EngineStopped
+    from ember.structured import GrammarError
 
     if isinstance(e, ApiError):
         return e
@@ -102,6 +103,9 @@ def from_engine_error(e: BaseException, *, n_prompt: int = 0, n_ctx: int = 0) ->
         return exceed_context(n_prompt, n_ctx) if n_prompt else ApiError(400, str(e), type="exceed_context_size_error")
     if isinstance(e, InvalidRequestError):
         msg = str(e)
+        if isinstance(e, GrammarError) and not msg.startswith(("grammar:", "json_schema:", "response_format:")):
+            # Met while generating: the grammar the request's grammar, schema or tools compiled to.
+            msg = f"grammar: {msg}"
         param = msg.split(":", 1)[0] if ":" in msg and " " not in msg.split(":", 1)[0] else None
         return ApiError(400, msg, param=param)
     if isinstance(e, EngineOverloaded):

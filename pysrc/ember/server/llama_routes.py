@@ -12,10 +12,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ember.errors import EmberError, TemplateError
+from ember.errors import EmberError
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
 
 __all__ = ["add_routes"]
@@ -72,17 +73,23 @@ async def completion(request: web.Request) -> web.StreamResponse:
     else:
         prompt = list(req.prompt)
         prompt_text = None
-    gen = Generation(request, prompt, n_predict, opts)
+    n_slots = state.engine.n_slots
+    if not -1 <= req.id_slot < n_slots:
+        raise ApiError(400, f"id_slot: no slot {req.id_slot} (there are {n_slots}; -1 lets the server choose)",
+                       param="id_slot")
+    gen = Generation(request, prompt, n_predict, opts, slot=req.id_slot if req.id_slot >= 0 else None)
     if prompt_text is None:
         prompt_text = model.detokenize(prompt)
 
     def final(c: Completion, content: str, probs: list | None) -> dict:
         body = {
-            "index": 0, "content": content, "tokens": c.tokens if req.return_tokens else [], "id_slot": 0,
+            "index": 0, "content": content, "tokens": c.tokens if req.return_tokens else [], "id_slot": gen.job.slot,
             "stop": True, "model": state.model_id(), "tokens_predicted": len(c.tokens),
             "tokens_evaluated": len(prompt), "generation_settings": _settings(state, n_predict, opts, req.stream),
             "prompt": prompt_text, "has_new_line": "\n" in c.text, "truncated": False,
-            "stop_type": _stop_type(c), "stopping_word": c.stop_string or "", "tokens_cached": 0,
+            # As llama-server counts them: the last token drawn is not in the cache.
+            "stop_type": _stop_type(c), "stopping_word": c.stop_string or "",
+            "tokens_cached": len(prompt) + max(0, len(c.tokens) - 1),
             "timings": gen.timings(),
         }
         if probs is not None:
@@ -98,6 +105,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
         return json_response(final(gen.completion, gen.completion.text, probs))
 
     async with gen:
+        await gen.first_event()
         resp = await sse_start(request)
         try:
             async for ev in gen.events():
@@ -106,7 +114,8 @@ async def completion(request: web.Request) -> web.StreamResponse:
                         continue
                     chunk = {"index": 0, "content": ev.text,
                              "tokens": [ev.token] if req.return_tokens and ev.token is not None else [],
-                             "stop": False, "id_slot": 0, "tokens_predicted": gen.n_drawn, "tokens_evaluated": len(prompt)}
+                             "stop": False, "id_slot": gen.job.slot, "tokens_predicted": gen.n_drawn,
+                             "tokens_evaluated": len(prompt)}
                     if req.n_probs and ev.token is not None:
                         chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs)]
                     await sse_send(resp, chunk)
@@ -148,12 +157,9 @@ async def detokenize(request: web.Request) -> web.Response:
 async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
-    messages = wire.chat_messages(req.messages)
-    try:
-        prompt = state.model.render_chat(messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools,
-                                         chat_template_kwargs=req.chat_template_kwargs, template=state.template)
-    except TemplateError as e:
-        raise ApiError(400, f"messages: the chat template failed: {e}", param="messages")
+    # The prompt a chat request with this body would read: the same checks, tools and thought handling.
+    opts = wire.sampling_options(req, state.model.n_vocab)
+    prompt, _ = chat_text(state, req, wire.chat_messages(req.messages), opts, req.add_generation_prompt)
     return json_response({"prompt": prompt})
 
 
@@ -245,7 +251,7 @@ async def slot_action(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     engine = state.engine
     raw_id = request.match_info["id_slot"]
-    if not raw_id.isdigit() or int(raw_id) >= engine.n_slots:
+    if not (raw_id.isascii() and raw_id.isdigit()) or int(raw_id) >= engine.n_slots:
         raise ApiError(400, f"id_slot: no slot {raw_id!r} (there are {engine.n_slots})", param="id_slot")
     slot = int(raw_id)
     action = request.query.get("action")
@@ -260,7 +266,7 @@ async def slot_action(request: web.Request) -> web.Response:
         raise ApiError(501, "slot save and restore need --slot-save-path", type="not_supported_error")
     try:
         body = json.loads(await read_body(request) or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(400, "the body is not JSON") from None
     filename = body.get("filename") if isinstance(body, dict) else None
     if not isinstance(filename, str) or not _SLOT_FILE.fullmatch(filename) or filename in (".", ".."):

@@ -51,6 +51,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = wire.decode(await read_body(request), wire.ChatRequest)
     wire.check_n(req.n)
     wire.check_logprobs("top_logprobs", req.top_logprobs)
+    if req.top_logprobs is not None and not req.logprobs:
+        raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
     messages = wire.chat_messages(req.messages)
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
@@ -98,6 +100,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                                      "finish_reason": finish}], **extra}
 
     async with gen:
+        await gen.first_event()
         resp = await sse_start(request)
         try:
             await sse_send(resp, chunk({"role": "assistant", "content": ""}))
@@ -129,7 +132,7 @@ def _completion_prompt(model, prompt) -> list[int]:
         prompt = prompt[0]
         if isinstance(prompt, str):
             return model.tokenize(prompt, add_special=True, parse_special=True)
-    elif any(isinstance(x, (str, list)) for x in prompt):
+    elif prompt and all(isinstance(x, (str, list)) for x in prompt):
         raise ApiError(400, "prompt: ember answers one prompt per request", param="prompt")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
         raise ApiError(400, "prompt: expected a string or a list of token ids", param="prompt")
@@ -167,6 +170,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     model = state.model
     req = wire.decode(await read_body(request), wire.TextCompletionRequest)
     wire.check_n(req.n)
+    wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
     opts = wire.sampling_options(req, model.n_vocab)
@@ -196,6 +200,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     async with gen:
+        await gen.first_event()
         resp = await sse_start(request)
         try:
             if echo:

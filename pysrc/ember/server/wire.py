@@ -24,7 +24,7 @@ _MAX_LOGPROBS = 20
 
 
 class ContentPart(msgspec.Struct, forbid_unknown_fields=False):
-    type: str = "text"
+    type: str
     text: str | None = None
 
 
@@ -120,7 +120,17 @@ class TextCompletionRequest(Sampling):
     echo: bool = False
     logprobs: int | None = None
     stream_options: StreamOptions | None = None
+    # Read so that a request setting them is refused by name (see `check_text_completion`).
     suffix: str | None = None
+    best_of: int | None = None
+
+
+def check_text_completion(req: TextCompletionRequest) -> None:
+    if req.suffix:
+        raise ApiError(400, "suffix: text after the insertion point is not supported", param="suffix")
+    if req.best_of not in (None, 1):
+        raise ApiError(400, f"best_of: ember answers one completion per request, got best_of={req.best_of}",
+                       param="best_of")
 
 
 class LlamaCompletionRequest(Sampling):
@@ -144,10 +154,9 @@ class DetokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):
     tokens: list[int] = []
 
 
-class ApplyTemplateRequest(msgspec.Struct, forbid_unknown_fields=False):
-    messages: list[ChatMessage] = []
-    tools: list[dict[str, Any]] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+class ApplyTemplateRequest(ChatRequest):
+    """A chat request whose prompt is wanted, not its reply (llama-server's /apply-template)."""
+
     add_generation_prompt: bool = True
 
 
@@ -166,6 +175,10 @@ def decode(body: bytes, type):
         raise ApiError(400, f"invalid request: {msg}")
     except msgspec.DecodeError as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the request body is not valid UTF-8 (byte {e.start})")
+    except RecursionError:
+        raise ApiError(400, "the request body nests arrays or objects too deeply")
 
 
 def _finite(name: str, v: float | None, lo: float | None = None, hi: float | None = None) -> None:
@@ -189,12 +202,18 @@ def check_logprobs(name: str, v: int | None) -> None:
         raise ApiError(400, f"{name}: must be between 0 and {_MAX_LOGPROBS}, got {v}", param=name)
 
 
+#: The largest count the engine takes (its counts are 32-bit, as llama.cpp's).
+MAX_COUNT = 2**31 - 1
+
+
 def max_tokens(name: str, v: int | None, default: int) -> int:
     """-1 (llama-server's 'until the context is full') or a count; 0 answers at once."""
     if v is None:
         v = default
     if v < -1:
         raise ApiError(400, f"{name}: must be >= -1, got {v}", param=name)
+    if v > MAX_COUNT:
+        raise ApiError(400, f"{name}: must be at most {MAX_COUNT}, got {v}", param=name)
     return v
 
 
@@ -208,10 +227,11 @@ def sampling_options(req: Sampling, n_vocab: int) -> dict:
     _finite("repeat_penalty", req.repeat_penalty, 0.0)
     _finite("frequency_penalty", req.frequency_penalty, -2.0, 2.0)
     _finite("presence_penalty", req.presence_penalty, -2.0, 2.0)
-    if req.top_k is not None and req.top_k < 0:
-        raise ApiError(400, f"top_k: must be >= 0, got {req.top_k}", param="top_k")
-    if req.repeat_last_n is not None and req.repeat_last_n < -1:
-        raise ApiError(400, f"repeat_last_n: must be >= -1, got {req.repeat_last_n}", param="repeat_last_n")
+    if req.top_k is not None and not 0 <= req.top_k <= MAX_COUNT:
+        raise ApiError(400, f"top_k: must be between 0 and {MAX_COUNT}, got {req.top_k}", param="top_k")
+    if req.repeat_last_n is not None and not -1 <= req.repeat_last_n <= MAX_COUNT:
+        raise ApiError(400, f"repeat_last_n: must be between -1 and {MAX_COUNT}, got {req.repeat_last_n}",
+                       param="repeat_last_n")
     opts: dict = {}
     for k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
               "frequency_penalty", "presence_penalty"):
@@ -290,7 +310,8 @@ def grammar_option(req: Sampling):
     try:
         return compile_grammar(grammar=req.grammar or None, json_schema=schema, json_object=json_object)
     except InvalidRequestError as e:
-        raise ApiError(400, f"{field}: {e}", param=field)
+        msg = str(e)
+        raise ApiError(400, msg if msg.startswith(f"{field}:") else f"{field}: {msg}", param=field)
 
 
 def _logit_bias(raw, n_vocab: int) -> dict[int, float]:
@@ -329,13 +350,20 @@ def chat_messages(msgs: list[ChatMessage], name: str = "messages") -> list[dict]
             raise ApiError(400, f"{name}[{i}].role: unknown role {m.role!r} (expected one of {', '.join(ROLES)})",
                            param=f"{name}[{i}].role")
         content = m.content
+        if content is None and not (m.role == "assistant" and m.tool_calls):
+            # As OpenAI: only an assistant's turn that is all calls may leave its content out.
+            raise ApiError(400, f"{name}[{i}].content: required (null only on an assistant message with tool_calls)",
+                           param=f"{name}[{i}].content")
         if isinstance(content, list):
             texts = []
             for j, part in enumerate(content):
                 if part.type != "text":
                     raise ApiError(400, f"{name}[{i}].content[{j}].type: {part.type!r} is not supported (text only)",
                                    param=f"{name}[{i}].content[{j}].type")
-                texts.append(part.text or "")
+                if part.text is None:
+                    raise ApiError(400, f"{name}[{i}].content[{j}].text: required for a text part",
+                                   param=f"{name}[{i}].content[{j}].text")
+                texts.append(part.text)
             content = "".join(texts)
         d: dict = {"role": m.role, "content": content if content is not None else ""}
         if m.name is not None:
