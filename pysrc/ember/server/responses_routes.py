@@ -1,0 +1,479 @@
+"""OpenAI's Responses API over the engine: `POST /v1/responses`, whole or
+streamed as its typed events.
+
+The request's `input` (a string, or items: messages, earlier function calls
+and their outputs, earlier reasoning) and `instructions` become the chat
+conversation the chat route builds; `tools` (flat function tools),
+`tool_choice`, `text.format` and `reasoning.effort` map onto that route's
+fields, so the same template, grammars and reply shaper serve it. The reply
+is output items in the order the model wrote them: a `reasoning` item, a
+`message` with one `output_text` part, then one `function_call` per call.
+Responses are not stored: `previous_response_id` is refused, and a client
+sends the conversation it holds, which the slot's cache spares it from paying
+for twice."""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from typing import Any, Union
+
+import msgspec
+from aiohttp import web
+
+from ember.model import Completion, Piece
+from ember.server import wire
+from ember.server.app import Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.chat_output import ChatShaper
+from ember.server.chat_prompt import chat_prompt
+from ember.server.errors import ApiError
+
+__all__ = ["add_routes"]
+
+
+# -- the request ----------------------------------------------------------------
+
+class _Part(msgspec.Struct, tag_field="type", forbid_unknown_fields=False):
+    pass
+
+
+class InputText(_Part, tag="input_text"):
+    text: str
+
+
+class OutputText(_Part, tag="output_text"):
+    text: str
+
+
+class Refusal(_Part, tag="refusal"):
+    refusal: str
+
+
+class InputImage(_Part, tag="input_image"):
+    pass
+
+
+class InputFile(_Part, tag="input_file"):
+    pass
+
+
+class InputAudio(_Part, tag="input_audio"):
+    pass
+
+
+class ReasoningText(_Part, tag="reasoning_text"):
+    text: str
+
+
+class SummaryText(_Part, tag="summary_text"):
+    text: str
+
+
+Part = Union[InputText, OutputText, Refusal, InputImage, InputFile, InputAudio]
+
+
+class _Item(msgspec.Struct, tag_field="type", forbid_unknown_fields=False):
+    pass
+
+
+class MessageItem(_Item, tag="message"):
+    role: str
+    content: Union[str, list[Part]]
+
+
+class FunctionCallItem(_Item, tag="function_call"):
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(_Item, tag="function_call_output"):
+    call_id: str
+    output: Union[str, list[Part]]
+
+
+class ReasoningItem(_Item, tag="reasoning"):
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+
+
+class ItemReference(_Item, tag="item_reference"):
+    id: str = ""
+
+
+InputItem = Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem, ItemReference]
+
+
+class FunctionTool(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class TextFormat(msgspec.Struct, forbid_unknown_fields=False):
+    type: str
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+
+
+class TextConfig(msgspec.Struct, forbid_unknown_fields=False):
+    format: TextFormat | None = None
+
+
+class ReasoningConfig(msgspec.Struct, forbid_unknown_fields=False):
+    effort: str | None = None
+
+
+class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=False):
+    # Items without a `type` are messages (the API's "easy" form): typed before decoding.
+    input: Union[str, list[dict[str, Any]], None] = None
+    instructions: str | None = None
+    model: str | None = None
+    max_output_tokens: int | None = None
+    stream: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    top_logprobs: int | None = None
+    # llama-server's sampling fields, which its own clients send on every route
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    ignore_eos: bool = False
+    grammar: Any = None
+
+    def sampling(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                "seed": self.seed, "repeat_penalty": self.repeat_penalty, "ignore_eos": self.ignore_eos,
+                "grammar": self.grammar}
+
+
+def _items(raw: list[dict[str, Any]]) -> list[Any]:
+    typed = [{"type": "message", **x} if isinstance(x, dict) and "type" not in x and "role" in x else x for x in raw]
+    try:
+        return msgspec.convert(typed, list[InputItem])
+    except msgspec.ValidationError as e:
+        # msgspec says where as `$[i]...`: the client sent it as input[i]...
+        msg = str(e)
+        where = "input"
+        if " - at `$" in msg:
+            msg, _, path = msg.partition(" - at `$")
+            where = "input" + path.rstrip("`")
+        raise ApiError(400, f"{where}: {msg[0].lower() + msg[1:]}", param=where) from None
+
+
+# -- into the chat request --------------------------------------------------------
+
+def _text(where: str, content, allowed: tuple[type, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    out = []
+    for k, p in enumerate(content):
+        if not isinstance(p, allowed):
+            raise ApiError(400, f"{where}[{k}].type: {p.__struct_config__.tag} parts are not supported here "
+                           "(this server reads text only)", param=f"{where}[{k}].type")
+        out.append(p.refusal if isinstance(p, Refusal) else p.text)
+    return "".join(out)
+
+
+def _chat_messages(req: ResponsesRequest) -> list[dict]:
+    """The conversation as the chat template reads it. What one assistant turn
+    wrote (its reasoning, its message, its calls) arrives as separate items
+    and becomes one assistant message again."""
+    out: list[dict] = []
+    if req.instructions:
+        out.append({"role": "system", "content": req.instructions})
+    if req.input is None:
+        raise ApiError(400, "input: required", param="input")
+    if isinstance(req.input, str):
+        return out + [{"role": "user", "content": req.input}]
+    items = _items(req.input)
+    if not items:
+        raise ApiError(400, "input: at least one item is required", param="input")
+
+    def assistant_turn() -> dict:
+        if out and out[-1]["role"] == "assistant":
+            return out[-1]
+        out.append({"role": "assistant", "content": ""})
+        return out[-1]
+
+    for i, it in enumerate(items):
+        where = f"input[{i}]"
+        if isinstance(it, MessageItem):
+            if it.role not in ("user", "system", "developer", "assistant"):
+                raise ApiError(400, f"{where}.role: expected user, system, developer or assistant, got {it.role!r}",
+                               param=f"{where}.role")
+            if it.role == "assistant":
+                turn = assistant_turn()
+                turn["content"] += _text(f"{where}.content", it.content, (OutputText, InputText, Refusal))
+            else:
+                out.append({"role": it.role, "content": _text(f"{where}.content", it.content, (InputText,))})
+        elif isinstance(it, FunctionCallItem):
+            turn = assistant_turn()
+            turn.setdefault("tool_calls", []).append(
+                {"id": it.call_id, "type": "function", "function": {"name": it.name, "arguments": it.arguments}})
+        elif isinstance(it, FunctionCallOutputItem):
+            out.append({"role": "tool", "tool_call_id": it.call_id,
+                        "content": _text(f"{where}.output", it.output, (InputText,))})
+        elif isinstance(it, ReasoningItem):
+            parts = it.content or it.summary
+            turn = assistant_turn()
+            turn["reasoning_content"] = turn.get("reasoning_content", "") + "".join(p.text for p in parts)
+        else:
+            raise ApiError(400, f"{where}.type: item references need stored responses, which this server does not "
+                           "keep; send the item itself", param=f"{where}.type")
+    return out
+
+
+def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, Any]:
+    tools = None
+    if req.tools is not None:
+        tools = []
+        for i, t in enumerate(req.tools):
+            if t.type != "function":
+                raise ApiError(400, f"tools[{i}].type: {t.type!r} tools are hosted by OpenAI and not run here; "
+                               "declare a function tool instead", param=f"tools[{i}].type")
+            if t.name is None:
+                raise ApiError(400, f"tools[{i}].name: required", param=f"tools[{i}].name")
+            fn: dict = {"name": t.name}
+            if t.description is not None:
+                fn["description"] = t.description
+            fn["parameters"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
+            tools.append({"type": "function", "function": fn})
+    tc = req.tool_choice
+    if isinstance(tc, dict):
+        if tc.get("type") != "function" or not isinstance(tc.get("name"), str):
+            raise ApiError(400, 'tool_choice: expected "auto", "none", "required" or {"type": "function", "name": ...}',
+                           param="tool_choice")
+        tc = {"type": "function", "function": {"name": tc["name"]}}
+    return tools, tc
+
+
+def _response_format(req: ResponsesRequest) -> dict | None:
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    if fmt.type == "json_schema":
+        if fmt.schema is None:
+            raise ApiError(400, "text.format.schema: required for json_schema", param="text.format.schema")
+        return {"type": "json_schema", "json_schema": {"schema": fmt.schema}}
+    raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {fmt.type!r}",
+                   param="text.format.type")
+
+
+_RENAMES = [("response_format:", "text.format:"), ("max_tokens:", "max_output_tokens:"),
+            ("reasoning_effort:", "reasoning.effort:")]
+
+
+def _renamed(e: ApiError) -> ApiError:
+    for old, new in _RENAMES:
+        if e.message.startswith(old):
+            return ApiError(e.status, new + e.message[len(old):], type=e.type, param=new[:-1], extra=e.extra)
+    return e
+
+
+def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, dict]:
+    if req.previous_response_id is not None:
+        raise ApiError(400, "previous_response_id: responses are not stored here; send the whole conversation "
+                       "in input (the slot's cache reuses what it has already read)", param="previous_response_id")
+    if req.top_logprobs:
+        raise ApiError(400, "top_logprobs: log-probabilities are not returned on this route; use chat completions",
+                       param="top_logprobs")
+    messages = _chat_messages(req)
+    tools, tool_choice = _tools(req)
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice,
+                            parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+                            response_format=_response_format(req), reasoning_effort=effort, **req.sampling())
+    try:
+        opts = wire.sampling_options(chat, state.model.n_vocab)
+        prompt, shaper = chat_prompt(state, chat, messages, opts)
+    except ApiError as e:
+        raise _renamed(e) from None
+    return prompt, shaper, opts
+
+
+# -- the reply ----------------------------------------------------------------------
+
+def _hex() -> str:
+    return uuid.uuid4().hex
+
+
+class _Items:
+    """The chat shaper's deltas as output items and the events that build
+    them: an item opens when a delta of another kind arrives (closing the one
+    before), each function call an item of its own."""
+
+    def __init__(self) -> None:
+        self.items: list[dict] = []
+        self.open: tuple | None = None
+
+    def _index(self) -> int:
+        return len(self.items) - 1
+
+    def _start(self, key: tuple, item: dict) -> list[tuple[str, dict]]:
+        out = self.close()
+        self.items.append(item)
+        self.open = key
+        out.append(("response.output_item.added", {"output_index": self._index(), "item": copy.deepcopy(item)}))
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            item["content"].append(part)
+            out.append(("response.content_part.added", {"item_id": item["id"], "output_index": self._index(),
+                                                         "content_index": 0, "part": copy.deepcopy(part)}))
+        elif item["type"] == "reasoning":
+            item["content"].append({"type": "reasoning_text", "text": ""})
+        return out
+
+    def close(self, status: str = "completed") -> list[tuple[str, dict]]:
+        if self.open is None:
+            return []
+        item, at = self.items[-1], {"output_index": self._index()}
+        self.open = None
+        item["status"] = status
+        out: list[tuple[str, dict]] = []
+        if item["type"] == "message":
+            part = item["content"][0]
+            out.append(("response.output_text.done", {"item_id": item["id"], **at, "content_index": 0,
+                                                       "text": part["text"], "logprobs": []}))
+            out.append(("response.content_part.done", {"item_id": item["id"], **at, "content_index": 0,
+                                                        "part": copy.deepcopy(part)}))
+        elif item["type"] == "reasoning":
+            out.append(("response.reasoning_text.done", {"item_id": item["id"], **at, "content_index": 0,
+                                                          "text": item["content"][0]["text"]}))
+        else:
+            out.append(("response.function_call_arguments.done", {"item_id": item["id"], **at, "name": item["name"],
+                                                                   "arguments": item["arguments"]}))
+        out.append(("response.output_item.done", {**at, "item": copy.deepcopy(item)}))
+        return out
+
+    def feed(self, delta: dict) -> list[tuple[str, dict]]:
+        out: list[tuple[str, dict]] = []
+        if thought := delta.get("reasoning_content"):
+            if self.open != ("reasoning",):
+                out += self._start(("reasoning",), {"id": f"rs_{_hex()}", "type": "reasoning", "summary": [],
+                                                    "content": [], "status": "in_progress"})
+            item = self.items[-1]
+            item["content"][0]["text"] += thought
+            out.append(("response.reasoning_text.delta", {"item_id": item["id"], "output_index": self._index(),
+                                                          "content_index": 0, "delta": thought}))
+        if text := delta.get("content"):
+            if self.open != ("message",):
+                out += self._start(("message",), {"id": f"msg_{_hex()}", "type": "message", "role": "assistant",
+                                                  "status": "in_progress", "content": []})
+            item = self.items[-1]
+            item["content"][0]["text"] += text
+            out.append(("response.output_text.delta", {"item_id": item["id"], "output_index": self._index(),
+                                                       "content_index": 0, "delta": text, "logprobs": []}))
+        for call in delta.get("tool_calls") or ():
+            if "id" in call:
+                out += self._start(("call", call["index"]), {
+                    "id": f"fc_{_hex()}", "type": "function_call", "call_id": call["id"],
+                    "name": call["function"]["name"], "arguments": "", "status": "in_progress"})
+            if fragment := call["function"].get("arguments"):
+                item = self.items[-1]
+                item["arguments"] += fragment
+                out.append(("response.function_call_arguments.delta", {
+                    "item_id": item["id"], "output_index": self._index(), "delta": fragment}))
+        return out
+
+
+def _usage(g: Generation, n_cached: int, n_output: int, n_reasoning: int) -> dict:
+    n_input = len(g.prompt)
+    return {"input_tokens": n_input, "input_tokens_details": {"cached_tokens": n_cached},
+            "output_tokens": n_output, "output_tokens_details": {"reasoning_tokens": n_reasoning},
+            "total_tokens": n_input + n_output}
+
+
+# -- the route ----------------------------------------------------------------------
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), ResponsesRequest)
+    max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
+    if req.max_output_tokens is not None and req.max_output_tokens < 1:
+        raise ApiError(400, f"max_output_tokens: must be >= 1, got {req.max_output_tokens}", param="max_output_tokens")
+    prompt, shaper, opts = _prompt(state, req)
+    gen = Generation(request, prompt, max_tokens, opts)
+    created = int(time.time())
+    head = {
+        "id": f"resp_{_hex()}", "object": "response", "created_at": created, "model": state.model_id(),
+        "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+        "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+        "temperature": req.temperature, "top_p": req.top_p, "tool_choice": req.tool_choice or "auto",
+        "tools": [msgspec.to_builtins(t) for t in req.tools or []], "metadata": req.metadata or {},
+        "text": {"format": msgspec.to_builtins(req.text.format) if req.text and req.text.format else {"type": "text"}},
+        "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
+        "store": False, "background": False, "error": None, "previous_response_id": None,
+    }
+    items = _Items()
+
+    def finished(c: Completion) -> tuple[str, dict]:
+        """The event that ends the response, and the response it carries."""
+        cut = c.finish_reason in ("length", "context")
+        # The thought's tokens, counted as the tokenizer reads its text back.
+        thought = "".join(shaper.thought or [])
+        n_thought = len(state.model.tokenize(thought, add_special=False)) if thought else 0
+        body = {**head, "status": "incomplete" if cut else "completed", "completed_at": int(time.time()),
+                "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "output": items.items,
+                "usage": _usage(gen, c.n_cached, len(c.tokens), min(n_thought, len(c.tokens)))}
+        return ("response.incomplete" if cut else "response.completed"), {"response": body}
+
+    def take(deltas: list[dict]) -> list[tuple[str, dict]]:
+        return [ev for d in deltas for ev in items.feed(d)]
+
+    def item_status(c: Completion) -> str:
+        return "incomplete" if c.finish_reason in ("length", "context") else "completed"
+
+    if not req.stream:
+        async with gen:
+            async for _ in gen.events():
+                pass
+        c = gen.completion
+        take(shaper.feed(c.text))
+        take(shaper.finish(c.finish_reason))
+        items.close(item_status(c))
+        return json_response(finished(c)[1]["response"])
+
+    async with gen:
+        await gen.first_event()
+        resp = await sse_start(request)
+        seq = 0
+
+        async def send(events) -> None:
+            nonlocal seq
+            for kind, data in events:
+                await sse_send(resp, {"type": kind, "sequence_number": seq, **data}, event=kind)
+                seq += 1
+
+        try:
+            start = {**head, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None}
+            await send([("response.created", {"response": start}), ("response.in_progress", {"response": start})])
+            async for ev in gen.events():
+                if isinstance(ev, Piece):
+                    await send(take(shaper.feed(ev.text)))
+                elif isinstance(ev, Completion):
+                    await send(take(shaper.finish(ev.finish_reason)))
+                    await send(items.close(item_status(ev)))
+                    await send([finished(ev)])
+        except ApiError as e:
+            await sse_error(resp, e)
+    await resp.write_eof()
+    return resp
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/responses", responses)
