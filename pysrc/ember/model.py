@@ -140,6 +140,27 @@ class CompletionBuilder:
         return events
 
 
+#: llama.cpp's pooling types, by their number in a GGUF's `{arch}.pooling_type`.
+POOLINGS = ("none", "mean", "cls", "last", "rank")
+
+
+def _normalized(v, norm: int):
+    """`v` scaled as llama.cpp's `common_embd_normalize`."""
+    import numpy as np
+
+    if norm == -1:
+        return v
+    if norm == 0:
+        total = np.abs(v).max() / 32760.0
+    elif norm == 2:
+        total = np.sqrt((v * v).sum())
+    elif norm > 0:
+        total = (np.abs(v) ** norm).sum() ** (1.0 / norm)
+    else:
+        raise InvalidRequestError(f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {norm}")
+    return v / total if total > 0 else v * 0.0
+
+
 def _grammar(grammar, json_schema):
     """A compiled grammar from GBNF text, a compiled one, or a JSON Schema."""
     if grammar is None and json_schema is None:
@@ -203,6 +224,11 @@ class Model:
         return self._native.n_ctx
 
     @property
+    def n_embd(self) -> int:
+        """Width of the hidden states, and of an embedding."""
+        return self._native.config()["n_embd"]
+
+    @property
     def architecture(self) -> str:
         return self._native.architecture
 
@@ -237,6 +263,44 @@ class Model:
         ids = list(ids)
         raw = self._native.logits(ids)
         return np.frombuffer(raw, dtype="<f4").reshape(len(ids), self.n_vocab)
+
+    # -- embeddings ----------------------------------------------------------
+    def hidden_states(self, ids: Sequence[int]) -> np.ndarray:
+        """The final hidden state of every position (after the output norm,
+        what the head reads): one float32 row of n_embd per position."""
+        import numpy as np
+
+        ids = list(ids)
+        raw = self._native.hidden_states(ids)
+        return np.frombuffer(raw, dtype="<f4").reshape(len(ids), -1)
+
+    @property
+    def pooling_type(self) -> str:
+        """How the file says its embeddings are pooled (`{arch}.pooling_type`,
+        llama.cpp's numbering); "none" where it says nothing, as llama.cpp reads it."""
+        value = self.metadata(f"{self.architecture}.pooling_type")
+        return POOLINGS[value] if isinstance(value, int) and 0 <= value < len(POOLINGS) else "none"
+
+    def embed(self, text: str | Sequence[int], *, pooling: str | None = None, normalize: int = 2) -> np.ndarray:
+        """An embedding of `text` (or token ids): the hidden states pooled by
+        `pooling` ("mean", "cls": the first position, "last", or "none": one
+        row per position; default the file's own, see `pooling_type`) and,
+        when pooled, normalized as llama.cpp's `embd_normalize` says (2:
+        euclidean, -1: none, 0: max-abs scaled to int16's range, 1: taxicab,
+        p > 2: p-norm)."""
+        import numpy as np
+
+        pooling = self.pooling_type if pooling is None else pooling
+        if pooling not in POOLINGS or pooling == "rank":
+            raise InvalidRequestError(f"pooling: expected none, mean, cls or last, got {pooling!r}")
+        ids = self.tokenize(text, add_special=True, parse_special=True) if isinstance(text, str) else [int(t) for t in text]
+        if not ids:
+            raise InvalidRequestError("input: empty")
+        rows = self.hidden_states(ids)
+        if pooling == "none":
+            return rows
+        v = {"mean": lambda: rows.mean(axis=0), "cls": lambda: rows[0], "last": lambda: rows[-1]}[pooling]()
+        return _normalized(v.astype(np.float64), normalize).astype(np.float32)
 
     # -- generation ----------------------------------------------------------
     def _prompt_ids(self, prompt: str | Sequence[int], add_special: bool, parse_special: bool) -> list[int]:

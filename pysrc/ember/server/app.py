@@ -497,7 +497,7 @@ def _stderr(line: str) -> None:
 
 
 def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None) -> web.Application:
-    from ember.server import anthropic_routes, llama_routes, openai_routes, responses_routes
+    from ember.server import anthropic_routes, embedding_routes, llama_routes, openai_routes, responses_routes
 
     # The body cap is enforced while reading (read_body), so aiohttp's own is only a backstop.
     app = web.Application(middlewares=[_middleware], client_max_size=2**40)
@@ -513,6 +513,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     openai_routes.add_routes(app)
     anthropic_routes.add_routes(app)
     responses_routes.add_routes(app)
+    embedding_routes.add_routes(app)
     llama_routes.add_routes(app)
     app.on_response_prepare.append(_allow_origin)
     app.on_startup.append(_on_startup)

@@ -70,6 +70,10 @@ _FLAGS = [
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
+    _Flag("embeddings", ("--embedding", "--embeddings"), bool, "LLAMA_ARG_EMBEDDINGS",
+          "serve /v1/embeddings and /embedding (completions stay served too)", False),
+    _Flag("pooling", ("--pooling",), str, "LLAMA_ARG_POOLING",
+          "how embeddings are pooled: none, mean, cls or last (default: the model file's own, else none)"),
 ]
 _BY_NAME = {f.name: f for f in _FLAGS}
 _READ_ENV = {f.env for f in _FLAGS if f.env}
@@ -406,6 +410,15 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         slot_path = str(Path(slot_path).expanduser())
         lines.append(f"slot save path: {slot_path} (POST /slots/ID?action=save|restore writes and reads files there)")
 
+    pooling = values["pooling"]
+    if pooling is not None and pooling not in ("none", "mean", "cls", "last"):
+        raise bad("pooling", f"expected none, mean, cls or last, got {pooling!r}")
+    if values["embeddings"]:
+        how = f"pooled by {pooling} (from {sources['pooling']})" if pooling else "pooled as the model file says"
+        lines.append(f"embeddings: at /v1/embeddings and /embedding, {how}")
+    elif pooling is not None:
+        raise bad("pooling", "only shapes embeddings, which need --embeddings")
+
     if values["metrics"]:
         lines.append("metrics: at /metrics")
     if values["no-webui"]:
@@ -415,6 +428,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
         threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
+        embeddings=bool(values["embeddings"]), pooling=pooling,
     )
     return opts, lines
 

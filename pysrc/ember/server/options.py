@@ -35,3 +35,7 @@ class ServerOptions:
     cache_ram_mib: int = 0
     #: request body cap in bytes; None derives it from the context size
     body_limit: int | None = None
+    #: serve /v1/embeddings and /embedding (llama-server's --embeddings)
+    embeddings: bool = False
+    #: how embeddings are pooled: "none", "mean", "cls" or "last"; None: the file's own
+    pooling: str | None = None

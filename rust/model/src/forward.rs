@@ -22,6 +22,10 @@ pub enum Logits {
     None,
     Last,
     All,
+    /// Every position's final hidden state (after the output norm, before
+    /// the head), `n_embd` wide, in place of logits: what embeddings are
+    /// pooled from. A pass of its own sequence only.
+    Hidden,
 }
 
 /// Per-pass working memory, sized for the largest batch seen.
@@ -176,6 +180,9 @@ impl Model {
         for sp in seqs.iter() {
             self.check_pass(&sp.session.cache, sp.tokens)?;
         }
+        if seqs.len() > 1 && seqs.iter().any(|sp| sp.want == Logits::Hidden) {
+            return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
+        }
         let mut parts: Vec<Seq<'_>> = seqs
             .iter_mut()
             .map(|sp| {
@@ -218,8 +225,9 @@ impl Model {
                 Logits::Last if last => Logits::Last,
                 _ => Logits::None,
             };
+            let w = if want == Logits::Hidden { Logits::Hidden } else { w };
             let out = self.forward(s, chunk, w)?;
-            if w == Logits::All {
+            if matches!(w, Logits::All | Logits::Hidden) {
                 all.extend_from_slice(out);
             } else if w == Logits::Last {
                 all = out.to_vec();
@@ -264,7 +272,7 @@ impl Model {
             match q.want {
                 Logits::None => {}
                 Logits::Last => sc.out_rows.push(r0 + n - 1),
-                Logits::All => sc.out_rows.extend(r0..r0 + n),
+                Logits::All | Logits::Hidden => sc.out_rows.extend(r0..r0 + n),
             }
             r0 += n;
         }
@@ -353,7 +361,7 @@ impl Model {
                     _ if !last => (0, n),
                     Logits::None => continue,
                     Logits::Last => (n - 1, 1),
-                    Logits::All => (0, n),
+                    Logits::All | Logits::Hidden => (0, n),
                 };
                 let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
                 out_rest = or;
@@ -396,7 +404,12 @@ impl Model {
             q.cache.commit(q.tokens.len());
         }
         let n = n_out;
-        if n > 0 {
+        if n > 0 && seqs.iter().any(|q| q.want == Logits::Hidden) {
+            // Checked by the callers: a pass of this one sequence.
+            norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
+            sc.logits.clear();
+            sc.logits.extend_from_slice(&sc.h[..n * e]);
+        } else if n > 0 {
             norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
             let out = w.output();
             sc.logits.resize(n * c.n_vocab, 0.0);
@@ -417,7 +430,7 @@ impl Model {
             let rows = match q.want {
                 Logits::None => 0,
                 Logits::Last => 1,
-                Logits::All => q.tokens.len(),
+                Logits::All | Logits::Hidden => q.tokens.len(),
             };
             q.logits.clear();
             q.logits.extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);

@@ -53,3 +53,39 @@ fn tiny_qwen3_matches_llama_cpp() {
 fn tiny_gemma3_matches_llama_cpp() {
     tiny_parity("gemma3");
 }
+
+/// Hidden states (what embeddings are pooled from) are the rows the output
+/// head reads: each position's logits are the head's rows dotted with its
+/// hidden state. Read in passes of 7 tokens, as the logits are.
+#[test]
+fn hidden_states_are_what_the_head_reads() {
+    let Some(path) = tiny_model("llama") else { return };
+    let model = Model::load(&path, LoadOptions::default()).unwrap();
+    let (e, nv) = (model.config.n_embd, model.config.n_vocab);
+    let ids: Vec<u32> = (1..20).collect();
+    let mut s = model.new_session(ids.len(), 7, KvType::F16);
+    let hidden = model.prefill(&mut s, &ids, Logits::Hidden).unwrap();
+    assert_eq!(hidden.len(), ids.len() * e);
+    let mut s = model.new_session(ids.len(), 7, KvType::F16);
+    let logits = model.prefill(&mut s, &ids, Logits::All).unwrap();
+    // The head's rows, read from the file (tied to the embeddings where it has no output matrix).
+    let file = ember_gguf::GgufFile::open(&path).unwrap();
+    let info = file.header().tensor("output.weight").or_else(|| file.header().tensor("token_embd.weight")).unwrap();
+    let data = file.tensor_data(info);
+    let row_bytes = data.len() / info.n_rows();
+    let mut row = vec![0f32; e];
+    let mut worst = 0f32;
+    for v in [0, 1, nv / 3, nv / 2, nv - 1] {
+        ember_quant::dequantize_row(info.ty, &data[v * row_bytes..(v + 1) * row_bytes], &mut row).unwrap();
+        for p in 0..ids.len() {
+            let h = &hidden[p * e..(p + 1) * e];
+            let want: f32 = row.iter().zip(h).map(|(a, b)| a * b).sum();
+            let got = logits[p * nv + v];
+            // Against the largest the product could be (|row| |h|): the head
+            // reads its activations quantized to 8 bits.
+            let norm = |x: &[f32]| x.iter().map(|a| a * a).sum::<f32>().sqrt();
+            worst = worst.max((want - got).abs() / (norm(&row) * norm(h)));
+        }
+    }
+    assert!(worst < 1e-2, "logits differ from head . hidden by {worst} of |row| |hidden|");
+}

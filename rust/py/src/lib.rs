@@ -305,6 +305,24 @@ impl Model {
         Ok(PyBytes::new(py, &bytes))
     }
 
+    /// The final hidden state of every position (after the output norm, what
+    /// the head reads), as little-endian f32 bytes in rows of n_embd: what
+    /// `ember.Model.embed` pools.
+    fn hidden_states<'py>(&self, py: Python<'py>, ids: Vec<u32>) -> PyResult<Bound<'py, PyBytes>> {
+        self.check_ids(&ids)?;
+        if ids.is_empty() {
+            return Err(InvalidRequestError::new_err("ids is empty"));
+        }
+        let out = py
+            .detach(|| {
+                let mut s = self.inner.new_session(ids.len(), self.max_batch, self.kv_type);
+                self.inner.prefill(&mut s, &ids, Logits::Hidden)
+            })
+            .map_err(map_err)?;
+        let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(PyBytes::new(py, &bytes))
+    }
+
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     fn generate(&self, py: Python<'_>, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<Generator> {
         self.check_ids(&ids)?;

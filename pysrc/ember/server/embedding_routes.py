@@ -1,0 +1,133 @@
+"""Embeddings, as llama-server serves them with `--embeddings`: OpenAI's
+`POST /v1/embeddings` and llama-server's own `POST /embedding` (also
+`/embeddings`).
+
+An embedding is the model's final hidden states (after the output norm)
+pooled over the input's positions as `--pooling` (or the file) says, and
+normalized as `embd_normalize` says (euclidean by default). Each input is read
+in a session of its own, beside the slots' passes: the worker pool takes one
+operation at a time, so the two interleave without sharing any state."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any, Union
+
+import msgspec
+from aiohttp import web
+
+from ember.errors import InvalidRequestError
+from ember.server import wire
+from ember.server.app import ServerState, json_response, read_body
+from ember.server.errors import ApiError, exceed_context
+
+__all__ = ["add_routes"]
+
+
+class EmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=False):
+    # A string, token ids, or a list of either (checked by hand: msgspec takes one array type per union).
+    input: Union[str, list[Any], None] = None
+    # llama-server's own field for the same, on /embedding.
+    content: Union[str, list[Any], None] = None
+    model: str | None = None
+    encoding_format: str = "float"
+    dimensions: int | None = None
+    embd_normalize: int = 2
+
+
+def _inputs(model, raw, field: str) -> list[list[int]]:
+    """Token ids of each input: a string, token ids, or a list of either."""
+    if isinstance(raw, str):
+        raw = [raw]
+    elif raw and all(isinstance(x, int) and not isinstance(x, bool) for x in raw):
+        raw = [raw]
+    if not raw:
+        raise ApiError(400, f"{field}: at least one input is required", param=field)
+    out = []
+    for i, x in enumerate(raw):
+        if isinstance(x, str):
+            ids = model.tokenize(x, add_special=True, parse_special=True)
+        elif isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+            ids = list(x)
+            bad = next((t for t in ids if not 0 <= t < model.n_vocab), None)
+            if bad is not None:
+                raise ApiError(400, f"{field}[{i}]: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
+                               param=field)
+        else:
+            raise ApiError(400, f"{field}[{i}]: expected a string or a list of token ids", param=field)
+        if not ids:
+            raise ApiError(400, f"{field}[{i}]: empty", param=field)
+        out.append(ids)
+    return out
+
+
+def _pooling(state: ServerState) -> str:
+    return state.opts.pooling or state.model.pooling_type
+
+
+async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest, list[list[int]], list]:
+    state: ServerState = request.app["state"]
+    if not state.opts.embeddings:
+        raise ApiError(501, "this server does not serve embeddings: start it with --embeddings",
+                       type="not_supported_error")
+    req = wire.decode(await read_body(request), EmbeddingsRequest)
+    field = "input" if req.input is not None or openai else "content"
+    raw = req.input if req.input is not None else req.content
+    if raw is None:
+        raise ApiError(400, f"{field}: required", param=field)
+    pooling = _pooling(state)
+    if openai and pooling == "none":
+        raise ApiError(400, "pooling none gives a vector per token, which /v1/embeddings cannot answer: start the "
+                       "server with --pooling mean, cls or last, or ask /embedding", param="input")
+    if req.encoding_format not in ("float", "base64"):
+        raise ApiError(400, f"encoding_format: expected float or base64, got {req.encoding_format!r}",
+                       param="encoding_format")
+    n_embd = state.model.n_embd
+    if req.dimensions is not None and req.dimensions != n_embd:
+        raise ApiError(400, f"dimensions: this model's embeddings have {n_embd} (they cannot be shortened)",
+                       param="dimensions")
+    if req.embd_normalize < -1:
+        raise ApiError(400, f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {req.embd_normalize}",
+                       param="embd_normalize")
+    inputs = _inputs(state.model, raw, field)
+    for ids in inputs:
+        if len(ids) > state.slot_ctx:
+            raise exceed_context(len(ids), state.slot_ctx)
+    loop = asyncio.get_running_loop()
+    try:
+        vectors = [await loop.run_in_executor(None, lambda ids=ids: state.model.embed(
+            ids, pooling=pooling, normalize=req.embd_normalize)) for ids in inputs]
+    except InvalidRequestError as e:
+        raise ApiError(400, str(e)) from None
+    return req, inputs, vectors
+
+
+async def openai_embeddings(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    req, inputs, vectors = await _embed(request, openai=True)
+
+    def encoded(v):
+        if req.encoding_format == "base64":
+            return base64.b64encode(v.astype("<f4").tobytes()).decode()
+        return v.tolist()
+
+    n = sum(len(ids) for ids in inputs)
+    return json_response({
+        "object": "list", "model": req.model or state.model_id(),
+        "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+        "usage": {"prompt_tokens": n, "total_tokens": n},
+    })
+
+
+async def llama_embedding(request: web.Request) -> web.Response:
+    # llama-server's shape: per input, a list of vectors (one per token without pooling, else the one pooled).
+    _, _, vectors = await _embed(request, openai=False)
+    return json_response([{"index": i, "embedding": v.tolist() if v.ndim == 2 else [v.tolist()]}
+                          for i, v in enumerate(vectors)])
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/embeddings", openai_embeddings)
+    app.router.add_post("/embedding", llama_embedding)
+    app.router.add_post("/embeddings", llama_embedding)

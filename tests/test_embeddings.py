@@ -1,0 +1,160 @@
+"""Embeddings: the final hidden states pooled and normalized as llama.cpp
+does it, held against llama.cpp's own embeddings of the same file (recorded
+from its llama-server in tests/fixtures/embeddings), then served over
+OpenAI's /v1/embeddings and llama-server's /embedding."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember.errors import InvalidRequestError
+from ember.server.cli import OptionError, parse_options
+from server_process import ServerProcess, error_of, http
+
+openai = pytest.importorskip("openai")
+
+REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "embeddings" / "smollm2_llamacpp.json").read_text())
+TEXTS = REFERENCE["texts"]
+
+
+def cosine(a, b) -> float:
+    return float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+def test_embeddings_match_llama_cpp(smollm2, pooling):
+    refs = [np.array(v, dtype=np.float32) for v in REFERENCE["pooling"][pooling]]
+    for i, text in enumerate(TEXTS):
+        got = smollm2.embed(text, pooling=pooling)
+        assert got.shape == refs[i].shape
+        # llama.cpp computes in its own kernels (and rounds activations its own way).
+        assert cosine(got, refs[i]) > 0.999, (pooling, text)
+        assert np.abs(got - refs[i]).max() < 0.02
+        # And nearer llama.cpp's embedding of this text than of the other.
+        assert cosine(got, refs[i]) > cosine(got, refs[1 - i])
+
+
+def test_pooling_reads_the_hidden_states(smollm2):
+    ids = smollm2.tokenize("Pooling over these positions.")
+    rows = smollm2.hidden_states(ids)
+    assert rows.shape == (len(ids), smollm2.n_embd)
+    assert np.array_equal(smollm2.embed(ids, pooling="none"), rows)
+    for pooling, raw in [("mean", rows.mean(axis=0)), ("cls", rows[0]), ("last", rows[-1])]:
+        assert np.allclose(smollm2.embed(ids, pooling=pooling, normalize=-1), raw, atol=1e-6)
+        assert np.allclose(smollm2.embed(ids, pooling=pooling), raw / np.linalg.norm(raw), atol=1e-6)
+
+
+def test_normalizations_are_llama_cpps(smollm2):
+    ids = smollm2.tokenize("Norms of one kind and another.")
+    raw = smollm2.embed(ids, pooling="mean", normalize=-1).astype(np.float64)
+    assert np.isclose(np.abs(smollm2.embed(ids, pooling="mean", normalize=0)).max(), 32760.0, rtol=1e-5)
+    assert np.isclose(np.abs(smollm2.embed(ids, pooling="mean", normalize=1)).sum(), 1.0, rtol=1e-5)
+    assert np.isclose(np.linalg.norm(smollm2.embed(ids, pooling="mean", normalize=2)), 1.0, rtol=1e-5)
+    p3 = smollm2.embed(ids, pooling="mean", normalize=3).astype(np.float64)
+    assert np.isclose((np.abs(p3) ** 3).sum(), 1.0, rtol=1e-4)
+    assert cosine(p3, raw) > 0.99999  # every norm only scales
+
+
+def test_bad_pooling_is_refused_by_name(smollm2):
+    with pytest.raises(InvalidRequestError, match="pooling"):
+        smollm2.embed("x", pooling="max")
+    with pytest.raises(InvalidRequestError, match="embd_normalize"):
+        smollm2.embed("x", pooling="mean", normalize=-5)
+    assert smollm2.pooling_type == "none"  # the file says nothing: as llama.cpp reads it
+
+
+# -- served --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server(smollm2_path):
+    with ServerProcess(smollm2_path, "--embeddings", "--pooling", "mean", "-np", "2") as s:
+        yield s
+
+
+def test_the_openai_client_gets_the_models_embeddings(server, smollm2):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    r = client.embeddings.create(model="any", input=TEXTS, encoding_format="float")
+    assert [d.index for d in r.data] == [0, 1]
+    for text, d in zip(TEXTS, r.data):
+        assert np.array_equal(np.array(d.embedding, dtype=np.float32), smollm2.embed(text, pooling="mean"))
+    n = sum(len(smollm2.tokenize(t, add_special=True, parse_special=True)) for t in TEXTS)
+    assert r.usage.prompt_tokens == r.usage.total_tokens == n
+    # The client's default asks for base64: the same floats, packed.
+    packed = client.embeddings.create(model="any", input=TEXTS[0])
+    assert np.array_equal(np.array(packed.data[0].embedding, dtype=np.float32), smollm2.embed(TEXTS[0], pooling="mean"))
+
+
+def test_token_ids_and_base64_on_the_wire(server, smollm2):
+    ids = smollm2.tokenize(TEXTS[1], add_special=True, parse_special=True)
+    status, _, raw = http(server.url + "/v1/embeddings", {"input": ids, "encoding_format": "base64"})
+    assert status == 200, raw
+    data = json.loads(raw)["data"]
+    v = np.frombuffer(base64.b64decode(data[0]["embedding"]), dtype="<f4")
+    assert np.array_equal(v, smollm2.embed(TEXTS[1], pooling="mean"))
+
+
+def test_llama_servers_own_route_and_shape(server, smollm2):
+    status, _, raw = http(server.url + "/embedding", {"content": TEXTS[0]})
+    assert status == 200, raw
+    body = json.loads(raw)
+    assert body[0]["index"] == 0 and len(body[0]["embedding"]) == 1
+    assert np.array_equal(np.array(body[0]["embedding"][0], dtype=np.float32), smollm2.embed(TEXTS[0], pooling="mean"))
+    status, _, raw = http(server.url + "/embeddings", {"content": TEXTS, "embd_normalize": -1})
+    raw_vectors = json.loads(raw)
+    assert len(raw_vectors) == 2
+    assert np.allclose(raw_vectors[1]["embedding"][0], smollm2.embed(TEXTS[1], pooling="mean", normalize=-1))
+
+
+@pytest.mark.parametrize("route,body,field", [
+    ("/v1/embeddings", {}, "input"),
+    ("/v1/embeddings", {"input": []}, "input"),
+    ("/v1/embeddings", {"input": [[]]}, "input[0]"),
+    ("/v1/embeddings", {"input": [1, 99_999_999]}, "input[0]"),
+    ("/v1/embeddings", {"input": [{"text": "x"}]}, "input[0]"),
+    ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, "encoding_format"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 64}, "dimensions"),
+    ("/embedding", {"content": "x", "embd_normalize": -7}, "embd_normalize"),
+    ("/embedding", {}, "content"),
+])
+def test_bad_embedding_requests_are_400s(server, route, body, field):
+    e = error_of(http(server.url + route, body), 400)
+    assert e["message"].startswith(field), e
+
+
+def test_an_input_longer_than_a_slot_is_refused(server):
+    e = error_of(http(server.url + "/v1/embeddings", {"input": [1] * 5000}), 400)
+    assert e["type"] == "exceed_context_size_error"
+
+
+def test_embeddings_need_the_flag_and_none_pooling_only_serves_embedding(smollm2_path, smollm2):
+    with ServerProcess(smollm2_path) as s:
+        e = error_of(http(s.url + "/v1/embeddings", {"input": "x"}), 501)
+        assert "--embeddings" in e["message"]
+        status, _, _ = http(s.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                            "max_tokens": 1})
+        assert status == 200
+    with ServerProcess(smollm2_path, "--embeddings") as s:  # the file says nothing: none
+        e = error_of(http(s.url + "/v1/embeddings", {"input": "x"}), 400)
+        assert "--pooling" in e["message"]
+        status, _, raw = http(s.url + "/embedding", {"content": TEXTS[0]})
+        rows = json.loads(raw)[0]["embedding"]
+        ids = smollm2.tokenize(TEXTS[0], add_special=True, parse_special=True)
+        assert np.array_equal(np.array(rows, dtype=np.float32), smollm2.hidden_states(ids))
+
+
+def test_pooling_flags_are_checked(smollm2_path):
+    opts, lines = parse_options(["-m", str(smollm2_path), "--embeddings", "--pooling", "last"], {},
+                                mem_available=8 << 30)
+    assert opts.embeddings and opts.pooling == "last"
+    assert any("embeddings: at /v1/embeddings" in line for line in lines)
+    opts, _ = parse_options(["-m", str(smollm2_path)], {"LLAMA_ARG_EMBEDDINGS": "1", "LLAMA_ARG_POOLING": "cls"},
+                            mem_available=8 << 30)
+    assert opts.embeddings and opts.pooling == "cls"
+    for argv, needle in [(["--embeddings", "--pooling", "max"], "pooling"), (["--pooling", "mean"], "--embeddings")]:
+        with pytest.raises(OptionError, match=needle):
+            parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=8 << 30)
