@@ -27,8 +27,15 @@ from ember.server.options import ServerOptions
 
 __all__ = ["create_app", "ServerState", "Generation", "read_body", "json_response"]
 
-# Anthropic's Messages routes answer errors in Anthropic's envelope.
+# Anthropic's Messages routes and Ollama's answer errors in their own envelopes.
 ANTHROPIC_PREFIX = "/v1/messages"
+OLLAMA_PREFIX = "/api/"
+
+
+def _envelope(path: str) -> str:
+    if path.startswith(ANTHROPIC_PREFIX):
+        return "anthropic"
+    return "ollama" if path.startswith(OLLAMA_PREFIX) else "llama"
 
 # Reachable without a key and before the model is ready: load balancers poll them.
 _PUBLIC = frozenset({"/health", "/v1/health"})
@@ -58,6 +65,8 @@ class ServerState:
     closing: bool = False
     #: the tool-call framing of each chat template in use, found once
     framings: dict = field(default_factory=dict)
+    #: the model as Ollama's routes describe it (entry, file metadata), read once
+    ollama_model: tuple | None = None
 
     def body_limit(self) -> int:
         if self.opts.body_limit is not None:
@@ -174,13 +183,13 @@ async def _middleware(request: web.Request, handler):
         _log_request(request, resp, t0, state)
         return resp
     resp = None
-    anthropic = request.path.startswith(ANTHROPIC_PREFIX)
+    envelope = _envelope(request.path)
     try:
         resp = await _dispatch(request, handler, state)
     except ApiError as e:
-        resp = error_response(e, anthropic=anthropic)
+        resp = error_response(e, envelope=envelope)
     except web.HTTPException as e:
-        resp = error_response(_http_error(request, e), anthropic=anthropic)
+        resp = error_response(_http_error(request, e), envelope=envelope)
     except asyncio.CancelledError:
         _log_request(request, request.get("sse"), t0, state)
         raise
@@ -193,7 +202,7 @@ async def _middleware(request: web.Request, handler):
         return resp if resp is not None else web.Response(status=499)
     except Exception as e:
         state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
-        resp = error_response(from_engine_error(e), anthropic=anthropic)
+        resp = error_response(from_engine_error(e), envelope=envelope)
     _log_request(request, resp, t0, state)
     return resp
 
@@ -497,7 +506,8 @@ def _stderr(line: str) -> None:
 
 
 def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None) -> web.Application:
-    from ember.server import anthropic_routes, embedding_routes, llama_routes, openai_routes, responses_routes
+    from ember.server import (anthropic_routes, embedding_routes, llama_routes, ollama_routes, openai_routes,
+                              responses_routes)
 
     # The body cap is enforced while reading (read_body), so aiohttp's own is only a backstop.
     app = web.Application(middlewares=[_middleware], client_max_size=2**40)
@@ -514,6 +524,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     anthropic_routes.add_routes(app)
     responses_routes.add_routes(app)
     embedding_routes.add_routes(app)
+    ollama_routes.add_routes(app)
     llama_routes.add_routes(app)
     app.on_response_prepare.append(_allow_origin)
     app.on_startup.append(_on_startup)

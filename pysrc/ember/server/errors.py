@@ -1,8 +1,8 @@
 """The HTTP error envelope: one exception type the handlers raise and the
 middleware turns into llama-server's `{"error": {"code", "message", "type"}}`
 (with OpenAI's `param` when one field is at fault), or into Anthropic's
-`{"type": "error", "error": {"type", "message"}}` on its Messages routes, and
-the engine's errors mapped onto it."""
+`{"type": "error", "error": {"type", "message"}}` on its Messages routes, or
+Ollama's `{"error": message}` on its routes, and the engine's errors mapped onto it."""
 
 from __future__ import annotations
 
@@ -73,10 +73,14 @@ def anthropic_error_body(err: ApiError) -> dict:
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
-def error_response(err: ApiError, *, anthropic: bool = False) -> web.Response:
+def error_response(err: ApiError, *, envelope: str = "llama") -> web.Response:
+    """`err` in the envelope of the API the route belongs to: "llama"
+    (llama-server's, which OpenAI's clients read too), "anthropic", or
+    "ollama" (`{"error": message}`)."""
+    body = {"anthropic": anthropic_error_body, "ollama": lambda e: {"error": e.message}}.get(envelope, error_body)(err)
     return web.Response(
         status=err.status,
-        body=msgspec.json.encode(anthropic_error_body(err) if anthropic else error_body(err)),
+        body=msgspec.json.encode(body),
         content_type="application/json",
         headers=err.headers,
     )

@@ -1,0 +1,492 @@
+"""Ollama's API over the engine, for the clients and tools written against
+it: `/api/chat`, `/api/generate`, `/api/embed` (and the older
+`/api/embeddings`), `/api/tags`, `/api/show`, `/api/ps`, `/api/version`, and
+`GET /` answering that the server runs.
+
+Replies stream as newline-delimited JSON unless `"stream": false` (Ollama
+streams by default); durations are nanoseconds; `options` carries the
+sampling settings under Ollama's names. A chat is the same conversation as on
+the other chat routes, through the same template, grammars and reply shaper:
+a thought comes back in `thinking`, calls in `tool_calls` with their
+arguments as objects. ember serves the one model it loaded, whatever name a
+request gives; the routes that manage models (pull, create, delete...) answer
+that they are not served."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any, Union
+
+import msgspec
+from aiohttp import web
+
+from ember import __version__
+from ember.model import Completion, Piece
+from ember.server import wire
+from ember.server.app import Generation, ServerState, json_response, read_body
+from ember.server.chat_output import ChatShaper
+from ember.server.chat_prompt import chat_text
+from ember.server.errors import ApiError
+
+__all__ = ["add_routes"]
+
+
+# -- requests -------------------------------------------------------------------
+
+class Options(msgspec.Struct, forbid_unknown_fields=False):
+    """Ollama's `options`, those that shape a reply. The load settings it
+    also takes (num_ctx, num_gpu, num_thread, use_mmap...) are ember's
+    start-time flags and are not read per request."""
+
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: Union[str, list[str], None] = None
+    num_predict: int | None = None
+    mirostat: int | None = None
+
+
+class Message(msgspec.Struct, forbid_unknown_fields=False):
+    role: str
+    content: str = ""
+    thinking: str | None = None
+    images: list[Any] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+
+
+class _Common(msgspec.Struct, forbid_unknown_fields=False):
+    model: str | None = None
+    format: Any = None
+    options: Options | None = None
+    stream: bool = True
+    think: Union[bool, str, None] = None
+    keep_alive: Any = None
+    # ember's extension, as on its other routes: a GBNF grammar the reply is held to
+    grammar: Any = None
+
+
+class ChatBody(_Common):
+    messages: list[Message] = []
+    tools: list[dict[str, Any]] | None = None
+    # ember's extension: OpenAI's tool_choice ("required" or a named function forces a call)
+    tool_choice: Any = None
+
+
+class GenerateBody(_Common):
+    prompt: str = ""
+    system: str | None = None
+    template: str | None = None
+    suffix: str | None = None
+    raw: bool = False
+    context: list[int] | None = None
+    images: list[Any] | None = None
+
+
+class EmbedBody(msgspec.Struct, forbid_unknown_fields=False):
+    model: str | None = None
+    input: Union[str, list[str], None] = None
+    # the older /api/embeddings
+    prompt: str | None = None
+    truncate: bool = True
+    dimensions: int | None = None
+    options: Options | None = None
+
+
+class ModelBody(msgspec.Struct, forbid_unknown_fields=False):
+    model: str | None = None
+    name: str | None = None
+
+
+# -- into the chat request ----------------------------------------------------------
+
+def _sampling(body: _Common) -> dict:
+    o = body.options or Options()
+    fields = {k: getattr(o, k) for k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                                         "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",
+                                         "mirostat")}
+    fmt = body.format
+    if fmt in (None, ""):
+        rf = None
+    elif fmt == "json":
+        rf = {"type": "json_object"}
+    elif isinstance(fmt, dict):
+        rf = {"type": "json_schema", "json_schema": {"schema": fmt}}
+    else:
+        raise ApiError(400, f'format: expected "json" or a JSON Schema object, got {json.dumps(fmt)[:40]}',
+                       param="format")
+    think: dict = {}
+    if isinstance(body.think, bool):
+        think["chat_template_kwargs"] = {"enable_thinking": body.think}
+    elif isinstance(body.think, str):
+        if body.think not in ("low", "medium", "high"):
+            raise ApiError(400, f"think: expected true, false, low, medium or high, got {body.think!r}", param="think")
+        think["reasoning_effort"] = body.think
+    return {**fields, "response_format": rf, "grammar": body.grammar, **think}
+
+
+def _max_tokens(state: ServerState, body: _Common) -> int:
+    n = body.options.num_predict if body.options is not None else None
+    # -1: until the turn ends, -2: until the context is full; both end at the context here.
+    return wire.max_tokens("options.num_predict", -1 if n == -2 else n, state.opts.n_predict)
+
+
+def _chat_messages(body: ChatBody) -> list[dict]:
+    """The conversation as the chat template reads it. Ollama's calls carry no
+    ids and its tool messages name the tool: each result is matched to the
+    first call of the turn before still waiting for one (of that tool, when
+    named)."""
+    if not body.messages:
+        raise ApiError(400, "messages: at least one message is required", param="messages")
+    out: list[dict] = []
+    waiting: list[tuple[str, str]] = []  # (call id, tool name) not yet answered
+    for i, m in enumerate(body.messages):
+        where = f"messages[{i}]"
+        if m.role not in ("system", "user", "assistant", "tool"):
+            raise ApiError(400, f"{where}.role: expected system, user, assistant or tool, got {m.role!r}",
+                           param=f"{where}.role")
+        if m.images:
+            raise ApiError(400, f"{where}.images: this server reads text only", param=f"{where}.images")
+        msg: dict = {"role": m.role, "content": m.content}
+        if m.thinking:
+            msg["reasoning_content"] = m.thinking
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise ApiError(400, f"{where}.tool_calls: only assistant messages carry tool calls",
+                               param=f"{where}.tool_calls")
+            calls, waiting = [], []
+            for k, tc in enumerate(m.tool_calls):
+                fn = tc.get("function")
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise ApiError(400, f"{where}.tool_calls[{k}].function: expected an object with a name",
+                                   param=f"{where}.tool_calls")
+                args = fn.get("arguments", {})
+                cid = tc.get("id") if isinstance(tc.get("id"), str) and tc.get("id") else f"call_{i}_{k}"
+                calls.append({"id": cid, "type": "function", "function": {
+                    "name": fn["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}})
+                waiting.append((cid, fn["name"]))
+            msg["tool_calls"] = calls
+        if m.role == "tool":
+            match = next((w for w in waiting if m.tool_name in (None, w[1])), None)
+            if match is None:
+                raise ApiError(400, f"{where}: a tool message answers a call of the assistant message before it, "
+                               "and none is waiting" + (f" for {m.tool_name!r}" if m.tool_name else ""),
+                               param=where)
+            waiting.remove(match)
+            msg["tool_call_id"] = match[0]
+        out.append(msg)
+    return out
+
+
+def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
+            after: list[int] | None = None) -> tuple[list[int], ChatShaper, dict]:
+    """The prompt's ids (after `after`, an earlier reply's context, when
+    given), the reply's shaper and the engine's options."""
+    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
+    opts = wire.sampling_options(chat, state.model.n_vocab)
+    text, shaper = chat_text(state, chat, messages, opts)
+    if after:
+        # The context already holds its BOS: the new turn's tokens follow it.
+        return list(after) + state.model.tokenize(text, add_special=False, parse_special=True), shaper, opts
+    return state.model.chat_text_ids(text), shaper, opts
+
+
+# -- replies --------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _stats(gen: Generation, c: Completion, t0: float) -> dict:
+    ns = lambda ms: int(ms * 1e6)  # noqa: E731
+    return {"total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
+            "prompt_eval_count": len(gen.prompt), "prompt_eval_duration": ns(c.prompt_ms),
+            "eval_count": len(c.tokens), "eval_duration": ns(c.gen_ms)}
+
+
+def _done_reason(c: Completion) -> str:
+    return "length" if c.finish_reason in ("length", "context") else "stop"
+
+
+def _calls(shaper: ChatShaper) -> list[dict]:
+    return [{"function": {"index": k, "name": call.name, "arguments": json.loads(call.arguments or "{}")}}
+            for k, call in enumerate(shaper.tools.calls)] if shaper.called else []
+
+
+class _Lines:
+    """A newline-delimited JSON stream, or one JSON reply when not streaming."""
+
+    def __init__(self, request: web.Request, stream: bool):
+        self.request, self.stream, self.resp = request, stream, None
+
+    async def send(self, obj: dict) -> None:
+        if self.resp is None:
+            self.resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+            await self.resp.prepare(self.request)
+            self.request["sse"] = self.resp
+        await self.resp.write(msgspec.json.encode(obj) + b"\n")
+
+    async def error(self, e: ApiError) -> None:
+        try:
+            await self.send({"error": e.message})
+        except (ConnectionError, RuntimeError):
+            pass
+
+    async def end(self) -> web.StreamResponse:
+        await self.resp.write_eof()
+        return self.resp
+
+
+async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream: bool, chunk, last) -> web.StreamResponse:
+    """Drives a generation: `chunk(deltas)` is the streamed object for the
+    reply's new text (None when it has none), `last(c)` the final one."""
+    if not stream:
+        async with gen:
+            async for _ in gen.events():
+                pass
+        c = gen.completion
+        shaper.feed(c.text)
+        shaper.finish(c.finish_reason)
+        return json_response(last(c, whole=True))
+    out = _Lines(request, True)
+    async with gen:
+        await gen.first_event()
+        try:
+            async for ev in gen.events():
+                deltas = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev.finish_reason)
+                obj = chunk(deltas)
+                if obj is not None:
+                    await out.send(obj)
+                if isinstance(ev, Completion):
+                    await out.send(last(ev, whole=False))
+        except ApiError as e:
+            await out.error(e)
+    return await out.end()
+
+
+def _text_of(deltas: list[dict], key: str) -> str:
+    return "".join(d.get(key) or "" for d in deltas)
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    body = wire.decode(await read_body(request), ChatBody)
+    max_tokens = _max_tokens(state, body)
+    prompt, shaper, opts = _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
+    gen = Generation(request, prompt, max_tokens, opts)
+    t0, name = time.perf_counter(), body.model or state.model_id()
+
+    def chunk(deltas):
+        content, thinking = _text_of(deltas, "content"), _text_of(deltas, "reasoning_content")
+        if not content and not thinking:
+            return None
+        msg = {"role": "assistant", "content": content}
+        if thinking:
+            msg["thinking"] = thinking
+        return {"model": name, "created_at": _now(), "message": msg, "done": False}
+
+    def last(c: Completion, whole: bool):
+        msg: dict = {"role": "assistant", "content": "".join(shaper.content) if whole else ""}
+        if whole and shaper.thought:
+            msg["thinking"] = "".join(shaper.thought)
+        if shaper.called:
+            # Calls travel whole, in the last object, as Ollama sends a call once it is parsed.
+            msg["tool_calls"] = _calls(shaper)
+        return {"model": name, "created_at": _now(), "message": msg, "done": True, "done_reason": _done_reason(c),
+                **_stats(gen, c, t0)}
+
+    return await _run(request, gen, shaper, body.stream, chunk, last)
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app["state"]
+    model = state.model
+    body = wire.decode(await read_body(request), GenerateBody)
+    name = body.model or state.model_id()
+    for field in ("template", "suffix"):
+        if getattr(body, field):
+            why = "Go templates are not read here; the model's own chat template is used" if field == "template" \
+                else "text after the insertion point is not supported"
+            raise ApiError(400, f"{field}: {why}", param=field)
+    if body.images:
+        raise ApiError(400, "images: this server reads text only", param="images")
+    if not body.prompt and not body.context:
+        # Ollama's way of loading a model: nothing to generate, the model is ready.
+        return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
+    max_tokens = _max_tokens(state, body)
+    if body.raw:
+        chat_req = wire.ChatRequest(**_sampling(body))
+        opts = wire.sampling_options(chat_req, model.n_vocab)
+        prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
+                                                           parse_special=True)
+        shaper = ChatShaper()
+    else:
+        messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
+            {"role": "user", "content": body.prompt}]
+        prompt, shaper, opts = _prompt(state, body, messages, after=body.context)
+    gen = Generation(request, prompt, max_tokens, opts)
+    t0 = time.perf_counter()
+
+    def chunk(deltas):
+        response, thinking = _text_of(deltas, "content"), _text_of(deltas, "reasoning_content")
+        if not response and not thinking:
+            return None
+        out = {"model": name, "created_at": _now(), "response": response, "done": False}
+        if thinking:
+            out["thinking"] = thinking
+        return out
+
+    def last(c: Completion, whole: bool):
+        out = {"model": name, "created_at": _now(), "response": "".join(shaper.content) if whole else "",
+               "done": True, "done_reason": _done_reason(c), "context": gen.prompt + c.tokens, **_stats(gen, c, t0)}
+        if whole and shaper.thought:
+            out["thinking"] = "".join(shaper.thought)
+        return out
+
+    return await _run(request, gen, shaper, body.stream, chunk, last)
+
+
+async def _vectors(request: web.Request, texts: list[str], field: str) -> list:
+    state: ServerState = request.app["state"]
+    pooling = state.opts.pooling or state.model.pooling_type
+    if pooling == "none":
+        pooling = "mean"  # Ollama answers one vector per input: its own models pool by mean
+    loop = asyncio.get_running_loop()
+    out = []
+    for i, text in enumerate(texts):
+        ids = state.model.tokenize(text, add_special=True, parse_special=True)
+        if not ids:
+            raise ApiError(400, f"{field}[{i}]: empty", param=field)
+        if len(ids) > state.slot_ctx:
+            raise ApiError(400, f"{field}[{i}]: {len(ids)} tokens, more than the {state.slot_ctx} a slot holds",
+                           param=field)
+        out.append((len(ids), await loop.run_in_executor(None, lambda ids=ids: state.model.embed(ids, pooling=pooling))))
+    return out
+
+
+async def embed(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    body = wire.decode(await read_body(request), EmbedBody)
+    if body.input is None:
+        raise ApiError(400, "input: required", param="input")
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    if not texts:
+        raise ApiError(400, "input: at least one input is required", param="input")
+    if body.dimensions is not None and body.dimensions != state.model.n_embd:
+        raise ApiError(400, f"dimensions: this model's embeddings have {state.model.n_embd}", param="dimensions")
+    t0 = time.perf_counter()
+    done = await _vectors(request, texts, "input")
+    return json_response({"model": body.model or state.model_id(), "embeddings": [v.tolist() for _, v in done],
+                          "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
+                          "prompt_eval_count": sum(n for n, _ in done)})
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    body = wire.decode(await read_body(request), EmbedBody)
+    if body.prompt is None:
+        raise ApiError(400, "prompt: required", param="prompt")
+    (_, v), = await _vectors(request, [body.prompt], "prompt")
+    return json_response({"embedding": v.tolist()})
+
+
+# -- the model, described as Ollama describes its own ---------------------------------------
+
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+               12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+               25: "IQ4_NL", 30: "IQ4_XS", 32: "BF16"}
+
+
+def _describe(state: ServerState) -> tuple[dict, dict]:
+    """The /api/tags entry of the loaded model and its file's metadata, read once."""
+    if state.ollama_model is not None:
+        return state.ollama_model
+    from ember import _native
+
+    path = str(state.model.path)
+    info = _native.inspect(path)
+    meta = info["metadata"]
+    n_params = sum(math.prod(dims) for _, _, dims, _ in info["tensors"])
+    size = info["file_size"]
+    st = os.stat(path)
+    # Names this file as it is now (a changed file gets another), without reading its gigabytes.
+    digest = hashlib.sha256(f"{os.path.abspath(path)}:{size}:{st.st_mtime_ns}".encode()).hexdigest()
+    arch = state.model.architecture
+    scale, unit = (1e9, "B") if n_params >= 1e9 else (1e6, "M")
+    params = f"{n_params / scale:.1f}{unit}" if n_params < 10 * scale else f"{n_params / scale:.0f}{unit}"
+    # Ollama's names are lowercase words joined by dashes, with a tag.
+    name = re.sub(r"[^a-z0-9._:-]+", "-", state.model_id().lower()).strip("-") or "model"
+    name = name if ":" in name else f"{name}:latest"
+    entry = {
+        "name": name, "model": name, "size": size, "digest": digest,
+        "modified_at": datetime.fromtimestamp(st.st_mtime, timezone.utc).isoformat().replace("+00:00", "Z"),
+        "details": {"parent_model": "", "format": "gguf", "family": arch, "families": [arch],
+                    "parameter_size": params,
+                    "quantization_level": _FILE_TYPES.get(meta.get("general.file_type"), "unknown")},
+    }
+    state.ollama_model = (entry, meta)
+    return state.ollama_model
+
+
+async def tags(request: web.Request) -> web.Response:
+    entry, _ = _describe(request.app["state"])
+    return json_response({"models": [entry]})
+
+
+async def ps(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    entry, _ = _describe(state)
+    return json_response({"models": [{**entry, "expires_at": "9999-12-31T23:59:59Z", "size_vram": 0,
+                                      "context_length": state.slot_ctx}]})
+
+
+async def show(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    wire.decode(await read_body(request), ModelBody)
+    entry, meta = _describe(state)
+    info = {k: v for k, v in meta.items() if not k.startswith("tokenizer.ggml.") and k != "tokenizer.chat_template"}
+    caps = ["completion", "tools", "embedding"]
+    return json_response({
+        "modelfile": f"FROM {state.model.path}\n", "parameters": "", "template": state.model.chat_template or "",
+        "details": entry["details"], "model_info": info, "capabilities": caps, "modified_at": entry["modified_at"],
+    })
+
+
+async def version(request: web.Request) -> web.Response:
+    return json_response({"version": __version__})
+
+
+async def running(request: web.Request) -> web.Response:
+    return web.Response(text="Ollama is running (ember)", content_type="text/plain")
+
+
+async def not_served(request: web.Request) -> web.Response:
+    raise ApiError(501, f"{request.path}: ember serves the model it was started with; models are not managed here",
+                   type="not_supported_error")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/", running)
+    app.router.add_post("/api/chat", chat)
+    app.router.add_post("/api/generate", generate)
+    app.router.add_post("/api/embed", embed)
+    app.router.add_post("/api/embeddings", embeddings)
+    app.router.add_get("/api/tags", tags)
+    app.router.add_get("/api/ps", ps)
+    app.router.add_post("/api/show", show)
+    app.router.add_get("/api/version", version)
+    for path in ("/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs/{digest}"):
+        app.router.add_route("*", path, not_served)
