@@ -12,18 +12,16 @@ template, as in test_tools_server.py and test_reasoning_server.py."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+import thinking_model
 from server_process import ServerProcess, http
+from thinking_model import ANSWER_ONLY, STEERED
 
 anthropic = pytest.importorskip("anthropic")
 jsonschema = pytest.importorskip("jsonschema")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
-import make_tiny_models  # noqa: E402
 
 GREEDY = {"temperature": 0}
 WEATHER = {"name": "get_weather", "description": "Current weather in a city.",
@@ -268,22 +266,10 @@ def test_a_key_is_read_from_x_api_key(smollm2_path):
 
 # -- thinking, on a tiny model whose template opens a thought -----------------------
 
-QWEN3_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
-    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
-)
-STEERED = r'''root ::= "Let me think" [a-z ]{0,6} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
-ANSWER_ONLY = r'''root ::= "The answer" [a-z ]{0,6}'''
-
-
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
     model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
-    make_tiny_models.build("qwen3", model, chat_template=QWEN3_TEMPLATE)
+    thinking_model.build(model)
     with ServerProcess(model) as s:
         yield s
 

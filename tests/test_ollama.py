@@ -9,19 +9,17 @@ template."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+import thinking_model
 from server_process import ServerProcess, http
+from thinking_model import ANSWER_ONLY, STEERED
 
 ollama = pytest.importorskip("ollama")
 jsonschema = pytest.importorskip("jsonschema")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
-import make_tiny_models  # noqa: E402
 
 GREEDY = {"temperature": 0}
 HELLO = [{"role": "user", "content": "Say hello to the reader."}]
@@ -195,21 +193,9 @@ def test_the_client_reads_the_errors_and_unserved_routes_say_so(server, client):
 
 # -- thinking -------------------------------------------------------------------
 
-QWEN3_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
-    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
-)
-STEERED = r'''root ::= "Let me think" [a-z ]{0,6} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
-ANSWER_ONLY = r'''root ::= "The answer" [a-z ]{0,6}'''
-
-
 def test_a_thought_comes_back_in_thinking(tmp_path):
     model = tmp_path / "tiny-qwen3-think.gguf"
-    make_tiny_models.build("qwen3", model, chat_template=QWEN3_TEMPLATE)
+    thinking_model.build(model)
     with ServerProcess(model) as s:
         body = {"messages": [{"role": "user", "content": "Why?"}], "grammar": STEERED, "stream": False,
                 "options": {**GREEDY, "num_predict": 40}}

@@ -11,29 +11,20 @@ from pathlib import Path
 
 import pytest
 
+import thinking_model
 from server_process import ServerProcess, error_of, http, sse
+from thinking_model import ANSWER_ONLY, STEERED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import make_tiny_models  # noqa: E402
 
-QWEN3_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
-    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
-)
-# The thought, its close as Qwen3 writes it, then the answer.
-STEERED = r'''root ::= "Let me think" [a-z ]{0,6} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
-ANSWER_ONLY = r'''root ::= "The answer" [a-z ]{0,6}'''
 CHAT = [{"role": "user", "content": "Why?"}]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
-    make_tiny_models.build("qwen3", model, chat_template=QWEN3_TEMPLATE)
+    thinking_model.build(model)
     with ServerProcess(model) as s:
         yield s
 

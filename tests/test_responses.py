@@ -11,18 +11,16 @@ with a Qwen3-style template."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+import thinking_model
 from server_process import ServerProcess, error_of, http
+from thinking_model import STEERED
 
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
-import make_tiny_models  # noqa: E402
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather in a city.",
            "parameters": {"type": "object", "properties": {
@@ -178,21 +176,10 @@ def test_the_official_client_reads_the_errors(client):
 
 # -- reasoning, on a tiny model whose template opens a thought ------------------------
 
-QWEN3_TEMPLATE = (
-    "{%- for m in messages -%}"
-    "{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' -}}"
-    "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}"
-)
-STEERED = r'''root ::= "Let me think" [a-z ]{0,6} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
-
-
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
     model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
-    make_tiny_models.build("qwen3", model, chat_template=QWEN3_TEMPLATE)
+    thinking_model.build(model)
     with ServerProcess(model) as s:
         yield s
 

@@ -108,7 +108,10 @@ class OutputConfig(msgspec.Struct, forbid_unknown_fields=False):
     effort: str | None = None
 
 
-class CountTokensRequest(msgspec.Struct, forbid_unknown_fields=False):
+class MessagesRequest(wire.CoreSampling):
+    """A Messages request; count_tokens reads the same body (its max_tokens
+    not required, its sampling fields unread)."""
+
     messages: list[Message] = []
     model: str | None = None
     system: Union[str, list[TextBlock], None] = None
@@ -118,27 +121,9 @@ class CountTokensRequest(msgspec.Struct, forbid_unknown_fields=False):
     output_config: OutputConfig | None = None
     # llama-server's extension, passed on to the template as on its chat route
     chat_template_kwargs: Any = None
-
-
-class MessagesRequest(CountTokensRequest):
     max_tokens: int | None = None
     stop_sequences: list[str] | None = None
     stream: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    # llama-server's sampling fields, which its own clients send on every route
-    min_p: float | None = None
-    seed: int | None = None
-    repeat_penalty: float | None = None
-    ignore_eos: bool = False
-    grammar: Any = None
-
-    def sampling(self) -> dict:
-        """The chat request's sampling fields, under their OpenAI names."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "seed": self.seed, "repeat_penalty": self.repeat_penalty, "ignore_eos": self.ignore_eos,
-                "grammar": self.grammar, "stop": self.stop_sequences}
 
 
 # -- into the chat request every chat route builds ---------------------------------
@@ -160,7 +145,7 @@ def _text_of(where: str, parts) -> str:
     return "\n".join(out)
 
 
-def _chat_messages(req: CountTokensRequest) -> list[dict]:
+def _chat_messages(req: MessagesRequest) -> list[dict]:
     """The conversation as the chat template reads it: the system prompt
     first, a tool result as a `tool` message right after the call it
     answers, an assistant's thought as its `reasoning_content`."""
@@ -216,7 +201,7 @@ def _chat_messages(req: CountTokensRequest) -> list[dict]:
     return out
 
 
-def _tools(req: CountTokensRequest) -> tuple[list[dict] | None, Any, bool | None]:
+def _tools(req: MessagesRequest) -> tuple[list[dict] | None, Any, bool | None]:
     """(OpenAI tools, tool_choice, parallel_tool_calls) for the request's."""
     tools = None
     if req.tools is not None:
@@ -252,7 +237,7 @@ def _tools(req: CountTokensRequest) -> tuple[list[dict] | None, Any, bool | None
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 
 
-def _thinking(req: CountTokensRequest) -> dict:
+def _thinking(req: MessagesRequest) -> dict:
     """The chat request's reasoning fields for `thinking` and `output_config.effort`."""
     kwargs, th = req.chat_template_kwargs, req.thinking
     out: dict = {"chat_template_kwargs": kwargs}
@@ -290,7 +275,7 @@ def _thinking(req: CountTokensRequest) -> dict:
     return out
 
 
-def _response_format(req: CountTokensRequest) -> dict | None:
+def _response_format(req: MessagesRequest) -> dict | None:
     fmt = req.output_config.format if req.output_config is not None else None
     if fmt is None:
         return None
@@ -325,7 +310,7 @@ def _renamed(e: ApiError) -> ApiError:
                     headers=e.headers)
 
 
-def _prompt(state: ServerState, req: CountTokensRequest, sampling: dict) -> tuple[list[int], ChatShaper, dict]:
+def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[list[int], ChatShaper, dict]:
     """The prompt's ids, the reply's shaper and the engine's options."""
     messages = _chat_messages(req)
     tools, tool_choice, parallel = _tools(req)
@@ -440,7 +425,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "max_tokens: required", param="max_tokens")
     if req.max_tokens < 1:
         raise ApiError(400, f"max_tokens: must be >= 1, got {req.max_tokens}", param="max_tokens")
-    prompt, shaper, opts = _prompt(state, req, req.sampling())
+    prompt, shaper, opts = _prompt(state, req, {**req.sampling(), "stop": req.stop_sequences})
     gen = Generation(request, prompt, req.max_tokens, opts)
     mid = f"msg_{uuid.uuid4().hex}"
     head = {"id": mid, "type": "message", "role": "assistant", "model": state.model_id()}
@@ -500,7 +485,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
-    req = wire.decode(await read_body(request), CountTokensRequest)
+    req = wire.decode(await read_body(request), MessagesRequest)
     prompt, _, _ = _prompt(state, req, {})
     return json_response({"input_tokens": len(prompt)})
 

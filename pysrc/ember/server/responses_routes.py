@@ -127,15 +127,13 @@ class ReasoningConfig(msgspec.Struct, forbid_unknown_fields=False):
     effort: str | None = None
 
 
-class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=False):
+class ResponsesRequest(wire.CoreSampling):
     # Items without a `type` are messages (the API's "easy" form): typed before decoding.
     input: Union[str, list[dict[str, Any]], None] = None
     instructions: str | None = None
     model: str | None = None
     max_output_tokens: int | None = None
     stream: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: bool | None = None
@@ -144,18 +142,6 @@ class ResponsesRequest(msgspec.Struct, forbid_unknown_fields=False):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     top_logprobs: int | None = None
-    # llama-server's sampling fields, which its own clients send on every route
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    repeat_penalty: float | None = None
-    ignore_eos: bool = False
-    grammar: Any = None
-
-    def sampling(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "seed": self.seed, "repeat_penalty": self.repeat_penalty, "ignore_eos": self.ignore_eos,
-                "grammar": self.grammar}
 
 
 def _items(raw: list[dict[str, Any]]) -> list[Any]:

@@ -13,7 +13,7 @@ import msgspec
 from ember.server.errors import ApiError
 
 __all__ = [
-    "ChatMessage", "ChatRequest", "TextCompletionRequest", "LlamaCompletionRequest",
+    "ChatMessage", "ChatRequest", "CoreSampling", "TextCompletionRequest", "LlamaCompletionRequest",
     "TokenizeRequest", "DetokenizeRequest", "ApplyTemplateRequest", "decode", "sampling_options",
     "chat_messages", "ROLES",
 ]
@@ -91,6 +91,25 @@ def refuse_unhonoured(req: Sampling) -> None:
     for name, is_set, why in _UNHONOURED:
         if is_set(getattr(req, name)):
             raise ApiError(400, f"{name}: {why}", param=name)
+
+
+class CoreSampling(msgspec.Struct, forbid_unknown_fields=False):
+    """The sampling fields read on the routes whose own API names fewer
+    (Anthropic's messages, OpenAI's responses): theirs, and llama-server's,
+    which its clients send on every route."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    ignore_eos: bool = False
+    grammar: Any = None
+
+    def sampling(self) -> dict:
+        """These fields as a `ChatRequest`'s keywords."""
+        return {name: getattr(self, name) for name in CoreSampling.__struct_fields__}
 
 
 class ChatRequest(Sampling):
