@@ -235,6 +235,11 @@ def test_bad_requests_are_400s_in_anthropics_envelope(server, body, field):
     assert err["error"]["message"].startswith(field), err
 
 
+def test_the_official_client_lists_the_model(client):
+    models = client.models.list().data
+    assert len(models) == 1 and models[0].type == "model" and models[0].display_name == models[0].id
+
+
 def test_the_official_client_reads_the_errors(client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="any", max_tokens=8, messages=[{"role": "system", "content": "x"}])

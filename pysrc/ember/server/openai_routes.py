@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime, timezone
 
 from aiohttp import web
 
@@ -227,13 +228,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def models(request: web.Request) -> web.Response:
+    """The model list in OpenAI's shape, with the fields Anthropic's clients
+    read beside them (`type`, `display_name`, `created_at`, and the page's
+    `has_more`, `first_id`, `last_id`): both SDKs list models at this path."""
     state: ServerState = request.app["state"]
     m = state.model
+    mid = state.model_id()
+    created = datetime.fromtimestamp(int(state.started), timezone.utc).isoformat().replace("+00:00", "Z")
     return json_response({"object": "list", "data": [{
-        "id": state.model_id(), "object": "model", "created": int(state.started), "owned_by": "ember",
+        "id": mid, "object": "model", "created": int(state.started), "owned_by": "ember",
+        "type": "model", "display_name": mid, "created_at": created,
         "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m._native.n_ctx_train,
                  "architecture": m.architecture},
-    }]})
+    }], "has_more": False, "first_id": mid, "last_id": mid})
 
 
 def _fingerprint() -> str:
