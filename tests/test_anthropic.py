@@ -223,6 +223,23 @@ BAD = [
     ({"messages": HELLO, "max_tokens": 8, "output_config": {"effort": "huge"}}, "output_config.effort"),
     ({"messages": HELLO, "max_tokens": 8, "stop_sequences": "END"}, "stop_sequences"),
     ({"messages": HELLO, "max_tokens": 8, "temperature": -1}, "temperature"),
+    ({"messages": HELLO, "max_tokens": 8, "temperature": 1.5}, "temperature"),
+    ({"messages": HELLO, "max_tokens": 2**64}, "max_tokens"),
+    ({"messages": HELLO, "max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 2**70}},
+     "thinking.budget_tokens"),
+    ({"messages": HELLO, "max_tokens": 8, "thinking": {"type": "enabled", "budget_tokens": 8}}, "thinking.budget_tokens"),
+    ({"messages": [{"role": "user", "content": ""}], "max_tokens": 8}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": []}], "max_tokens": 8}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}], "max_tokens": 8},
+     "messages[0].content[0].text"),
+    # Errors the chat pipeline finds name the block the client sent, not the chat message it became.
+    ({"system": "s", "max_tokens": 8, "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "r"}]}]},
+     "messages[0].content[0].tool_use_id"),
+    ({"max_tokens": 8, "tools": [{**WEATHER, "input_schema": {"type": "object", "properties": {"a": {"type": 5}}}}],
+      "tool_choice": {"type": "any"}, "messages": HELLO}, "tools[0].input_schema"),
+    ({"max_tokens": 8, "tools": [WEATHER], "tool_choice": {"type": "any"}, "messages": HELLO,
+      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "tool_choice"),
 ]
 
 
@@ -281,7 +298,7 @@ def thinker(tmp_path_factory):
 
 def test_a_thought_is_a_thinking_block_before_the_text(thinker):
     body = {"messages": [{"role": "user", "content": "Why?"}], "max_tokens": 40, "grammar": STEERED,
-            "thinking": {"type": "enabled", "budget_tokens": 1024}, **GREEDY}
+            "thinking": {"type": "enabled", "budget_tokens": 30}, **GREEDY}
     status, _, raw = http(thinker.url + "/v1/messages", body)
     assert status == 200, raw
     content = json.loads(raw)["content"]
@@ -303,7 +320,7 @@ def test_a_thought_is_a_thinking_block_before_the_text(thinker):
     assert kinds[sig + 1][0] == "content_block_stop" and kinds[sig + 2][0] == "content_block_start"
 
     status, _, raw = http(thinker.url + "/v1/messages",
-                          {**body, "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}})
+                          {**body, "thinking": {"type": "enabled", "budget_tokens": 30, "display": "omitted"}})
     content = json.loads(raw)["content"]
     assert content[0] == {"type": "thinking", "thinking": "", "signature": ""}
 
@@ -329,3 +346,25 @@ def test_an_earlier_thought_goes_back_to_the_template(thinker):
                       history[2]]
     chat = openai_chat(thinker, openai_history, max_tokens=1)
     assert json.loads(raw)["input_tokens"] == chat["usage"]["prompt_tokens"]
+
+
+def test_a_stop_sequence_inside_a_forced_call_closes_the_call(client):
+    """The client's stop string cut the call: what was read of it comes back,
+    as when max_tokens cuts it, rather than an error."""
+    msg = client.messages.create(
+        model="any", max_tokens=80, messages=[{"role": "user", "content": "Weather in Lyon?"}], tools=[WEATHER],
+        stop_sequences=["unit"], extra_body=GREEDY,
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True})
+    uses = [b for b in msg.content if b.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather"
+
+
+def test_a_final_assistant_message_is_continued(server, client):
+    """Anthropic's prefill: the reply goes on from the assistant's own words,
+    as /completion goes on from the same prompt text."""
+    turns = [{"role": "user", "content": "Count from one to ten."}, {"role": "assistant", "content": "One, two,"}]
+    msg = client.messages.create(model="any", max_tokens=10, messages=turns, extra_body=GREEDY)
+    _, _, raw = http(server.url + "/apply-template", {"messages": turns[:1]})
+    prompt = json.loads(raw)["prompt"] + "One, two,"
+    _, _, raw = http(server.url + "/completion", {"prompt": prompt, "n_predict": 10, **GREEDY})
+    assert msg.content[0].text == json.loads(raw)["content"]

@@ -57,6 +57,8 @@ def test_normalizations_are_llama_cpps(smollm2):
     assert np.isclose(np.linalg.norm(smollm2.embed(ids, pooling="mean", normalize=2)), 1.0, rtol=1e-5)
     p3 = smollm2.embed(ids, pooling="mean", normalize=3).astype(np.float64)
     assert np.isclose((np.abs(p3) ** 3).sum(), 1.0, rtol=1e-4)
+    # A large p approaches the max norm, without overflowing on the way.
+    assert np.isclose(np.abs(smollm2.embed(ids, pooling="mean", normalize=10_000)).max(), 1.0, rtol=1e-2)
     assert cosine(p3, raw) > 0.99999  # every norm only scales
 
 
@@ -120,6 +122,7 @@ def test_llama_servers_own_route_and_shape(server, smollm2):
     ("/v1/embeddings", {"input": "x", "dimensions": 64}, "dimensions"),
     ("/embedding", {"content": "x", "embd_normalize": -7}, "embd_normalize"),
     ("/embedding", {}, "content"),
+    ("/v1/embeddings", {"input": ["a"] * 2049}, "input"),
 ])
 def test_bad_embedding_requests_are_400s(server, route, body, field):
     e = error_of(http(server.url + route, body), 400)

@@ -158,6 +158,9 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     assert np.allclose(r.embeddings[0], smollm2.embed("The cat sat on the mat.", pooling="mean"), atol=1e-6)
     old = client.embeddings(model="any", prompt="The cat sat on the mat.")
     assert np.allclose(old.embedding, r.embeddings[0], atol=1e-6)
+    assert client.embeddings(model="any", prompt="").embedding == []
+    # Longer than a slot: cut to fit, as Ollama does unless told not to.
+    assert len(client.embed(model="any", input="word " * 3000).embeddings[0]) == smollm2.n_embd
 
 
 @pytest.mark.parametrize("route,body,says", [
@@ -167,12 +170,16 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     ("/api/chat", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
     ("/api/chat", {"messages": HELLO, "format": 7}, "format"),
     ("/api/chat", {"messages": HELLO, "think": "maybe"}, "think"),
-    ("/api/chat", {"messages": HELLO, "options": {"temperature": -1}}, "temperature"),
-    ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, "mirostat"),
+    ("/api/chat", {"messages": HELLO, "options": {"temperature": -1}}, "options.temperature"),
+    ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, "options.mirostat"),
     ("/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, "template"),
     ("/api/generate", {"prompt": "x", "suffix": "y"}, "suffix"),
     ("/api/embed", {}, "input"),
     ("/api/embed", {"input": "x", "dimensions": 8}, "dimensions"),
+    ("/api/embed", {"input": "word " * 3000, "truncate": False}, "input[0]"),
+    ("/api/chat", {"messages": HELLO, "format": {"type": "nope"}}, "format"),
+    ("/api/chat", {"messages": HELLO, "options": {"top_k": -3}}, "options.top_k"),
+    ("/api/generate", {"prompt": "x", "context": [999_999_999]}, "context"),
 ])
 def test_bad_requests_are_400s_in_ollamas_envelope(server, route, body, says):
     status, _, raw = http(server.url + route, {"stream": False, **body})
@@ -206,3 +213,13 @@ def test_a_thought_comes_back_in_thinking(tmp_path):
         assert "".join(o["message"]["content"] for o in streamed) == msg["content"]
         off = json.loads(http(s.url + "/api/chat", {**body, "think": False, "grammar": ANSWER_ONLY})[2])["message"]
         assert "thinking" not in off and off["content"].startswith("The answer")
+
+
+def test_a_stop_string_inside_a_forced_call_closes_the_call(server):
+    body = {"messages": [{"role": "user", "content": "Weather in Lyon?"}], "tools": [WEATHER],
+            "tool_choice": "required", "options": {**GREEDY, "num_predict": 80, "stop": ["unit"]}}
+    for stream in (False, True):
+        status, _, raw = http(server.url + "/api/chat", {**body, "stream": stream})
+        assert status == 200, raw
+        last = json.loads(raw) if not stream else lines(raw)[-1]
+        assert last["message"]["tool_calls"][0]["function"]["name"] == "get_weather"

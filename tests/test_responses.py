@@ -159,6 +159,17 @@ BAD = [
     ({"input": "x", "reasoning": {"effort": "enormous"}}, "reasoning.effort"),
     ({"input": "x", "top_logprobs": 3}, "top_logprobs"),
     ({"input": "x", "temperature": -2}, "temperature"),
+    ({"input": "x", "temperature": 3}, "temperature"),
+    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "truncation": "auto"}, "truncation"),
+    ({"input": "x", "max_output_tokens": 2**40}, "max_output_tokens"),
+    ({"input": "x", "tool_choice": "sometimes"}, "tool_choice"),
+    # Errors the chat pipeline finds name the item the client sent, not the chat message it became.
+    ({"instructions": "i", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "not json"}]},
+     "input[0].arguments"),
+    ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "r"}]}, "input[0].call_id"),
+    ({"input": "x", "tools": [{**WEATHER, "parameters": {"type": "object", "properties": {"a": {"type": 5}}}}],
+      "tool_choice": "required"}, "tools[0].parameters"),
 ]
 
 

@@ -150,15 +150,17 @@ def _normalized(v, norm: int):
 
     if norm == -1:
         return v
-    if norm == 0:
-        total = np.abs(v).max() / 32760.0
-    elif norm == 2:
-        total = np.sqrt((v * v).sum())
-    elif norm > 0:
-        total = (np.abs(v) ** norm).sum() ** (1.0 / norm)
-    else:
+    if norm < -1:
         raise InvalidRequestError(f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {norm}")
-    return v / total if total > 0 else v * 0.0
+    top = np.abs(v).max()
+    if top == 0:
+        return v
+    if norm == 0:
+        total = top / 32760.0
+    else:
+        # The p-norm of v / max|v| first: large powers of the raw values overflow.
+        total = top * ((np.abs(v) / top) ** norm).sum() ** (1.0 / norm)
+    return v / total
 
 
 def _grammar(grammar, json_schema):

@@ -21,8 +21,8 @@ from aiohttp import web
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import ANTHROPIC_PREFIX, Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
-from ember.server.chat_output import ChatShaper
-from ember.server.chat_prompt import chat_prompt
+from ember.server.chat_output import ChatShaper, end_reason
+from ember.server.chat_prompt import Origin, chat_prompt, relocated
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -145,13 +145,16 @@ def _text_of(where: str, parts) -> str:
     return "\n".join(out)
 
 
-def _chat_messages(req: MessagesRequest) -> list[dict]:
-    """The conversation as the chat template reads it: the system prompt
-    first, a tool result as a `tool` message right after the call it
-    answers, an assistant's thought as its `reasoning_content`."""
+def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
+    """The conversation as the chat template reads it, and where each of its
+    messages came from: the system prompt first, a tool result as a `tool`
+    message right after the call it answers, an assistant's thought as its
+    `reasoning_content`."""
     out: list[dict] = []
+    origins: list[Origin] = []
     if req.system:
         out.append({"role": "system", "content": _text_of("system", req.system)})
+        origins.append(Origin("system"))
     if not req.messages:
         raise ApiError(400, "messages: at least one message is required", param="messages")
     for i, m in enumerate(req.messages):
@@ -160,16 +163,26 @@ def _chat_messages(req: MessagesRequest) -> list[dict]:
             hint = " (the system prompt is the top-level system field)" if m.role == "system" else ""
             raise ApiError(400, f"{where}.role: expected \"user\" or \"assistant\", got {m.role!r}{hint}",
                            param=f"{where}.role")
+        final_assistant = m.role == "assistant" and i == len(req.messages) - 1
+        if not m.content and not final_assistant:
+            # As Anthropic's API: only a final assistant turn (a prefill) may be empty.
+            raise ApiError(400, f"{where}.content: must be non-empty (only a final assistant message may be empty)",
+                           param=f"{where}.content")
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
+            origins.append(Origin(where))
             continue
         texts: list[str] = []
         thought: list[str] = []
         calls: list[dict] = []
         results: list[dict] = []
+        call_at: list[str] = []
+        result_at: list[str] = []
         for j, b in enumerate(m.content):
             at = f"{where}.content[{j}]"
             if isinstance(b, TextBlock):
+                if not b.text:
+                    raise ApiError(400, f"{at}.text: text blocks must be non-empty", param=f"{at}.text")
                 texts.append(b.text)
             elif isinstance(b, (ThinkingBlock, RedactedThinkingBlock, ToolUseBlock)) and m.role != "assistant":
                 raise ApiError(400, f"{at}.type: a {b.__struct_config__.tag} block belongs to an assistant message",
@@ -181,16 +194,19 @@ def _chat_messages(req: MessagesRequest) -> list[dict]:
             elif isinstance(b, ToolUseBlock):
                 calls.append({"id": b.id, "type": "function",
                               "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
+                call_at.append(at)
             elif isinstance(b, ToolResultBlock):
                 if m.role != "user":
                     raise ApiError(400, f"{at}.type: a tool_result block belongs to a user message", param=f"{at}.type")
                 results.append({"role": "tool", "tool_call_id": b.tool_use_id,
                                 "content": _text_of(f"{at}.content", b.content)})
+                result_at.append(at)
             else:
                 raise _unsupported(at, b.__struct_config__.tag)
         # The results answer the calls of the message before: they come
         # first, and the user's own words after them.
         out += results
+        origins += [Origin(at, id_field="tool_use_id") for at in result_at]
         if texts or calls or thought or not results:
             msg: dict = {"role": m.role, "content": "\n".join(texts)}
             if calls:
@@ -198,7 +214,8 @@ def _chat_messages(req: MessagesRequest) -> list[dict]:
             if thought:
                 msg["reasoning_content"] = "".join(thought)
             out.append(msg)
-    return out
+            origins.append(Origin(where, calls=call_at, args_field="input"))
+    return out, origins
 
 
 def _tools(req: MessagesRequest) -> tuple[list[dict] | None, Any, bool | None]:
@@ -256,9 +273,9 @@ def _thinking(req: MessagesRequest) -> dict:
         if th.budget_tokens is None:
             raise ApiError(400, "thinking.budget_tokens: required when thinking.type is \"enabled\"",
                            param="thinking.budget_tokens")
-        if th.budget_tokens < 1:
-            raise ApiError(400, f"thinking.budget_tokens: must be >= 1, got {th.budget_tokens}",
-                           param="thinking.budget_tokens")
+        if not 1 <= th.budget_tokens <= wire.MAX_COUNT:
+            raise ApiError(400, f"thinking.budget_tokens: must be between 1 and {wire.MAX_COUNT}, got "
+                           f"{th.budget_tokens}", param="thinking.budget_tokens")
         enable, budget = True, th.budget_tokens
     elif th.type in ("adaptive", "between_tools"):
         enable, budget = True, -1
@@ -292,27 +309,16 @@ _RENAMES = [
     (re.compile(r"\btools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
     (re.compile(r"\btools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
     (re.compile(r"^stop:"), "stop_sequences:"),
-    (re.compile(r"^response_format:"), "output_config.format:"),
+    (re.compile(r"\bresponse_format\b"), "output_config.format"),
     (re.compile(r"^reasoning_budget:"), "thinking.budget_tokens:"),
     (re.compile(r"^tool_choice: function "), "tool_choice.name: tool "),
     (re.compile(r'^tool_choice: "required" needs tools'), 'tool_choice.type: "any" needs tools'),
 ]
 
 
-def _renamed(e: ApiError) -> ApiError:
-    msg = e.message
-    for pattern, repl in _RENAMES:
-        msg = pattern.sub(repl, msg)
-    if msg == e.message:
-        return e
-    field = msg.split(":", 1)[0]
-    return ApiError(e.status, msg, type=e.type, param=field if " " not in field else e.param, extra=e.extra,
-                    headers=e.headers)
-
-
 def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[list[int], ChatShaper, dict]:
     """The prompt's ids, the reply's shaper and the engine's options."""
-    messages = _chat_messages(req)
+    messages, origins = _chat_messages(req)
     tools, tool_choice, parallel = _tools(req)
     chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
                             response_format=_response_format(req), **_thinking(req), **sampling)
@@ -320,7 +326,7 @@ def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[l
         opts = wire.sampling_options(chat, state.model.n_vocab)
         prompt, shaper = chat_prompt(state, chat, messages, opts)
     except ApiError as e:
-        raise _renamed(e) from None
+        raise relocated(e, origins, _RENAMES) from None
     return prompt, shaper, opts
 
 
@@ -423,8 +429,16 @@ async def messages(request: web.Request) -> web.StreamResponse:
     req = wire.decode(await read_body(request), MessagesRequest)
     if req.max_tokens is None:
         raise ApiError(400, "max_tokens: required", param="max_tokens")
-    if req.max_tokens < 1:
-        raise ApiError(400, f"max_tokens: must be >= 1, got {req.max_tokens}", param="max_tokens")
+    if req.temperature is not None and req.temperature > 1:
+        raise ApiError(400, f"temperature: must be between 0 and 1, got {req.temperature}", param="temperature")
+    if not 1 <= req.max_tokens <= wire.MAX_COUNT:
+        raise ApiError(400, f"max_tokens: must be between 1 and {wire.MAX_COUNT}, got {req.max_tokens}",
+                       param="max_tokens")
+    budget = req.thinking.budget_tokens if req.thinking is not None and req.thinking.type == "enabled" else None
+    if budget is not None and budget >= req.max_tokens:
+        # As Anthropic's API: the thought's budget is part of the reply's.
+        raise ApiError(400, f"thinking.budget_tokens: must be less than max_tokens ({req.max_tokens}), got {budget}",
+                       param="thinking.budget_tokens")
     prompt, shaper, opts = _prompt(state, req, {**req.sampling(), "stop": req.stop_sequences})
     gen = Generation(request, prompt, req.max_tokens, opts)
     mid = f"msg_{uuid.uuid4().hex}"
@@ -437,7 +451,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
                 pass
         c = gen.completion
         shaper.feed(c.text)
-        shaper.finish(c.finish_reason)
+        shaper.finish(end_reason(c))
         reason = _stop_reason(c, shaper.called)
         return json_response({**head, "content": _content(shaper, show_thought), "stop_reason": reason,
                               "stop_sequence": c.stop_string if reason == "stop_sequence" else None,
@@ -465,7 +479,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
                     for d in shaper.feed(ev.text):
                         await send(blocks.feed(d))
                 elif isinstance(ev, Completion):
-                    for d in shaper.finish(ev.finish_reason):
+                    for d in shaper.finish(end_reason(ev)):
                         await send(blocks.feed(d))
                     await send(blocks.close())
                     reason = _stop_reason(ev, shaper.called)

@@ -33,7 +33,7 @@ OLLAMA_PREFIX = "/api/"
 
 
 def _envelope(path: str) -> str:
-    if path.startswith(ANTHROPIC_PREFIX):
+    if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
         return "anthropic"
     return "ollama" if path.startswith(OLLAMA_PREFIX) else "llama"
 

@@ -15,7 +15,16 @@ from typing import Any
 from ember.reasoning import ReasoningFormat, ReasoningSplitter
 from ember.server.errors import ApiError
 
-__all__ = ["ChatShaper"]
+__all__ = ["ChatShaper", "end_reason"]
+
+
+def end_reason(c) -> str:
+    """What ended a completion's text, as `ChatShaper.finish` reads it: a stop
+    string cuts the text where the client asked, as the token limit does, so
+    a call it cut short is closed with what was read, not called malformed."""
+    if c.stop_string is not None or c.finish_reason in ("length", "context"):
+        return "length"
+    return "stop"
 
 
 @dataclass

@@ -6,13 +6,57 @@ through. OpenAI's chat completions and Anthropic's messages both end here."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 from ember.errors import TemplateError
 from ember.server.app import ServerState
 from ember.server.chat_output import ChatShaper
 from ember.server.errors import ApiError
 from ember.server.wire import ChatRequest
 
-__all__ = ["chat_prompt", "chat_text", "field_error"]
+__all__ = ["Origin", "chat_prompt", "chat_text", "field_error", "relocated"]
+
+
+@dataclass
+class Origin:
+    """Where a chat message came from in a request of another API's shape,
+    so an error the chat pipeline finds names the field the client sent."""
+
+    #: the message, item or block it was made from
+    at: str
+    #: for a tool result: the field naming its call ("tool_use_id", "call_id")
+    id_field: str = ""
+    #: for an assistant turn: the block or item of each of its calls
+    calls: list[str] = field(default_factory=list)
+    #: the field holding a call's arguments ("input", "arguments")
+    args_field: str = ""
+
+
+_MESSAGE_PATH = re.compile(r"^messages\[(\d+)\](?:\.tool_calls\[(\d+)\](\.function\.arguments)?|(\.tool_call_id))?")
+
+
+def relocated(e: ApiError, origins: list[Origin], renames: list[tuple[re.Pattern, str]]) -> ApiError:
+    """`e` with the chat message it names put back where the client sent it,
+    and the chat fields it names (`renames`) under the client's API's names."""
+    msg = e.message
+    m = _MESSAGE_PATH.match(msg)
+    if m and int(m.group(1)) < len(origins):
+        o = origins[int(m.group(1))]
+        if m.group(2) is not None and int(m.group(2)) < len(o.calls):
+            where = o.calls[int(m.group(2))] + (f".{o.args_field}" if m.group(3) else "")
+        elif m.group(4):
+            where = f"{o.at}.{o.id_field}"
+        else:
+            where = o.at
+        msg = where + msg[m.end():]
+    for pattern, repl in renames:
+        msg = pattern.sub(repl, msg)
+    if msg == e.message:
+        return e
+    name = msg.split(":", 1)[0]
+    return ApiError(e.status, msg, type=e.type, param=name if " " not in name else e.param, extra=e.extra,
+                    headers=e.headers)
 
 
 def _reasoning(req: ChatRequest):
@@ -41,6 +85,21 @@ def _framing(state: ServerState, render):
     if key not in state.framings:
         state.framings[key] = detect_framing(render)
     return state.framings[key]
+
+
+def _schema_error(tools, e: Exception) -> ApiError:
+    """A 400 naming the tool whose parameters schema the call grammar could
+    not use (each compiled alone to find it), or all of them."""
+    from ember.errors import InvalidRequestError
+    from ember.structured import compile_grammar
+
+    for i, t in enumerate(tools):
+        try:
+            compile_grammar(json_schema=t["function"].get("parameters") or {})
+        except InvalidRequestError as own:
+            where = f"tools[{i}].function.parameters"
+            return ApiError(400, f"{where}: the schema cannot be used: {own}", param=where)
+    return ApiError(400, f"tools: a parameters schema cannot be used: {e}", param="tools")
 
 
 def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
@@ -94,7 +153,7 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
             try:
                 opts["grammar"] = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
             except InvalidRequestError as e:
-                raise ApiError(400, f"tools: a parameters schema cannot be used: {e}", param="tools")
+                raise _schema_error(plan.tools, e) from None
             json_answer = True  # the call starts at once: an open thought is closed first
         elif plan.parse and "grammar" not in opts and (trigger := call_trigger(framing)):
             # A watched call: the reply is free until the model writes the
@@ -108,6 +167,13 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
             # Llama 3's calls may also open bare, so its grammar does not start at the tag.
             if g is not None and g.accepts_prefix(trigger.encode()):
                 opts["grammar"], opts["grammar_trigger"] = g, trigger
+    # A conversation ending in the assistant's own words asks for them to be
+    # continued (llama-server's assistant prefill, Anthropic's too): the turn
+    # is opened as for a reply and those words written into it.
+    prefill = None
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if add_generation_prompt and len(messages) > 1 and last.get("role") == "assistant" and not last.get("tool_calls"):
+        prefill, messages = last.get("content") or "", messages[:-1]
     try:
         text = render(messages, tools)
     except TemplateError as e:
@@ -115,6 +181,11 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
     source = state.template if state.template is not None else (model.chat_template or "")
     fmt = detect_reasoning(source, text) if rr.split else None
     in_thought = starts_in_thought(fmt, text)
+    if prefill:
+        if fmt is not None and in_thought:
+            text += fmt.close  # the words are the answer: the thought the prompt opened is over
+            in_thought = False
+        text += prefill
     if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
         text += fmt.close
         in_thought = False

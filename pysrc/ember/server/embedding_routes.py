@@ -91,16 +91,33 @@ async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest,
         raise ApiError(400, f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {req.embd_normalize}",
                        param="embd_normalize")
     inputs = _inputs(state.model, raw, field)
+    if len(inputs) > MAX_INPUTS:
+        raise ApiError(400, f"{field}: at most {MAX_INPUTS} inputs a request, got {len(inputs)}", param=field)
     for ids in inputs:
         if len(ids) > state.slot_ctx:
             raise exceed_context(len(ids), state.slot_ctx)
+    return req, inputs, await embed_each(request, inputs, pooling, req.embd_normalize)
+
+
+#: Inputs one request may hold, as OpenAI's API allows.
+MAX_INPUTS = 2048
+
+
+async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:
+    """Each input's embedding, off the event loop; a client that leaves stops
+    the rest (each input is a pass of the model the slots would wait beside)."""
+    state: ServerState = request.app["state"]
     loop = asyncio.get_running_loop()
-    try:
-        vectors = [await loop.run_in_executor(None, lambda ids=ids: state.model.embed(
-            ids, pooling=pooling, normalize=req.embd_normalize)) for ids in inputs]
-    except InvalidRequestError as e:
-        raise ApiError(400, str(e)) from None
-    return req, inputs, vectors
+    out = []
+    for ids in inputs:
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("client gone")
+        try:
+            out.append(await loop.run_in_executor(
+                None, lambda ids=ids: state.model.embed(ids, pooling=pooling, normalize=normalize)))
+        except InvalidRequestError as e:
+            raise ApiError(400, str(e)) from None
+    return out
 
 
 async def openai_embeddings(request: web.Request) -> web.Response:

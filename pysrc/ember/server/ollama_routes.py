@@ -14,7 +14,6 @@ that they are not served."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
@@ -31,8 +30,9 @@ from ember import __version__
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, json_response, read_body
-from ember.server.chat_output import ChatShaper
-from ember.server.chat_prompt import chat_text
+from ember.server.chat_output import ChatShaper, end_reason
+from ember.server.chat_prompt import Origin, chat_text, relocated
+from ember.server.embedding_routes import MAX_INPUTS, embed_each
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -192,13 +192,34 @@ def _chat_messages(body: ChatBody) -> list[dict]:
     return out
 
 
+# The chat pipeline's names for the fields, as Ollama spells them.
+_RENAMES = [
+    (re.compile(r"\bresponse_format\b"), "format"),
+    (re.compile(r"^(temperature|top_k|top_p|min_p|typical_p|repeat_penalty|repeat_last_n|presence_penalty|"
+                r"frequency_penalty|seed|mirostat|stop):"), r"options.\1:"),
+]
+
+
+def _options(state: ServerState, body: _Common, tools=None, tool_choice=None) -> tuple[wire.ChatRequest, dict]:
+    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
+    try:
+        return chat, wire.sampling_options(chat, state.model.n_vocab)
+    except ApiError as e:
+        raise relocated(e, [], _RENAMES) from None
+
+
 def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
             after: list[int] | None = None) -> tuple[list[int], ChatShaper, dict]:
     """The prompt's ids (after `after`, an earlier reply's context, when
     given), the reply's shaper and the engine's options."""
-    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
-    opts = wire.sampling_options(chat, state.model.n_vocab)
-    text, shaper = chat_text(state, chat, messages, opts)
+    chat, opts = _options(state, body, tools, tool_choice)
+    # Ollama's messages are the chat messages one for one: only a call's arguments sit elsewhere.
+    origins = [Origin(f"messages[{i}]", calls=[f"messages[{i}].tool_calls[{k}]" for k in range(len(m.get("tool_calls", [])))],
+                      args_field="function.arguments") for i, m in enumerate(messages)]
+    try:
+        text, shaper = chat_text(state, chat, messages, opts)
+    except ApiError as e:
+        raise relocated(e, origins, _RENAMES) from None
     if after:
         # The context already holds its BOS: the new turn's tokens follow it.
         return list(after) + state.model.tokenize(text, add_special=False, parse_special=True), shaper, opts
@@ -260,20 +281,22 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream
                 pass
         c = gen.completion
         shaper.feed(c.text)
-        shaper.finish(c.finish_reason)
+        shaper.finish(end_reason(c))
         return json_response(last(c, whole=True))
     out = _Lines(request, True)
     async with gen:
         await gen.first_event()
         try:
             async for ev in gen.events():
-                deltas = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev.finish_reason)
+                deltas = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(end_reason(ev))
                 obj = chunk(deltas)
                 if obj is not None:
                     await out.send(obj)
                 if isinstance(ev, Completion):
                     await out.send(last(ev, whole=False))
         except ApiError as e:
+            if out.resp is None:
+                raise  # nothing sent yet: the error still has its status
             await out.error(e)
     return await out.end()
 
@@ -328,9 +351,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
         # Ollama's way of loading a model: nothing to generate, the model is ready.
         return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
     max_tokens = _max_tokens(state, body)
+    bad = next((t for t in body.context or [] if not 0 <= t < model.n_vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"context: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
+                       param="context")
     if body.raw:
-        chat_req = wire.ChatRequest(**_sampling(body))
-        opts = wire.sampling_options(chat_req, model.n_vocab)
+        _, opts = _options(state, body)
         prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
                                                            parse_special=True)
         shaper = ChatShaper()
@@ -360,22 +386,28 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _run(request, gen, shaper, body.stream, chunk, last)
 
 
-async def _vectors(request: web.Request, texts: list[str], field: str) -> list:
+async def _vectors(request: web.Request, texts: list[str], field: str, truncate: bool) -> list:
+    """(tokens read, vector) of each text. A text longer than a slot is cut
+    to fit when `truncate` (Ollama's default), else refused."""
     state: ServerState = request.app["state"]
     pooling = state.opts.pooling or state.model.pooling_type
     if pooling == "none":
         pooling = "mean"  # Ollama answers one vector per input: its own models pool by mean
-    loop = asyncio.get_running_loop()
-    out = []
+    if len(texts) > MAX_INPUTS:
+        raise ApiError(400, f"{field}: at most {MAX_INPUTS} inputs a request, got {len(texts)}", param=field)
+    inputs = []
     for i, text in enumerate(texts):
         ids = state.model.tokenize(text, add_special=True, parse_special=True)
         if not ids:
             raise ApiError(400, f"{field}[{i}]: empty", param=field)
         if len(ids) > state.slot_ctx:
-            raise ApiError(400, f"{field}[{i}]: {len(ids)} tokens, more than the {state.slot_ctx} a slot holds",
-                           param=field)
-        out.append((len(ids), await loop.run_in_executor(None, lambda ids=ids: state.model.embed(ids, pooling=pooling))))
-    return out
+            if not truncate:
+                raise ApiError(400, f"{field}[{i}]: {len(ids)} tokens, more than the {state.slot_ctx} a slot holds "
+                               "(truncate is false)", param=field)
+            ids = ids[:state.slot_ctx]
+        inputs.append(ids)
+    vectors = await embed_each(request, inputs, pooling)
+    return [(len(ids), v) for ids, v in zip(inputs, vectors)]
 
 
 async def embed(request: web.Request) -> web.Response:
@@ -389,7 +421,7 @@ async def embed(request: web.Request) -> web.Response:
     if body.dimensions is not None and body.dimensions != state.model.n_embd:
         raise ApiError(400, f"dimensions: this model's embeddings have {state.model.n_embd}", param="dimensions")
     t0 = time.perf_counter()
-    done = await _vectors(request, texts, "input")
+    done = await _vectors(request, texts, "input", body.truncate)
     return json_response({"model": body.model or state.model_id(), "embeddings": [v.tolist() for _, v in done],
                           "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
                           "prompt_eval_count": sum(n for n, _ in done)})
@@ -399,7 +431,9 @@ async def embeddings(request: web.Request) -> web.Response:
     body = wire.decode(await read_body(request), EmbedBody)
     if body.prompt is None:
         raise ApiError(400, "prompt: required", param="prompt")
-    (_, v), = await _vectors(request, [body.prompt], "prompt")
+    if not body.prompt:
+        return json_response({"embedding": []})  # as Ollama answers an empty prompt
+    (_, v), = await _vectors(request, [body.prompt], "prompt", body.truncate)
     return json_response({"embedding": v.tolist()})
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from ember.model import Completion, Piece
 from ember.server import wire
+from ember.server.chat_output import end_reason
 from ember.server.chat_prompt import chat_prompt
 from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
 from ember.server.errors import ApiError
@@ -80,7 +81,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     content.append(_chat_logprobs(model, ev, k))
         c = gen.completion
         shaper.feed(c.text)
-        shaper.finish(_FINISH.get(c.finish_reason, c.finish_reason))
+        shaper.finish(end_reason(c))
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
@@ -114,7 +115,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     for i, d in enumerate(deltas):
                         await sse_send(resp, chunk(d, lp if i == 0 else None))
                 elif isinstance(ev, Completion):
-                    for d in shaper.finish(_FINISH.get(ev.finish_reason, ev.finish_reason)):
+                    for d in shaper.finish(end_reason(ev)):
                         await sse_send(resp, chunk(d))
                     await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
             if include_usage:

@@ -15,6 +15,7 @@ for twice."""
 from __future__ import annotations
 
 import copy
+import re
 import time
 import uuid
 from typing import Any, Union
@@ -25,8 +26,8 @@ from aiohttp import web
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
-from ember.server.chat_output import ChatShaper
-from ember.server.chat_prompt import chat_prompt
+from ember.server.chat_output import ChatShaper, end_reason
+from ember.server.chat_prompt import Origin, chat_prompt, relocated
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -142,6 +143,8 @@ class ResponsesRequest(wire.CoreSampling):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     top_logprobs: int | None = None
+    background: bool = False
+    truncation: str | None = None
 
 
 def _items(raw: list[dict[str, Any]]) -> list[Any]:
@@ -172,25 +175,29 @@ def _text(where: str, content, allowed: tuple[type, ...]) -> str:
     return "".join(out)
 
 
-def _chat_messages(req: ResponsesRequest) -> list[dict]:
-    """The conversation as the chat template reads it. What one assistant turn
-    wrote (its reasoning, its message, its calls) arrives as separate items
-    and becomes one assistant message again."""
+def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
+    """The conversation as the chat template reads it, and where each of its
+    messages came from. What one assistant turn wrote (its reasoning, its
+    message, its calls) arrives as separate items and becomes one assistant
+    message again."""
     out: list[dict] = []
+    origins: list[Origin] = []
     if req.instructions:
         out.append({"role": "system", "content": req.instructions})
+        origins.append(Origin("instructions"))
     if req.input is None:
         raise ApiError(400, "input: required", param="input")
     if isinstance(req.input, str):
-        return out + [{"role": "user", "content": req.input}]
+        return out + [{"role": "user", "content": req.input}], origins + [Origin("input")]
     items = _items(req.input)
     if not items:
         raise ApiError(400, "input: at least one item is required", param="input")
 
-    def assistant_turn() -> dict:
+    def assistant_turn(where: str) -> dict:
         if out and out[-1]["role"] == "assistant":
             return out[-1]
         out.append({"role": "assistant", "content": ""})
+        origins.append(Origin(where, args_field="arguments"))
         return out[-1]
 
     for i, it in enumerate(items):
@@ -200,25 +207,28 @@ def _chat_messages(req: ResponsesRequest) -> list[dict]:
                 raise ApiError(400, f"{where}.role: expected user, system, developer or assistant, got {it.role!r}",
                                param=f"{where}.role")
             if it.role == "assistant":
-                turn = assistant_turn()
+                turn = assistant_turn(where)
                 turn["content"] += _text(f"{where}.content", it.content, (OutputText, InputText, Refusal))
             else:
                 out.append({"role": it.role, "content": _text(f"{where}.content", it.content, (InputText,))})
+                origins.append(Origin(where))
         elif isinstance(it, FunctionCallItem):
-            turn = assistant_turn()
+            turn = assistant_turn(where)
             turn.setdefault("tool_calls", []).append(
                 {"id": it.call_id, "type": "function", "function": {"name": it.name, "arguments": it.arguments}})
+            origins[-1].calls.append(where)
         elif isinstance(it, FunctionCallOutputItem):
             out.append({"role": "tool", "tool_call_id": it.call_id,
                         "content": _text(f"{where}.output", it.output, (InputText,))})
+            origins.append(Origin(where, id_field="call_id"))
         elif isinstance(it, ReasoningItem):
             parts = it.content or it.summary
-            turn = assistant_turn()
+            turn = assistant_turn(where)
             turn["reasoning_content"] = turn.get("reasoning_content", "") + "".join(p.text for p in parts)
         else:
             raise ApiError(400, f"{where}.type: item references need stored responses, which this server does not "
                            "keep; send the item itself", param=f"{where}.type")
-    return out
+    return out, origins
 
 
 def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, Any]:
@@ -237,6 +247,9 @@ def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, Any]:
             fn["parameters"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
             tools.append({"type": "function", "function": fn})
     tc = req.tool_choice
+    if isinstance(tc, str) and tc not in ("auto", "none", "required"):
+        raise ApiError(400, f'tool_choice: expected "auto", "none", "required" or {{"type": "function", "name": ...}}, '
+                       f"got {tc!r}", param="tool_choice")
     if isinstance(tc, dict):
         if tc.get("type") != "function" or not isinstance(tc.get("name"), str):
             raise ApiError(400, 'tool_choice: expected "auto", "none", "required" or {"type": "function", "name": ...}',
@@ -259,15 +272,13 @@ def _response_format(req: ResponsesRequest) -> dict | None:
                    param="text.format.type")
 
 
-_RENAMES = [("response_format:", "text.format:"), ("max_tokens:", "max_output_tokens:"),
-            ("reasoning_effort:", "reasoning.effort:")]
-
-
-def _renamed(e: ApiError) -> ApiError:
-    for old, new in _RENAMES:
-        if e.message.startswith(old):
-            return ApiError(e.status, new + e.message[len(old):], type=e.type, param=new[:-1], extra=e.extra)
-    return e
+# The chat pipeline's names for the fields, as this API spells them.
+_RENAMES = [
+    (re.compile(r"\bresponse_format\b"), "text.format"),
+    (re.compile(r"^max_tokens:"), "max_output_tokens:"),
+    (re.compile(r"^reasoning_effort:"), "reasoning.effort:"),
+    (re.compile(r"\btools\[(\d+)\]\.function\.(parameters|name|description)"), r"tools[\1].\2"),
+]
 
 
 def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, dict]:
@@ -277,7 +288,15 @@ def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatS
     if req.top_logprobs:
         raise ApiError(400, "top_logprobs: log-probabilities are not returned on this route; use chat completions",
                        param="top_logprobs")
-    messages = _chat_messages(req)
+    if req.background:
+        raise ApiError(400, "background: responses are answered within their request here, not stored to poll",
+                       param="background")
+    if req.truncation not in (None, "disabled"):
+        raise ApiError(400, f"truncation: only \"disabled\" (a conversation longer than the context is refused, "
+                       f"not cut), got {req.truncation!r}", param="truncation")
+    if req.temperature is not None and req.temperature > 2:
+        raise ApiError(400, f"temperature: must be between 0 and 2, got {req.temperature}", param="temperature")
+    messages, origins = _chat_messages(req)
     tools, tool_choice = _tools(req)
     effort = req.reasoning.effort if req.reasoning is not None else None
     chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice,
@@ -287,7 +306,7 @@ def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatS
         opts = wire.sampling_options(chat, state.model.n_vocab)
         prompt, shaper = chat_prompt(state, chat, messages, opts)
     except ApiError as e:
-        raise _renamed(e) from None
+        raise relocated(e, origins, _RENAMES) from None
     return prompt, shaper, opts
 
 
@@ -388,9 +407,10 @@ def _usage(g: Generation, n_cached: int, n_output: int, n_reasoning: int) -> dic
 async def responses(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), ResponsesRequest)
+    if req.max_output_tokens is not None and not 1 <= req.max_output_tokens <= wire.MAX_COUNT:
+        raise ApiError(400, f"max_output_tokens: must be between 1 and {wire.MAX_COUNT}, got {req.max_output_tokens}",
+                       param="max_output_tokens")
     max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
-    if req.max_output_tokens is not None and req.max_output_tokens < 1:
-        raise ApiError(400, f"max_output_tokens: must be >= 1, got {req.max_output_tokens}", param="max_output_tokens")
     prompt, shaper, opts = _prompt(state, req)
     gen = Generation(request, prompt, max_tokens, opts)
     created = int(time.time())
@@ -429,7 +449,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 pass
         c = gen.completion
         take(shaper.feed(c.text))
-        take(shaper.finish(c.finish_reason))
+        take(shaper.finish(end_reason(c)))
         items.close(item_status(c))
         return json_response(finished(c)[1]["response"])
 
@@ -451,7 +471,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 if isinstance(ev, Piece):
                     await send(take(shaper.feed(ev.text)))
                 elif isinstance(ev, Completion):
-                    await send(take(shaper.finish(ev.finish_reason)))
+                    await send(take(shaper.finish(end_reason(ev))))
                     await send(items.close(item_status(ev)))
                     await send([finished(ev)])
         except ApiError as e:
