@@ -111,6 +111,14 @@ def test_a_forced_call_is_a_function_call_item(server, client):
     done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
     assert deltas == done["arguments"] == calls[0].arguments
 
+    # The official client's accumulator checks each item's identity from added to done.
+    with client.responses.stream(model="any", input="Weather in Lyon?", tools=[WEATHER], tool_choice="required",
+                                 parallel_tool_calls=False, temperature=0, max_output_tokens=80) as s:
+        final = s.get_final_response()
+    streamed = [o for o in final.output if o.type == "function_call"]
+    assert len(streamed) == 1 and streamed[0].name == "get_weather"
+    assert streamed[0].arguments == calls[0].arguments
+
 
 def test_a_call_and_its_output_read_as_on_the_chat_route(server, client):
     args = json.dumps({"city": "Lyon", "unit": "celsius"})
