@@ -357,6 +357,33 @@ def test_a_stop_sequence_inside_a_forced_call_closes_the_call(client):
         tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True})
     uses = [b for b in msg.content if b.type == "tool_use"]
     assert len(uses) == 1 and uses[0].name == "get_weather"
+    # Cut, so perhaps incomplete: said as the stop sequence, not as a call to run.
+    assert msg.stop_reason == "stop_sequence" and msg.stop_sequence == "unit"
+
+
+def test_a_stop_string_inside_a_forced_call_is_stop_on_the_chat_route(server):
+    body = {"messages": [{"role": "user", "content": "Weather in Lyon?"}], "max_tokens": 80, "stop": ["unit"],
+            "tools": [{"type": "function", "function": {"name": WEATHER["name"], "parameters": WEATHER["input_schema"]}}],
+            "tool_choice": "required", **GREEDY}
+    status, _, raw = http(server.url + "/v1/chat/completions", body)
+    choice = json.loads(raw)["choices"][0]
+    assert status == 200 and choice["finish_reason"] == "stop" and choice["message"]["tool_calls"]
+
+
+def test_text_parts_and_failed_results_read_as_on_the_chat_route(server, client):
+    parts = [{"type": "text", "text": "First part."}, {"type": "text", "text": "Second part."}]
+    n = client.messages.count_tokens(model="any", messages=[{"role": "user", "content": parts}]).input_tokens
+    chat = openai_chat(server, [{"role": "user", "content": parts}], max_tokens=1)
+    assert n == chat["usage"]["prompt_tokens"]
+    # A failed tool's result says so to the model.
+    def result(is_error):
+        return client.messages.count_tokens(model="any", tools=[WEATHER], messages=[
+            {"role": "user", "content": "Weather in Lyon?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
+                                               "input": {"city": "Lyon", "unit": "celsius"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "timeout",
+                                          "is_error": is_error}]}]).input_tokens
+    assert result(True) > result(False)
 
 
 def test_a_final_assistant_message_is_continued(server, client):

@@ -138,6 +138,8 @@ def test_embeddings_need_the_flag_and_none_pooling_only_serves_embedding(smollm2
     with ServerProcess(smollm2_path) as s:
         e = error_of(http(s.url + "/v1/embeddings", {"input": "x"}), 501)
         assert "--embeddings" in e["message"]
+        status, _, raw = http(s.url + "/api/embed", {"input": "x"})  # Ollama's route too
+        assert status == 501 and "--embeddings" in json.loads(raw)["error"]
         status, _, _ = http(s.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                             "max_tokens": 1})
         assert status == 200

@@ -195,3 +195,9 @@ def test_a_client_leaving_mid_stream_leaves_no_trace_but_its_log_line(server):
     time.sleep(1.0)
     alive(server)
     assert any("client gone" in line for line in server.lines)
+
+
+def test_a_web_page_cannot_shut_the_server_down(server):
+    e = error_of(http(server.url + "/shutdown", {}, headers={"Origin": "http://evil.example"}), 403)
+    assert "web page" in e["message"]
+    alive(server)

@@ -92,6 +92,14 @@ def test_the_stream_builds_the_same_response(server, client):
     done = events[-1]["response"]
     assert done["id"] == events[0]["response"]["id"] and done["output"][0]["id"] == events[2]["item"]["id"]
 
+    # Cut by max_output_tokens: the stream ends in response.incomplete, the item incomplete too.
+    status, _, raw = http(server.url + "/v1/responses", {"input": "Name three colours.", "temperature": 0,
+                                                         "max_output_tokens": 3, "stream": True})
+    events = events_of(raw)
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert events[-2]["type"] == "response.output_item.done" and events[-2]["item"]["status"] == "incomplete"
+
 
 def test_a_forced_call_is_a_function_call_item(server, client):
     r = client.responses.create(model="any", input="Weather in Lyon?", tools=[WEATHER], tool_choice="required",

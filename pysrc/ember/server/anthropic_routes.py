@@ -20,7 +20,7 @@ from aiohttp import web
 
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.app import ANTHROPIC_PREFIX, Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.app import ANTHROPIC_PREFIX, Generation, ServerState, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.chat_output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, chat_prompt, relocated
 from ember.server.errors import ApiError
@@ -198,8 +198,10 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
             elif isinstance(b, ToolResultBlock):
                 if m.role != "user":
                     raise ApiError(400, f"{at}.type: a tool_result block belongs to a user message", param=f"{at}.type")
+                text = _text_of(f"{at}.content", b.content)
+                # A failed tool's result says so: templates have no field for it.
                 results.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                                "content": _text_of(f"{at}.content", b.content)})
+                                "content": f"Error: {text}" if b.is_error else text})
                 result_at.append(at)
             else:
                 raise _unsupported(at, b.__struct_config__.tag)
@@ -310,7 +312,6 @@ _RENAMES = [
     (re.compile(r"\btools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
     (re.compile(r"^stop:"), "stop_sequences:"),
     (re.compile(r"\bresponse_format\b"), "output_config.format"),
-    (re.compile(r"^reasoning_budget:"), "thinking.budget_tokens:"),
     (re.compile(r"^tool_choice: function "), "tool_choice.name: tool "),
     (re.compile(r'^tool_choice: "required" needs tools'), 'tool_choice.type: "any" needs tools'),
 ]
@@ -333,13 +334,13 @@ def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[l
 # -- the reply, as Anthropic shapes it --------------------------------------------
 
 def _stop_reason(c: Completion, called: bool) -> str:
+    # A cut (by max_tokens or a stop sequence) is said before a call: the call
+    # it cut may be incomplete, and "tool_use" would ask the client to run it.
     if c.finish_reason in ("length", "context"):
         return "max_tokens"
-    if called:
-        return "tool_use"
     if c.stop_string is not None:
         return "stop_sequence"
-    return "end_turn"
+    return "tool_use" if called else "end_turn"
 
 
 def _usage(g: Generation, n_cached: int, n_output: int) -> dict:
@@ -459,8 +460,6 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
     async with gen:
         await gen.first_event()
-        events = gen.events()
-        first = await anext(events)
         resp = await sse_start(request)
         blocks = _BlockStream(show_thought)
 
@@ -473,8 +472,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             await send([("message_start", {"type": "message_start", "message": {
                 **head, "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": _usage(gen, n_cached, 0)}}), ("ping", {"type": "ping"})])
-            ev = first
-            while True:
+            async for ev in gen.events():
                 if isinstance(ev, Piece):
                     for d in shaper.feed(ev.text):
                         await send(blocks.feed(d))
@@ -489,10 +487,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
                                   "stop_sequence": ev.stop_string if reason == "stop_sequence" else None},
                         "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
                         ("message_stop", {"type": "message_stop"})])
-                    break
-                ev = await anext(events)
         except ApiError as e:
-            await sse_error(resp, e, anthropic=True)
+            await stream_error(resp, e, "anthropic")
     await resp.write_eof()
     return resp
 

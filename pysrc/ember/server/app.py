@@ -1,6 +1,6 @@
 """The HTTP application `ember serve` runs: loading the model behind a listening
-socket, the middleware every route passes (auth, body cap, error envelope, one
-log line per request), and the generation plumbing both API flavours share."""
+socket, the middleware every route passes (auth, CORS, body cap, error envelope,
+one log line per request), and the generation plumbing every API's routes share."""
 
 from __future__ import annotations
 
@@ -67,6 +67,8 @@ class ServerState:
     framings: dict = field(default_factory=dict)
     #: the model as Ollama's routes describe it (entry, file metadata), read once
     ollama_model: tuple | None = None
+    #: embedding passes run one at a time (each beside the engine's passes)
+    embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def body_limit(self) -> int:
         if self.opts.body_limit is not None:
@@ -202,7 +204,14 @@ async def _middleware(request: web.Request, handler):
         return resp if resp is not None else web.Response(status=499)
     except Exception as e:
         state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
-        resp = error_response(from_engine_error(e), envelope=envelope)
+        err = from_engine_error(e)
+        stream = request.get("sse")
+        if stream is not None and stream.prepared:
+            # A second response cannot follow the first's headers: the stream ends with the error.
+            await stream_error(stream, err, envelope)
+            resp = stream
+        else:
+            resp = error_response(err, envelope=envelope)
     _log_request(request, resp, t0, state)
     return resp
 
@@ -261,6 +270,9 @@ async def health(request: web.Request) -> web.Response:
 async def shutdown(request: web.Request) -> web.Response:
     if not _is_loopback(request.remote):
         raise ApiError(403, "shutdown is accepted only from this machine (a loopback address)")
+    if request.headers.get("Origin"):
+        # A web page's request: a browser on this machine is loopback too, and any page could send it.
+        raise ApiError(403, "shutdown is not accepted from a web page (the request carries an Origin)")
     stop = request.app.get("request_shutdown")
     if stop is None:
         raise ApiError(501, "this server was started without a way to shut it down")
@@ -410,11 +422,15 @@ async def sse_send(resp: web.StreamResponse, obj, event: str | None = None) -> N
     await resp.write(head + b"data: " + data + b"\n\n")
 
 
-async def sse_error(resp: web.StreamResponse, err: ApiError, *, anthropic: bool = False) -> None:
-    # Headers are gone: the error travels as an event, in the envelope clients already parse.
+async def stream_error(resp: web.StreamResponse, err: ApiError, envelope: str = "llama") -> None:
+    """`err` inside a stream already under way: its headers are gone, so the
+    error travels as the stream's next item, in the envelope its clients
+    parse (an `error` event on Anthropic's routes, a line on Ollama's)."""
     try:
-        if anthropic:
+        if envelope == "anthropic":
             await sse_send(resp, anthropic_error_body(err), event="error")
+        elif envelope == "ollama":
+            await resp.write(msgspec.json.encode({"error": err.message}) + b"\n")
         else:
             await sse_send(resp, error_body(err))
     except (ConnectionError, RuntimeError):

@@ -62,21 +62,28 @@ def _inputs(model, raw, field: str) -> list[list[int]]:
     return out
 
 
-def _pooling(state: ServerState) -> str:
+def pooling_of(state: ServerState) -> str:
+    """How this server pools: --pooling, else what the model file says."""
     return state.opts.pooling or state.model.pooling_type
+
+
+def require_embeddings(state: ServerState) -> None:
+    if not state.opts.embeddings:
+        raise ApiError(501, "this server does not serve embeddings: start it with --embeddings",
+                       type="not_supported_error")
 
 
 async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest, list[list[int]], list]:
     state: ServerState = request.app["state"]
-    if not state.opts.embeddings:
-        raise ApiError(501, "this server does not serve embeddings: start it with --embeddings",
-                       type="not_supported_error")
+    require_embeddings(state)
     req = wire.decode(await read_body(request), EmbeddingsRequest)
     field = "input" if req.input is not None or openai else "content"
     raw = req.input if req.input is not None else req.content
     if raw is None:
         raise ApiError(400, f"{field}: required", param=field)
-    pooling = _pooling(state)
+    if isinstance(raw, list) and len(raw) > MAX_INPUTS and not all(isinstance(x, int) for x in raw):
+        raise ApiError(400, f"{field}: at most {MAX_INPUTS} inputs a request, got {len(raw)}", param=field)
+    pooling = pooling_of(state)
     if openai and pooling == "none":
         raise ApiError(400, "pooling none gives a vector per token, which /v1/embeddings cannot answer: start the "
                        "server with --pooling mean, cls or last, or ask /embedding", param="input")
@@ -91,8 +98,6 @@ async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest,
         raise ApiError(400, f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {req.embd_normalize}",
                        param="embd_normalize")
     inputs = _inputs(state.model, raw, field)
-    if len(inputs) > MAX_INPUTS:
-        raise ApiError(400, f"{field}: at most {MAX_INPUTS} inputs a request, got {len(inputs)}", param=field)
     for ids in inputs:
         if len(ids) > state.slot_ctx:
             raise exceed_context(len(ids), state.slot_ctx)
@@ -104,19 +109,21 @@ MAX_INPUTS = 2048
 
 
 async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:
-    """Each input's embedding, off the event loop; a client that leaves stops
-    the rest (each input is a pass of the model the slots would wait beside)."""
+    """Each input's embedding, computed off the event loop. Embedding passes
+    run one at a time beside the engine's (the worker pool interleaves the
+    two), and a client that leaves stops its remaining inputs."""
     state: ServerState = request.app["state"]
     loop = asyncio.get_running_loop()
     out = []
     for ids in inputs:
         if request.transport is None or request.transport.is_closing():
             raise ConnectionResetError("client gone")
-        try:
-            out.append(await loop.run_in_executor(
-                None, lambda ids=ids: state.model.embed(ids, pooling=pooling, normalize=normalize)))
-        except InvalidRequestError as e:
-            raise ApiError(400, str(e)) from None
+        async with state.embed_lock:
+            try:
+                out.append(await loop.run_in_executor(
+                    None, lambda ids=ids: state.model.embed(ids, pooling=pooling, normalize=normalize)))
+            except InvalidRequestError as e:
+                raise ApiError(400, str(e)) from None
     return out
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from ember.errors import EmberError
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.app import Generation, ServerState, finite, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
 
@@ -122,7 +122,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
                 elif isinstance(ev, Completion):
                     await sse_send(resp, final(ev, "", None))
         except ApiError as e:
-            await sse_error(resp, e)
+            await stream_error(resp, e)
     await resp.write_eof()
     return resp
 

@@ -29,10 +29,10 @@ from aiohttp import web
 from ember import __version__
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.app import Generation, ServerState, json_response, read_body
+from ember.server.app import Generation, ServerState, json_response, read_body, stream_error
 from ember.server.chat_output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, chat_text, relocated
-from ember.server.embedding_routes import MAX_INPUTS, embed_each
+from ember.server.embedding_routes import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -221,8 +221,11 @@ def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None,
     except ApiError as e:
         raise relocated(e, origins, _RENAMES) from None
     if after:
-        # The context already holds its BOS: the new turn's tokens follow it.
-        return list(after) + state.model.tokenize(text, add_special=False, parse_special=True), shaper, opts
+        # The context already holds its BOS: the new turn's tokens follow it,
+        # without the one a template may write itself.
+        ids = state.model.tokenize(text, add_special=False, parse_special=True)
+        bos = state.model._native.bos_id
+        return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), shaper, opts
     return state.model.chat_text_ids(text), shaper, opts
 
 
@@ -244,15 +247,22 @@ def _done_reason(c: Completion) -> str:
 
 
 def _calls(shaper: ChatShaper) -> list[dict]:
-    return [{"function": {"index": k, "name": call.name, "arguments": json.loads(call.arguments or "{}")}}
-            for k, call in enumerate(shaper.tools.calls)] if shaper.called else []
+    """The reply's calls as Ollama writes them: arguments as objects."""
+    out = []
+    for k, call in enumerate(shaper.tools.calls if shaper.called else []):
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError as e:
+            raise ApiError(500, f"the model's tool call {call.name} has arguments that are not JSON: {e}") from None
+        out.append({"function": {"index": k, "name": call.name, "arguments": args}})
+    return out
 
 
 class _Lines:
-    """A newline-delimited JSON stream, or one JSON reply when not streaming."""
+    """A newline-delimited JSON stream, started with its first line."""
 
-    def __init__(self, request: web.Request, stream: bool):
-        self.request, self.stream, self.resp = request, stream, None
+    def __init__(self, request: web.Request):
+        self.request, self.resp = request, None
 
     async def send(self, obj: dict) -> None:
         if self.resp is None:
@@ -262,10 +272,7 @@ class _Lines:
         await self.resp.write(msgspec.json.encode(obj) + b"\n")
 
     async def error(self, e: ApiError) -> None:
-        try:
-            await self.send({"error": e.message})
-        except (ConnectionError, RuntimeError):
-            pass
+        await stream_error(self.resp, e, "ollama")
 
     async def end(self) -> web.StreamResponse:
         await self.resp.write_eof()
@@ -283,7 +290,7 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream
         shaper.feed(c.text)
         shaper.finish(end_reason(c))
         return json_response(last(c, whole=True))
-    out = _Lines(request, True)
+    out = _Lines(request)
     async with gen:
         await gen.first_event()
         try:
@@ -386,11 +393,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _run(request, gen, shaper, body.stream, chunk, last)
 
 
-async def _vectors(request: web.Request, texts: list[str], field: str, truncate: bool) -> list:
+async def _vectors(request: web.Request, texts: list[str], field: str, truncate: bool, normalize: int = 2) -> list:
     """(tokens read, vector) of each text. A text longer than a slot is cut
     to fit when `truncate` (Ollama's default), else refused."""
     state: ServerState = request.app["state"]
-    pooling = state.opts.pooling or state.model.pooling_type
+    require_embeddings(state)
+    pooling = pooling_of(state)
     if pooling == "none":
         pooling = "mean"  # Ollama answers one vector per input: its own models pool by mean
     if len(texts) > MAX_INPUTS:
@@ -406,7 +414,7 @@ async def _vectors(request: web.Request, texts: list[str], field: str, truncate:
                                "(truncate is false)", param=field)
             ids = ids[:state.slot_ctx]
         inputs.append(ids)
-    vectors = await embed_each(request, inputs, pooling)
+    vectors = await embed_each(request, inputs, pooling, normalize)
     return [(len(ids), v) for ids, v in zip(inputs, vectors)]
 
 
@@ -433,7 +441,8 @@ async def embeddings(request: web.Request) -> web.Response:
         raise ApiError(400, "prompt: required", param="prompt")
     if not body.prompt:
         return json_response({"embedding": []})  # as Ollama answers an empty prompt
-    (_, v), = await _vectors(request, [body.prompt], "prompt", body.truncate)
+    # Ollama's older route answers the vector as pooled, not normalized.
+    (_, v), = await _vectors(request, [body.prompt], "prompt", body.truncate, normalize=-1)
     return json_response({"embedding": v.tolist()})
 
 

@@ -14,7 +14,7 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_output import end_reason
 from ember.server.chat_prompt import chat_prompt
-from ember.server.app import Generation, ServerState, finite, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.app import Generation, ServerState, finite, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -70,8 +70,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "system_fingerprint": _fingerprint()}
 
     def finish_reason(c: Completion) -> str:
+        # A stop string that cut a call leaves it perhaps incomplete: "stop", not a call to run.
         reason = _FINISH.get(c.finish_reason, c.finish_reason)
-        return "tool_calls" if shaper.called and reason == "stop" else reason
+        return "tool_calls" if shaper.called and reason == "stop" and c.stop_string is None else reason
 
     if not req.stream:
         content: list[dict] = []
@@ -122,7 +123,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
             await resp.write(b"data: [DONE]\n\n")
         except ApiError as e:
-            await sse_error(resp, e)
+            await stream_error(resp, e)
     await resp.write_eof()
     return resp
 
@@ -223,7 +224,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
             await resp.write(b"data: [DONE]\n\n")
         except ApiError as e:
-            await sse_error(resp, e)
+            await stream_error(resp, e)
     await resp.write_eof()
     return resp
 

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.app import Generation, ServerState, json_response, read_body, sse_error, sse_send, sse_start
+from ember.server.app import Generation, ServerState, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.chat_output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, chat_prompt, relocated
 from ember.server.errors import ApiError
@@ -172,7 +172,7 @@ def _text(where: str, content, allowed: tuple[type, ...]) -> str:
             raise ApiError(400, f"{where}[{k}].type: {p.__struct_config__.tag} parts are not supported here "
                            "(this server reads text only)", param=f"{where}[{k}].type")
         out.append(p.refusal if isinstance(p, Refusal) else p.text)
-    return "".join(out)
+    return "\n".join(out)  # as llama.cpp joins a message's text parts
 
 
 def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
@@ -275,7 +275,6 @@ def _response_format(req: ResponsesRequest) -> dict | None:
 # The chat pipeline's names for the fields, as this API spells them.
 _RENAMES = [
     (re.compile(r"\bresponse_format\b"), "text.format"),
-    (re.compile(r"^max_tokens:"), "max_output_tokens:"),
     (re.compile(r"^reasoning_effort:"), "reasoning.effort:"),
     (re.compile(r"\btools\[(\d+)\]\.function\.(parameters|name|description)"), r"tools[\1].\2"),
 ]
@@ -475,7 +474,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                     await send(items.close(item_status(ev)))
                     await send([finished(ev)])
         except ApiError as e:
-            await sse_error(resp, e)
+            await stream_error(resp, e)
     await resp.write_eof()
     return resp
 

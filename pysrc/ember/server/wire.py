@@ -383,7 +383,7 @@ def chat_messages(msgs: list[ChatMessage], name: str = "messages") -> list[dict]
                     raise ApiError(400, f"{name}[{i}].content[{j}].text: required for a text part",
                                    param=f"{name}[{i}].content[{j}].text")
                 texts.append(part.text)
-            content = "".join(texts)
+            content = "\n".join(texts)  # as llama.cpp joins a message's text parts
         d: dict = {"role": m.role, "content": content if content is not None else ""}
         if m.name is not None:
             d["name"] = m.name
