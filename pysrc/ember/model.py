@@ -51,6 +51,11 @@ class Completion:
     prompt_ms: float = 0.0
     gen_ms: float = 0.0
 
+    @property
+    def cut(self) -> bool:
+        """Whether a limit ended it (max_tokens or the context), not the model or a stop string."""
+        return self.finish_reason in ("length", "context")
+
 
 class StopMatcher:
     """Finds stop strings in streamed text, holding back any tail that could

@@ -336,7 +336,7 @@ def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[l
 def _stop_reason(c: Completion, called: bool) -> str:
     # A cut (by max_tokens or a stop sequence) is said before a call: the call
     # it cut may be incomplete, and "tool_use" would ask the client to run it.
-    if c.finish_reason in ("length", "context"):
+    if c.cut:
         return "max_tokens"
     if c.stop_string is not None:
         return "stop_sequence"
@@ -447,12 +447,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     show_thought = req.thinking is None or req.thinking.display != "omitted"
 
     if not req.stream:
-        async with gen:
-            async for _ in gen.events():
-                pass
-        c = gen.completion
-        shaper.feed(c.text)
-        shaper.finish(end_reason(c))
+        c = await gen.whole()
+        shaper.read_whole(c)
         reason = _stop_reason(c, shaper.called)
         return json_response({**head, "content": _content(shaper, show_thought), "stop_reason": reason,
                               "stop_sequence": c.stop_string if reason == "stop_sequence" else None,

@@ -356,6 +356,14 @@ class Generation:
                 self.job.abandon(ClientGone())
                 return
 
+    async def whole(self) -> Completion:
+        """Runs the job to its end and returns its completion, for a reply
+        answered whole (its pieces are in the completion's text)."""
+        async with self:
+            async for _ in self.events():
+                pass
+        return self.completion
+
     async def first_event(self) -> None:
         """Waits for the job's first event (it comes once the prompt is read):
         a stream starts only after, so a request the engine refuses is still

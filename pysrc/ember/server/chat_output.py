@@ -22,9 +22,7 @@ def end_reason(c) -> str:
     """What ended a completion's text, as `ChatShaper.finish` reads it: a stop
     string cuts the text where the client asked, as the token limit does, so
     a call it cut short is closed with what was read, not called malformed."""
-    if c.stop_string is not None or c.finish_reason in ("length", "context"):
-        return "length"
-    return "stop"
+    return "length" if c.stop_string is not None or c.cut else "stop"
 
 
 @dataclass
@@ -70,6 +68,10 @@ class ChatShaper:
         if self.tools is not None:
             out += self._tool_deltas(self.tools.finish(reason))
         return out
+
+    def read_whole(self, c) -> list[dict]:
+        """The deltas of a whole completion `c`, read at once: its text, then its end."""
+        return self.feed(c.text) + self.finish(end_reason(c))
 
     def _reason(self, piece: str) -> list[dict]:
         if self.thought is None:

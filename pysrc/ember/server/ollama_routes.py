@@ -243,7 +243,7 @@ def _stats(gen: Generation, c: Completion, t0: float) -> dict:
 
 
 def _done_reason(c: Completion) -> str:
-    return "length" if c.finish_reason in ("length", "context") else "stop"
+    return "length" if c.cut else "stop"
 
 
 def _calls(shaper: ChatShaper) -> list[dict]:
@@ -283,12 +283,8 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream
     """Drives a generation: `chunk(deltas)` is the streamed object for the
     reply's new text (None when it has none), `last(c)` the final one."""
     if not stream:
-        async with gen:
-            async for _ in gen.events():
-                pass
-        c = gen.completion
-        shaper.feed(c.text)
-        shaper.finish(end_reason(c))
+        c = await gen.whole()
+        shaper.read_whole(c)
         return json_response(last(c, whole=True))
     out = _Lines(request)
     async with gen:

@@ -427,7 +427,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
     def finished(c: Completion) -> tuple[str, dict]:
         """The event that ends the response, and the response it carries."""
-        cut = c.finish_reason in ("length", "context")
+        cut = c.cut
         # The thought's tokens, counted as the tokenizer reads its text back.
         thought = "".join(shaper.thought or [])
         n_thought = len(state.model.tokenize(thought, add_special=False)) if thought else 0
@@ -440,15 +440,11 @@ async def responses(request: web.Request) -> web.StreamResponse:
         return [ev for d in deltas for ev in items.feed(d)]
 
     def item_status(c: Completion) -> str:
-        return "incomplete" if c.finish_reason in ("length", "context") else "completed"
+        return "incomplete" if c.cut else "completed"
 
     if not req.stream:
-        async with gen:
-            async for _ in gen.events():
-                pass
-        c = gen.completion
-        take(shaper.feed(c.text))
-        take(shaper.finish(end_reason(c)))
+        c = await gen.whole()
+        take(shaper.read_whole(c))
         items.close(item_status(c))
         return json_response(finished(c)[1]["response"])
 
