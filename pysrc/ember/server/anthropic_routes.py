@@ -22,7 +22,7 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import ANTHROPIC_PREFIX, Generation, ServerState, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.chat_output import ChatShaper, end_reason
-from ember.server.chat_prompt import Origin, chat_prompt, relocated
+from ember.server.chat_prompt import Origin, translated_prompt
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -323,12 +323,7 @@ def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[l
     tools, tool_choice, parallel = _tools(req)
     chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
                             response_format=_response_format(req), **_thinking(req), **sampling)
-    try:
-        opts = wire.sampling_options(chat, state.model.n_vocab)
-        prompt, shaper = chat_prompt(state, chat, messages, opts)
-    except ApiError as e:
-        raise relocated(e, origins, _RENAMES) from None
-    return prompt, shaper, opts
+    return translated_prompt(state, chat, messages, origins, _RENAMES)
 
 
 # -- the reply, as Anthropic shapes it --------------------------------------------

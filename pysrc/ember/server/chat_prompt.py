@@ -15,7 +15,7 @@ from ember.server.chat_output import ChatShaper
 from ember.server.errors import ApiError
 from ember.server.wire import ChatRequest
 
-__all__ = ["Origin", "chat_prompt", "chat_text", "field_error", "relocated"]
+__all__ = ["Origin", "chat_prompt", "chat_text", "field_error", "relocated", "translated_prompt"]
 
 
 @dataclass
@@ -85,6 +85,28 @@ def _framing(state: ServerState, render):
     if key not in state.framings:
         state.framings[key] = detect_framing(render)
     return state.framings[key]
+
+
+def translated_prompt(state: ServerState, chat: ChatRequest, messages: list[dict], origins: list[Origin],
+                      renames: list[tuple[re.Pattern, str]], after: list[int] | None = None
+                      ) -> tuple[list[int], ChatShaper, dict]:
+    """For a route whose API is not OpenAI's chat but becomes it: the
+    prompt's ids, the reply's shaper and the engine's options, with every
+    error put back in the route's terms (`relocated`). `after`, an earlier
+    reply's tokens (Ollama's context), comes first: the new turn follows it
+    without a BOS of its own."""
+    from ember.server import wire
+
+    try:
+        opts = wire.sampling_options(chat, state.model.n_vocab)
+        text, shaper = chat_text(state, chat, messages, opts)
+    except ApiError as e:
+        raise relocated(e, origins, renames) from None
+    if not after:
+        return state.model.chat_text_ids(text), shaper, opts
+    ids = state.model.tokenize(text, add_special=False, parse_special=True)
+    bos = state.model._native.bos_id
+    return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), shaper, opts
 
 
 def _schema_error(tools, e: Exception) -> ApiError:

@@ -31,7 +31,7 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, json_response, read_body, stream_error
 from ember.server.chat_output import ChatShaper, end_reason
-from ember.server.chat_prompt import Origin, chat_text, relocated
+from ember.server.chat_prompt import Origin, relocated, translated_prompt
 from ember.server.embedding_routes import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.errors import ApiError
 
@@ -200,33 +200,15 @@ _RENAMES = [
 ]
 
 
-def _options(state: ServerState, body: _Common, tools=None, tool_choice=None) -> tuple[wire.ChatRequest, dict]:
-    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
-    try:
-        return chat, wire.sampling_options(chat, state.model.n_vocab)
-    except ApiError as e:
-        raise relocated(e, [], _RENAMES) from None
-
-
 def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
             after: list[int] | None = None) -> tuple[list[int], ChatShaper, dict]:
     """The prompt's ids (after `after`, an earlier reply's context, when
     given), the reply's shaper and the engine's options."""
-    chat, opts = _options(state, body, tools, tool_choice)
+    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
     # Ollama's messages are the chat messages one for one: only a call's arguments sit elsewhere.
     origins = [Origin(f"messages[{i}]", calls=[f"messages[{i}].tool_calls[{k}]" for k in range(len(m.get("tool_calls", [])))],
                       args_field="function.arguments") for i, m in enumerate(messages)]
-    try:
-        text, shaper = chat_text(state, chat, messages, opts)
-    except ApiError as e:
-        raise relocated(e, origins, _RENAMES) from None
-    if after:
-        # The context already holds its BOS: the new turn's tokens follow it,
-        # without the one a template may write itself.
-        ids = state.model.tokenize(text, add_special=False, parse_special=True)
-        bos = state.model._native.bos_id
-        return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), shaper, opts
-    return state.model.chat_text_ids(text), shaper, opts
+    return translated_prompt(state, chat, messages, origins, _RENAMES, after)
 
 
 # -- replies --------------------------------------------------------------------------
@@ -359,7 +341,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, f"context: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
                        param="context")
     if body.raw:
-        _, opts = _options(state, body)
+        try:
+            opts = wire.sampling_options(wire.ChatRequest(**_sampling(body)), model.n_vocab)
+        except ApiError as e:
+            raise relocated(e, [], _RENAMES) from None
         prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
                                                            parse_special=True)
         shaper = ChatShaper()

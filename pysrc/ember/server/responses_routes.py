@@ -27,7 +27,7 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.app import Generation, ServerState, json_response, read_body, stream_error, sse_send, sse_start
 from ember.server.chat_output import ChatShaper, end_reason
-from ember.server.chat_prompt import Origin, chat_prompt, relocated
+from ember.server.chat_prompt import Origin, translated_prompt
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
@@ -301,12 +301,7 @@ def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatS
     chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice,
                             parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
                             response_format=_response_format(req), reasoning_effort=effort, **req.sampling())
-    try:
-        opts = wire.sampling_options(chat, state.model.n_vocab)
-        prompt, shaper = chat_prompt(state, chat, messages, opts)
-    except ApiError as e:
-        raise relocated(e, origins, _RENAMES) from None
-    return prompt, shaper, opts
+    return translated_prompt(state, chat, messages, origins, _RENAMES)
 
 
 # -- the reply ----------------------------------------------------------------------
