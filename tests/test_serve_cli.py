@@ -173,8 +173,10 @@ def test_defaults_and_start_lines(smollm2_path):
     assert opts.model == str(smollm2_path) and opts.api_keys == [] and not opts.metrics
     text = "\n".join(lines)
     for needle in ["model: ", "(from the command line)", "context: 8192 positions (the model's trained length",
-                   "slots: 1, up to 64 more waiting", "threads: ", "chat template: the model file's own"]:
+                   "slots: 1, up to 64 more waiting", "threads: ", "chat template: the model file's own",
+                   "APIs: OpenAI's (/v1/chat/completions", "Anthropic's (/v1/messages)", "Ollama's (/api/chat"]:
         assert needle in text, (needle, text)
+    assert "embeddings (" not in text
 
 
 def test_kv_bytes_per_position_from_the_header(smollm2_path):

@@ -423,6 +423,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         lines.append("metrics: at /metrics")
     if values["no-webui"]:
         lines.append("--no-webui: ember has no web page, so there is nothing to turn off")
+    embed = " and embeddings (/v1/embeddings, /embedding, /api/embed)" if values["embeddings"] else ""
+    lines.append("APIs: OpenAI's (/v1/chat/completions, /v1/completions, /v1/responses), Anthropic's "
+                 "(/v1/messages), llama-server's (/completion, /tokenize, /slots...) and Ollama's (/api/chat, "
+                 f"/api/generate...){embed}")
 
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
