@@ -290,9 +290,7 @@ def test_a_key_is_read_from_x_api_key(smollm2_path):
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
-    model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
-    thinking_model.build(model)
-    with ServerProcess(model) as s:
+    with thinking_model.serving(tmp_path_factory.mktemp("models")) as s:
         yield s
 
 

@@ -202,9 +202,7 @@ def test_the_client_reads_the_errors_and_unserved_routes_say_so(server, client):
 # -- thinking -------------------------------------------------------------------
 
 def test_a_thought_comes_back_in_thinking(tmp_path):
-    model = tmp_path / "tiny-qwen3-think.gguf"
-    thinking_model.build(model)
-    with ServerProcess(model) as s:
+    with thinking_model.serving(tmp_path) as s:
         body = {"messages": [{"role": "user", "content": "Why?"}], "grammar": STEERED, "stream": False,
                 "options": {**GREEDY, "num_predict": 40}}
         msg = json.loads(http(s.url + "/api/chat", body)[2])["message"]

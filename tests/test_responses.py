@@ -205,9 +205,7 @@ def test_the_official_client_reads_the_errors(client):
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
-    model = tmp_path_factory.mktemp("models") / "tiny-qwen3-think.gguf"
-    thinking_model.build(model)
-    with ServerProcess(model) as s:
+    with thinking_model.serving(tmp_path_factory.mktemp("models")) as s:
         yield s
 
 

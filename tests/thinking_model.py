@@ -8,7 +8,10 @@ test shows is the split, not the model."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+
+from server_process import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import make_tiny_models  # noqa: E402
@@ -31,3 +34,10 @@ def build(path: Path) -> Path:
     """Writes the thinking model to `path`."""
     make_tiny_models.build("qwen3", path, chat_template=QWEN3_TEMPLATE)
     return path
+
+
+@contextmanager
+def serving(directory: Path):
+    """A server of the thinking model, its file written into `directory`."""
+    with ServerProcess(build(directory / "tiny-qwen3-think.gguf")) as s:
+        yield s

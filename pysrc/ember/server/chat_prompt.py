@@ -13,7 +13,7 @@ from ember.errors import TemplateError
 from ember.server.app import ServerState
 from ember.server.chat_output import ChatShaper
 from ember.server.errors import ApiError
-from ember.server.wire import ChatRequest
+from ember.server.wire import ChatRequest, sampling_options
 
 __all__ = ["Origin", "chat_prompt", "chat_text", "field_error", "relocated", "translated_prompt"]
 
@@ -95,10 +95,8 @@ def translated_prompt(state: ServerState, chat: ChatRequest, messages: list[dict
     error put back in the route's terms (`relocated`). `after`, an earlier
     reply's tokens (Ollama's context), comes first: the new turn follows it
     without a BOS of its own."""
-    from ember.server import wire
-
     try:
-        opts = wire.sampling_options(chat, state.model.n_vocab)
+        opts = sampling_options(chat, state.model.n_vocab)
         text, shaper = chat_text(state, chat, messages, opts)
     except ApiError as e:
         raise relocated(e, origins, renames) from None

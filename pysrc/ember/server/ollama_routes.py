@@ -206,8 +206,9 @@ def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None,
     given), the reply's shaper and the engine's options."""
     chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
     # Ollama's messages are the chat messages one for one: only a call's arguments sit elsewhere.
-    origins = [Origin(f"messages[{i}]", calls=[f"messages[{i}].tool_calls[{k}]" for k in range(len(m.get("tool_calls", [])))],
-                      args_field="function.arguments") for i, m in enumerate(messages)]
+    origins = [Origin(f"messages[{i}]", args_field="function.arguments",
+                      calls=[f"messages[{i}].tool_calls[{k}]" for k in range(len(m.get("tool_calls", [])))])
+               for i, m in enumerate(messages)]
     return translated_prompt(state, chat, messages, origins, _RENAMES, after)
 
 

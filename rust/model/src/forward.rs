@@ -221,11 +221,10 @@ impl Model {
         for (i, chunk) in tokens.chunks(step).enumerate() {
             let last = i + 1 == n_chunks;
             let w = match want {
-                Logits::All => Logits::All,
+                Logits::All | Logits::Hidden => want,
                 Logits::Last if last => Logits::Last,
                 _ => Logits::None,
             };
-            let w = if want == Logits::Hidden { Logits::Hidden } else { w };
             let out = self.forward(s, chunk, w)?;
             if matches!(w, Logits::All | Logits::Hidden) {
                 all.extend_from_slice(out);
@@ -405,10 +404,9 @@ impl Model {
         }
         let n = n_out;
         if n > 0 && seqs.iter().any(|q| q.want == Logits::Hidden) {
-            // Checked by the callers: a pass of this one sequence.
-            norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
-            sc.logits.clear();
-            sc.logits.extend_from_slice(&sc.h[..n * e]);
+            // The normed rows are the answer (checked by the callers: a pass of this one sequence).
+            sc.logits.resize(n * e, 0.0);
+            norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.logits, e, n);
         } else if n > 0 {
             norm_rows(pool, &sc.x, &w.output_norm, c.rms_eps, &mut sc.h, e, n);
             let out = w.output();
