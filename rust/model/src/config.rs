@@ -1,7 +1,11 @@
-//! Hyperparameters read from the GGUF metadata, and the handful of named ways
-//! in which one family's forward pass differs from another's.
+//! Hyperparameters read from the GGUF metadata, the handful of named ways in
+//! which one family's forward pass differs from another's, and the table of
+//! per-layer shapes (head counts and widths, window, rope, cache, feed-forward)
+//! that a file may vary from layer to layer.
 //!
 //! Adding a family means filling in a [`FamilyOptions`], not copying a model.
+//! Facts follow llama.cpp's loader for each family (`src/models/<family>.cpp`,
+//! `src/llama-model.cpp`, `src/llama-hparams.cpp`).
 
 use ember_gguf::GgufHeader;
 
@@ -12,25 +16,32 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
     Gemma3,
+    Gemma4,
 }
 
 impl Arch {
+    pub const ALL: [Arch; 6] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::Gemma3,
+        Arch::Gemma4,
+    ];
+
     pub fn parse(name: &str) -> Option<Arch> {
-        Some(match name {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" => Arch::Gemma3,
-            _ => return None,
-        })
+        Arch::ALL.into_iter().find(|a| a.name() == name)
     }
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
         }
     }
 }
@@ -51,21 +62,52 @@ pub enum FfnActivation {
     GeluTanh,
 }
 
+/// What a mixture's router reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterInput {
+    /// The feed-forward block's normed input (qwen3moe, llama's mixtures).
+    FfnInput,
+    /// The block's un-normed input, RMS-normed without a weight, scaled by
+    /// 1/sqrt(n_embd) and by the router's own scale vector (gemma4).
+    ScaledResidual,
+}
+
+/// Which sliding-window layout a family reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowLayout {
+    None,
+    /// Every `n`th layer attends globally, the others use the window (gemma3: 6).
+    Period(usize),
+    /// `attention.sliding_window_pattern`, one bool per layer (gemma4).
+    PatternArray,
+}
+
 /// The places where families differ. Everything else is shared.
 #[derive(Clone, Debug)]
 pub struct FamilyOptions {
     pub rope: RopeStyle,
     pub activation: FfnActivation,
-    /// Per-head RMS norm of q and k before rope (qwen3, gemma3).
+    /// Per-head RMS norm of q and k before rope (qwen3, gemma).
     pub qk_norm: bool,
     /// RMS norms after the attention and FFN blocks, before the residual add (gemma).
     pub post_norms: bool,
     /// Embeddings multiplied by sqrt(n_embd) (gemma).
     pub embed_scale: bool,
-    /// Every `n`th layer attends globally; the others use the sliding window (gemma3: 6).
-    pub swa_period: Option<usize>,
-    /// Rope base of the sliding-window layers when it differs from the global one.
+    pub windows: WindowLayout,
+    /// Rope base of the sliding-window layers when the file does not give
+    /// `rope.freq_base_swa` (gemma3 and gemma4: llama.cpp's default 10000).
     pub swa_rope_base: Option<f32>,
+    /// Values RMS-normed per head without a weight, and taken from the keys
+    /// (before the key norm) in layers without `attn_v` (gemma4).
+    pub value_norm: bool,
+    /// Final logits capped as `cap * tanh(logits / cap)`; the cap when the
+    /// file does not say (gemma4: 30).
+    pub logit_softcap: Option<f32>,
+    pub router: RouterInput,
+    /// The last `attention.shared_kv_layers` layers read an earlier layer's cache (gemma4).
+    pub shared_kv: bool,
+    /// Query scale fixed by the family instead of 1/sqrt(head width) (gemma4: 1).
+    pub attn_scale: Option<f32>,
 }
 
 impl FamilyOptions {
@@ -76,26 +118,156 @@ impl FamilyOptions {
             qk_norm: false,
             post_norms: false,
             embed_scale: false,
-            swa_period: None,
+            windows: WindowLayout::None,
             swa_rope_base: None,
+            value_norm: false,
+            logit_softcap: None,
+            router: RouterInput::FfnInput,
+            shared_kv: false,
+            attn_scale: None,
         };
         match arch {
-            Arch::Llama => FamilyOptions { rope: RopeStyle::Adjacent, ..base },
+            Arch::Llama => FamilyOptions {
+                rope: RopeStyle::Adjacent,
+                ..base
+            },
             Arch::Qwen2 => base,
-            Arch::Qwen3 => FamilyOptions { qk_norm: true, ..base },
+            Arch::Qwen3 | Arch::Qwen3Moe => FamilyOptions {
+                qk_norm: true,
+                ..base
+            },
             Arch::Gemma3 => FamilyOptions {
                 activation: FfnActivation::GeluTanh,
                 qk_norm: true,
                 post_norms: true,
                 embed_scale: true,
-                swa_period: Some(6),
+                windows: WindowLayout::Period(6),
                 // Gemma 3 trains its local layers with base 10000; the file
                 // stores only the global base, so llama.cpp fixes this one too.
                 swa_rope_base: Some(10_000.0),
                 ..base
             },
+            Arch::Gemma4 => FamilyOptions {
+                activation: FfnActivation::GeluTanh,
+                qk_norm: true,
+                post_norms: true,
+                embed_scale: true,
+                windows: WindowLayout::PatternArray,
+                swa_rope_base: Some(10_000.0),
+                value_norm: true,
+                logit_softcap: Some(30.0),
+                router: RouterInput::ScaledResidual,
+                shared_kv: true,
+                attn_scale: Some(1.0),
+                ..base
+            },
         }
     }
+}
+
+/// One rope variant: the layers that share it share a table of angles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeConfig {
+    pub base: f32,
+    /// Position scale (1 / linear scaling factor).
+    pub freq_scale: f32,
+    /// Dimensions of a head that rope rotates.
+    pub n_rot: usize,
+    /// Divisors of each pair's frequency from `rope_freqs.weight` (Llama 3.1's
+    /// llama3 scaling, Gemma 4's proportional rope).
+    pub freq_factors: bool,
+}
+
+/// Where a layer's keys and values live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSource {
+    /// The layer writes its own keys and values, at this layer of the cache.
+    Own(usize),
+    /// The layer writes none and reads those of an earlier layer's cache layer.
+    Shared(usize),
+}
+
+impl KvSource {
+    pub fn cache_layer(self) -> usize {
+        match self {
+            KvSource::Own(i) | KvSource::Shared(i) => i,
+        }
+    }
+}
+
+/// A layer's feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnShape {
+    /// One gated feed-forward of `n_ff` rows.
+    Dense { n_ff: usize },
+    /// A mixture of experts, each `n_ff_exp` wide.
+    Experts { n_ff_exp: usize },
+    /// A dense feed-forward beside a mixture, their outputs added (gemma4's shared expert).
+    DenseAndExperts { n_ff: usize, n_ff_exp: usize },
+}
+
+impl FfnShape {
+    pub fn n_ff(self) -> usize {
+        match self {
+            FfnShape::Dense { n_ff } | FfnShape::DenseAndExperts { n_ff, .. } => n_ff,
+            FfnShape::Experts { .. } => 0,
+        }
+    }
+    pub fn n_ff_exp(self) -> usize {
+        match self {
+            FfnShape::Experts { n_ff_exp } | FfnShape::DenseAndExperts { n_ff_exp, .. } => n_ff_exp,
+            FfnShape::Dense { .. } => 0,
+        }
+    }
+    pub fn has_experts(self) -> bool {
+        !matches!(self, FfnShape::Dense { .. })
+    }
+}
+
+/// The shape of one layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerConfig {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    /// Keys visible to a query: the last `window` positions, or all.
+    pub window: Option<usize>,
+    /// Index into [`Config::ropes`].
+    pub rope: usize,
+    pub kv: KvSource,
+    pub ffn: FfnShape,
+    pub attn_scale: f32,
+}
+
+impl LayerConfig {
+    pub fn q_width(&self) -> usize {
+        self.n_head * self.head_dim_k
+    }
+    pub fn k_width(&self) -> usize {
+        self.n_head_kv * self.head_dim_k
+    }
+    pub fn v_width(&self) -> usize {
+        self.n_head_kv * self.head_dim_v
+    }
+    pub fn att_width(&self) -> usize {
+        self.n_head * self.head_dim_v
+    }
+    pub fn is_swa(&self) -> bool {
+        self.window.is_some()
+    }
+}
+
+/// How a mixture picks and weighs its experts (softmax over the router's
+/// logits, the top `n_used`, as llama.cpp's `build_moe_ffn`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// The chosen experts' weights divided by their sum.
+    pub norm_weights: bool,
+    /// Every weight multiplied by this (1 when the file gives none).
+    pub weights_scale: f32,
 }
 
 /// Hyperparameters of a model.
@@ -106,144 +278,426 @@ pub struct Config {
     pub n_vocab: usize,
     pub n_embd: usize,
     pub n_layer: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub head_dim_k: usize,
-    pub head_dim_v: usize,
-    pub n_ff: usize,
+    pub layers: Vec<LayerConfig>,
+    /// Layers that hold a cache of their own (the first ones).
+    pub n_layer_kv: usize,
+    pub ropes: Vec<RopeConfig>,
     /// Context length the model was trained for.
     pub n_ctx_train: usize,
     pub rms_eps: f32,
-    pub rope_base: f32,
-    /// Position scale of the global layers (1 / linear scaling factor).
-    pub rope_freq_scale: f32,
-    /// Dimensions of a head that rope rotates.
-    pub n_rot: usize,
     pub sliding_window: Option<usize>,
-    pub attn_scale: f32,
+    pub moe: Option<MoeConfig>,
+    /// Width of each layer's slice of the per-layer token embeddings (gemma4's
+    /// E models), 0 without them.
+    pub n_embd_per_layer: usize,
+    pub logit_softcap: Option<f32>,
     pub opts: FamilyOptions,
 }
 
 impl Config {
     pub fn from_gguf(h: &GgufHeader) -> Result<Config> {
         let arch_name = h.architecture()?;
-        let arch = Arch::parse(arch_name).ok_or_else(|| ModelError::UnsupportedArchitecture(arch_name.to_string()))?;
+        let arch = Arch::parse(arch_name)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(arch_name.to_string()))?;
         let opts = FamilyOptions::of(arch);
         let key = |k: &str| format!("{arch_name}.{k}");
+        let bad = |k: &str, problem: String| ModelError::BadMetadata {
+            key: key(k),
+            problem,
+        };
         let req = |k: &str| -> Result<usize> {
-            let full = key(k);
-            match h.get_u64_opt(&full)? {
+            match h.get_u64_opt(&key(k))? {
                 Some(v) if v > 0 && v < (1 << 31) => Ok(v as usize),
-                Some(v) => Err(ModelError::BadMetadata { key: full, problem: format!("{v} is out of range") }),
-                None => Err(ModelError::BadMetadata { key: full, problem: "missing".into() }),
+                Some(v) => Err(bad(k, format!("{v} is out of range"))),
+                None => Err(bad(k, "missing".into())),
             }
         };
-        let opt = |k: &str| -> Result<Option<usize>> { Ok(h.get_u64_opt(&key(k))?.map(|v| v as usize)) };
+        let opt = |k: &str| -> Result<Option<usize>> {
+            match h.get_u64_opt(&key(k))? {
+                Some(v) if v >= (1 << 31) => Err(bad(k, format!("{v} is out of range"))),
+                v => Ok(v.map(|v| v as usize)),
+            }
+        };
         let n_embd = req("embedding_length")?;
         let n_layer = req("block_count")?;
         if n_layer > 1024 {
-            return Err(ModelError::BadMetadata { key: key("block_count"), problem: format!("{n_layer} layers") });
+            return Err(bad("block_count", format!("{n_layer} layers")));
         }
-        let n_head = per_layer_scalar(h, &key("attention.head_count"))?;
-        let n_head_kv = match h.get(&key("attention.head_count_kv")) {
-            None => n_head,
-            Some(_) => per_layer_scalar(h, &key("attention.head_count_kv"))?,
-        };
-        if n_head % n_head_kv != 0 {
-            return Err(ModelError::BadMetadata {
-                key: key("attention.head_count_kv"),
-                problem: format!("{n_head} query heads are not a multiple of {n_head_kv} key/value heads"),
-            });
+        let n_head = per_layer(h, &key("attention.head_count"), n_layer, None)?;
+        let n_head_kv = per_layer(h, &key("attention.head_count_kv"), n_layer, Some(&n_head))?;
+        for (il, (&q, &kv)) in n_head.iter().zip(&n_head_kv).enumerate() {
+            if q == 0 || kv == 0 || q % kv != 0 {
+                return Err(bad(
+                    "attention.head_count_kv",
+                    format!(
+                        "layer {il}: {q} query heads are not a multiple of {kv} key/value heads"
+                    ),
+                ));
+            }
         }
-        let head_dim_k = opt("attention.key_length")?.unwrap_or(n_embd / n_head);
-        let head_dim_v = opt("attention.value_length")?.unwrap_or(n_embd / n_head);
-        let n_ff = per_layer_scalar(h, &key("feed_forward_length"))?;
+        // Head widths and rotated dimensions of full layers, and of
+        // sliding-window layers where the file says they differ.
+        let head_dim_k = opt("attention.key_length")?.unwrap_or(n_embd / n_head[0]);
+        let head_dim_v = opt("attention.value_length")?.unwrap_or(n_embd / n_head[0]);
+        let head_dim_k_swa = opt("attention.key_length_swa")?.unwrap_or(head_dim_k);
+        let head_dim_v_swa = opt("attention.value_length_swa")?.unwrap_or(head_dim_v);
         let n_rot = opt("rope.dimension_count")?.unwrap_or(head_dim_k);
-        if n_rot > head_dim_k || n_rot % 2 != 0 {
-            return Err(ModelError::BadMetadata { key: key("rope.dimension_count"), problem: format!("{n_rot} for heads of {head_dim_k}") });
-        }
-        let rms_eps = h.get_f64_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32;
+        let n_rot_swa = opt("rope.dimension_count_swa")?.unwrap_or(n_rot);
+        let rms_eps = h
+            .get_f64_opt(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-5) as f32;
         let rope_base = h.get_f64_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32;
-        let rope_freq_scale = match (h.get_str_opt(&key("rope.scaling.type"))?, h.get_f64_opt(&key("rope.scaling.factor"))?) {
+        let rope_freq_scale = match (
+            h.get_str_opt(&key("rope.scaling.type"))?,
+            h.get_f64_opt(&key("rope.scaling.factor"))?,
+        ) {
             (None | Some("none"), _) | (_, None) => 1.0,
             (Some("linear"), Some(f)) if f > 0.0 => (1.0 / f) as f32,
             (Some(other), _) => {
-                return Err(ModelError::BadMetadata { key: key("rope.scaling.type"), problem: format!("{other:?} scaling is not supported") })
+                return Err(bad(
+                    "rope.scaling.type",
+                    format!("{other:?} scaling is not supported"),
+                ))
             }
         };
+        let swa_rope_base = match h.get_f64_opt(&key("rope.freq_base_swa"))? {
+            Some(b) => Some(b as f32),
+            None => opts.swa_rope_base,
+        };
+        for (k, v) in [
+            ("rope.freq_base", rope_base),
+            ("attention.layer_norm_rms_epsilon", rms_eps),
+        ]
+        .into_iter()
+        .chain(swa_rope_base.map(|b| ("rope.freq_base_swa", b)))
+        {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(bad(k, format!("{v} is not a positive number")));
+            }
+        }
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
-        let sliding_window = if opts.swa_period.is_some() { Some(req("attention.sliding_window")?) } else { None };
-        // Gemma 3 27B alone scales queries by its hidden size per head instead of the head width.
-        let attn_scale = if arch == Arch::Gemma3 && n_layer == 62 {
-            1.0 / ((n_embd / n_head) as f32).sqrt()
+
+        // Which layers use the sliding window.
+        let is_swa: Vec<bool> = match opts.windows {
+            WindowLayout::None => vec![false; n_layer],
+            WindowLayout::Period(p) => (0..n_layer).map(|il| il % p < p - 1).collect(),
+            WindowLayout::PatternArray => {
+                let k = "attention.sliding_window_pattern";
+                let items = h
+                    .get(&key(k))
+                    .and_then(|v| v.as_array())
+                    .ok_or_else(|| bad(k, "missing or not an array".into()))?;
+                if items.len() != n_layer {
+                    return Err(bad(
+                        k,
+                        format!("{} entries for {n_layer} layers", items.len()),
+                    ));
+                }
+                items
+                    .iter()
+                    .map(|v| v.as_bool().ok_or_else(|| bad(k, "not booleans".into())))
+                    .collect::<Result<_>>()?
+            }
+        };
+        let sliding_window = if is_swa.iter().any(|&s| s) {
+            Some(req("attention.sliding_window")?)
         } else {
-            1.0 / (head_dim_k as f32).sqrt()
+            None
+        };
+
+        // Rope variants: full layers, then sliding-window layers when they differ.
+        let freq_factors = h.tensor("rope_freqs.weight").is_some();
+        let full_rope = RopeConfig {
+            base: rope_base,
+            freq_scale: rope_freq_scale,
+            n_rot,
+            freq_factors,
+        };
+        let mut ropes = vec![full_rope.clone()];
+        let swa_rope = RopeConfig {
+            base: swa_rope_base.unwrap_or(rope_base),
+            freq_scale: if swa_rope_base.is_some() {
+                1.0
+            } else {
+                rope_freq_scale
+            },
+            n_rot: n_rot_swa,
+            // Only full layers read the factors (gemma4's proportional rope); a
+            // family with one kind of layer applies them to all.
+            freq_factors: freq_factors && arch != Arch::Gemma4,
+        };
+        let swa_rope_index = if swa_rope == full_rope {
+            0
+        } else {
+            ropes.push(swa_rope);
+            1
+        };
+
+        // Layers whose cache is shared: the last `shared_kv_layers` read the
+        // last earlier layer of their own kind (sliding or full) that has a
+        // cache, as llama.cpp's gemma3n/gemma4 `reuse` does.
+        let n_shared = if opts.shared_kv {
+            opt("attention.shared_kv_layers")?.unwrap_or(0)
+        } else {
+            0
+        };
+        if n_shared >= n_layer {
+            return Err(bad(
+                "attention.shared_kv_layers",
+                format!("{n_shared} of {n_layer} layers"),
+            ));
+        }
+        let n_layer_kv = n_layer - n_shared;
+
+        // Feed-forward shapes: dense, experts, or both.
+        let n_expert = opt("expert_count")?.unwrap_or(0);
+        let moe = if n_expert > 0 {
+            let n_used = opt("expert_used_count")?.unwrap_or(0);
+            if n_used == 0 || n_used > n_expert {
+                return Err(bad(
+                    "expert_used_count",
+                    format!("{n_used} of {n_expert} experts"),
+                ));
+            }
+            for k in ["expert_group_count", "expert_shared_count"] {
+                if opt(k)?.unwrap_or(0) > (k == "expert_group_count") as usize {
+                    return Err(bad(
+                        k,
+                        "expert groups and shared experts by count are not supported".into(),
+                    ));
+                }
+            }
+            if let Some(g) = opt("expert_gating_func")? {
+                // LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX is 1.
+                if g != 1 {
+                    return Err(bad(
+                        "expert_gating_func",
+                        format!("gating function {g} is not supported (softmax is)"),
+                    ));
+                }
+            }
+            // llama and qwen3moe ask build_moe_ffn to normalise the chosen
+            // weights always; gemma4 too. Their scale is read only by
+            // families that read it (none of these: llama.cpp leaves it at 0).
+            Some(MoeConfig {
+                n_expert,
+                n_used,
+                norm_weights: true,
+                weights_scale: 1.0,
+            })
+        } else {
+            None
+        };
+        let n_ff = match h.get(&key("feed_forward_length")) {
+            Some(_) => per_layer(h, &key("feed_forward_length"), n_layer, None)?,
+            None if moe.is_some() => vec![0; n_layer],
+            None => return Err(bad("feed_forward_length", "missing".into())),
+        };
+        let n_ff_exp = match h.get(&key("expert_feed_forward_length")) {
+            Some(_) => per_layer(h, &key("expert_feed_forward_length"), n_layer, None)?,
+            None => vec![0; n_layer],
+        };
+
+        let mut layers = Vec::with_capacity(n_layer);
+        for il in 0..n_layer {
+            let swa = is_swa[il];
+            let (hk, hv, rot) = if swa {
+                (head_dim_k_swa, head_dim_v_swa, n_rot_swa)
+            } else {
+                (head_dim_k, head_dim_v, n_rot)
+            };
+            if rot > hk || rot % 2 != 0 {
+                return Err(bad(
+                    "rope.dimension_count",
+                    format!("{rot} for heads of {hk} (layer {il})"),
+                ));
+            }
+            let kv = if il < n_layer_kv {
+                KvSource::Own(il)
+            } else {
+                let src = (0..n_layer_kv).rev().find(|&j| is_swa[j] == swa).ok_or_else(|| {
+                    bad("attention.shared_kv_layers", format!("layer {il} shares a cache, but no earlier layer of its kind has one"))
+                })?;
+                KvSource::Shared(src)
+            };
+            let ffn = match (&moe, arch) {
+                (None, _) => FfnShape::Dense {
+                    n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
+                },
+                // gemma4: a layer with a router has experts beside its dense block.
+                (Some(m), Arch::Gemma4)
+                    if h.tensor(&format!("blk.{il}.ffn_gate_inp.weight")).is_some() =>
+                {
+                    FfnShape::DenseAndExperts {
+                        n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
+                        n_ff_exp: expert_width(n_ff_exp[il], 0, m)?,
+                    }
+                }
+                (Some(_), Arch::Gemma4) => FfnShape::Dense {
+                    n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
+                },
+                // Experts are expert_feed_forward_length wide; files without it
+                // split feed_forward_length among the used experts (llama.cpp).
+                (Some(m), _) => FfnShape::Experts {
+                    n_ff_exp: expert_width(n_ff_exp[il], n_ff[il], m)?,
+                },
+            };
+            let attn_scale = match opts.attn_scale {
+                Some(s) => s,
+                // Gemma 3 27B alone scales queries by its hidden size per head instead of the head width.
+                None if arch == Arch::Gemma3 && n_layer == 62 => {
+                    1.0 / ((n_embd / n_head[il]) as f32).sqrt()
+                }
+                None => 1.0 / (hk as f32).sqrt(),
+            };
+            layers.push(LayerConfig {
+                n_head: n_head[il],
+                n_head_kv: n_head_kv[il],
+                head_dim_k: hk,
+                head_dim_v: hv,
+                window: if swa { sliding_window } else { None },
+                rope: if swa { swa_rope_index } else { 0 },
+                kv,
+                ffn,
+                attn_scale,
+            });
+        }
+        let n_embd_per_layer = if arch == Arch::Gemma4 {
+            opt("embedding_length_per_layer_input")?.unwrap_or(0)
+        } else {
+            0
+        };
+        let logit_softcap = match h.get_f64_opt(&key("final_logit_softcapping"))? {
+            Some(c) if c > 0.0 && c.is_finite() => Some(c as f32),
+            Some(c) if opts.logit_softcap.is_some() => {
+                return Err(bad(
+                    "final_logit_softcapping",
+                    format!("{c} is not a positive number"),
+                ))
+            }
+            _ => opts.logit_softcap,
         };
         let n_vocab = match h.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
             Some(a) => a.len(),
             None => req("vocab_size")?,
         };
         let name = h.get_str_opt("general.name")?.unwrap_or("").to_string();
-        for (k, v) in [("rope.freq_base", rope_base), ("attention.layer_norm_rms_epsilon", rms_eps)] {
-            if !v.is_finite() || v <= 0.0 {
-                return Err(ModelError::BadMetadata { key: key(k), problem: format!("{v} is not a positive number") });
-            }
-        }
         Ok(Config {
             arch,
             name,
             n_vocab,
             n_embd,
             n_layer,
-            n_head,
-            n_head_kv,
-            head_dim_k,
-            head_dim_v,
-            n_ff,
+            layers,
+            n_layer_kv,
+            ropes,
             n_ctx_train,
             rms_eps,
-            rope_base,
-            rope_freq_scale,
-            n_rot,
             sliding_window,
-            attn_scale,
+            moe,
+            n_embd_per_layer,
+            logit_softcap,
             opts,
         })
     }
 
-    /// Whether layer `il` uses the sliding window.
-    pub fn is_swa_layer(&self, il: usize) -> bool {
-        match (self.opts.swa_period, self.sliding_window) {
-            (Some(p), Some(_)) => il % p < p - 1,
-            _ => false,
+    /// The widest of each per-layer width, which sizes a pass's scratch.
+    pub fn max_widths(&self) -> MaxWidths {
+        let mut m = MaxWidths::default();
+        for l in &self.layers {
+            m.q = m.q.max(l.q_width());
+            m.k = m.k.max(l.k_width());
+            m.v = m.v.max(l.v_width());
+            m.att = m.att.max(l.att_width());
+            m.ff = m.ff.max(l.ffn.n_ff());
+            m.ff_exp = m.ff_exp.max(l.ffn.n_ff_exp());
         }
+        m.half_rot = self.ropes.iter().map(|r| r.n_rot / 2).max().unwrap_or(0);
+        m
     }
 
-    /// Rope base and position scale of layer `il`.
-    pub fn rope_of(&self, il: usize) -> (f32, f32) {
-        match self.opts.swa_rope_base {
-            Some(b) if self.is_swa_layer(il) => (b, 1.0),
-            _ => (self.rope_base, self.rope_freq_scale),
-        }
+    /// Whether layer `il` uses the sliding window.
+    pub fn is_swa_layer(&self, il: usize) -> bool {
+        self.layers[il].is_swa()
+    }
+
+    /// f16 key and value bytes one position costs across the layers that hold a cache.
+    pub fn kv_bytes_per_position(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| matches!(l.kv, KvSource::Own(_)))
+            .map(|l| 2 * (l.k_width() + l.v_width()))
+            .sum()
     }
 }
 
-/// A hyperparameter that some files store per layer: ember needs one value for all.
-fn per_layer_scalar(h: &GgufHeader, key: &str) -> Result<usize> {
-    let bad = |problem: String| ModelError::BadMetadata { key: key.to_string(), problem };
-    let v = h.get(key).ok_or_else(|| bad("missing".into()))?;
-    let n = match v.as_array() {
-        Some(items) => {
-            let first = items.first().and_then(|x| x.as_u64()).ok_or_else(|| bad("empty or not integers".into()))?;
-            if items.iter().any(|x| x.as_u64() != Some(first)) {
-                return Err(bad("differs between layers, which ember does not support".into()));
-            }
-            first
-        }
-        None => v.as_u64().ok_or_else(|| bad(format!("is {}, expected an integer", v.type_name())))?,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MaxWidths {
+    pub q: usize,
+    pub k: usize,
+    pub v: usize,
+    pub att: usize,
+    pub ff: usize,
+    pub ff_exp: usize,
+    pub half_rot: usize,
+}
+
+fn nonzero(n: usize, what: &str, il: usize) -> Result<usize> {
+    if n == 0 {
+        return Err(ModelError::BadMetadata {
+            key: what.to_string(),
+            problem: format!("0 for layer {il}"),
+        });
+    }
+    Ok(n)
+}
+
+fn expert_width(n_ff_exp: usize, n_ff: usize, m: &MoeConfig) -> Result<usize> {
+    match (n_ff_exp, n_ff / m.n_used) {
+        (0, 0) => Err(ModelError::BadMetadata {
+            key: "expert_feed_forward_length".into(),
+            problem: "missing".into(),
+        }),
+        (0, w) => Ok(w),
+        (w, _) => Ok(w),
+    }
+}
+
+/// A hyperparameter that files store as one value or one per layer.
+/// Without the key, `default` (when given) stands in.
+fn per_layer(
+    h: &GgufHeader,
+    key: &str,
+    n_layer: usize,
+    default: Option<&[usize]>,
+) -> Result<Vec<usize>> {
+    let bad = |problem: String| ModelError::BadMetadata {
+        key: key.to_string(),
+        problem,
     };
-    if n == 0 || n >= 1 << 24 {
+    let Some(v) = h.get(key) else {
+        return default
+            .map(|d| d.to_vec())
+            .ok_or_else(|| bad("missing".into()));
+    };
+    let values: Vec<u64> = match v.as_array() {
+        Some(items) => {
+            if items.len() != n_layer {
+                return Err(bad(format!("{} entries for {n_layer} layers", items.len())));
+            }
+            items
+                .iter()
+                .map(|x| x.as_u64().ok_or_else(|| bad("not integers".into())))
+                .collect::<Result<_>>()?
+        }
+        None => vec![
+            v.as_u64()
+                .ok_or_else(|| bad(format!("is {}, expected an integer", v.type_name())))?;
+            n_layer
+        ],
+    };
+    if let Some(n) = values.iter().find(|&&n| n >= 1 << 24) {
         return Err(bad(format!("{n} is out of range")));
     }
-    Ok(n as usize)
+    Ok(values.into_iter().map(|n| n as usize).collect())
 }

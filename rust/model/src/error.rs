@@ -6,8 +6,13 @@ pub enum ModelError {
     Gguf(#[from] ember_gguf::GgufError),
     #[error(transparent)]
     Tokenizer(#[from] ember_tokenizer::TokenizerError),
-    #[error("architecture {0:?} is not supported (ember runs llama, qwen2, qwen3 and gemma3)")]
+    #[error("architecture {0:?} is not supported (ember runs llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4)")]
     UnsupportedArchitecture(String),
+    #[error("{arch}: the file holds tensors its forward pass does not read: {}", names.join(", "))]
+    UnreadTensors {
+        arch: &'static str,
+        names: Vec<String>,
+    },
     #[error("metadata {key}: {problem}")]
     BadMetadata { key: String, problem: String },
     #[error("tensor {name}: {problem}")]

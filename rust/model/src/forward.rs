@@ -9,11 +9,12 @@
 use ember_kv::{KvCache, KvType, LayerShape};
 
 use crate::attention::{attention_many, AttnPart, AttnShape};
-use crate::config::{Config, FfnActivation};
+use crate::config::{Config, FfnActivation, KvSource, MoeConfig};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_many, Acts, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
+use crate::weights::{DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
 use crate::Model;
 
 /// Which positions of a pass need logits.
@@ -34,15 +35,21 @@ struct Scratch {
     cap: usize,
     x: Vec<f32>,    // [t, n_embd] residual stream
     h: Vec<f32>,    // [t, n_embd] normed input of a block
-    q: Vec<f32>,    // [t, n_head * head_dim_k]
-    k: Vec<f32>,    // [t, n_head_kv * head_dim_k]
-    v: Vec<f32>,    // [t, n_head_kv * head_dim_v]
-    att: Vec<f32>,  // [t, n_head * head_dim_v]
+    q: Vec<f32>,    // [t, widest q of a layer]
+    k: Vec<f32>,    // [t, widest k]
+    v: Vec<f32>,    // [t, widest v]
+    att: Vec<f32>,  // [t, widest attention output]
     o: Vec<f32>,    // [t, n_embd] block output
-    gate: Vec<f32>, // [t, n_ff]
-    cos: Vec<f32>,  // [t, n_rot / 2], one table per rope variant: global then windowed
+    o2: Vec<f32>,   // [t, n_embd] a mixture's router input, then its output, beside a dense block
+    gate: Vec<f32>, // [t, widest n_ff]
+    cos: Vec<f32>,  // [rope variants, t, widest n_rot / 2]
     sin: Vec<f32>,
+    /// Per-layer inputs (gemma4's E models): [t, n_layer * n_embd_per_layer],
+    /// and the table rows of the pass's tokens they start from.
+    per_layer: Vec<f32>,
+    per_layer_tok: Vec<f32>,
     acts: Acts,
+    moe: MoeScratch,
     /// Position and token of each row of the pass.
     pos: Vec<usize>,
     ids: Vec<u32>,
@@ -56,18 +63,23 @@ impl Scratch {
         if t <= self.cap {
             return;
         }
-        let half = c.n_rot / 2;
-        let sizes: [(&mut Vec<f32>, usize); 10] = [
+        let m = c.max_widths();
+        let n_ropes = c.ropes.len();
+        let per_layer = c.n_layer * c.n_embd_per_layer;
+        let sizes: [(&mut Vec<f32>, usize); 13] = [
             (&mut self.x, c.n_embd),
-            (&mut self.h, c.n_embd),
-            (&mut self.q, c.n_head * c.head_dim_k),
-            (&mut self.k, c.n_head_kv * c.head_dim_k),
-            (&mut self.v, c.n_head_kv * c.head_dim_v),
-            (&mut self.att, c.n_head * c.head_dim_v),
+            (&mut self.h, c.n_embd.max(c.n_embd_per_layer)),
+            (&mut self.q, m.q),
+            (&mut self.k, m.k),
+            (&mut self.v, m.v),
+            (&mut self.att, m.att),
             (&mut self.o, c.n_embd),
-            (&mut self.gate, c.n_ff),
-            (&mut self.cos, 2 * half),
-            (&mut self.sin, 2 * half),
+            (&mut self.o2, if c.moe.is_some() { c.n_embd } else { 0 }),
+            (&mut self.gate, m.ff.max(c.n_embd_per_layer)),
+            (&mut self.cos, n_ropes * m.half_rot),
+            (&mut self.sin, n_ropes * m.half_rot),
+            (&mut self.per_layer, per_layer),
+            (&mut self.per_layer_tok, per_layer),
         ];
         for (buf, width) in sizes {
             buf.resize(t * width, 0.0);
@@ -131,15 +143,15 @@ impl Model {
     /// each head as whole blocks of 32 elements.
     pub fn check_kv_type(&self, kv: KvType) -> Result<()> {
         let c = &self.config;
-        if kv.holds_heads_of(c.head_dim_k) && kv.holds_heads_of(c.head_dim_v) {
-            return Ok(());
+        match c.layers.iter().find(|l| !kv.holds_heads_of(l.head_dim_k) || !kv.holds_heads_of(l.head_dim_v)) {
+            None => Ok(()),
+            Some(l) => Err(ModelError::Invalid(format!(
+                "a {} KV cache stores heads of whole blocks of 32 elements; this model's heads have {} (keys) and {} (values)",
+                kv.name(),
+                l.head_dim_k,
+                l.head_dim_v
+            ))),
         }
-        Err(ModelError::Invalid(format!(
-            "a {} KV cache stores heads of whole blocks of 32 elements; this model's heads have {} (keys) and {} (values)",
-            kv.name(),
-            c.head_dim_k,
-            c.head_dim_v
-        )))
     }
 
     /// A sequence of up to `n_ctx` positions, fed at most `max_batch` tokens per pass.
@@ -151,22 +163,45 @@ impl Model {
             panic!("{e}");
         }
         let c = &self.config;
-        let shapes: Vec<LayerShape> = (0..c.n_layer)
-            .map(|il| LayerShape {
-                k_width: c.n_head_kv * c.head_dim_k,
-                v_width: c.n_head_kv * c.head_dim_v,
-                window: if c.is_swa_layer(il) { c.sliding_window } else { None },
+        // Layers that read an earlier layer's keys and values store none.
+        let shapes: Vec<LayerShape> = c.layers[..c.n_layer_kv]
+            .iter()
+            .map(|l| LayerShape {
+                k_width: l.k_width(),
+                v_width: l.v_width(),
+                window: l.window,
             })
             .collect();
-        Session { cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes), scratch: Scratch::default(), logits: Vec::new() }
+        Session {
+            cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes),
+            scratch: Scratch::default(),
+            logits: Vec::new(),
+        }
     }
 
     /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
     /// after what the session holds, and returns the logits asked for.
-    pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
+    pub fn forward<'s>(
+        &self,
+        s: &'s mut Session,
+        tokens: &[u32],
+        want: Logits,
+    ) -> Result<&'s [f32]> {
         self.check_pass(&s.cache, tokens)?;
-        let Session { cache, scratch, logits } = s;
-        self.pass(scratch, &mut [Seq { cache, logits, tokens, want }]);
+        let Session {
+            cache,
+            scratch,
+            logits,
+        } = s;
+        self.pass(
+            scratch,
+            &mut [Seq {
+                cache,
+                logits,
+                tokens,
+                want,
+            }],
+        );
         Ok(&s.logits)
     }
 
@@ -181,13 +216,20 @@ impl Model {
             self.check_pass(&sp.session.cache, sp.tokens)?;
         }
         if seqs.len() > 1 && seqs.iter().any(|sp| sp.want == Logits::Hidden) {
-            return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
+            return Err(ModelError::Invalid(
+                "hidden states are read in a pass of their own sequence".into(),
+            ));
         }
         let mut parts: Vec<Seq<'_>> = seqs
             .iter_mut()
             .map(|sp| {
                 let Session { cache, logits, .. } = &mut *sp.session;
-                Seq { cache, logits, tokens: sp.tokens, want: sp.want }
+                Seq {
+                    cache,
+                    logits,
+                    tokens: sp.tokens,
+                    want: sp.want,
+                }
             })
             .collect();
         if !parts.is_empty() {
@@ -199,10 +241,15 @@ impl Model {
     fn check_pass(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() {
-            return Err(ModelError::Invalid("a pass needs at least one token".into()));
+            return Err(ModelError::Invalid(
+                "a pass needs at least one token".into(),
+            ));
         }
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
-            return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
+            return Err(ModelError::BadToken {
+                id,
+                n_vocab: c.n_vocab,
+            });
         }
         cache.reserve(tokens.len())?;
         Ok(())
@@ -214,7 +261,11 @@ impl Model {
         let step = s.cache.max_batch();
         s.cache.reserve(0)?;
         if s.cache.len() + tokens.len() > s.cache.n_ctx() {
-            return Err(ember_kv::KvError::ContextFull { needed: s.cache.len() + tokens.len(), capacity: s.cache.n_ctx() }.into());
+            return Err(ember_kv::KvError::ContextFull {
+                needed: s.cache.len() + tokens.len(),
+                capacity: s.cache.n_ctx(),
+            }
+            .into());
         }
         let mut all = Vec::new();
         let n_chunks = tokens.len().div_ceil(step);
@@ -240,9 +291,8 @@ impl Model {
         let w = &self.weights;
         let pool = &self.pool;
         let t: usize = seqs.iter().map(|q| q.tokens.len()).sum();
-        let (e, hk, hv) = (c.n_embd, c.head_dim_k, c.head_dim_v);
-        let (qw, kw, vw) = (c.n_head * hk, c.n_head_kv * hk, c.n_head_kv * hv);
-        let half = c.n_rot / 2;
+        let e = c.n_embd;
+        let max_half = c.max_widths().half_rot;
         sc.ensure(c, t);
         sc.pos.clear();
         for q in seqs.iter() {
@@ -251,16 +301,25 @@ impl Model {
         }
 
         // Token embeddings.
-        let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
+        let scale = if c.opts.embed_scale {
+            (e as f32).sqrt()
+        } else {
+            1.0
+        };
         sc.ids.clear();
-        sc.ids.extend(seqs.iter().flat_map(|q| q.tokens.iter().copied()));
+        sc.ids
+            .extend(seqs.iter().flat_map(|q| q.tokens.iter().copied()));
         let ids = &sc.ids;
         pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
-            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(ids[j] as usize), row).expect("embedding row bound at load");
+            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(ids[j] as usize), row)
+                .expect("embedding row bound at load");
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         });
+        if let Some(pe) = &w.per_layer {
+            self.per_layer_inputs(pe, sc, t);
+        }
 
         // Rows whose logits are wanted, in order: in the last layer only they
         // go on past attention (as llama.cpp's output ids do).
@@ -279,62 +338,149 @@ impl Model {
 
         // Rope angles for this pass, per rope variant.
         for (variant, (inv, fscale)) in self.rope_tables.iter().enumerate() {
+            let half = inv.len();
             for (j, &p) in sc.pos.iter().enumerate() {
-                let at = (variant * t + j) * half;
-                ops::rope_angles(p, *fscale, inv, &mut sc.cos[at..at + half], &mut sc.sin[at..at + half]);
+                let at = (variant * t + j) * max_half;
+                ops::rope_angles(
+                    p,
+                    *fscale,
+                    inv,
+                    &mut sc.cos[at..at + half],
+                    &mut sc.sin[at..at + half],
+                );
             }
         }
 
         let mut t = t;
-        for (il, l) in w.layers.iter().enumerate() {
-            let variant = self.rope_variant[il];
+        for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
             let last = il + 1 == w.layers.len();
+            let (hk, hv) = (lc.head_dim_k, lc.head_dim_v);
+            let (qw, kw, vw, aw) = (lc.q_width(), lc.k_width(), lc.v_width(), lc.att_width());
             // Attention block.
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             sc.acts.invalidate();
             // One dispatch for the three: a decoded token pays for each fork/join.
-            let [aq, ak, av] = sc.acts.get_many(pool, [l.wq.input, l.wk.input, l.wv.input], &sc.h, t, e);
-            matmul_many(
-                pool,
-                t,
-                [
-                    Product { w: &l.wq, acts: aq, out: &mut sc.q },
-                    Product { w: &l.wk, acts: ak, out: &mut sc.k },
-                    Product { w: &l.wv, acts: av, out: &mut sc.v },
-                ],
-            );
-            for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
+            match (&l.wk, &l.wv) {
+                (Some(wk), Some(wv)) => {
+                    let [aq, ak, av] =
+                        sc.acts
+                            .get_many(pool, [l.wq.input, wk.input, wv.input], &sc.h, t, e);
+                    matmul_many(
+                        pool,
+                        t,
+                        [
+                            Product {
+                                w: &l.wq,
+                                acts: aq,
+                                out: &mut sc.q,
+                            },
+                            Product {
+                                w: wk,
+                                acts: ak,
+                                out: &mut sc.k,
+                            },
+                            Product {
+                                w: wv,
+                                acts: av,
+                                out: &mut sc.v,
+                            },
+                        ],
+                    );
+                }
+                (Some(wk), None) => {
+                    let [aq, ak] = sc.acts.get_many(pool, [l.wq.input, wk.input], &sc.h, t, e);
+                    matmul_many(
+                        pool,
+                        t,
+                        [
+                            Product {
+                                w: &l.wq,
+                                acts: aq,
+                                out: &mut sc.q,
+                            },
+                            Product {
+                                w: wk,
+                                acts: ak,
+                                out: &mut sc.k,
+                            },
+                        ],
+                    );
+                    // Values are the keys before their norm (gemma4's attention_k_eq_v).
+                    sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
+                }
+                (None, _) => matmul(
+                    pool,
+                    &l.wq,
+                    sc.acts.get(pool, l.wq.input, &sc.h, t, e),
+                    t,
+                    &mut sc.q,
+                ),
+            }
+            let own = l.wk.is_some();
+            for (buf, bias, width) in [
+                (&mut sc.q, &l.bq, qw),
+                (&mut sc.k, &l.bk, kw),
+                (&mut sc.v, &l.bv, vw),
+            ] {
                 if let Some(b) = bias {
-                    buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                    buf[..t * width]
+                        .chunks_mut(width)
+                        .for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
                 }
             }
-            let (cos, sin) = (&sc.cos[variant * t * half..], &sc.sin[variant * t * half..]);
-            for (buf, norm, width) in [(&mut sc.q, &l.q_norm, qw), (&mut sc.k, &l.k_norm, kw)] {
+            let half = c.ropes[lc.rope].n_rot / 2;
+            let table = lc.rope * t * max_half;
+            let (cos, sin) = (&sc.cos[table..], &sc.sin[table..]);
+            let rope_rows = |buf: &mut Vec<f32>, norm: &Option<Vec<f32>>, width: usize| {
                 pool.rows_mut(&mut buf[..t * width], width, |j, row| {
+                    let at = j * max_half;
                     for head in row.chunks_mut(hk) {
                         if let Some(n) = norm {
                             ops::rms_norm_inplace(head, n, c.rms_eps);
                         }
-                        ops::rope_apply(head, c.opts.rope, &cos[j * half..(j + 1) * half], &sin[j * half..(j + 1) * half]);
+                        ops::rope_apply(
+                            head,
+                            c.opts.rope,
+                            &cos[at..at + half],
+                            &sin[at..at + half],
+                        );
                     }
                 });
+            };
+            rope_rows(&mut sc.q, &l.q_norm, qw);
+            if own {
+                rope_rows(&mut sc.k, &l.k_norm, kw);
+                if c.opts.value_norm {
+                    pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
+                        row.chunks_mut(hv)
+                            .for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
+                    });
+                }
             }
+            let cache_layer = lc.kv.cache_layer();
             let shape = AttnShape {
-                n_head: c.n_head,
-                n_head_kv: c.n_head_kv,
+                n_head: lc.n_head,
+                n_head_kv: lc.n_head_kv,
                 head_dim_k: hk,
                 head_dim_v: hv,
-                scale: c.attn_scale,
-                window: if c.is_swa_layer(il) { c.sliding_window } else { None },
+                scale: lc.attn_scale,
+                window: lc.window,
             };
-            let mut r0 = 0;
-            for q in seqs.iter_mut() {
-                let (n, start) = (q.tokens.len(), q.cache.len());
-                for j in 0..n {
-                    let r = r0 + j;
-                    q.cache.write(il, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
+            if let KvSource::Own(ci) = lc.kv {
+                let mut r0 = 0;
+                for q in seqs.iter_mut() {
+                    let (n, start) = (q.tokens.len(), q.cache.len());
+                    for j in 0..n {
+                        let r = r0 + j;
+                        q.cache.write(
+                            ci,
+                            start + j,
+                            &sc.k[r * kw..(r + 1) * kw],
+                            &sc.v[r * vw..(r + 1) * vw],
+                        );
+                    }
+                    r0 += n;
                 }
-                r0 += n;
             }
             // Every row's key and value are in the cache now. In the last
             // layer a row whose logits nobody wants changes nothing more, so
@@ -344,11 +490,12 @@ impl Model {
                 if n_out == 0 {
                     break;
                 }
+                let pw = c.n_layer * c.n_embd_per_layer;
                 for (at, &r) in sc.out_rows.iter().enumerate() {
                     sc.x.copy_within(r * e..(r + 1) * e, at * e);
+                    sc.per_layer.copy_within(r * pw..(r + 1) * pw, at * pw);
                 }
             }
-            let aw = c.n_head * hv;
             let mut parts = Vec::with_capacity(seqs.len());
             let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
             for q in seqs.iter() {
@@ -364,37 +511,100 @@ impl Model {
                 };
                 let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
                 out_rest = or;
-                parts.push(AttnPart { cache: &*q.cache, q: &qs[first * qw..], start: q.cache.len() + first, t: m, out: os });
+                parts.push(AttnPart {
+                    cache: &*q.cache,
+                    q: &qs[first * qw..],
+                    start: q.cache.len() + first,
+                    t: m,
+                    out: os,
+                });
             }
-            attention_many(pool, il, &shape, &mut parts);
+            attention_many(pool, cache_layer, &shape, &mut parts);
             drop(parts);
             if last {
                 t = n_out;
             }
             sc.acts.invalidate();
-            matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, c.n_head * hv), t, &mut sc.o);
-            residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
-
-            // Feed-forward block.
-            norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
-            sc.acts.invalidate();
-            // The activation rides in the products' dispatch, on rows still in cache.
-            let [a_gate, a_up] = sc.acts.get_many(pool, [l.w_gate.input, l.w_up.input], &sc.h, t, e);
-            let act = c.opts.activation;
-            matmul_gated(
+            matmul(
                 pool,
+                &l.wo,
+                sc.acts.get(pool, l.wo.input, &sc.att, t, aw),
                 t,
-                Product { w: &l.w_gate, acts: a_gate, out: &mut sc.gate },
-                &l.w_up,
-                a_up,
-                |out, g, u| match act {
-                    FfnActivation::Silu => ops::silu_mul(out, g, u),
-                    FfnActivation::GeluTanh => ops::gelu_mul(out, g, u),
-                },
+                &mut sc.o,
             );
-            sc.acts.invalidate();
-            matmul(pool, &l.w_down, sc.acts.get(pool, l.w_down.input, &sc.gate, t, c.n_ff), t, &mut sc.o);
-            residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
+            residual_add(
+                pool,
+                &mut sc.x,
+                &mut sc.o,
+                l.post_attn_norm.as_deref(),
+                c.rms_eps,
+                e,
+                t,
+            );
+
+            // Feed-forward block: dense, a mixture, or both side by side.
+            norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
+            if let Some(f) = &l.ffn {
+                self.dense_ffn(f, sc, t);
+            }
+            if let Some(x) = &l.experts {
+                let m = c.moe.as_ref().expect("experts in a model with a mixture");
+                if l.ffn.is_some() {
+                    // Beside a dense block (gemma4): each normed on its own,
+                    // the router reading the scaled residual.
+                    if let Some(n) = &x.post_norm_dense {
+                        pool.rows_mut(&mut sc.o[..t * e], e, |_, row| {
+                            ops::rms_norm_inplace(row, n, c.rms_eps)
+                        });
+                    }
+                    let inv = 1.0 / (e as f32).sqrt();
+                    let rs = x.router_scale.as_deref().expect("bound with the mixture");
+                    let xr = &sc.x;
+                    pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
+                        ops::rms_norm_plain_into(&xr[j * e..(j + 1) * e], c.rms_eps, row);
+                        row.iter_mut().zip(rs).for_each(|(v, s)| *v = *v * inv * s);
+                    });
+                    sc.moe.route(pool, &x.router, &sc.o2, t, e, m);
+                    norm_rows(
+                        pool,
+                        &sc.x,
+                        x.pre_norm.as_deref().expect("bound with the mixture"),
+                        c.rms_eps,
+                        &mut sc.h,
+                        e,
+                        t,
+                    );
+                    sc.moe
+                        .experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
+                    let post = x.post_norm.as_deref().expect("bound with the mixture");
+                    let o = SyncPtr(sc.o.as_mut_ptr());
+                    pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
+                        ops::rms_norm_inplace(row, post, c.rms_eps);
+                        // SAFETY: row j of `o` belongs to the task of row j alone.
+                        let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(j * e), e) };
+                        o.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
+                    });
+                } else {
+                    sc.moe.route(pool, &x.router, &sc.h, t, e, m);
+                    sc.moe
+                        .experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o);
+                }
+            }
+            residual_add(
+                pool,
+                &mut sc.x,
+                &mut sc.o,
+                l.post_ffn_norm.as_deref(),
+                c.rms_eps,
+                e,
+                t,
+            );
+            if let Some(p) = &l.per_layer {
+                self.per_layer_block(p, il, sc, t);
+            }
+            if let Some(s) = l.out_scale {
+                sc.x[..t * e].iter_mut().for_each(|v| *v *= s);
+            }
         }
 
         // Output head, on the rows asked for only (the first `n_out` rows of
@@ -412,7 +622,18 @@ impl Model {
             let out = w.output();
             sc.logits.resize(n * c.n_vocab, 0.0);
             sc.acts.invalidate();
-            matmul(pool, out, sc.acts.get(pool, out.input, &sc.h, n, e), n, &mut sc.logits);
+            matmul(
+                pool,
+                out,
+                sc.acts.get(pool, out.input, &sc.h, n, e),
+                n,
+                &mut sc.logits,
+            );
+            if let Some(cap) = c.logit_softcap {
+                pool.rows_mut(&mut sc.logits[..n * c.n_vocab], c.n_vocab, |_, row| {
+                    row.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+                });
+            }
         } else {
             // No rows wanted: the session must not keep an earlier pass's.
             sc.logits.clear();
@@ -431,18 +652,280 @@ impl Model {
                 Logits::All | Logits::Hidden => q.tokens.len(),
             };
             q.logits.clear();
-            q.logits.extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
+            q.logits
+                .extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
             at += rows;
+        }
+    }
+
+    /// `o = down(act(gate h) * up h)` over the `t` rows of `sc.h`.
+    fn dense_ffn(&self, f: &DenseFfn, sc: &mut Scratch, t: usize) {
+        let (pool, e) = (&self.pool, self.config.n_embd);
+        sc.acts.invalidate();
+        // The activation rides in the products' dispatch, on rows still in cache.
+        let [a_gate, a_up] = sc
+            .acts
+            .get_many(pool, [f.gate.input, f.up.input], &sc.h, t, e);
+        matmul_gated(
+            pool,
+            t,
+            Product {
+                w: &f.gate,
+                acts: a_gate,
+                out: &mut sc.gate,
+            },
+            &f.up,
+            a_up,
+            activation(self.config.opts.activation),
+        );
+        sc.acts.invalidate();
+        matmul(
+            pool,
+            &f.down,
+            sc.acts.get(pool, f.down.input, &sc.gate, t, f.gate.rows),
+            t,
+            &mut sc.o,
+        );
+    }
+
+    /// gemma4's per-layer inputs of the pass, before the first layer: each
+    /// token's rows of the per-layer table (read from the mapping for these
+    /// tokens alone), scaled by sqrt(n_embd_per_layer), plus the projection
+    /// of its scaled embedding, scaled by 1/sqrt(n_embd) and normed per
+    /// layer; the sum scaled by 1/sqrt(2).
+    fn per_layer_inputs(&self, pe: &PerLayerEmbeddings, sc: &mut Scratch, t: usize) {
+        let (c, pool) = (&self.config, &self.pool);
+        let (e, npl) = (c.n_embd, c.n_embd_per_layer);
+        let width = c.n_layer * npl;
+        sc.acts.invalidate();
+        matmul(
+            pool,
+            &pe.model_proj,
+            sc.acts.get(pool, pe.model_proj.input, &sc.x, t, e),
+            t,
+            &mut sc.per_layer,
+        );
+        let (proj_scale, tok_scale, sum_scale) = (
+            1.0 / (e as f32).sqrt(),
+            (npl as f32).sqrt(),
+            std::f32::consts::FRAC_1_SQRT_2,
+        );
+        let ids = &sc.ids;
+        self.per_layer_rows_read
+            .fetch_add(t, std::sync::atomic::Ordering::Relaxed);
+        let tok = SyncPtr(sc.per_layer_tok.as_mut_ptr());
+        pool.rows_mut(&mut sc.per_layer[..t * width], width, |j, row| {
+            // SAFETY: row j of the token rows belongs to the task of row j alone.
+            let tok = unsafe { std::slice::from_raw_parts_mut(tok.get().add(j * width), width) };
+            ember_quant::dequantize_row(pe.table.ty, pe.table.row(ids[j] as usize), tok)
+                .expect("table row bound at load");
+            for (p, tk) in row.chunks_mut(npl).zip(tok.chunks(npl)) {
+                p.iter_mut().for_each(|v| *v *= proj_scale);
+                ops::rms_norm_inplace(p, &pe.proj_norm, c.rms_eps);
+                p.iter_mut()
+                    .zip(tk)
+                    .for_each(|(v, k)| *v = (*v + k * tok_scale) * sum_scale);
+            }
+        });
+    }
+
+    /// `x += post_norm(proj(gelu(gate x) * this layer's per-layer input))`.
+    fn per_layer_block(&self, p: &PerLayerInput, il: usize, sc: &mut Scratch, t: usize) {
+        let (c, pool) = (&self.config, &self.pool);
+        let (e, npl) = (c.n_embd, c.n_embd_per_layer);
+        let width = c.n_layer * npl;
+        sc.acts.invalidate();
+        matmul(
+            pool,
+            &p.gate,
+            sc.acts.get(pool, p.gate.input, &sc.x, t, e),
+            t,
+            &mut sc.h,
+        );
+        let (g, inputs) = (&sc.h, &sc.per_layer);
+        pool.rows_mut(&mut sc.gate[..t * npl], npl, |j, out| {
+            ops::gelu_mul(
+                out,
+                &g[j * npl..(j + 1) * npl],
+                &inputs[j * width + il * npl..j * width + (il + 1) * npl],
+            );
+        });
+        sc.acts.invalidate();
+        matmul(
+            pool,
+            &p.proj,
+            sc.acts.get(pool, p.proj.input, &sc.gate, t, npl),
+            t,
+            &mut sc.o,
+        );
+        residual_add(
+            pool,
+            &mut sc.x,
+            &mut sc.o,
+            Some(&p.post_norm),
+            c.rms_eps,
+            e,
+            t,
+        );
+    }
+}
+
+fn activation(act: FfnActivation) -> impl Fn(&mut [f32], &[f32], &[f32]) + Sync {
+    move |out, g, u| match act {
+        FfnActivation::Silu => ops::silu_mul(out, g, u),
+        FfnActivation::GeluTanh => ops::gelu_mul(out, g, u),
+    }
+}
+
+/// Working memory of a mixture: the router's choice for each row of the
+/// pass, the rows grouped by expert, and one expert's rows at a time.
+#[derive(Default)]
+struct MoeScratch {
+    logits: Vec<f32>, // [t, n_expert]
+    /// (expert, weight) chosen for each row, `n_used` per row.
+    chosen: Vec<(u32, f32)>,
+    /// Rows that chose each expert, with their weights, grouped by expert.
+    by_expert: Vec<Vec<(u32, f32)>>,
+    xs: Vec<f32>, // [rows of one expert, n_embd] gathered inputs
+    gx: Vec<f32>, // [rows of one expert, n_ff_exp]
+    ys: Vec<f32>, // [rows of one expert, n_embd]
+    acts: Acts,
+}
+
+impl MoeScratch {
+    /// Softmax over the router's logits of each row, its top `n_used`
+    /// (ties to the lower expert), their weights normalised to sum to one as
+    /// llama.cpp's `build_moe_ffn` does (the sum clamped below at f16's
+    /// smallest normal), then grouped by expert.
+    fn route(
+        &mut self,
+        pool: &Pool,
+        router: &Matrix,
+        x: &[f32],
+        t: usize,
+        e: usize,
+        m: &MoeConfig,
+    ) {
+        let ne = m.n_expert;
+        self.logits.resize(t * ne, 0.0);
+        self.acts.invalidate();
+        matmul(
+            pool,
+            router,
+            self.acts.get(pool, router.input, x, t, e),
+            t,
+            &mut self.logits,
+        );
+        self.chosen.clear();
+        self.by_expert.resize_with(ne, Vec::new);
+        self.by_expert.iter_mut().for_each(Vec::clear);
+        let mut order: Vec<u32> = (0..ne as u32).collect();
+        for j in 0..t {
+            let row = &mut self.logits[j * ne..(j + 1) * ne];
+            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let mut sum = 0.0f32;
+            row.iter_mut().for_each(|v| {
+                *v = (*v - max).exp();
+                sum += *v;
+            });
+            row.iter_mut().for_each(|v| *v /= sum);
+            order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+            let top = &order[..m.n_used];
+            let total: f32 = top.iter().map(|&i| row[i as usize]).sum();
+            let div = if m.norm_weights {
+                total.max(6.103_515_6e-5)
+            } else {
+                1.0
+            };
+            for &i in top {
+                let wgt = row[i as usize] / div * m.weights_scale;
+                self.chosen.push((i, wgt));
+                self.by_expert[i as usize].push((j as u32, wgt));
+            }
+        }
+    }
+
+    /// `out[j] = sum over the experts row j chose of weight * expert(x[j])`,
+    /// each chosen expert run once over all the rows that chose it (as
+    /// llama.cpp's `mul_mat_id`): its weights are read once per pass. The
+    /// experts' outputs are added in expert order, so a row's result does not
+    /// depend on the other rows of the pass.
+    fn experts(
+        &mut self,
+        pool: &Pool,
+        x: &Experts,
+        act: FfnActivation,
+        h: &[f32],
+        t: usize,
+        e: usize,
+        out: &mut [f32],
+    ) {
+        out[..t * e].iter_mut().for_each(|v| *v = 0.0);
+        for (ei, rows) in self.by_expert.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let n = rows.len();
+            let (gate, up, down) = (&x.gate[ei], &x.up[ei], &x.down[ei]);
+            let f = gate.rows;
+            self.xs.resize(n * e, 0.0);
+            self.gx.resize(n * f, 0.0);
+            self.ys.resize(n * e, 0.0);
+            for (i, &(j, _)) in rows.iter().enumerate() {
+                self.xs[i * e..(i + 1) * e]
+                    .copy_from_slice(&h[j as usize * e..(j as usize + 1) * e]);
+            }
+            self.acts.invalidate();
+            let [a_gate, a_up] = self
+                .acts
+                .get_many(pool, [gate.input, up.input], &self.xs, n, e);
+            matmul_gated(
+                pool,
+                n,
+                Product {
+                    w: gate,
+                    acts: a_gate,
+                    out: &mut self.gx,
+                },
+                up,
+                a_up,
+                activation(act),
+            );
+            self.acts.invalidate();
+            matmul(
+                pool,
+                down,
+                self.acts.get(pool, down.input, &self.gx, n, f),
+                n,
+                &mut self.ys,
+            );
+            let s = x.down_scale.as_ref().map_or(1.0, |s| s[ei]);
+            for (i, &(j, wgt)) in rows.iter().enumerate() {
+                let dst = &mut out[j as usize * e..(j as usize + 1) * e];
+                dst.iter_mut()
+                    .zip(&self.ys[i * e..(i + 1) * e])
+                    .for_each(|(o, y)| *o += y * s * wgt);
+            }
         }
     }
 }
 
 fn norm_rows(pool: &Pool, x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {
-    pool.rows_mut(&mut out[..t * width], width, |j, o| ops::rms_norm(&x[j * width..(j + 1) * width], w, eps, o));
+    pool.rows_mut(&mut out[..t * width], width, |j, o| {
+        ops::rms_norm(&x[j * width..(j + 1) * width], w, eps, o)
+    });
 }
 
 /// `x += norm(o)` (or `x += o` without a post-norm).
-fn residual_add(pool: &Pool, x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, eps: f32, width: usize, t: usize) {
+fn residual_add(
+    pool: &Pool,
+    x: &mut [f32],
+    o: &mut [f32],
+    post_norm: Option<&[f32]>,
+    eps: f32,
+    width: usize,
+    t: usize,
+) {
     let o = SyncPtr(o.as_mut_ptr());
     pool.rows_mut(&mut x[..t * width], width, |j, x| {
         // SAFETY: row j of `o` belongs to the task of row j of `x` alone.

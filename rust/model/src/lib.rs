@@ -1,4 +1,5 @@
-//! Forward passes of the supported families (llama, qwen2, qwen3, gemma3) over
+//! Forward passes of the supported families (llama, qwen2, qwen3, qwen3moe,
+//! gemma3, gemma4) over
 //! weights that stay in the GGUF file's mapping.
 //!
 //! A [`Model`] is immutable once loaded and owns its worker pool; the state of
@@ -43,12 +44,13 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     // Declared before `file` so the weights, which borrow its mapping, drop first.
     weights: weights::Weights,
-    /// (inverse frequencies, position scale) per rope variant: global, then windowed.
+    /// (inverse frequencies, position scale) per rope variant (`Config::ropes`).
     rope_tables: Vec<(Vec<f32>, f32)>,
-    /// Which rope table each layer uses.
-    rope_variant: Vec<usize>,
     pool: pool::Pool,
     n_threads: usize,
+    /// Rows of the per-layer token table read so far (gemma4's E models):
+    /// the table stays in the mapping and only a pass's tokens are read.
+    per_layer_rows_read: std::sync::atomic::AtomicUsize,
     /// The vocabulary indexed for grammar masks, built on first use.
     token_index: OnceLock<TokenIndex>,
     file: Arc<GgufFile>,
@@ -67,20 +69,44 @@ impl Model {
             )));
         }
         let weights = weights::bind(&file, &config, !opts.no_repack)?;
-        let mut rope_tables = vec![(ops::rope_inv_freq(config.rope_base, config.n_rot), config.rope_freq_scale)];
-        let mut rope_variant = vec![0; config.n_layer];
-        if let Some(base) = config.opts.swa_rope_base {
-            rope_tables.push((ops::rope_inv_freq(base, config.n_rot), 1.0));
-            for (il, v) in rope_variant.iter_mut().enumerate() {
-                if config.is_swa_layer(il) {
-                    *v = 1;
-                }
-            }
+        if !weights.unread.is_empty() {
+            return Err(ModelError::UnreadTensors {
+                arch: config.arch.name(),
+                names: weights.unread.clone(),
+            });
         }
-        let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
-        let pool = pool::Pool::new(n_threads)
-            .map_err(|e| ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}")))?;
-        Ok(Model { config, tokenizer, weights, rope_tables, rope_variant, pool, n_threads, token_index: OnceLock::new(), file })
+        // One table of inverse frequencies per rope variant, each pair's
+        // divided by its factor where the variant reads `rope_freqs.weight`.
+        let rope_tables = config
+            .ropes
+            .iter()
+            .map(|r| {
+                let mut inv = ops::rope_inv_freq(r.base, r.n_rot);
+                if let (true, Some(f)) = (r.freq_factors, &weights.rope_freqs) {
+                    inv.iter_mut().zip(f).for_each(|(x, d)| *x /= d);
+                }
+                (inv, r.freq_scale)
+            })
+            .collect();
+        let n_threads = if opts.threads == 0 {
+            physical_cores()
+        } else {
+            opts.threads
+        };
+        let pool = pool::Pool::new(n_threads).map_err(|e| {
+            ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}"))
+        })?;
+        Ok(Model {
+            config,
+            tokenizer,
+            weights,
+            rope_tables,
+            pool,
+            n_threads,
+            per_layer_rows_read: Default::default(),
+            token_index: OnceLock::new(),
+            file,
+        })
     }
 
     pub fn file(&self) -> &GgufFile {
@@ -89,6 +115,12 @@ impl Model {
 
     pub fn threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// Rows of the per-layer token table that passes have read (0 without one).
+    pub fn per_layer_rows_read(&self) -> usize {
+        self.per_layer_rows_read
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Tensors in the file that this architecture never read.
@@ -117,7 +149,9 @@ impl Model {
 /// Physical cores, not hardware threads: two threads on one core fight over
 /// the same vector units and gain nothing on these kernels.
 pub fn physical_cores() -> usize {
-    let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let logical = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     #[cfg(target_os = "linux")]
     if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
         let mut cores = std::collections::BTreeSet::new();

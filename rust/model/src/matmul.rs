@@ -43,12 +43,23 @@ impl Acts {
 
     /// The same rows in each of several formats at once, for products that
     /// share one dispatch but not one kernel input.
-    pub fn get_many<const N: usize>(&mut self, pool: &Pool, acts: [ActFormat; N], x: &[f32], t: usize, k: usize) -> [&[u8]; N] {
+    pub fn get_many<const N: usize>(
+        &mut self,
+        pool: &Pool,
+        acts: [ActFormat; N],
+        x: &[f32],
+        t: usize,
+        k: usize,
+    ) -> [&[u8]; N] {
         for act in acts {
             self.quantize(pool, act, x, t, k);
         }
         acts.map(|act| {
-            let e = self.entries.iter().find(|e| e.0 == act).expect("quantized above");
+            let e = self
+                .entries
+                .iter()
+                .find(|e| e.0 == act)
+                .expect("quantized above");
             &e.1[..]
         })
     }
@@ -69,7 +80,9 @@ impl Acts {
             }
             .expect("row width checked when the weights were bound");
             e.1.resize(rb * t, 0);
-            pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| quantize_into(act, &x[j * k..(j + 1) * k], dst));
+            pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| {
+                quantize_into(act, &x[j * k..(j + 1) * k], dst)
+            });
             e.2 = true;
         }
     }
@@ -85,9 +98,15 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
         ActFormat::File(a) => a,
     };
     match act {
-        ActType::Q8_0 => ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind"),
-        ActType::Q8_1 => ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind"),
-        ActType::Q8_K => ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind"),
+        ActType::Q8_0 => {
+            ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind")
+        }
+        ActType::Q8_1 => {
+            ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind")
+        }
+        ActType::Q8_K => {
+            ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind")
+        }
         ActType::F32 => {
             for (o, v) in dst.chunks_exact_mut(4).zip(src) {
                 o.copy_from_slice(&v.to_le_bytes());
@@ -100,7 +119,11 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
         }
         ActType::BF16 => {
             for (o, &v) in dst.chunks_exact_mut(2).zip(src) {
-                o.copy_from_slice(&ember_quant::blocks::float::fp32_to_bf16(v).to_bits().to_le_bytes());
+                o.copy_from_slice(
+                    &ember_quant::blocks::float::fp32_to_bf16(v)
+                        .to_bits()
+                        .to_le_bytes(),
+                );
             }
         }
     }
@@ -124,7 +147,12 @@ pub struct Product<'a> {
 /// read the same input (q, k and v) need not wait for one another.
 pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>; N]) {
     let parts = products.map(|p| {
-        assert!(p.out.len() >= t * p.w.rows, "output of {} for {t} columns of {} rows", p.out.len(), p.w.rows);
+        assert!(
+            p.out.len() >= t * p.w.rows,
+            "output of {} for {t} columns of {} rows",
+            p.out.len(),
+            p.w.rows
+        );
         (Operand::new(p.w, p.acts, t), SyncPtr(p.out.as_mut_ptr()))
     });
     let task_rows = parts.each_ref().map(|(p, _)| task_rows(pool, p.w, t));
@@ -139,19 +167,33 @@ pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>
     // thread works in the same chunk, and a tile of weights is read once
     // per chunk instead of all columns once per tile.
     let widest = parts.iter().map(|(p, _)| p.stride).max().unwrap_or(0);
-    let chunk = (COL_CHUNK_BYTES / widest.max(1)).next_multiple_of(MAX_TILE_COLS).min(t).max(1);
+    let chunk = (COL_CHUNK_BYTES / widest.max(1))
+        .next_multiple_of(MAX_TILE_COLS)
+        .min(t)
+        .max(1);
     let n_chunks = t.div_ceil(chunk);
     pool.for_each(n_items * n_chunks, |item| {
         let (c, item) = (item / n_items, item % n_items);
         let cols = c * chunk..((c + 1) * chunk).min(t);
-        let i = first_item.iter().rposition(|&f| f <= item).expect("item 0 starts product 0");
+        let i = first_item
+            .iter()
+            .rposition(|&f| f <= item)
+            .expect("item 0 starts product 0");
         let (p, out) = &parts[i];
         let start = (item - first_item[i]) * task_rows[i];
         let r = start..(start + task_rows[i]).min(p.w.rows);
         // SAFETY: each item is handed out once, the items of a product cover
         // disjoint (row range, column chunk) pairs, and `out` holds every
         // column of every row.
-        unsafe { product_rows(p, r.clone(), cols.clone(), out.get().add(cols.start * p.w.rows + r.start), p.w.rows) };
+        unsafe {
+            product_rows(
+                p,
+                r.clone(),
+                cols.clone(),
+                out.get().add(cols.start * p.w.rows + r.start),
+                p.w.rows,
+            )
+        };
     });
 }
 
@@ -161,14 +203,30 @@ pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>
 /// computes a few rows of both in a few columns at a time into buffers of its
 /// own and writes only the combination: no join between the products and the
 /// activation, and neither product makes a round trip through memory.
-pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_acts: &[u8], combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync) {
+pub fn matmul_gated(
+    pool: &Pool,
+    t: usize,
+    gate: Product<'_>,
+    up: &Matrix,
+    up_acts: &[u8],
+    combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
+) {
     let rows = gate.w.rows;
     assert_eq!(up.rows, rows, "gate and up products of different heights");
-    assert!(gate.out.len() >= t * rows, "output of {} for {t} columns of {rows} rows", gate.out.len());
+    assert!(
+        gate.out.len() >= t * rows,
+        "output of {} for {t} columns of {rows} rows",
+        gate.out.len()
+    );
     let out = SyncPtr(gate.out.as_mut_ptr());
-    let (gate, up) = (Operand::new(gate.w, gate.acts, t), Operand::new(up, up_acts, t));
+    let (gate, up) = (
+        Operand::new(gate.w, gate.acts, t),
+        Operand::new(up, up_acts, t),
+    );
     // A cut that suits both; a packed matrix needs runs that start on a group.
-    let chunk = task_rows(pool, gate.w, t).max(task_rows(pool, up.w, t)).next_multiple_of(GROUP);
+    let chunk = task_rows(pool, gate.w, t)
+        .max(task_rows(pool, up.w, t))
+        .next_multiple_of(GROUP);
     // Up to one group of columns: long runs of rows, as a product alone has.
     // More: the product's own tiles, in column groups that fill the buffers.
     let (run_rows, col_block) = match t {
@@ -198,7 +256,8 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
                     product_rows(&gate, r.clone(), cols.clone(), g, n);
                     product_rows(&up, r.clone(), cols.clone(), u, n);
                     for (jj, j) in cols.enumerate() {
-                        let dst = std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
+                        let dst =
+                            std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
                         let g = std::slice::from_raw_parts(g.add(jj * n), n);
                         let u = std::slice::from_raw_parts(u.add(jj * n), n);
                         combine(dst, g, u);
@@ -214,7 +273,11 @@ pub fn matmul_gated(pool: &Pool, t: usize, gate: Product<'_>, up: &Matrix, up_ac
 /// of them that alternating between the two products' weight tiles costs
 /// little: with only [`MAX_TILE_COLS`], both tiles and the columns crowd L1).
 const GATED_BUF: usize = 1024;
-const _: () = assert!(GATED_BUF.is_multiple_of(GROUP) && GATED_BUF.is_multiple_of(TILE_ROWS) && GATED_BUF / TILE_ROWS >= MAX_TILE_COLS);
+const _: () = assert!(
+    GATED_BUF.is_multiple_of(GROUP)
+        && GATED_BUF.is_multiple_of(TILE_ROWS)
+        && GATED_BUF / TILE_ROWS >= MAX_TILE_COLS
+);
 
 /// A matrix and the activation columns it is multiplied with.
 struct Operand<'a> {
@@ -232,10 +295,17 @@ impl<'a> Operand<'a> {
         assert!(t > 0, "a product of no columns");
         static DISPATCHES: AtomicU64 = AtomicU64::new(1);
         let unpack = match &w.packed {
-            Some(p) if p.unpacked.is_some() && t > MAX_TILE_COLS => DISPATCHES.fetch_add(1, Ordering::Relaxed),
+            Some(p) if p.unpacked.is_some() && t > MAX_TILE_COLS => {
+                DISPATCHES.fetch_add(1, Ordering::Relaxed)
+            }
             _ => 0,
         };
-        Operand { w, acts, stride: acts.len() / t, unpack }
+        Operand {
+            w,
+            acts,
+            stride: acts.len() / t,
+            unpack,
+        }
     }
 }
 
@@ -257,7 +327,13 @@ thread_local! {
 
 /// Runs `f` over rows `r` of `p`'s packed matrix unpacked (`u`), unpacking
 /// them unless this thread just did for the same dispatch.
-fn with_unpacked<R>(p: &Operand, packed: &PackedRows, u: &UnpackedTile, r: Range<usize>, f: impl FnOnce(&[u8]) -> R) -> R {
+fn with_unpacked<R>(
+    p: &Operand,
+    packed: &PackedRows,
+    u: &UnpackedTile,
+    r: Range<usize>,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
     let k = p.w.cols;
     let groups = packed.groups(r.clone());
     let key = (p.unpack, groups.as_ptr() as usize, groups.len());
@@ -267,7 +343,11 @@ fn with_unpacked<R>(p: &Operand, packed: &PackedRows, u: &UnpackedTile, r: Range
             None => {
                 let i = cache.older;
                 let n_groups = r.len().div_ceil(GROUP);
-                let bytes = n_groups * packed.format.unpacked_group_bytes(k).expect("a format with an unpacked layout");
+                let bytes = n_groups
+                    * packed
+                        .format
+                        .unpacked_group_bytes(k)
+                        .expect("a format with an unpacked layout");
                 let e = &mut cache.entries[i];
                 e.1.resize(bytes, 0);
                 (u.unpack)(k, groups, n_groups, &mut e.1[..bytes]);
@@ -317,14 +397,29 @@ const TILE_ROWS: usize = 32;
 /// # Safety
 /// `dst` is valid for those writes, and no other thread accesses those
 /// elements meanwhile.
-unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *mut f32, col_stride: usize) {
+unsafe fn product_rows(
+    p: &Operand,
+    r: Range<usize>,
+    cols: Range<usize>,
+    dst: *mut f32,
+    col_stride: usize,
+) {
     let (w, acts, stride, k) = (p.w, p.acts, p.stride, p.w.cols);
     let at = |j: usize, row: usize| dst.add((j - cols.start) * col_stride + (row - r.start));
     if let Some(packed) = &w.packed {
         if cols.len() == 1 {
             let j = cols.start;
             let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
-            (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[j * stride..], stride, 1, o, r.len());
+            (packed.tile)(
+                k,
+                packed.groups(r.clone()),
+                r.len(),
+                &acts[j * stride..],
+                stride,
+                1,
+                o,
+                r.len(),
+            );
             return;
         }
         if cols.len() <= MAX_TILE_COLS && r.len() > TILE_ROWS {
@@ -334,7 +429,16 @@ unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *m
             RUN_OUT.with_borrow_mut(|res| {
                 let n = cols.len();
                 res.resize(n * r.len(), 0.0);
-                (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[cols.start * stride..], stride, n, res, r.len());
+                (packed.tile)(
+                    k,
+                    packed.groups(r.clone()),
+                    r.len(),
+                    &acts[cols.start * stride..],
+                    stride,
+                    n,
+                    res,
+                    r.len(),
+                );
                 for (jj, j) in cols.clone().enumerate() {
                     let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
                     o.copy_from_slice(&res[jj * r.len()..(jj + 1) * r.len()]);
@@ -349,7 +453,16 @@ unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *m
             let columns = |tile: TileFn, groups: &[u8], res: &mut [f32]| {
                 for j0 in cols.clone().step_by(MAX_TILE_COLS) {
                     let n = MAX_TILE_COLS.min(cols.end - j0);
-                    tile(k, groups, n_rows, &acts[j0 * stride..], stride, n, res, n_rows);
+                    tile(
+                        k,
+                        groups,
+                        n_rows,
+                        &acts[j0 * stride..],
+                        stride,
+                        n,
+                        res,
+                        n_rows,
+                    );
                     for jj in 0..n {
                         let o = std::slice::from_raw_parts_mut(at(j0 + jj, tr.start), n_rows);
                         o.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
@@ -357,7 +470,9 @@ unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *m
                 }
             };
             match &packed.unpacked {
-                Some(u) if p.unpack != 0 => with_unpacked(p, packed, u, tr.clone(), |groups| columns(u.tile, groups, &mut res)),
+                Some(u) if p.unpack != 0 => with_unpacked(p, packed, u, tr.clone(), |groups| {
+                    columns(u.tile, groups, &mut res)
+                }),
                 _ => columns(packed.tile, packed.groups(tr.clone()), &mut res),
             }
         }
@@ -415,11 +530,24 @@ mod tests {
     /// quants (two of which get f16 bits: any byte is a quant), the rest is
     /// quant bits.
     fn matrix(ty: GgmlType, rows: usize, cols: usize, repack: bool, rng: &mut Rng) -> Matrix {
-        assert!(matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0));
-        let mut data: Vec<u8> = (0..rows * ty.row_bytes(cols as u64).unwrap() as usize).map(|_| rng.next() as u8).collect();
+        assert!(matches!(
+            ty,
+            GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0
+        ));
+        let mut data: Vec<u8> = (0..rows * ty.row_bytes(cols as u64).unwrap() as usize)
+            .map(|_| rng.next() as u8)
+            .collect();
         for block in data.chunks_exact_mut(ty.type_size()) {
-            block[..2].copy_from_slice(&half::f16::from_f32(0.01 + 0.01 * rng.float().abs()).to_bits().to_le_bytes());
-            block[2..4].copy_from_slice(&half::f16::from_f32(0.02 * rng.float()).to_bits().to_le_bytes());
+            block[..2].copy_from_slice(
+                &half::f16::from_f32(0.01 + 0.01 * rng.float().abs())
+                    .to_bits()
+                    .to_le_bytes(),
+            );
+            block[2..4].copy_from_slice(
+                &half::f16::from_f32(0.02 * rng.float())
+                    .to_bits()
+                    .to_le_bytes(),
+            );
         }
         Matrix::for_test(ty, rows, cols, data, repack)
     }
@@ -434,8 +562,17 @@ mod tests {
         let pool = Pool::new(1).unwrap();
         let mut acts = Acts::default();
         let mut out = vec![0.0; t * w.rows];
-        matmul(&pool, w, acts.get(&pool, w.input, x, t, w.cols), t, &mut out);
-        assert!(out.iter().all(|v| v.is_finite()) && out.iter().any(|&v| v != 0.0), "test data gives a meaningful product");
+        matmul(
+            &pool,
+            w,
+            acts.get(&pool, w.input, x, t, w.cols),
+            t,
+            &mut out,
+        );
+        assert!(
+            out.iter().all(|v| v.is_finite()) && out.iter().any(|&v| v != 0.0),
+            "test data gives a meaningful product"
+        );
         out
     }
 
@@ -447,12 +584,25 @@ mod tests {
     /// tiles or groups.
     fn cases(rng: &mut Rng) -> Vec<(&'static str, [Matrix; 3])> {
         let (q, kv) = (200, 75);
-        let same = |ty, repack, rng: &mut Rng| [matrix(ty, q, K, repack, rng), matrix(ty, kv, K, repack, rng), matrix(ty, kv, K, repack, rng)];
+        let same = |ty, repack, rng: &mut Rng| {
+            [
+                matrix(ty, q, K, repack, rng),
+                matrix(ty, kv, K, repack, rng),
+                matrix(ty, kv, K, repack, rng),
+            ]
+        };
         vec![
             ("packed", same(GgmlType::Q4_1, true, rng)),
             ("q4_k", same(GgmlType::Q4_K, false, rng)),
             ("plain dot", same(GgmlType::Q4_1, false, rng)),
-            ("mixed", [matrix(GgmlType::Q4_1, q, K, true, rng), matrix(GgmlType::Q4_K, kv, K, false, rng), matrix(GgmlType::Q4_1, kv, K, false, rng)]),
+            (
+                "mixed",
+                [
+                    matrix(GgmlType::Q4_1, q, K, true, rng),
+                    matrix(GgmlType::Q4_K, kv, K, false, rng),
+                    matrix(GgmlType::Q4_1, kv, K, false, rng),
+                ],
+            ),
         ]
     }
 
@@ -462,25 +612,52 @@ mod tests {
         let pool = Pool::new(3).unwrap();
         let mut cases = cases(&mut rng);
         // Tall packed matrices: a few columns meet long runs of rows per task.
-        cases.push(("tall", [matrix(GgmlType::Q4_1, 1200, K, true, &mut rng), matrix(GgmlType::Q8_0, 1000, K, true, &mut rng), matrix(GgmlType::Q4_1, 75, K, true, &mut rng)]));
+        cases.push((
+            "tall",
+            [
+                matrix(GgmlType::Q4_1, 1200, K, true, &mut rng),
+                matrix(GgmlType::Q8_0, 1000, K, true, &mut rng),
+                matrix(GgmlType::Q4_1, 75, K, true, &mut rng),
+            ],
+        ));
         for (name, [a, b, c]) in cases {
             // 700 columns are more than one chunk of activations in every format.
             for t in [1, 2, 3, 4, 9, 37, 700] {
                 let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
                 let mut acts = Acts::default();
                 let [xa, xb, xc] = acts.get_many(&pool, [a.input, b.input, c.input], &x, t, K);
-                let (mut oa, mut ob, mut oc) = (vec![0.0; t * a.rows], vec![0.0; t * b.rows], vec![0.0; t * c.rows]);
+                let (mut oa, mut ob, mut oc) = (
+                    vec![0.0; t * a.rows],
+                    vec![0.0; t * b.rows],
+                    vec![0.0; t * c.rows],
+                );
                 matmul_many(
                     &pool,
                     t,
                     [
-                        Product { w: &a, acts: xa, out: &mut oa },
-                        Product { w: &b, acts: xb, out: &mut ob },
-                        Product { w: &c, acts: xc, out: &mut oc },
+                        Product {
+                            w: &a,
+                            acts: xa,
+                            out: &mut oa,
+                        },
+                        Product {
+                            w: &b,
+                            acts: xb,
+                            out: &mut ob,
+                        },
+                        Product {
+                            w: &c,
+                            acts: xc,
+                            out: &mut oc,
+                        },
                     ],
                 );
                 for (w, out) in [(&a, &oa), (&b, &ob), (&c, &oc)] {
-                    assert!(same_bits(out, &alone(w, &x, t)), "{name}, {} rows, t = {t}", w.rows);
+                    assert!(
+                        same_bits(out, &alone(w, &x, t)),
+                        "{name}, {} rows, t = {t}",
+                        w.rows
+                    );
                 }
             }
         }
@@ -494,12 +671,36 @@ mod tests {
         let combine = |d: &mut [f32], g: &[f32], u: &[f32]| crate::ops::silu_mul(d, g, u);
         let n_ff = 200;
         let pairs = [
-            ("packed", matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng), matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng)),
-            ("q4_k", matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng), matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng)),
-            ("plain dot", matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng), matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng)),
-            ("mixed", matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng), matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng)),
-            ("odd height", matrix(GgmlType::Q4_1, 75, K, true, &mut rng), matrix(GgmlType::Q4_1, 75, K, false, &mut rng)),
-            ("long runs", matrix(GgmlType::Q4_1, 4400, K, true, &mut rng), matrix(GgmlType::Q4_1, 4400, K, true, &mut rng)),
+            (
+                "packed",
+                matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng),
+                matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng),
+            ),
+            (
+                "q4_k",
+                matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng),
+                matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng),
+            ),
+            (
+                "plain dot",
+                matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng),
+                matrix(GgmlType::Q4_1, n_ff, K, false, &mut rng),
+            ),
+            (
+                "mixed",
+                matrix(GgmlType::Q4_1, n_ff, K, true, &mut rng),
+                matrix(GgmlType::Q4_K, n_ff, K, false, &mut rng),
+            ),
+            (
+                "odd height",
+                matrix(GgmlType::Q4_1, 75, K, true, &mut rng),
+                matrix(GgmlType::Q4_1, 75, K, false, &mut rng),
+            ),
+            (
+                "long runs",
+                matrix(GgmlType::Q4_1, 4400, K, true, &mut rng),
+                matrix(GgmlType::Q4_1, 4400, K, true, &mut rng),
+            ),
         ];
         for (name, gate, up) in &pairs {
             let (pool, ts): (_, &[usize]) = match *name {
@@ -514,10 +715,20 @@ mod tests {
                 let mut acts = Acts::default();
                 let [xg, xu] = acts.get_many(&pool, [gate.input, up.input], &x, t, K);
                 let mut og = vec![0.0; t * gate.rows];
-                matmul_gated(&pool, t, Product { w: gate, acts: xg, out: &mut og }, up, xu, combine);
+                matmul_gated(
+                    &pool,
+                    t,
+                    Product {
+                        w: gate,
+                        acts: xg,
+                        out: &mut og,
+                    },
+                    up,
+                    xu,
+                    combine,
+                );
                 assert!(same_bits(&og, &want), "{name}, t = {t}");
             }
         }
     }
 }
-

@@ -14,7 +14,7 @@ use ember_gguf::{GgmlType, GgufFile};
 use ember_quant::packed::{PackedFormat, GROUP};
 use ember_quant::{ActType, DotColsFn, DotFn, TileFn, UnpackedTile};
 
-use crate::config::Config;
+use crate::config::{Arch, Config, FfnShape, KvSource, RouterInput};
 use crate::error::{ModelError, Result};
 
 /// A weight matrix in the file's layout: `rows` output features, each a row of
@@ -60,7 +60,8 @@ impl PackedRows {
     #[inline]
     pub fn groups(&self, rows: std::ops::Range<usize>) -> &[u8] {
         debug_assert_eq!(rows.start % GROUP, 0);
-        &self.data[rows.start / GROUP * self.group_bytes..rows.end.div_ceil(GROUP) * self.group_bytes]
+        &self.data
+            [rows.start / GROUP * self.group_bytes..rows.end.div_ceil(GROUP) * self.group_bytes]
     }
 }
 
@@ -75,35 +76,107 @@ impl Matrix {
 impl Matrix {
     /// A matrix of `rows` rows of `cols` over `data` in the file layout of
     /// `ty`, bound as a file's tensor would be.
-    pub(crate) fn for_test(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>, repack_rows: bool) -> Matrix {
+    pub(crate) fn for_test(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+        repack_rows: bool,
+    ) -> Matrix {
         let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
         assert_eq!(data.len(), rows * row_bytes);
         let data: &'static [u8] = Vec::leak(data);
-        let packed = PackedFormat::of(ty).filter(|_| repack_rows).map(|f| repack(f, rows, cols, row_bytes, data).unwrap());
-        let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(ember_quant::activation_type(ty)) };
-        let (dot, dot_cols) = (ember_quant::dot_fn(ty).unwrap(), ember_quant::dot_cols_fn(ty));
-        Matrix { name: format!("test.{}", ty.name()), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }
+        let packed = PackedFormat::of(ty)
+            .filter(|_| repack_rows)
+            .map(|f| repack(f, rows, cols, row_bytes, data).unwrap());
+        let input = if packed.is_some() {
+            ActFormat::Packed
+        } else {
+            ActFormat::File(ember_quant::activation_type(ty))
+        };
+        let (dot, dot_cols) = (
+            ember_quant::dot_fn(ty).unwrap(),
+            ember_quant::dot_cols_fn(ty),
+        );
+        Matrix {
+            name: format!("test.{}", ty.name()),
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            input,
+            dot,
+            dot_cols,
+            packed,
+            data,
+        }
     }
 }
 
 /// One transformer block. Shapes are written as (rows = outputs, cols = inputs).
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,         // [n_embd]
-    pub wq: Matrix,                  // (n_head * head_dim_k, n_embd)
-    pub wk: Matrix,                  // (n_head_kv * head_dim_k, n_embd)
-    pub wv: Matrix,                  // (n_head_kv * head_dim_v, n_embd)
-    pub bq: Option<Vec<f32>>,        // [n_head * head_dim_k] (qwen2)
-    pub bk: Option<Vec<f32>>,        // [n_head_kv * head_dim_k]
-    pub bv: Option<Vec<f32>>,        // [n_head_kv * head_dim_v]
-    pub q_norm: Option<Vec<f32>>,    // [head_dim_k] (qwen3, gemma3)
-    pub k_norm: Option<Vec<f32>>,    // [head_dim_k]
-    pub wo: Matrix,                  // (n_embd, n_head * head_dim_v)
+    pub attn_norm: Vec<f32>, // [n_embd]
+    pub wq: Matrix,          // (n_head * head_dim_k, n_embd)
+    /// Keys and values; a layer that reads an earlier layer's cache has none.
+    pub wk: Option<Matrix>, // (n_head_kv * head_dim_k, n_embd)
+    /// Without it (gemma4), values are the keys before their norm.
+    pub wv: Option<Matrix>, // (n_head_kv * head_dim_v, n_embd)
+    pub bq: Option<Vec<f32>>, // [n_head * head_dim_k] (qwen2)
+    pub bk: Option<Vec<f32>>, // [n_head_kv * head_dim_k]
+    pub bv: Option<Vec<f32>>, // [n_head_kv * head_dim_v]
+    pub q_norm: Option<Vec<f32>>, // [head_dim_k] (qwen3, gemma)
+    pub k_norm: Option<Vec<f32>>, // [head_dim_k]
+    pub wo: Matrix,          // (n_embd, n_head * head_dim_v)
     pub post_attn_norm: Option<Vec<f32>>, // [n_embd] (gemma)
-    pub ffn_norm: Vec<f32>,          // [n_embd]
-    pub w_gate: Matrix,              // (n_ff, n_embd)
-    pub w_up: Matrix,                // (n_ff, n_embd)
-    pub w_down: Matrix,              // (n_embd, n_ff)
+    pub ffn_norm: Vec<f32>,  // [n_embd]
+    pub ffn: Option<DenseFfn>,
+    pub experts: Option<Experts>,
     pub post_ffn_norm: Option<Vec<f32>>, // [n_embd] (gemma)
+    pub per_layer: Option<PerLayerInput>,
+    /// The whole residual stream multiplied by this after the block (gemma4).
+    pub out_scale: Option<f32>,
+}
+
+/// A gated feed-forward: `down(act(gate x) * up x)`.
+pub struct DenseFfn {
+    pub gate: Matrix, // (n_ff, n_embd)
+    pub up: Matrix,   // (n_ff, n_embd)
+    pub down: Matrix, // (n_embd, n_ff)
+}
+
+/// A mixture of experts: one gated feed-forward per expert, stored as the
+/// file's 3-D tensors (one matrix per expert, back to back) and bound as one
+/// [`Matrix`] per expert over its slice of the mapping.
+pub struct Experts {
+    pub router: Matrix,    // (n_expert, n_embd)
+    pub gate: Vec<Matrix>, // n_expert x (n_ff_exp, n_embd)
+    pub up: Vec<Matrix>,   // n_expert x (n_ff_exp, n_embd)
+    pub down: Vec<Matrix>, // n_expert x (n_embd, n_ff_exp)
+    /// Each expert's output multiplied by its entry (`ffn_down_exps.scale`).
+    pub down_scale: Option<Vec<f32>>, // [n_expert]
+    /// gemma4: the router's scale of its normed input, and the norms around
+    /// the mixture that sits beside the dense block.
+    pub router_scale: Option<Vec<f32>>, // [n_embd]
+    pub pre_norm: Option<Vec<f32>>, // [n_embd] (pre_ffw_norm_2)
+    pub post_norm_dense: Option<Vec<f32>>, // [n_embd] (post_ffw_norm_1)
+    pub post_norm: Option<Vec<f32>>, // [n_embd] (post_ffw_norm_2)
+}
+
+/// gemma4's per-layer input: a gate from the residual times this layer's
+/// slice of the per-layer embeddings, projected back and normed.
+pub struct PerLayerInput {
+    pub gate: Matrix,        // (n_embd_per_layer, n_embd)
+    pub proj: Matrix,        // (n_embd, n_embd_per_layer)
+    pub post_norm: Vec<f32>, // [n_embd]
+}
+
+/// The per-layer token embeddings of gemma4's E models and what mixes them
+/// with the residual before the first layer.
+pub struct PerLayerEmbeddings {
+    /// Stays in the file's mapping: only the rows of a pass's tokens are read.
+    pub table: Matrix, // (n_vocab, n_layer * n_embd_per_layer)
+    pub model_proj: Matrix,  // (n_layer * n_embd_per_layer, n_embd)
+    pub proj_norm: Vec<f32>, // [n_embd_per_layer]
 }
 
 pub struct Weights {
@@ -112,6 +185,9 @@ pub struct Weights {
     pub output_norm: Vec<f32>, // [n_embd]
     /// The output head; the token embedding itself when the file ties them.
     pub output: Option<Matrix>, // (n_vocab, n_embd)
+    /// Divisors of each rotated pair's frequency, where the file has them.
+    pub rope_freqs: Option<Vec<f32>>,
+    pub per_layer: Option<PerLayerEmbeddings>,
     /// Tensors in the file that the architecture never read.
     pub unread: Vec<String>,
 }
@@ -130,111 +206,381 @@ struct Binder<'a> {
 
 impl<'a> Binder<'a> {
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
-        self.matrix_opt(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+        self.matrix_opt(name, rows, cols)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
     fn matrix_opt(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<Matrix>> {
-        let Some(t) = self.file.tensor(name) else { return Ok(None) };
-        let bad = |problem: String| ModelError::BadTensor { name: name.to_string(), problem };
+        let Some(t) = self.file.tensor(name) else {
+            return Ok(None);
+        };
         if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != rows {
-            return Err(bad(format!("shape {:?}, expected [{cols}, {rows}]", t.dims)));
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
+            });
         }
-        let dot = ember_quant::dot_fn(t.ty)
-            .ok_or_else(|| ModelError::UnsupportedType { name: name.to_string(), ty: t.ty.name().to_string() })?;
-        let act = ember_quant::activation_type(t.ty);
-        if ember_quant::act_row_bytes(act, cols).is_none() {
-            return Err(bad(format!("row of {cols} is not a whole number of {act:?} blocks")));
+        let data = self.tensor_bytes(name);
+        self.bind_rows(name, t.ty, rows, cols, data, self.repack)
+            .map(Some)
+    }
+
+    /// A table whose rows are looked up, never multiplied: left in the
+    /// mapping as the file stores it.
+    fn lookup_table(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != rows {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
+            });
         }
-        let data = self.file.tensor_data(t);
+        let data = self.tensor_bytes(name);
+        self.bind_rows(name, t.ty, rows, cols, data, false)
+    }
+
+    /// The experts of a 3-D tensor `[cols, rows, n_expert]`, one matrix each,
+    /// or the row range `split` of each (a merged gate and up tensor).
+    fn experts(
+        &mut self,
+        name: &str,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+        split: Option<(usize, usize)>,
+    ) -> Result<Vec<Matrix>> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let (first, total) = split.unwrap_or((0, rows));
+        if t.dims.len() != 3 || t.dims[..] != [cols as u64, total as u64, n_expert as u64] {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected [{cols}, {total}, {n_expert}]", t.dims),
+            });
+        }
+        let ty = t.ty;
+        let row_bytes = ty
+            .row_bytes(cols as u64)
+            .ok_or_else(|| ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("rows of {cols} do not fit {}", ty.name()),
+            })? as usize;
+        let data = self.tensor_bytes(name);
+        (0..n_expert)
+            .map(|e| {
+                let at = (e * total + first) * row_bytes;
+                self.bind_rows(
+                    &format!("{name}[{e}]"),
+                    ty,
+                    rows,
+                    cols,
+                    &data[at..at + rows * row_bytes],
+                    self.repack,
+                )
+            })
+            .collect()
+    }
+
+    fn tensor_bytes(&mut self, name: &str) -> &'static [u8] {
+        let t = self.file.tensor(name).expect("looked up by the caller");
+        self.read.insert(name.to_string());
         // SAFETY: the mapping lives in the `Arc<GgufFile>` that `Model` holds
         // for as long as these weights exist (it is dropped after them).
-        let data: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(data) };
-        self.read.insert(name.to_string());
-        let row_bytes = t.ty.row_bytes(cols as u64).unwrap() as usize;
-        let packed = match PackedFormat::of(t.ty) {
-            Some(format) if self.repack => Some(repack(format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?),
+        unsafe { std::mem::transmute::<&[u8], &'static [u8]>(self.file.tensor_data(t)) }
+    }
+
+    fn bind_rows(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'static [u8],
+        repack_rows: bool,
+    ) -> Result<Matrix> {
+        let bad = |problem: String| ModelError::BadTensor {
+            name: name.to_string(),
+            problem,
+        };
+        let dot = ember_quant::dot_fn(ty).ok_or_else(|| ModelError::UnsupportedType {
+            name: name.to_string(),
+            ty: ty.name().to_string(),
+        })?;
+        let act = ember_quant::activation_type(ty);
+        if ember_quant::act_row_bytes(act, cols).is_none() {
+            return Err(bad(format!(
+                "row of {cols} is not a whole number of {act:?} blocks"
+            )));
+        }
+        let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
+        let packed = match PackedFormat::of(ty) {
+            Some(format) if repack_rows => {
+                Some(repack(format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?)
+            }
             _ => None,
         };
-        let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(act) };
-        let dot_cols = ember_quant::dot_cols_fn(t.ty);
-        Ok(Some(Matrix { name: name.to_string(), ty: t.ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }))
+        let input = if packed.is_some() {
+            ActFormat::Packed
+        } else {
+            ActFormat::File(act)
+        };
+        let dot_cols = ember_quant::dot_cols_fn(ty);
+        Ok(Matrix {
+            name: name.to_string(),
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            input,
+            dot,
+            dot_cols,
+            packed,
+            data,
+        })
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
-        self.vector_opt(name, len)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+        self.vector_opt(name, len)?
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
     fn vector_opt(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
-        let Some(t) = self.file.tensor(name) else { return Ok(None) };
+        let Some(t) = self.file.tensor(name) else {
+            return Ok(None);
+        };
         if t.n_elements() != len as u64 {
-            return Err(ModelError::BadTensor { name: name.to_string(), problem: format!("shape {:?}, expected [{len}]", t.dims) });
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected [{len}]", t.dims),
+            });
         }
         let mut out = vec![0.0f32; len];
-        ember_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out)
-            .map_err(|e| ModelError::BadTensor { name: name.to_string(), problem: e.to_string() })?;
+        ember_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
+            ModelError::BadTensor {
+                name: name.to_string(),
+                problem: e.to_string(),
+            }
+        })?;
         if let Some(bad) = out.iter().position(|v| !v.is_finite()) {
-            return Err(ModelError::BadTensor { name: name.to_string(), problem: format!("element {bad} is not finite") });
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("element {bad} is not finite"),
+            });
         }
         self.read.insert(name.to_string());
         Ok(Some(out))
     }
+
+    /// A vector that the family reads where present and must be there where `needed`.
+    fn vector_if(&mut self, needed: bool, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        if needed {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
 }
 
-fn repack(format: PackedFormat, rows: usize, cols: usize, row_bytes: usize, src: &[u8]) -> std::result::Result<PackedRows, ember_quant::QuantError> {
+fn repack(
+    format: PackedFormat,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    src: &[u8],
+) -> std::result::Result<PackedRows, ember_quant::QuantError> {
     use rayon::prelude::*;
     let group_bytes = format.group_bytes(cols).expect("row width checked before");
     let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
     data.par_chunks_mut(group_bytes)
         .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
         .try_for_each(|(dst, src)| format.pack_group(cols, src, dst))?;
-    Ok(PackedRows { format, tile: ember_quant::tile_fn(format), unpacked: ember_quant::unpacked_tile(format), group_bytes, data })
+    Ok(PackedRows {
+        format,
+        tile: ember_quant::tile_fn(format),
+        unpacked: ember_quant::unpacked_tile(format),
+        group_bytes,
+        data,
+    })
 }
 
 /// Binds every tensor the architecture reads; `repack` rewrites the rows of
 /// formats that have a tile layout (off: every matrix stays in the mapping and
-/// uses the file-format dot kernels, for comparison).
+/// uses the file-format dot kernels, for comparison). A tensor left unread is
+/// a load error naming it: a weight the forward pass would silently ignore.
 pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
-    let mut b = Binder { file, read: BTreeSet::new(), repack };
-    let (e, hk, hv) = (c.n_embd, c.head_dim_k, c.head_dim_v);
+    let mut b = Binder {
+        file,
+        read: BTreeSet::new(),
+        repack,
+    };
+    let e = c.n_embd;
     let token_embd = b.matrix("token_embd.weight", c.n_vocab, e)?;
+    let gemma4 = c.arch == Arch::Gemma4;
     let mut layers = Vec::with_capacity(c.n_layer);
-    for il in 0..c.n_layer {
+    for (il, l) in c.layers.iter().enumerate() {
         let n = |s: &str| format!("blk.{il}.{s}");
-        let qk_norm = |b: &mut Binder, s: &str| -> Result<Option<Vec<f32>>> {
-            if c.opts.qk_norm {
-                b.vector(&n(s), hk).map(Some)
-            } else {
-                Ok(None)
-            }
+        let (hk, hv) = (l.head_dim_k, l.head_dim_v);
+        let own_kv = matches!(l.kv, KvSource::Own(_));
+        let wk = if own_kv {
+            Some(b.matrix(&n("attn_k.weight"), l.k_width(), e)?)
+        } else {
+            None
         };
-        let post = |b: &mut Binder, s: &str| -> Result<Option<Vec<f32>>> {
-            if c.opts.post_norms {
-                b.vector(&n(s), e).map(Some)
-            } else {
-                Ok(None)
-            }
+        let wv = match own_kv {
+            // gemma4 layers may take their values from the keys.
+            true if gemma4 => b.matrix_opt(&n("attn_v.weight"), l.v_width(), e)?,
+            true => Some(b.matrix(&n("attn_v.weight"), l.v_width(), e)?),
+            false => None,
+        };
+        if own_kv && wv.is_none() && hv != hk {
+            return Err(ModelError::BadTensor {
+                name: n("attn_v.weight"),
+                problem: format!("missing, and keys of {hk} cannot stand for values of {hv}"),
+            });
+        }
+        let post = c.opts.post_norms;
+        let (ffn, experts) = match l.ffn {
+            FfnShape::Dense { n_ff } => (Some(dense_ffn(&mut b, il, n_ff, e)?), None),
+            FfnShape::Experts { n_ff_exp } => (None, Some(experts(&mut b, c, il, n_ff_exp)?)),
+            FfnShape::DenseAndExperts { n_ff, n_ff_exp } => (
+                Some(dense_ffn(&mut b, il, n_ff, e)?),
+                Some(experts(&mut b, c, il, n_ff_exp)?),
+            ),
+        };
+        let per_layer = if c.n_embd_per_layer > 0 {
+            Some(PerLayerInput {
+                gate: b.matrix(&n("inp_gate.weight"), c.n_embd_per_layer, e)?,
+                proj: b.matrix(&n("proj.weight"), e, c.n_embd_per_layer)?,
+                post_norm: b.vector(&n("post_norm.weight"), e)?,
+            })
+        } else {
+            None
         };
         layers.push(LayerWeights {
             attn_norm: b.vector(&n("attn_norm.weight"), e)?,
-            wq: b.matrix(&n("attn_q.weight"), c.n_head * hk, e)?,
-            wk: b.matrix(&n("attn_k.weight"), c.n_head_kv * hk, e)?,
-            wv: b.matrix(&n("attn_v.weight"), c.n_head_kv * hv, e)?,
-            bq: b.vector_opt(&n("attn_q.bias"), c.n_head * hk)?,
-            bk: b.vector_opt(&n("attn_k.bias"), c.n_head_kv * hk)?,
-            bv: b.vector_opt(&n("attn_v.bias"), c.n_head_kv * hv)?,
-            q_norm: qk_norm(&mut b, "attn_q_norm.weight")?,
-            k_norm: qk_norm(&mut b, "attn_k_norm.weight")?,
-            wo: b.matrix(&n("attn_output.weight"), e, c.n_head * hv)?,
-            post_attn_norm: post(&mut b, "post_attention_norm.weight")?,
+            wq: b.matrix(&n("attn_q.weight"), l.q_width(), e)?,
+            wk,
+            wv,
+            bq: b.vector_opt(&n("attn_q.bias"), l.q_width())?,
+            bk: if own_kv {
+                b.vector_opt(&n("attn_k.bias"), l.k_width())?
+            } else {
+                None
+            },
+            bv: if own_kv {
+                b.vector_opt(&n("attn_v.bias"), l.v_width())?
+            } else {
+                None
+            },
+            q_norm: b.vector_if(c.opts.qk_norm, &n("attn_q_norm.weight"), hk)?,
+            k_norm: b.vector_if(c.opts.qk_norm && own_kv, &n("attn_k_norm.weight"), hk)?,
+            wo: b.matrix(&n("attn_output.weight"), e, l.att_width())?,
+            post_attn_norm: b.vector_if(post, &n("post_attention_norm.weight"), e)?,
             ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
-            w_gate: b.matrix(&n("ffn_gate.weight"), c.n_ff, e)?,
-            w_up: b.matrix(&n("ffn_up.weight"), c.n_ff, e)?,
-            w_down: b.matrix(&n("ffn_down.weight"), e, c.n_ff)?,
-            post_ffn_norm: post(&mut b, "post_ffw_norm.weight")?,
+            ffn,
+            experts,
+            post_ffn_norm: b.vector_if(post, &n("post_ffw_norm.weight"), e)?,
+            per_layer,
+            out_scale: b
+                .vector_opt(&n("layer_output_scale.weight"), 1)?
+                .map(|v| v[0]),
         });
     }
+    // One table of frequency divisors for every layer that reads them.
+    let rope_freqs = match c
+        .ropes
+        .iter()
+        .filter(|r| r.freq_factors)
+        .map(|r| r.n_rot / 2)
+        .max()
+    {
+        Some(half) => Some(b.vector("rope_freqs.weight", half)?),
+        None => None,
+    };
+    if let Some(f) = &rope_freqs {
+        if let Some(i) = f.iter().position(|&x| x <= 0.0) {
+            return Err(ModelError::BadTensor {
+                name: "rope_freqs.weight".into(),
+                problem: format!("element {i} is {} (divisors must be positive)", f[i]),
+            });
+        }
+    }
+    let per_layer = if c.n_embd_per_layer > 0 {
+        let width = c.n_layer * c.n_embd_per_layer;
+        Some(PerLayerEmbeddings {
+            table: b.lookup_table("per_layer_token_embd.weight", c.n_vocab, width)?,
+            model_proj: b.matrix("per_layer_model_proj.weight", width, e)?,
+            proj_norm: b.vector("per_layer_proj_norm.weight", c.n_embd_per_layer)?,
+        })
+    } else {
+        None
+    };
     let output_norm = b.vector("output_norm.weight", e)?;
     let output = b.matrix_opt("output.weight", c.n_vocab, e)?;
-    let unread = file.tensors.iter().map(|t| t.name.clone()).filter(|n| !b.read.contains(n)).collect();
-    Ok(Weights { token_embd, layers, output_norm, output, unread })
+    let unread: Vec<String> = file
+        .tensors
+        .iter()
+        .map(|t| t.name.clone())
+        .filter(|n| !b.read.contains(n))
+        .collect();
+    Ok(Weights {
+        token_embd,
+        layers,
+        output_norm,
+        output,
+        rope_freqs,
+        per_layer,
+        unread,
+    })
+}
+
+fn dense_ffn(b: &mut Binder, il: usize, n_ff: usize, e: usize) -> Result<DenseFfn> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    Ok(DenseFfn {
+        gate: b.matrix(&n("ffn_gate.weight"), n_ff, e)?,
+        up: b.matrix(&n("ffn_up.weight"), n_ff, e)?,
+        down: b.matrix(&n("ffn_down.weight"), e, n_ff)?,
+    })
+}
+
+fn experts(b: &mut Binder, c: &Config, il: usize, n_ff_exp: usize) -> Result<Experts> {
+    let m = c
+        .moe
+        .as_ref()
+        .expect("a layer of experts in a model with a mixture");
+    let (e, n_expert) = (c.n_embd, m.n_expert);
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let (gate, up) = if b.file.tensor(&n("ffn_gate_up_exps.weight")).is_some() {
+        let name = n("ffn_gate_up_exps.weight");
+        (
+            b.experts(&name, n_expert, n_ff_exp, e, Some((0, 2 * n_ff_exp)))?,
+            b.experts(&name, n_expert, n_ff_exp, e, Some((n_ff_exp, 2 * n_ff_exp)))?,
+        )
+    } else {
+        (
+            b.experts(&n("ffn_gate_exps.weight"), n_expert, n_ff_exp, e, None)?,
+            b.experts(&n("ffn_up_exps.weight"), n_expert, n_ff_exp, e, None)?,
+        )
+    };
+    let beside_dense = matches!(c.layers[il].ffn, FfnShape::DenseAndExperts { .. });
+    Ok(Experts {
+        router: b.matrix(&n("ffn_gate_inp.weight"), n_expert, e)?,
+        gate,
+        up,
+        down: b.experts(&n("ffn_down_exps.weight"), n_expert, e, n_ff_exp, None)?,
+        down_scale: b.vector_opt(&n("ffn_down_exps.scale"), n_expert)?,
+        router_scale: b.vector_if(
+            c.opts.router == RouterInput::ScaledResidual,
+            &n("ffn_gate_inp.scale"),
+            e,
+        )?,
+        pre_norm: b.vector_if(beside_dense, &n("pre_ffw_norm_2.weight"), e)?,
+        post_norm_dense: b.vector_if(beside_dense, &n("post_ffw_norm_1.weight"), e)?,
+        post_norm: b.vector_if(beside_dense, &n("post_ffw_norm_2.weight"), e)?,
+    })
 }

@@ -12,14 +12,26 @@ use common::*;
 use ember_model::{KvType, LoadOptions, Logits, Model};
 
 fn fixture(arch: &str) -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/tiny/{arch}.json"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../tests/fixtures/tiny/{arch}.json"));
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
 fn tiny_parity(arch: &str) {
     let Some(path) = tiny_model(arch) else { return };
-    let model = Model::load(&path, LoadOptions { no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(), ..Default::default() }).unwrap();
-    assert!(model.unread_tensors().is_empty(), "{arch}: unread tensors {:?}", model.unread_tensors());
+    let model = Model::load(
+        &path,
+        LoadOptions {
+            no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        model.unread_tensors().is_empty(),
+        "{arch}: unread tensors {:?}",
+        model.unread_tensors()
+    );
     let f = fixture(arch);
     let ids = ids(&f["input_ids"]);
     let n_vocab = model.config.n_vocab;
@@ -59,7 +71,9 @@ fn tiny_gemma3_matches_llama_cpp() {
 /// hidden state. Read in passes of 7 tokens, as the logits are.
 #[test]
 fn hidden_states_are_what_the_head_reads() {
-    let Some(path) = tiny_model("llama") else { return };
+    let Some(path) = tiny_model("llama") else {
+        return;
+    };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
     let (e, nv) = (model.config.n_embd, model.config.n_vocab);
     let ids: Vec<u32> = (1..20).collect();
@@ -70,13 +84,18 @@ fn hidden_states_are_what_the_head_reads() {
     let logits = model.prefill(&mut s, &ids, Logits::All).unwrap();
     // The head's rows, read from the file (tied to the embeddings where it has no output matrix).
     let file = ember_gguf::GgufFile::open(&path).unwrap();
-    let info = file.header().tensor("output.weight").or_else(|| file.header().tensor("token_embd.weight")).unwrap();
+    let info = file
+        .header()
+        .tensor("output.weight")
+        .or_else(|| file.header().tensor("token_embd.weight"))
+        .unwrap();
     let data = file.tensor_data(info);
     let row_bytes = data.len() / info.n_rows();
     let mut row = vec![0f32; e];
     let mut worst = 0f32;
     for v in [0, 1, nv / 3, nv / 2, nv - 1] {
-        ember_quant::dequantize_row(info.ty, &data[v * row_bytes..(v + 1) * row_bytes], &mut row).unwrap();
+        ember_quant::dequantize_row(info.ty, &data[v * row_bytes..(v + 1) * row_bytes], &mut row)
+            .unwrap();
         for p in 0..ids.len() {
             let h = &hidden[p * e..(p + 1) * e];
             let want: f32 = row.iter().zip(h).map(|(a, b)| a * b).sum();
@@ -87,5 +106,8 @@ fn hidden_states_are_what_the_head_reads() {
             worst = worst.max((want - got).abs() / (norm(&row) * norm(h)));
         }
     }
-    assert!(worst < 1e-2, "logits differ from head . hidden by {worst} of |row| |hidden|");
+    assert!(
+        worst < 1e-2,
+        "logits differ from head . hidden by {worst} of |row| |hidden|"
+    );
 }

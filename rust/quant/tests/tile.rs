@@ -9,9 +9,18 @@ mod common;
 use common::{random_row, Rng};
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
-use ember_quant::{quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile, MAX_TILE_COLS};
+use ember_quant::{
+    quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile,
+    MAX_TILE_COLS,
+};
 
-const FORMATS: [PackedFormat; 5] = [PackedFormat::Q4_1, PackedFormat::Q5_0, PackedFormat::Q8_0, PackedFormat::Q4_K, PackedFormat::Q6_K];
+const FORMATS: [PackedFormat; 5] = [
+    PackedFormat::Q4_1,
+    PackedFormat::Q5_0,
+    PackedFormat::Q8_0,
+    PackedFormat::Q4_K,
+    PackedFormat::Q6_K,
+];
 
 /// Row widths to test a format at: for the 32-element formats 1, 3 and 9
 /// blocks (odd), 18 and 20 (the test models' widths 576 and 640), 48; for the
@@ -28,8 +37,15 @@ fn is_k_quant(fmt: PackedFormat) -> bool {
 }
 
 /// `rows` random rows of `fmt`'s file type, and the same rows repacked.
-fn random_matrix(fmt: PackedFormat, rows: usize, k: usize, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<u8>) {
-    let file: Vec<Vec<u8>> = (0..rows).map(|_| random_row(fmt.ggml_type(), k, rng)).collect();
+fn random_matrix(
+    fmt: PackedFormat,
+    rows: usize,
+    k: usize,
+    rng: &mut Rng,
+) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let file: Vec<Vec<u8>> = (0..rows)
+        .map(|_| random_row(fmt.ggml_type(), k, rng))
+        .collect();
     let packed = fmt.pack_matrix(rows, k, &file.concat()).unwrap();
     assert_eq!(packed.len(), fmt.matrix_bytes(rows, k).unwrap());
     (file, packed)
@@ -73,7 +89,9 @@ fn exact_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     quantize_act_row(x, &mut act).unwrap();
     let nb = k / 32;
     let d = |b: usize| f32::from_le_bytes(act[4 * b..4 * b + 4].try_into().unwrap()) as f64;
-    (0..k).map(|e| deq[e] as f64 * d(e / 32) * act[16 * nb + e] as i8 as f64).sum::<f64>() as f32
+    (0..k)
+        .map(|e| deq[e] as f64 * d(e / 32) * act[16 * nb + e] as i8 as f64)
+        .sum::<f64>() as f32
 }
 
 /// Σ |w x| over the dequantized weights and raw activations: the scale of
@@ -87,7 +105,17 @@ fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
 /// The tile over unpacked groups, where this CPU has one for `fmt`: the
 /// packed groups unpacked into a fresh buffer, then met by the columns.
 #[allow(clippy::too_many_arguments)]
-fn unpacked(fmt: PackedFormat, k: usize, packed: &[u8], rows: usize, acts: &[u8], stride: usize, n: usize, out: &mut [f32], out_stride: usize) -> Option<()> {
+fn unpacked(
+    fmt: PackedFormat,
+    k: usize,
+    packed: &[u8],
+    rows: usize,
+    acts: &[u8],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) -> Option<()> {
     let u = unpacked_tile(fmt)?;
     let groups = rows.div_ceil(GROUP);
     let mut buf = vec![0xA5u8; groups * fmt.unpacked_group_bytes(k).unwrap()];
@@ -113,13 +141,29 @@ fn scalar_tiles_equal_file_format_kernels() {
                 let stride = act_row_bytes(k).unwrap() + 16;
                 let acts = packed_acts(&xs, k, stride);
                 let mut out = vec![f32::NAN; MAX_TILE_COLS * rows];
-                tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut out, rows);
+                tile(
+                    k,
+                    &packed,
+                    rows,
+                    &acts,
+                    stride,
+                    MAX_TILE_COLS,
+                    &mut out,
+                    rows,
+                );
                 for (j, x) in xs.iter().enumerate() {
                     for (r, w) in file.iter().enumerate() {
-                        let want = if is_k_quant(fmt) { exact_dot(ty, w, x) } else { dot(k, w, &file_act(fmt, x)) };
+                        let want = if is_k_quant(fmt) {
+                            exact_dot(ty, w, x)
+                        } else {
+                            dot(k, w, &file_act(fmt, x))
+                        };
                         let tol = 1e-5 * magnitude(ty, w, x).max(1.0);
                         let got = out[j * rows + r];
-                        assert!((got - want).abs() <= tol, "{fmt:?} k={k} row {r} col {j}: tile {got} vs file kernel {want}");
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{fmt:?} k={k} row {r} col {j}: tile {got} vs file kernel {want}"
+                        );
                     }
                 }
             }
@@ -140,22 +184,32 @@ fn simd_tiles_match_scalar_twins() {
                     let stride = act_row_bytes(k).unwrap();
                     let acts = packed_acts(&xs, k, stride);
                     let out_stride = rows + 3;
-                    let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
+                    let (mut a, mut b) = (
+                        vec![f32::NAN; n * out_stride],
+                        vec![f32::NAN; n * out_stride],
+                    );
                     best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
                     scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
                     // The unpacked layout's kernel too, where there is one.
                     let mut c = vec![f32::NAN; n * out_stride];
-                    let runs: Vec<(&str, &[f32])> = match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride) {
-                        Some(()) => vec![("packed", &a), ("unpacked", &c)],
-                        None => vec![("packed", &a)],
-                    };
+                    let runs: Vec<(&str, &[f32])> =
+                        match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride)
+                        {
+                            Some(()) => vec![("packed", &a), ("unpacked", &c)],
+                            None => vec![("packed", &a)],
+                        };
                     for (what, got) in runs {
                         for j in 0..n {
                             for r in 0..file.len() {
                                 let (x, y) = (got[j * out_stride + r], b[j * out_stride + r]);
                                 assert_eq!(x.to_bits(), y.to_bits(), "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}", ember_quant::simd_level());
                             }
-                            assert!(got[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "{what} wrote past the rows");
+                            assert!(
+                                got[j * out_stride + rows..(j + 1) * out_stride]
+                                    .iter()
+                                    .all(|v| v.is_nan()),
+                                "{what} wrote past the rows"
+                            );
                         }
                     }
                 }
@@ -174,11 +228,26 @@ fn extreme_quants_do_not_overflow() {
         let k = 256;
         let row: Vec<u8> = match fmt {
             // d = 1.0, m = 0, quants all 15
-            PackedFormat::Q4_1 => [0x00, 0x3C, 0, 0].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 20).collect(),
+            PackedFormat::Q4_1 => [0x00, 0x3C, 0, 0]
+                .into_iter()
+                .chain([0xFF; 16])
+                .cycle()
+                .take(k / 32 * 20)
+                .collect(),
             // d = 1.0, fifth bits all set, nibbles all 15
-            PackedFormat::Q5_0 => [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 22).collect(),
+            PackedFormat::Q5_0 => [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF]
+                .into_iter()
+                .chain([0xFF; 16])
+                .cycle()
+                .take(k / 32 * 22)
+                .collect(),
             // d = 1.0, quants alternating 127 and -127
-            PackedFormat::Q8_0 => [0x00u8, 0x3C].into_iter().chain((0..32).map(|i| if i % 2 == 0 { 127u8 } else { 129u8 })).cycle().take(k / 32 * 34).collect(),
+            PackedFormat::Q8_0 => [0x00u8, 0x3C]
+                .into_iter()
+                .chain((0..32).map(|i| if i % 2 == 0 { 127u8 } else { 129u8 }))
+                .cycle()
+                .take(k / 32 * 34)
+                .collect(),
             _ => unreachable!(),
         };
         let rows = 8;
@@ -186,19 +255,55 @@ fn extreme_quants_do_not_overflow() {
         let packed = fmt.pack_matrix(rows, k, &file).unwrap();
         let dot = scalar_dot_fn(ty).unwrap();
         for sign in [1.0f32, -1.0] {
-            let x: Vec<f32> = (0..k).map(|i| if fmt == PackedFormat::Q8_0 && i % 2 == 1 { -sign } else { sign }).collect();
+            let x: Vec<f32> = (0..k)
+                .map(|i| {
+                    if fmt == PackedFormat::Q8_0 && i % 2 == 1 {
+                        -sign
+                    } else {
+                        sign
+                    }
+                })
+                .collect();
             let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
             let want = dot(k, &row, &file_act(fmt, &x));
             for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
                 let mut out = vec![0.0; rows];
-                tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
+                tile(
+                    k,
+                    &packed,
+                    rows,
+                    &acts,
+                    act_row_bytes(k).unwrap(),
+                    1,
+                    &mut out,
+                    rows,
+                );
                 for v in out {
-                    assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "{fmt:?} sign {sign}: {v} vs {want}");
+                    assert!(
+                        (v - want).abs() <= 1e-3 * want.abs().max(1.0),
+                        "{fmt:?} sign {sign}: {v} vs {want}"
+                    );
                 }
             }
             let mut out = vec![0.0; rows];
-            if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
-                assert!(out.iter().all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)), "{fmt:?} unpacked, sign {sign}: {out:?} vs {want}");
+            if unpacked(
+                fmt,
+                k,
+                &packed,
+                rows,
+                &acts,
+                act_row_bytes(k).unwrap(),
+                1,
+                &mut out,
+                rows,
+            )
+            .is_some()
+            {
+                assert!(
+                    out.iter()
+                        .all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)),
+                    "{fmt:?} unpacked, sign {sign}: {out:?} vs {want}"
+                );
             }
         }
     }
@@ -212,11 +317,18 @@ fn packing_refuses_wrong_lengths() {
     let mut dst = vec![0u8; fmt.group_bytes(64).unwrap()];
     assert!(fmt.pack_group(64, &src[..39], &mut dst).is_err());
     assert!(fmt.pack_group(64, &src, &mut dst[1..]).is_err());
-    assert!(fmt.pack_group(64, &[0u8; 9 * 40], &mut dst).is_err(), "nine rows are not a group");
+    assert!(
+        fmt.pack_group(64, &[0u8; 9 * 40], &mut dst).is_err(),
+        "nine rows are not a group"
+    );
     assert!(fmt.pack_group(64, &src, &mut dst).is_ok());
     assert!(fmt.pack_matrix(3, 64, &src).is_err());
     assert!(quantize_act_row(&[0.0; 64], &mut vec![0; act_row_bytes(64).unwrap() - 1]).is_err());
-    assert_eq!(PackedFormat::Q4_K.group_bytes(640), None, "K-quant rows are whole super-blocks");
+    assert_eq!(
+        PackedFormat::Q4_K.group_bytes(640),
+        None,
+        "K-quant rows are whole super-blocks"
+    );
 }
 
 /// The K-quants' extremes: Q4_K with every quant 15 and the largest 6-bit
@@ -230,7 +342,11 @@ fn extreme_k_quants_do_not_overflow() {
         for variant in 0..2u8 {
             let block: Vec<u8> = match fmt {
                 // d = dmin = 1.0; all scales and mins 63; quants 15 (or 0)
-                PackedFormat::Q4_K => [0x00, 0x3C, 0x00, 0x3C].into_iter().chain([0xFF; 12]).chain([if variant == 0 { 0xFF } else { 0x00 }; 128]).collect(),
+                PackedFormat::Q4_K => [0x00, 0x3C, 0x00, 0x3C]
+                    .into_iter()
+                    .chain([0xFF; 12])
+                    .chain([if variant == 0 { 0xFF } else { 0x00 }; 128])
+                    .collect(),
                 // quants 63 (+31) or 0 (-32); scales 127 or -128; d = 1.0
                 _ => [if variant == 0 { 0xFF } else { 0x00 }; 128 + 64]
                     .into_iter()
@@ -248,14 +364,42 @@ fn extreme_k_quants_do_not_overflow() {
                 let want = exact_dot(ty, &row, &x);
                 for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
                     let mut out = vec![0.0; rows];
-                    tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
+                    tile(
+                        k,
+                        &packed,
+                        rows,
+                        &acts,
+                        act_row_bytes(k).unwrap(),
+                        1,
+                        &mut out,
+                        rows,
+                    );
                     for v in out {
-                        assert!((v - want).abs() <= 1e-4 * want.abs().max(1.0), "{fmt:?} variant {variant} sign {sign}: {v} vs {want}");
+                        assert!(
+                            (v - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "{fmt:?} variant {variant} sign {sign}: {v} vs {want}"
+                        );
                     }
                 }
                 let mut out = vec![0.0; rows];
-                if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
-                    assert!(out.iter().all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)), "{fmt:?} unpacked, variant {variant} sign {sign}");
+                if unpacked(
+                    fmt,
+                    k,
+                    &packed,
+                    rows,
+                    &acts,
+                    act_row_bytes(k).unwrap(),
+                    1,
+                    &mut out,
+                    rows,
+                )
+                .is_some()
+                {
+                    assert!(
+                        out.iter()
+                            .all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)),
+                        "{fmt:?} unpacked, variant {variant} sign {sign}"
+                    );
                 }
             }
         }
@@ -292,16 +436,34 @@ fn group_runs_equal_single_groups() {
                 for g in 0..rows.div_ceil(GROUP) {
                     let lanes = (rows - g * GROUP).min(GROUP);
                     let mut one = vec![f32::NAN; n * GROUP];
-                    tile(k, &packed[g * gb..(g + 1) * gb], lanes, &acts, stride, n, &mut one, GROUP);
+                    tile(
+                        k,
+                        &packed[g * gb..(g + 1) * gb],
+                        lanes,
+                        &acts,
+                        stride,
+                        n,
+                        &mut one,
+                        GROUP,
+                    );
                     for j in 0..n {
                         for i in 0..lanes {
                             let r = g * GROUP + i;
-                            assert_eq!(run[j * out_stride + r].to_bits(), one[j * GROUP + i].to_bits(), "{fmt:?} row {r} col {j}");
+                            assert_eq!(
+                                run[j * out_stride + r].to_bits(),
+                                one[j * GROUP + i].to_bits(),
+                                "{fmt:?} row {r} col {j}"
+                            );
                         }
                     }
                 }
                 for j in 0..n {
-                    assert!(run[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()), "wrote outside the rows");
+                    assert!(
+                        run[j * out_stride + rows..(j + 1) * out_stride]
+                            .iter()
+                            .all(|v| v.is_nan()),
+                        "wrote outside the rows"
+                    );
                 }
             }
         }
@@ -322,12 +484,34 @@ fn columns_are_independent_of_tile_width() {
             let acts = packed_acts(&xs, k, stride);
             let tile = tile_fn(fmt);
             let mut wide = [0.0f32; MAX_TILE_COLS * 8];
-            tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut wide, rows);
+            tile(
+                k,
+                &packed,
+                rows,
+                &acts,
+                stride,
+                MAX_TILE_COLS,
+                &mut wide,
+                rows,
+            );
             for j in 0..MAX_TILE_COLS {
                 let mut one = [0.0f32; 8];
-                tile(k, &packed, rows, &acts[j * stride..], stride, 1, &mut one, rows);
+                tile(
+                    k,
+                    &packed,
+                    rows,
+                    &acts[j * stride..],
+                    stride,
+                    1,
+                    &mut one,
+                    rows,
+                );
                 for r in 0..rows {
-                    assert_eq!(one[r].to_bits(), wide[j * rows + r].to_bits(), "{fmt:?} k={k} row {r} col {j}");
+                    assert_eq!(
+                        one[r].to_bits(),
+                        wide[j * rows + r].to_bits(),
+                        "{fmt:?} k={k} row {r} col {j}"
+                    );
                 }
             }
         }
@@ -346,12 +530,41 @@ fn activation_rows_equal_the_scalar_quantizer() {
     for k in [32, 224, 256, 640, 2048] {
         let mut rows: Vec<Vec<f32>> = (0..20).map(|i| rng.normals(k, 0.1 + i as f64)).collect();
         // amax 127 makes the multiplier 1: x.5 values are exact ties.
-        rows.push((0..k).map(|i| if i % 32 == 0 { 127.0 } else { (i % 32) as f32 - 15.5 }).collect());
-        rows.push((0..k).map(|i| if i < 32 { 0.0 } else if i % 32 == 5 { -3.0 } else { 1.0 }).collect());
+        rows.push(
+            (0..k)
+                .map(|i| {
+                    if i % 32 == 0 {
+                        127.0
+                    } else {
+                        (i % 32) as f32 - 15.5
+                    }
+                })
+                .collect(),
+        );
+        rows.push(
+            (0..k)
+                .map(|i| {
+                    if i < 32 {
+                        0.0
+                    } else if i % 32 == 5 {
+                        -3.0
+                    } else {
+                        1.0
+                    }
+                })
+                .collect(),
+        );
         // Scales that round to f16 subnormals, to zero, and past f16's range.
-        rows.push((0..k).map(|i| [1e-5, 3e-8, 1e-9, 9e6][(i / 32) % 4] * ((i % 7) as f32 - 3.0)).collect());
+        rows.push(
+            (0..k)
+                .map(|i| [1e-5, 3e-8, 1e-9, 9e6][(i / 32) % 4] * ((i % 7) as f32 - 3.0))
+                .collect(),
+        );
         for x in &rows {
-            let (mut a, mut b) = (vec![0u8; act_row_bytes(k).unwrap()], vec![1u8; act_row_bytes(k).unwrap()]);
+            let (mut a, mut b) = (
+                vec![0u8; act_row_bytes(k).unwrap()],
+                vec![1u8; act_row_bytes(k).unwrap()],
+            );
             quantize_act_row(x, &mut a).unwrap();
             quantize_act_row_scalar(x, &mut b).unwrap();
             assert_eq!(a, b, "k = {k}");

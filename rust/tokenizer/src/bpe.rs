@@ -28,7 +28,11 @@ pub(crate) struct Merges {
 impl Merges {
     /// Builds the table from `tokenizer.ggml.merges` entries already split
     /// into their two parts; a repeated pair keeps its first (lowest) rank.
-    pub fn new<'a>(vocab: &Vocab, merges: impl Iterator<Item = (&'a str, &'a str)>, ignore_merges: bool) -> Merges {
+    pub fn new<'a>(
+        vocab: &Vocab,
+        merges: impl Iterator<Item = (&'a str, &'a str)>,
+        ignore_merges: bool,
+    ) -> Merges {
         let n_vocab = vocab.len() as u32;
         let mut extra: FxHashMap<String, u32> = FxHashMap::default();
         let id_of = |s: &str, extra: &mut FxHashMap<String, u32>| -> u32 {
@@ -48,7 +52,9 @@ impl Merges {
             joined.push_str(a);
             joined.push_str(b);
             let m = id_of(&joined, &mut extra);
-            pairs.entry((l as u64) << 32 | r as u64).or_insert((rank as u32, m));
+            pairs
+                .entry((l as u64) << 32 | r as u64)
+                .or_insert((rank as u32, m));
         }
         let chars = crate::unicode::byte_to_char_table();
         let mut byte_ids = [NONE; 256];
@@ -57,13 +63,24 @@ impl Merges {
         for b in 0..256usize {
             let mut buf = [0u8; 4];
             let s = chars[b].encode_utf8(&mut buf);
-            byte_ids[b] = vocab.find(s).or_else(|| extra.get(s).copied()).unwrap_or(NONE);
+            byte_ids[b] = vocab
+                .find(s)
+                .or_else(|| extra.get(s).copied())
+                .unwrap_or(NONE);
             byte_chars[b] = (buf, chars[b].len_utf8() as u8);
             if b < 0x80 {
-                raw_byte_ids[b] = vocab.find(std::str::from_utf8(&[b as u8]).unwrap()).unwrap_or(NONE);
+                raw_byte_ids[b] = vocab
+                    .find(std::str::from_utf8(&[b as u8]).unwrap())
+                    .unwrap_or(NONE);
             }
         }
-        Merges { pairs, byte_ids, raw_byte_ids, byte_chars, ignore_merges }
+        Merges {
+            pairs,
+            byte_ids,
+            raw_byte_ids,
+            byte_chars,
+            ignore_merges,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -80,7 +97,13 @@ impl Merges {
     }
 
     /// Tokenizes one pre-tokenized word (raw bytes), appending ids to `out`.
-    pub fn tokenize_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+    pub fn tokenize_word(
+        &self,
+        vocab: &Vocab,
+        word: &[u8],
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
         if word.is_empty() {
             return;
         }
@@ -99,23 +122,28 @@ impl Merges {
                 start: i as u32,
                 len: 1,
                 prev: i as i32 - 1,
-                next: if i + 1 == word.len() { -1 } else { i as i32 + 1 },
+                next: if i + 1 == word.len() {
+                    -1
+                } else {
+                    i as i32 + 1
+                },
             });
         }
         let heap = &mut scratch.heap;
         heap.clear();
-        let push = |heap: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>, syms: &[Sym], l: i32, r: i32| {
-            if l < 0 || r < 0 {
-                return;
-            }
-            let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
-            if ls.id == NONE || rs.id == NONE {
-                return;
-            }
-            if let Some(&(rank, _)) = self.pairs.get(&((ls.id as u64) << 32 | rs.id as u64)) {
-                heap.push(Reverse((rank, l as u32, r as u32, ls.len + rs.len)));
-            }
-        };
+        let push =
+            |heap: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>, syms: &[Sym], l: i32, r: i32| {
+                if l < 0 || r < 0 {
+                    return;
+                }
+                let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
+                if ls.id == NONE || rs.id == NONE {
+                    return;
+                }
+                if let Some(&(rank, _)) = self.pairs.get(&((ls.id as u64) << 32 | rs.id as u64)) {
+                    heap.push(Reverse((rank, l as u32, r as u32, ls.len + rs.len)));
+                }
+            };
         for i in 1..syms.len() {
             push(heap, syms, i as i32 - 1, i as i32);
         }

@@ -44,8 +44,13 @@ pub enum TokenizerKind {
 }
 
 enum Algo {
-    Bpe { merges: Box<bpe::Merges>, pre: pretokenize::PreTokenizer },
-    Spm { byte_ids: Box<[Option<u32>; 256]> },
+    Bpe {
+        merges: Box<bpe::Merges>,
+        pre: pretokenize::PreTokenizer,
+    },
+    Spm {
+        byte_ids: Box<[Option<u32>; 256]>,
+    },
 }
 
 type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
@@ -198,7 +203,10 @@ impl Tokenizer {
     /// spelling (llama.cpp's cached `token_to_piece(id, true)`); precomputed.
     /// Out-of-range ids give nothing.
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        match (self.piece_offsets.get(id as usize), self.piece_offsets.get(id as usize + 1)) {
+        match (
+            self.piece_offsets.get(id as usize),
+            self.piece_offsets.get(id as usize + 1),
+        ) {
             (Some(&a), Some(&b)) => &self.pieces[a as usize..b as usize],
             _ => &[],
         }
@@ -212,7 +220,11 @@ impl Tokenizer {
         let mut remove_space = self.add_space_prefix;
         for &id in ids {
             let piece = self.token_to_piece(id, special);
-            let piece = if remove_space && piece.first() == Some(&b' ') { &piece[1..] } else { piece };
+            let piece = if remove_space && piece.first() == Some(&b' ') {
+                &piece[1..]
+            } else {
+                piece
+            };
             remove_space = false;
             out.extend_from_slice(piece);
         }
@@ -269,12 +281,18 @@ impl Tokenizer {
     }
 
     pub fn is_control(&self, id: u32) -> bool {
-        self.vocab.attrs.get(id as usize).is_some_and(|a| a & attr::CONTROL != 0)
+        self.vocab
+            .attrs
+            .get(id as usize)
+            .is_some_and(|a| a & attr::CONTROL != 0)
     }
 
     /// Control tokens llama.cpp marks unused (e.g. Gemma's `<unused0>`).
     pub fn is_unused(&self, id: u32) -> bool {
-        self.vocab.attrs.get(id as usize).is_some_and(|a| a & attr::UNUSED != 0)
+        self.vocab
+            .attrs
+            .get(id as usize)
+            .is_some_and(|a| a & attr::UNUSED != 0)
     }
 
     /// Iterates `(id, text, bytes)` over the whole vocabulary, for building

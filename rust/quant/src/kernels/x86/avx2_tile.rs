@@ -40,10 +40,22 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
         return None;
     }
     Some(match fmt {
-        PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: q4_1_x },
-        PackedFormat::Q5_0 => UnpackedTile { unpack: unpack_q5_0, tile: q5_0_x },
-        PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: q4_k_x },
-        PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: q6_k_x },
+        PackedFormat::Q4_1 => UnpackedTile {
+            unpack: unpack_q4_1,
+            tile: q4_1_x,
+        },
+        PackedFormat::Q5_0 => UnpackedTile {
+            unpack: unpack_q5_0,
+            tile: q5_0_x,
+        },
+        PackedFormat::Q4_K => UnpackedTile {
+            unpack: unpack_q4_k,
+            tile: q4_k_x,
+        },
+        PackedFormat::Q6_K => UnpackedTile {
+            unpack: unpack_q6_k,
+            tile: q6_k_x,
+        },
         PackedFormat::Q8_0 => return None,
     })
 }
@@ -51,7 +63,16 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
 macro_rules! dispatch {
     ($name:ident, $impl:ident, $fmt:expr, $x:expr) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize) {
+        fn $name(
+            k: usize,
+            w: &[u8],
+            rows: usize,
+            acts: &[u8],
+            act_stride: usize,
+            n: usize,
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
             let gb = check_tile($fmt, $x, k, w, rows, acts, act_stride, n, out, out_stride);
             let (w, a, o) = (w.as_ptr(), acts.as_ptr(), out.as_mut_ptr());
             // SAFETY: handed out only by `tile_fn` and `unpacked_tile` after
@@ -59,12 +80,36 @@ macro_rules! dispatch {
             // kernel reads/writes.
             unsafe {
                 for g in 0..rows.div_ceil(GROUP) {
-                    let (w, o, lanes) = (w.add(g * gb), o.add(g * GROUP), (rows - g * GROUP).min(GROUP));
+                    let (w, o, lanes) = (
+                        w.add(g * gb),
+                        o.add(g * GROUP),
+                        (rows - g * GROUP).min(GROUP),
+                    );
                     match n {
-                        1 => store(&$impl::<1, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        2 => store(&$impl::<2, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        3 => store(&$impl::<3, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
-                        _ => store(&$impl::<4, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        1 => store(
+                            &$impl::<1, $x>(k / 32, w, a, act_stride),
+                            o,
+                            out_stride,
+                            lanes,
+                        ),
+                        2 => store(
+                            &$impl::<2, $x>(k / 32, w, a, act_stride),
+                            o,
+                            out_stride,
+                            lanes,
+                        ),
+                        3 => store(
+                            &$impl::<3, $x>(k / 32, w, a, act_stride),
+                            o,
+                            out_stride,
+                            lanes,
+                        ),
+                        _ => store(
+                            &$impl::<4, $x>(k / 32, w, a, act_stride),
+                            o,
+                            out_stride,
+                            lanes,
+                        ),
                     }
                 }
             }
@@ -85,8 +130,14 @@ dispatch!(q6_k_x, q6_k_impl, PackedFormat::Q6_K, true);
 macro_rules! unpacker {
     ($name:ident, $impl:ident, $fmt:expr) => {
         fn $name(k: usize, w: &[u8], groups: usize, dst: &mut [u8]) {
-            let (gb, xb) = ($fmt.group_bytes(k).expect("k is a whole number of blocks"), $fmt.unpacked_group_bytes(k).expect("an unpacked layout"));
-            assert!(w.len() >= groups * gb && dst.len() >= groups * xb, "unpacking {groups} groups");
+            let (gb, xb) = (
+                $fmt.group_bytes(k).expect("k is a whole number of blocks"),
+                $fmt.unpacked_group_bytes(k).expect("an unpacked layout"),
+            );
+            assert!(
+                w.len() >= groups * gb && dst.len() >= groups * xb,
+                "unpacking {groups} groups"
+            );
             let blocks = groups * (k / $fmt.block_elems());
             // SAFETY: handed out only by `unpacked_tile` after `available()`;
             // both slices were checked to hold `groups` groups.
@@ -131,7 +182,13 @@ unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; 
     std::array::from_fn(|j| {
         let base = a.add(j * stride);
         let d = base.cast::<f32>();
-        Col { d, s: d.add(nb), dsum: d.add(2 * nb), hsum: base.add(12 * nb), qs: base.add(16 * nb) }
+        Col {
+            d,
+            s: d.add(nb),
+            dsum: d.add(2 * nb),
+            hsum: base.add(12 * nb),
+            qs: base.add(16 * nb),
+        }
     })
 }
 
@@ -173,11 +230,17 @@ unsafe fn bcast4(p: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn q4_regs<const X: bool>(regs: *const u8, p: usize) -> (__m256i, __m256i) {
     if X {
-        return (_mm256_loadu_si256(regs.add(64 * p).cast()), _mm256_loadu_si256(regs.add(64 * p + 32).cast()));
+        return (
+            _mm256_loadu_si256(regs.add(64 * p).cast()),
+            _mm256_loadu_si256(regs.add(64 * p + 32).cast()),
+        );
     }
     let m4 = _mm256_set1_epi8(0xF);
     let v = _mm256_loadu_si256(regs.add(32 * p).cast());
-    (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4))
+    (
+        _mm256_and_si256(v, m4),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+    )
 }
 
 /// Unpacks `blocks` blocks of 4-bit registers: each block's `head` bytes
@@ -215,7 +278,15 @@ unsafe fn unpack_q4_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
 /// at four columns a second would not fit in the sixteen registers).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn q4_block<const N: usize, const X: bool>(regs: *const u8, dx: __m256, mx: __m256, b: usize, c: &[Col; N], sums: impl Fn(&Col) -> *const f32, acc: &mut [__m256; N]) {
+unsafe fn q4_block<const N: usize, const X: bool>(
+    regs: *const u8,
+    dx: __m256,
+    mx: __m256,
+    b: usize,
+    c: &[Col; N],
+    sums: impl Fn(&Col) -> *const f32,
+    acc: &mut [__m256; N],
+) {
     let ones = _mm256_set1_epi16(1);
     let mut s16 = [_mm256_setzero_si256(); N];
     for p in 0..4 {
@@ -229,13 +300,22 @@ unsafe fn q4_block<const N: usize, const X: bool>(regs: *const u8, dx: __m256, m
     }
     for j in 0..N {
         let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
-        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))), isum, acc[j]);
+        acc[j] = _mm256_fmadd_ps(
+            _mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))),
+            isum,
+            acc[j],
+        );
         acc[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc[j]);
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q4_1_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
     let bb = block_bytes::<X>(PackedFormat::Q4_1);
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
@@ -253,7 +333,12 @@ unsafe fn q4_1_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
 /// `dmin m` (exact in f32) built for the eight rows, the min met by the
 /// activation block's exact sum.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q4_k_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
     let bb = block_bytes::<X>(PackedFormat::Q4_K);
     let sub = if X { 256 } else { 128 };
     let c = cols::<N>(nb, a, stride);
@@ -262,12 +347,23 @@ unsafe fn q4_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
     for sb in 0..nb / 8 {
         let blk = g.add(sb * bb);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
-        let neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())));
+        let neg_dmin = _mm256_sub_ps(
+            _mm256_setzero_ps(),
+            _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())),
+        );
         for j in 0..8 {
             prefetch_ahead::<X>(blk.add(j * bb / 8), bb / 8);
             let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
             let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
-            q4_block::<N, X>(blk.add(Q4_K_QUANTS + sub * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
+            q4_block::<N, X>(
+                blk.add(Q4_K_QUANTS + sub * j),
+                dx,
+                mx,
+                8 * sb + j,
+                &c,
+                |c| c.dsum,
+                &mut acc,
+            );
         }
     }
     acc
@@ -278,7 +374,12 @@ unsafe fn q4_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
 /// scale, so a 32-element block's sum stays exact in 32 bits; the `- 32` of
 /// every quant comes back as `32 Σ sc Σq_y` over the half-block sums.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q6_k_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
     let bb = block_bytes::<X>(PackedFormat::Q6_K);
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
@@ -301,15 +402,28 @@ unsafe fn q6_k_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
                 let [xl0, xl1, xh0, xh1] = q6_regs::<X>(sub, pp);
                 for (s, c) in isum.iter_mut().zip(&c) {
                     let y = c.qs.add(32 * b + 4 * pp);
-                    let ta = _mm256_add_epi16(_mm256_maddubs_epi16(xl0, bcast4(y)), _mm256_maddubs_epi16(xl1, bcast4(y.add(4))));
-                    let tb = _mm256_add_epi16(_mm256_maddubs_epi16(xh0, bcast4(y.add(16))), _mm256_maddubs_epi16(xh1, bcast4(y.add(20))));
-                    *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_madd_epi16(ta, sc_a), _mm256_madd_epi16(tb, sc_b)));
+                    let ta = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(xl0, bcast4(y)),
+                        _mm256_maddubs_epi16(xl1, bcast4(y.add(4))),
+                    );
+                    let tb = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(xh0, bcast4(y.add(16))),
+                        _mm256_maddubs_epi16(xh1, bcast4(y.add(20))),
+                    );
+                    *s = _mm256_add_epi32(
+                        *s,
+                        _mm256_add_epi32(_mm256_madd_epi16(ta, sc_a), _mm256_madd_epi16(tb, sc_b)),
+                    );
                 }
             }
             for jj in 0..N {
                 let off = _mm256_madd_epi16(sc_ab, bcast4(c[jj].hsum.add(4 * b)));
                 let total = _mm256_sub_epi32(isum[jj], _mm256_slli_epi32::<5>(off));
-                acc[jj] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(*c[jj].d.add(b))), _mm256_cvtepi32_ps(total), acc[jj]);
+                acc[jj] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(d, _mm256_set1_ps(*c[jj].d.add(b))),
+                    _mm256_cvtepi32_ps(total),
+                    acc[jj],
+                );
             }
         }
     }
@@ -338,26 +452,41 @@ unsafe fn q6_regs<const X: bool>(sub: *const u8, pp: usize) -> [__m256i; 4] {
             m30,
         )
     };
-    let (plane_a, plane_b) = (_mm256_loadu_si256(sub.add(128).cast()), _mm256_loadu_si256(sub.add(160).cast()));
+    let (plane_a, plane_b) = (
+        _mm256_loadu_si256(sub.add(128).cast()),
+        _mm256_loadu_si256(sub.add(160).cast()),
+    );
     let v0 = _mm256_loadu_si256(sub.add(32 * pp).cast());
     let v1 = _mm256_loadu_si256(sub.add(32 * pp + 32).cast());
     [
         _mm256_or_si256(_mm256_and_si256(v0, m4), high(plane_a, pp)),
         _mm256_or_si256(_mm256_and_si256(v1, m4), high(plane_a, pp + 1)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4), high(plane_b, pp)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4), high(plane_b, pp + 1)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4),
+            high(plane_b, pp),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4),
+            high(plane_b, pp + 1),
+        ),
     ]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_q6_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
-    let (bb, xb) = (PackedFormat::Q6_K.block_bytes(), block_bytes::<true>(PackedFormat::Q6_K));
+    let (bb, xb) = (
+        PackedFormat::Q6_K.block_bytes(),
+        block_bytes::<true>(PackedFormat::Q6_K),
+    );
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
         std::ptr::copy_nonoverlapping(s, d, Q6_K_QUANTS);
         for j in 0..8 {
             for pp in [0, 2] {
-                for (i, x) in q6_regs::<false>(s.add(Q6_K_QUANTS + 192 * j), pp).into_iter().enumerate() {
+                for (i, x) in q6_regs::<false>(s.add(Q6_K_QUANTS + 192 * j), pp)
+                    .into_iter()
+                    .enumerate()
+                {
                     _mm256_storeu_si256(d.add(Q6_K_QUANTS + 256 * j + 64 * pp + 32 * i).cast(), x);
                 }
             }
@@ -371,7 +500,10 @@ unsafe fn unpack_q6_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
 #[inline(always)]
 unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m256i, __m256i) {
     if X {
-        return (_mm256_loadu_si256(blk.add(16 + 64 * p).cast()), _mm256_loadu_si256(blk.add(16 + 64 * p + 32).cast()));
+        return (
+            _mm256_loadu_si256(blk.add(16 + 64 * p).cast()),
+            _mm256_loadu_si256(blk.add(16 + 64 * p + 32).cast()),
+        );
     }
     let (m4, bit4) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x10));
     // Bit g of each byte of `h` is the fifth bit of register g's element:
@@ -387,13 +519,19 @@ unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m25
     };
     let v = _mm256_loadu_si256(blk.add(48 + 32 * p).cast());
     let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, bit4));
-    let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh, bit4));
+    let xh = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+        _mm256_and_si256(hh, bit4),
+    );
     (xl, xh)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_q5_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
-    let (bb, xb) = (PackedFormat::Q5_0.block_bytes(), block_bytes::<true>(PackedFormat::Q5_0));
+    let (bb, xb) = (
+        PackedFormat::Q5_0.block_bytes(),
+        block_bytes::<true>(PackedFormat::Q5_0),
+    );
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
         std::ptr::copy_nonoverlapping(s, d, 16);
@@ -417,7 +555,12 @@ fn block_bytes<const X: bool>(fmt: PackedFormat) -> usize {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q5_0_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
     let bb = block_bytes::<X>(PackedFormat::Q5_0);
     let ones = _mm256_set1_epi16(1);
     let c = cols::<N>(nb, a, stride);
@@ -425,7 +568,11 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
     for b in 0..nb {
         let blk = g.add(b * bb);
         prefetch_ahead::<X>(blk, bb);
-        let h = if X { _mm256_setzero_si256() } else { _mm256_loadu_si256(blk.add(16).cast()) };
+        let h = if X {
+            _mm256_setzero_si256()
+        } else {
+            _mm256_loadu_si256(blk.add(16).cast())
+        };
         let mut lo16 = [_mm256_setzero_si256(); N];
         let mut hi16 = [_mm256_setzero_si256(); N];
         for p in 0..4 {
@@ -439,9 +586,16 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
             let (d, dsum) = (c[j].d, c[j].dsum);
-            let isum = _mm256_add_epi32(_mm256_madd_epi16(lo16[j], ones), _mm256_madd_epi16(hi16[j], ones));
+            let isum = _mm256_add_epi32(
+                _mm256_madd_epi16(lo16[j], ones),
+                _mm256_madd_epi16(hi16[j], ones),
+            );
             // The quants were stored offset by 16: take 16 d_y Σq_y back.
-            let t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(*d.add(b)), _mm256_set1_ps(-16.0 * *dsum.add(b)));
+            let t = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(isum),
+                _mm256_set1_ps(*d.add(b)),
+                _mm256_set1_ps(-16.0 * *dsum.add(b)),
+            );
             acc[j] = _mm256_fmadd_ps(dx, t, acc[j]);
         }
     }
@@ -451,7 +605,12 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
 /// Signed by signed through `maddubs`: |x| once per register, x's sign moved
 /// onto each column's y (exact: no quant is -128).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m256; N] {
+unsafe fn q8_0_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
     let bb = PackedFormat::Q8_0.block_bytes();
     let ones = _mm256_set1_epi16(1);
     let c = cols::<N>(nb, a, stride);
@@ -465,13 +624,20 @@ unsafe fn q8_0_impl<const N: usize, const X: bool>(nb: usize, g: *const u8, a: *
             let ax = _mm256_sign_epi8(x, x);
             for (s, c) in s32.iter_mut().zip(&c) {
                 let y = bcast4(c.qs.add(32 * b + 4 * r));
-                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones));
+                *s = _mm256_add_epi32(
+                    *s,
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones),
+                );
             }
         }
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
             let d = c[j].d;
-            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))), _mm256_cvtepi32_ps(s32[j]), acc[j]);
+            acc[j] = _mm256_fmadd_ps(
+                _mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))),
+                _mm256_cvtepi32_ps(s32[j]),
+                acc[j],
+            );
         }
     }
     acc
