@@ -18,6 +18,13 @@ fn fixture(arch: &str) -> serde_json::Value {
 }
 
 fn tiny_parity(arch: &str) {
+    tiny_parity_within(arch, 0.35)
+}
+
+/// The families added with per-layer shapes sit within 0.01 of llama.cpp
+/// here; their bound is tight enough that a mixture weighed a little wrong
+/// (a per-expert scale dropped) fails it.
+fn tiny_parity_within(arch: &str, max_mean_diff: f64) {
     let Some(path) = tiny_model(arch) else { return };
     let model = Model::load(
         &path,
@@ -43,7 +50,7 @@ fn tiny_parity(arch: &str) {
         let pos = row["pos"].as_u64().unwrap() as usize;
         agreement.add(&logits[pos * n_vocab..(pos + 1) * n_vocab], row);
     }
-    agreement.check(&format!("tiny {arch}"));
+    agreement.check_within(&format!("tiny {arch}"), max_mean_diff);
 }
 
 #[test]
@@ -110,4 +117,24 @@ fn hidden_states_are_what_the_head_reads() {
         worst < 1e-2,
         "logits differ from head . hidden by {worst} of |row| |hidden|"
     );
+}
+
+#[test]
+fn tiny_llama31_matches_llama_cpp() {
+    tiny_parity_within("llama31", 0.03);
+}
+
+#[test]
+fn tiny_qwen3moe_matches_llama_cpp() {
+    tiny_parity_within("qwen3moe", 0.03);
+}
+
+#[test]
+fn tiny_gemma4_matches_llama_cpp() {
+    tiny_parity_within("gemma4", 0.03);
+}
+
+#[test]
+fn tiny_gemma4moe_matches_llama_cpp() {
+    tiny_parity_within("gemma4moe", 0.03);
 }

@@ -158,11 +158,18 @@ impl Agreement {
     /// The parity gate: every confident position agrees, 97% of the decided
     /// ones (and 90% of all) agree, mean diff below 0.35.
     pub fn check(&self, what: &str) {
+        self.check_within(what, 0.35)
+    }
+
+    /// [`Agreement::check`] with a tighter bound on the mean diff, for models
+    /// whose reference sits well inside the general one (a part of the
+    /// forward pass that moves every logit a little would pass 0.35).
+    pub fn check_within(&self, what: &str, max_mean_diff: f64) {
         let r = self.report(what);
         println!("{r}");
         assert_eq!(self.confident_equal, self.confident, "{r}");
         assert!(self.decided_rate() >= 0.97, "{r}");
         assert!(self.argmax_rate() >= 0.90, "{r}");
-        assert!(self.mean_abs_diff() < 0.35, "{r}");
+        assert!(self.mean_abs_diff() < max_mean_diff, "{r}");
     }
 }
