@@ -182,8 +182,8 @@ def test_defaults_and_start_lines(smollm2_path):
 def test_kv_bytes_per_position_from_the_header(smollm2_path):
     from ember import _native
 
-    meta = _native.inspect(str(smollm2_path), 0)["metadata"]
-    assert kv_bytes_per_position(meta) == 30 * 2 * 3 * 64 * 2
+    info = _native.inspect(str(smollm2_path), 0)
+    assert kv_bytes_per_position(info) == 30 * 2 * 3 * 64 * 2
 
 
 def test_context_is_capped_by_memory_with_a_reason(smollm2_path):

@@ -141,11 +141,15 @@ def cmd_info(a: argparse.Namespace) -> int:
     except EmberError as e:
         print(f"ember cannot run this file: {e}")
         return 1
-    unread = model.unread_tensors()
-    if unread:
-        print(f"unread by the {arch} forward pass ({len(unread)}): {', '.join(unread[:20])}" + (" ..." if len(unread) > 20 else ""))
-    else:
-        print(f"weights:        every tensor is read by the {arch} forward pass")
+    # A file with a tensor the forward pass leaves unread does not load (the
+    # error above names them), so a loaded model reads every one.
+    c = model.config()
+    print(f"weights:        every tensor is read by the {arch} forward pass")
+    if c["n_expert"]:
+        print(f"experts:        {c['n_expert_used']} of {c['n_expert']} per token")
+    if c["n_layer_kv"] < c["n_layer"]:
+        print(f"kv layers:      {c['n_layer_kv']} of {c['n_layer']} (the others read an earlier layer's cache)")
+    print(f"kv cache:       {_human_bytes(c['kv_bytes_per_position'])} per position (f16)")
     return 0
 
 

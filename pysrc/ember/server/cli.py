@@ -191,22 +191,12 @@ def _physical_cores() -> int:
     return min(len(cores), logical) if cores else logical
 
 
-def kv_bytes_per_position(meta: Mapping[str, Any]) -> int | None:
-    """f16 K and V bytes one position costs across all layers, from the GGUF header."""
-    arch = meta.get("general.architecture")
-    try:
-        n_layer = int(meta[f"{arch}.block_count"])
-        n_head = meta[f"{arch}.attention.head_count"]
-        n_kv = meta.get(f"{arch}.attention.head_count_kv", n_head)
-        n_embd = int(meta[f"{arch}.embedding_length"])
-        # Some files store per-layer head counts as arrays.
-        head0 = int(max(n_head)) if isinstance(n_head, list) else int(n_head)
-        k_dim = int(meta.get(f"{arch}.attention.key_length") or n_embd // head0)
-        v_dim = int(meta.get(f"{arch}.attention.value_length") or k_dim)
-        kv_heads = [int(x) for x in n_kv] if isinstance(n_kv, list) else [int(n_kv)] * n_layer
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    return sum(h * (k_dim + v_dim) * 2 for h in kv_heads)
+def kv_bytes_per_position(info: Mapping[str, Any]) -> int | None:
+    """f16 K and V bytes one position costs across the layers that keep a
+    cache, from `_native.inspect`'s reading of the header (per-layer head
+    widths and counts, layers that read another layer's cache)."""
+    per_pos = info.get("kv_bytes_per_position")
+    return int(per_pos) if per_pos else None
 
 
 def _mib(n: int) -> str:
@@ -227,11 +217,12 @@ def _resolve_model(model: str | None, source: str, lines: list[str]) -> str:
     return str(p)
 
 
-def _choose_ctx(requested: int, meta: Mapping[str, Any], mem_available: int | None, lines: list[str],
+def _choose_ctx(requested: int, info: Mapping[str, Any], mem_available: int | None, lines: list[str],
                 kv_scale: float = 1.0) -> int:
+    meta = info["metadata"]
     arch = meta.get("general.architecture")
     trained = meta.get(f"{arch}.context_length")
-    per_pos = kv_bytes_per_position(meta)
+    per_pos = kv_bytes_per_position(info)
     if per_pos:
         per_pos = max(1, int(per_pos * kv_scale))  # the cache type's entries against f16's
     cap = None
@@ -331,12 +322,13 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     from ember import _native
 
     try:
-        meta = _native.inspect(model, 0)["metadata"]
+        info = _native.inspect(model, 0)
+        meta = info["metadata"]
     except Exception as e:  # any unreadable header is the user's file, not a bug to trace
         raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
 
     requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * max(values["parallel"], 1)
-    ctx = _choose_ctx(requested, meta, _mem_available() if mem_available is None else mem_available, lines,
+    ctx = _choose_ctx(requested, info, _mem_available() if mem_available is None else mem_available, lines,
                       kv_scale=_CACHE_TYPE_SCALE[kv_type])
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
 

@@ -15,7 +15,9 @@ use crate::forward::{Logits, SeqPass, Workspace};
 use crate::generate::{Draws, GenerateParams, Slot, Step};
 use crate::{KvType, Model};
 
-const SLOT_MAGIC: &[u8; 8] = b"EMSLOT1\0";
+/// A saved slot: this mark, the model's description (its family and shape,
+/// length-prefixed), the tokens held, then the cache's own state.
+const SLOT_MAGIC: &[u8; 8] = b"EMSLOT2\0";
 
 /// A request being answered in a slot.
 struct Active {
@@ -308,7 +310,9 @@ impl Batcher {
         let st = self.idle_slot(slot)?;
         let mut out = Vec::new();
         out.extend_from_slice(SLOT_MAGIC);
-        out.extend_from_slice(&self.fingerprint().to_le_bytes());
+        let desc = self.description();
+        out.extend_from_slice(&(desc.len() as u64).to_le_bytes());
+        out.extend_from_slice(desc.as_bytes());
         out.extend_from_slice(&(st.slot.tokens.len() as u64).to_le_bytes());
         for t in &st.slot.tokens {
             out.extend_from_slice(&t.to_le_bytes());
@@ -327,15 +331,30 @@ impl Batcher {
                 "not a saved slot of this model and slot size: {why}"
             ))
         };
-        let head = SLOT_MAGIC.len() + 16;
-        if state.len() < head || &state[..SLOT_MAGIC.len()] != SLOT_MAGIC {
+        if state.len() < SLOT_MAGIC.len() + 8 || &state[..SLOT_MAGIC.len()] != SLOT_MAGIC {
             return Err(bad("unknown format"));
         }
-        let word = |at: usize| u64::from_le_bytes(state[at..at + 8].try_into().unwrap());
-        if word(SLOT_MAGIC.len()) != self.fingerprint() {
-            return Err(bad("saved from another model"));
+        let word = |at: usize| {
+            state
+                .get(at..at + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+        };
+        let desc_at = SLOT_MAGIC.len() + 8;
+        let desc_len = word(SLOT_MAGIC.len())
+            .filter(|&n| n <= 4096)
+            .ok_or_else(|| bad("truncated"))?;
+        let saved = state
+            .get(desc_at..desc_at + desc_len)
+            .ok_or_else(|| bad("truncated"))?;
+        let ours = self.description();
+        if saved != ours.as_bytes() {
+            return Err(bad(&format!(
+                "saved from {}; this slot holds {ours}",
+                String::from_utf8_lossy(saved)
+            )));
         }
-        let n = word(SLOT_MAGIC.len() + 8) as usize;
+        let head = desc_at + desc_len + 8;
+        let n = word(desc_at + desc_len).ok_or_else(|| bad("truncated"))?;
         let kv_at = n
             .checked_mul(4)
             .and_then(|b| b.checked_add(head))
@@ -383,13 +402,19 @@ impl Batcher {
 
     /// What a saved state must come from: the vocabulary, the layers and the
     /// architecture (the cache's own header checks the shapes).
-    fn fingerprint(&self) -> u64 {
+    /// The family and shape a saved slot must match, in words (what a
+    /// refusal names): a cache of another family, or of the same family at
+    /// another size, cannot be read into this one.
+    fn description(&self) -> String {
         let c = &self.model.config;
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in format!("{:?}/{}/{}/{}", c.arch, c.n_vocab, c.n_layer, c.n_embd).bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        h
+        format!(
+            "a {} model of {} layers ({} with a cache of their own), width {}, {} tokens",
+            c.arch.name(),
+            c.n_layer,
+            c.n_layer_kv,
+            c.n_embd,
+            c.n_vocab
+        )
     }
 
     /// What went into the last pass.

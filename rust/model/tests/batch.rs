@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::tiny_model;
+use common::{tiny_model, TINY_ARCHS};
 
 use ember_model::{KvType, LoadOptions, Logits, Model, SeqPass, Session, Workspace};
 
@@ -30,7 +30,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 #[test]
 fn a_batch_gives_each_session_its_own_results() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in TINY_ARCHS {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;
@@ -151,7 +151,7 @@ fn a_bad_part_runs_nothing() {
 /// last layer are still written).
 #[test]
 fn only_the_wanted_rows_finish_the_last_layer() {
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in TINY_ARCHS {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;

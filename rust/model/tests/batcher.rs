@@ -52,7 +52,7 @@ fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
 
 #[test]
 fn side_by_side_answers_equal_answers_alone() {
-    for arch in ["llama", "gemma3"] {
+    for arch in ["llama", "gemma3", "qwen3moe", "gemma4"] {
         let Some(model) = tiny(arch) else { return };
         let n_vocab = model.config.n_vocab;
         let prompts: Vec<Vec<u32>> = [5, 23, 2, 17]
@@ -200,7 +200,36 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
 /// a damaged one is refused and leaves the slot as it was.
 #[test]
 fn a_saved_slot_restores_and_continues_identically() {
-    let Some(model) = tiny("gemma3") else { return };
+    for arch in ["gemma3", "gemma4", "qwen3moe"] {
+        saved_slot_round_trip(arch);
+    }
+}
+
+/// A slot saved from one family is refused by another, and the refusal
+/// names both.
+#[test]
+fn a_saved_slot_of_another_family_is_refused_by_name() {
+    let (Some(g4), Some(g3)) = (tiny("gemma4"), tiny("gemma3")) else {
+        return;
+    };
+    let mut a = Batcher::new(g4.clone(), 1, 128, 8, KvType::F16);
+    a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true)
+        .unwrap();
+    while a.any_busy() {
+        a.step();
+    }
+    let (state, _) = a.save_slot(0).unwrap();
+    let mut b = Batcher::new(g3, 1, 128, 8, KvType::F16);
+    let err = b.restore_slot(0, &state).unwrap_err().to_string();
+    assert!(
+        err.contains("saved from a gemma4 model") && err.contains("this slot holds a gemma3 model"),
+        "{err}"
+    );
+    assert!(b.cached_tokens(0).is_empty());
+}
+
+fn saved_slot_round_trip(arch: &str) {
+    let Some(model) = tiny(arch) else { return };
     let n_vocab = model.config.n_vocab;
     let prompt = tokens(20, 0, n_vocab);
     let mut a = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);

@@ -43,7 +43,7 @@ fn resume_vs_fresh(model: &Model, held: &[u32], prompt: &[u32], max_batch: usize
 
 #[test]
 fn a_shared_prefix_is_reused_and_gives_a_fresh_reads_logits() {
-    for arch in ["llama", "gemma3"] {
+    for arch in ["llama", "gemma3", "qwen3moe", "gemma4"] {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;

@@ -138,3 +138,124 @@ fn tiny_gemma4_matches_llama_cpp() {
 fn tiny_gemma4moe_matches_llama_cpp() {
     tiny_parity_within("gemma4moe", 0.03);
 }
+
+/// Prefill and decode are the same code in every family: a prompt fed in
+/// chunks of 7 (crossing windows of 8) and fed one token at a time give the
+/// same logits.
+#[test]
+fn every_family_reads_a_prompt_as_it_decodes() {
+    for arch in TINY_ARCHS {
+        let Some(path) = tiny_model(arch) else { return };
+        let model = Model::load(&path, LoadOptions::default()).unwrap();
+        let ids = ids(&fixture(arch)["input_ids"]);
+        let n_vocab = model.config.n_vocab;
+        let mut a = model.new_session(64, 7, KvType::F16);
+        let batched = model.prefill(&mut a, &ids, Logits::All).unwrap();
+        let mut b = model.new_session(64, 7, KvType::F16);
+        let mut max_diff = 0f32;
+        for (i, &t) in ids.iter().enumerate() {
+            let row = model.forward(&mut b, &[t], Logits::Last).unwrap();
+            for (x, y) in row.iter().zip(&batched[i * n_vocab..(i + 1) * n_vocab]) {
+                max_diff = max_diff.max((x - y).abs());
+            }
+        }
+        assert!(
+            max_diff <= 1e-3,
+            "{arch}: prefill vs token-by-token, max |diff| {max_diff}"
+        );
+    }
+}
+
+/// gemma4's per-layer token table stays in the file's mapping: a pass reads
+/// the rows of its own tokens and no others (262,144 rows here).
+#[test]
+fn per_layer_embeddings_are_read_by_row() {
+    let Some(path) = tiny_model("gemma4") else {
+        return;
+    };
+    let model = Model::load(&path, LoadOptions::default()).unwrap();
+    let table = &model
+        .weights()
+        .per_layer
+        .as_ref()
+        .expect("gemma4 E models have a per-layer table")
+        .table;
+    assert!(table.packed.is_none(), "the table is never repacked");
+    assert_eq!(table.rows, model.config.n_vocab);
+    assert_eq!(model.per_layer_rows_read(), 0);
+    let mut s = model.new_session(32, 8, KvType::F16);
+    model
+        .prefill(
+            &mut s,
+            &[2, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100],
+            Logits::Last,
+        )
+        .unwrap();
+    assert_eq!(model.per_layer_rows_read(), 11);
+    model.forward(&mut s, &[7], Logits::Last).unwrap();
+    assert_eq!(model.per_layer_rows_read(), 12);
+}
+
+/// Layers that read an earlier layer's keys and values store none, and
+/// each layer's cache is as wide as its own heads: gemma4's cache holds
+/// four layers (three sliding of 2 heads of 16, one full of 1 head of 32).
+#[test]
+fn shared_kv_layers_are_stored_once() {
+    let Some(path) = tiny_model("gemma4") else {
+        return;
+    };
+    let model = Model::load(&path, LoadOptions::default()).unwrap();
+    let c = &model.config;
+    assert_eq!((c.n_layer, c.n_layer_kv), (6, 4));
+    assert_eq!(c.kv_bytes_per_position(), 2 * (3 * (32 + 32) + (32 + 32)));
+    let s = model.new_session(64, 8, KvType::F16);
+    assert_eq!(s.cache.n_layers(), 4);
+    // Three windowed rings of 8 + 8 rows and one full layer of 64.
+    assert_eq!(s.cache.memory_bytes(), 2 * (3 * 16 * 64 + 64 * 64));
+}
+
+/// A file with a tensor its family's forward pass does not read fails to
+/// load, naming it (a weight silently ignored would change every answer).
+#[test]
+fn an_unread_tensor_is_a_load_error() {
+    let Some(path) = tiny_model("llama") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("ember-unread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("extra.gguf");
+    with_extra_tensor(&path, &out, "blk.0.attn_output.bias", 64);
+    let err = Model::load(&out, LoadOptions::default())
+        .err()
+        .expect("a tensor nobody reads");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("blk.0.attn_output.bias") && msg.contains("does not read"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Copies a GGUF file, adding one f32 tensor of `n` zeros named `name`.
+fn with_extra_tensor(src: &std::path::Path, dst: &std::path::Path, name: &str, n: usize) {
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, numpy as np, gguf\n\
+             src, dst, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])\n\
+             r = gguf.GGUFReader(src)\n\
+             arch = r.fields['general.architecture'].contents()\n\
+             w = gguf.GGUFWriter(dst, arch)\n\
+             for f in r.fields.values():\n\
+             \x20   if f.name.startswith('GGUF.') or f.name == 'general.architecture': continue\n\
+             \x20   w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)\n\
+             for t in r.tensors:\n\
+             \x20   w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)\n\
+             w.add_tensor(name, np.zeros(n, dtype=np.float32))\n\
+             w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()\n",
+        )
+        .args([src.to_str().unwrap(), dst.to_str().unwrap(), name, &n.to_string()])
+        .status()
+        .expect("python3 with the gguf package (the test extras)");
+    assert!(status.success(), "writing {}", dst.display());
+}

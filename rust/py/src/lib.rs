@@ -216,6 +216,13 @@ fn inspect<'py>(py: Python<'py>, path: &str, max_array: usize) -> PyResult<Bound
     }
     out.set_item("tensors", tensors)?;
     out.set_item("file_size", file.file_len())?;
+    // What a position of the cache costs, as the forward pass will lay it
+    // out (per-layer widths, layers that share a cache); None where ember
+    // cannot read the file's shape.
+    let per_pos = ember_model::Config::from_gguf(&file)
+        .ok()
+        .map(|c| c.kv_bytes_per_position());
+    out.set_item("kv_bytes_per_position", per_pos)?;
     Ok(out)
 }
 
