@@ -19,16 +19,18 @@ pub enum Arch {
     Qwen3Moe,
     Gemma3,
     Gemma4,
+    Phi3,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Qwen3Moe,
         Arch::Gemma3,
         Arch::Gemma4,
+        Arch::Phi3,
     ];
 
     pub fn parse(name: &str) -> Option<Arch> {
@@ -42,6 +44,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
             Arch::Gemma4 => "gemma4",
+            Arch::Phi3 => "phi3",
         }
     }
 }
@@ -108,6 +111,8 @@ pub struct FamilyOptions {
     pub shared_kv: bool,
     /// Query scale fixed by the family instead of 1/sqrt(head width) (gemma4: 1).
     pub attn_scale: Option<f32>,
+    /// `ffn_up` holds the gate's rows and then the up rows (phi3).
+    pub fused_gate_up: bool,
 }
 
 impl FamilyOptions {
@@ -125,6 +130,7 @@ impl FamilyOptions {
             router: RouterInput::FfnInput,
             shared_kv: false,
             attn_scale: None,
+            fused_gate_up: false,
         };
         match arch {
             Arch::Llama => FamilyOptions {
@@ -161,6 +167,12 @@ impl FamilyOptions {
                 attn_scale: Some(1.0),
                 ..base
             },
+            // Phi-3's sliding window is in its files but llama.cpp reads every
+            // layer as full (its SWA is disabled there), so ember does too.
+            Arch::Phi3 => FamilyOptions {
+                fused_gate_up: true,
+                ..base
+            },
         }
     }
 }
@@ -169,13 +181,38 @@ impl FamilyOptions {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeConfig {
     pub base: f32,
-    /// Position scale (1 / linear scaling factor).
+    /// Position scale (1 / linear scaling factor; YaRN's interpolation).
     pub freq_scale: f32,
     /// Dimensions of a head that rope rotates.
     pub n_rot: usize,
-    /// Divisors of each pair's frequency from `rope_freqs.weight` (Llama 3.1's
-    /// llama3 scaling, Gemma 4's proportional rope).
-    pub freq_factors: bool,
+    pub factors: RopeFactors,
+    /// YaRN's blend of interpolated and extrapolated frequencies.
+    pub yarn: Option<Yarn>,
+    /// cos and sin multiplied by this (llama.cpp's attention factor:
+    /// `rope.scaling.attn_factor`, and YaRN's magnitude correction).
+    pub mscale: f32,
+}
+
+/// Divisors of each rotated pair's frequency, from the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// `rope_freqs.weight`: Llama 3.1's llama3 scaling, Gemma 4's proportional rope.
+    Freqs,
+    /// LongRoPE (phi3): `rope_factors_short.weight` for a sequence of at most
+    /// `original_ctx` positions, `rope_factors_long.weight` beyond, chosen by
+    /// the sequence's context size as llama.cpp chooses by `n_ctx_seq`.
+    LongShort {
+        original_ctx: usize,
+    },
+}
+
+/// YaRN's correction range (llama.cpp's `ggml_rope_yarn_corr_dims`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub original_ctx: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
 }
 
 /// Where a layer's keys and values live.
@@ -320,6 +357,7 @@ impl Config {
         };
         let n_embd = req("embedding_length")?;
         let n_layer = req("block_count")?;
+        let n_ctx_train = opt("context_length")?.unwrap_or(2048);
         if n_layer > 1024 {
             return Err(bad("block_count", format!("{n_layer} layers")));
         }
@@ -347,18 +385,47 @@ impl Config {
             .get_f64_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5) as f32;
         let rope_base = h.get_f64_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32;
-        let rope_freq_scale = match (
-            h.get_str_opt(&key("rope.scaling.type"))?,
-            h.get_f64_opt(&key("rope.scaling.factor"))?,
-        ) {
-            (None | Some("none"), _) | (_, None) => 1.0,
-            (Some("linear"), Some(f)) if f > 0.0 => (1.0 / f) as f32,
-            (Some(other), _) => {
+        let scaling = h.get_str_opt(&key("rope.scaling.type"))?;
+        let factor = h
+            .get_f64_opt(&key("rope.scaling.factor"))?
+            .filter(|&f| f != 0.0);
+        if let Some(f) = factor.filter(|f| !f.is_finite() || *f < 0.0) {
+            return Err(bad(
+                "rope.scaling.factor",
+                format!("{f} is not a positive number"),
+            ));
+        }
+        let yarn = match scaling {
+            None | Some("none") | Some("linear") => None,
+            Some("yarn") => Some(Yarn {
+                original_ctx: opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train),
+                beta_fast: h
+                    .get_f64_opt(&key("rope.scaling.yarn_beta_fast"))?
+                    .unwrap_or(32.0) as f32,
+                beta_slow: h
+                    .get_f64_opt(&key("rope.scaling.yarn_beta_slow"))?
+                    .unwrap_or(1.0) as f32,
+            }),
+            Some(other) => {
                 return Err(bad(
                     "rope.scaling.type",
                     format!("{other:?} scaling is not supported"),
                 ))
             }
+        };
+        let rope_freq_scale = match (scaling, factor) {
+            (Some("none"), _) | (_, None) => 1.0,
+            (_, Some(f)) => (1.0 / f) as f32,
+        };
+        let attn_factor = h
+            .get_f64_opt(&key("rope.scaling.attn_factor"))?
+            .unwrap_or(1.0) as f32;
+        // YaRN's cos and sin grow by 1 + 0.1 ln(factor) (ggml's rope_yarn;
+        // llama.cpp's context cancels its own copy of the same factor).
+        let yarn_mscale = if yarn.is_some() {
+            1.0 + 0.1 * (1.0 / rope_freq_scale).ln()
+        } else {
+            1.0
         };
         let swa_rope_base = match h.get_f64_opt(&key("rope.freq_base_swa"))? {
             Some(b) => Some(b as f32),
@@ -367,6 +434,7 @@ impl Config {
         for (k, v) in [
             ("rope.freq_base", rope_base),
             ("attention.layer_norm_rms_epsilon", rms_eps),
+            ("rope.scaling.attn_factor", attn_factor),
         ]
         .into_iter()
         .chain(swa_rope_base.map(|b| ("rope.freq_base_swa", b)))
@@ -375,7 +443,6 @@ impl Config {
                 return Err(bad(k, format!("{v} is not a positive number")));
             }
         }
-        let n_ctx_train = opt("context_length")?.unwrap_or(2048);
 
         // Which layers use the sliding window.
         let is_swa: Vec<bool> = match opts.windows {
@@ -406,25 +473,45 @@ impl Config {
         };
 
         // Rope variants: full layers, then sliding-window layers when they differ.
-        let freq_factors = h.tensor("rope_freqs.weight").is_some();
+        let factors = if ["rope_factors_long.weight", "rope_factors_short.weight"]
+            .iter()
+            .any(|n| h.tensor(n).is_some())
+        {
+            let original_ctx = opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train);
+            RopeFactors::LongShort { original_ctx }
+        } else if h.tensor("rope_freqs.weight").is_some() {
+            RopeFactors::Freqs
+        } else {
+            RopeFactors::None
+        };
         let full_rope = RopeConfig {
             base: rope_base,
             freq_scale: rope_freq_scale,
             n_rot,
-            freq_factors,
+            factors,
+            yarn,
+            mscale: attn_factor * yarn_mscale,
         };
         let mut ropes = vec![full_rope.clone()];
-        let swa_rope = RopeConfig {
-            base: swa_rope_base.unwrap_or(rope_base),
-            freq_scale: if swa_rope_base.is_some() {
-                1.0
-            } else {
-                rope_freq_scale
+        let swa_rope = match swa_rope_base {
+            // A base of their own: unscaled (llama.cpp's freq_scale_swa of 1),
+            // and in gemma4 without the full layers' proportional factors.
+            Some(base) => RopeConfig {
+                base,
+                freq_scale: 1.0,
+                n_rot: n_rot_swa,
+                factors: if arch == Arch::Gemma4 {
+                    RopeFactors::None
+                } else {
+                    factors
+                },
+                yarn: None,
+                mscale: attn_factor,
             },
-            n_rot: n_rot_swa,
-            // Only full layers read the factors (gemma4's proportional rope); a
-            // family with one kind of layer applies them to all.
-            freq_factors: freq_factors && arch != Arch::Gemma4,
+            None => RopeConfig {
+                n_rot: n_rot_swa,
+                ..full_rope.clone()
+            },
         };
         let swa_rope_index = if swa_rope == full_rope {
             0

@@ -6,7 +6,7 @@ pub enum ModelError {
     Gguf(#[from] ember_gguf::GgufError),
     #[error(transparent)]
     Tokenizer(#[from] ember_tokenizer::TokenizerError),
-    #[error("architecture {0:?} is not supported (ember runs llama, qwen2, qwen3, qwen3moe, gemma3 and gemma4)")]
+    #[error("architecture {0:?} is not supported (ember runs llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and phi3)")]
     UnsupportedArchitecture(String),
     #[error("{arch}: the file holds tensors its forward pass does not read: {}", names.join(", "))]
     UnreadTensors {

@@ -336,18 +336,23 @@ impl Model {
         }
         let n_out = sc.out_rows.len();
 
-        // Rope angles for this pass, per rope variant.
-        for (variant, (inv, fscale)) in self.rope_tables.iter().enumerate() {
-            let half = inv.len();
-            for (j, &p) in sc.pos.iter().enumerate() {
-                let at = (variant * t + j) * max_half;
-                ops::rope_angles(
-                    p,
-                    *fscale,
-                    inv,
-                    &mut sc.cos[at..at + half],
-                    &mut sc.sin[at..at + half],
-                );
+        // Rope angles for this pass, per rope variant (LongRoPE's depend on
+        // each sequence's context size).
+        for (variant, table) in self.rope_tables.iter().enumerate() {
+            let half = table.half();
+            let mut j = 0;
+            for q in seqs.iter() {
+                let n_ctx = q.cache.n_ctx();
+                for _ in q.tokens {
+                    let at = (variant * t + j) * max_half;
+                    table.angles(
+                        sc.pos[j],
+                        n_ctx,
+                        &mut sc.cos[at..at + half],
+                        &mut sc.sin[at..at + half],
+                    );
+                    j += 1;
+                }
             }
         }
 

@@ -15,6 +15,7 @@ pub mod generate;
 mod matmul;
 mod ops;
 mod pool;
+mod rope;
 pub mod weights;
 
 use std::path::Path;
@@ -44,8 +45,8 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     // Declared before `file` so the weights, which borrow its mapping, drop first.
     weights: weights::Weights,
-    /// (inverse frequencies, position scale) per rope variant (`Config::ropes`).
-    rope_tables: Vec<(Vec<f32>, f32)>,
+    /// One table per rope variant (`Config::ropes`).
+    rope_tables: Vec<rope::RopeTable>,
     pool: pool::Pool,
     n_threads: usize,
     /// Rows of the per-layer token table read so far (gemma4's E models):
@@ -75,19 +76,11 @@ impl Model {
                 names: weights.unread.clone(),
             });
         }
-        // One table of inverse frequencies per rope variant, each pair's
-        // divided by its factor where the variant reads `rope_freqs.weight`.
         let rope_tables = config
             .ropes
             .iter()
-            .map(|r| {
-                let mut inv = ops::rope_inv_freq(r.base, r.n_rot);
-                if let (true, Some(f)) = (r.freq_factors, &weights.rope_freqs) {
-                    inv.iter_mut().zip(f).for_each(|(x, d)| *x /= d);
-                }
-                (inv, r.freq_scale)
-            })
-            .collect();
+            .map(|r| rope::RopeTable::new(r, &weights))
+            .collect::<Result<Vec<_>>>()?;
         let n_threads = if opts.threads == 0 {
             physical_cores()
         } else {

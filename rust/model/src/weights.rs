@@ -14,7 +14,7 @@ use ember_gguf::{GgmlType, GgufFile};
 use ember_quant::packed::{PackedFormat, GROUP};
 use ember_quant::{ActType, DotColsFn, DotFn, TileFn, UnpackedTile};
 
-use crate::config::{Arch, Config, FfnShape, KvSource, RouterInput};
+use crate::config::{Arch, Config, FfnShape, KvSource, RopeFactors, RouterInput};
 use crate::error::{ModelError, Result};
 
 /// A weight matrix in the file's layout: `rows` output features, each a row of
@@ -187,6 +187,9 @@ pub struct Weights {
     pub output: Option<Matrix>, // (n_vocab, n_embd)
     /// Divisors of each rotated pair's frequency, where the file has them.
     pub rope_freqs: Option<Vec<f32>>,
+    /// LongRoPE's divisors for sequences beyond the original context, and within it.
+    pub rope_long: Option<Vec<f32>>,
+    pub rope_short: Option<Vec<f32>>,
     pub per_layer: Option<PerLayerEmbeddings>,
     /// Tensors in the file that the architecture never read.
     pub unread: Vec<String>,
@@ -223,6 +226,40 @@ impl<'a> Binder<'a> {
         let data = self.tensor_bytes(name);
         self.bind_rows(name, t.ty, rows, cols, data, self.repack)
             .map(Some)
+    }
+
+    /// Rows `first..first + rows` of a 2-D tensor of `total` rows, as a
+    /// matrix of its own (a fused tensor's parts).
+    fn row_range(
+        &mut self,
+        name: &str,
+        total: usize,
+        cols: usize,
+        first: usize,
+        rows: usize,
+    ) -> Result<Matrix> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != total {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected [{cols}, {total}]", t.dims),
+            });
+        }
+        let ty = t.ty;
+        let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+        let data = self.tensor_bytes(name);
+        let part = format!("{name}[{first}..{}]", first + rows);
+        self.bind_rows(
+            &part,
+            ty,
+            rows,
+            cols,
+            &data[first * row_bytes..(first + rows) * row_bytes],
+            self.repack,
+        )
     }
 
     /// A table whose rows are looked up, never multiplied: left in the
@@ -376,6 +413,15 @@ impl<'a> Binder<'a> {
         Ok(Some(out))
     }
 
+    /// A vector of whatever length the file gives (checked by its reader).
+    fn vector_any(&mut self, name: &str) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.file.tensor(name) else {
+            return Ok(None);
+        };
+        let n = t.n_elements() as usize;
+        self.vector_opt(name, n)
+    }
+
     /// A vector that the family reads where present and must be there where `needed`.
     fn vector_if(&mut self, needed: bool, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
         if needed {
@@ -420,23 +466,12 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
     };
     let e = c.n_embd;
     let token_embd = b.matrix("token_embd.weight", c.n_vocab, e)?;
-    let gemma4 = c.arch == Arch::Gemma4;
     let mut layers = Vec::with_capacity(c.n_layer);
     for (il, l) in c.layers.iter().enumerate() {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (hk, hv) = (l.head_dim_k, l.head_dim_v);
         let own_kv = matches!(l.kv, KvSource::Own(_));
-        let wk = if own_kv {
-            Some(b.matrix(&n("attn_k.weight"), l.k_width(), e)?)
-        } else {
-            None
-        };
-        let wv = match own_kv {
-            // gemma4 layers may take their values from the keys.
-            true if gemma4 => b.matrix_opt(&n("attn_v.weight"), l.v_width(), e)?,
-            true => Some(b.matrix(&n("attn_v.weight"), l.v_width(), e)?),
-            false => None,
-        };
+        let (wq, wk, wv, bq, bk, bv) = attention_inputs(&mut b, c, il)?;
         if own_kv && wv.is_none() && hv != hk {
             return Err(ModelError::BadTensor {
                 name: n("attn_v.weight"),
@@ -445,10 +480,10 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         }
         let post = c.opts.post_norms;
         let (ffn, experts) = match l.ffn {
-            FfnShape::Dense { n_ff } => (Some(dense_ffn(&mut b, il, n_ff, e)?), None),
+            FfnShape::Dense { n_ff } => (Some(dense_ffn(&mut b, c, il, n_ff)?), None),
             FfnShape::Experts { n_ff_exp } => (None, Some(experts(&mut b, c, il, n_ff_exp)?)),
             FfnShape::DenseAndExperts { n_ff, n_ff_exp } => (
-                Some(dense_ffn(&mut b, il, n_ff, e)?),
+                Some(dense_ffn(&mut b, c, il, n_ff)?),
                 Some(experts(&mut b, c, il, n_ff_exp)?),
             ),
         };
@@ -463,20 +498,12 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         };
         layers.push(LayerWeights {
             attn_norm: b.vector(&n("attn_norm.weight"), e)?,
-            wq: b.matrix(&n("attn_q.weight"), l.q_width(), e)?,
+            wq,
             wk,
             wv,
-            bq: b.vector_opt(&n("attn_q.bias"), l.q_width())?,
-            bk: if own_kv {
-                b.vector_opt(&n("attn_k.bias"), l.k_width())?
-            } else {
-                None
-            },
-            bv: if own_kv {
-                b.vector_opt(&n("attn_v.bias"), l.v_width())?
-            } else {
-                None
-            },
+            bq,
+            bk,
+            bv,
             q_norm: b.vector_if(c.opts.qk_norm, &n("attn_q_norm.weight"), hk)?,
             k_norm: b.vector_if(c.opts.qk_norm && own_kv, &n("attn_k_norm.weight"), hk)?,
             wo: b.matrix(&n("attn_output.weight"), e, l.att_width())?,
@@ -491,25 +518,23 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
                 .map(|v| v[0]),
         });
     }
-    // One table of frequency divisors for every layer that reads them.
-    let rope_freqs = match c
-        .ropes
-        .iter()
-        .filter(|r| r.freq_factors)
-        .map(|r| r.n_rot / 2)
-        .max()
-    {
-        Some(half) => Some(b.vector("rope_freqs.weight", half)?),
-        None => None,
+    // Frequency divisors, checked against the rope variants that read them
+    // when their tables are built.
+    let reads = |f: &dyn Fn(RopeFactors) -> bool| c.ropes.iter().any(|r| f(r.factors));
+    let rope_freqs = if reads(&|f| f == RopeFactors::Freqs) {
+        b.vector_any("rope_freqs.weight")?
+    } else {
+        None
     };
-    if let Some(f) = &rope_freqs {
-        if let Some(i) = f.iter().position(|&x| x <= 0.0) {
-            return Err(ModelError::BadTensor {
-                name: "rope_freqs.weight".into(),
-                problem: format!("element {i} is {} (divisors must be positive)", f[i]),
-            });
-        }
-    }
+    let long_short = reads(&|f| matches!(f, RopeFactors::LongShort { .. }));
+    let (rope_long, rope_short) = if long_short {
+        (
+            b.vector_any("rope_factors_long.weight")?,
+            b.vector_any("rope_factors_short.weight")?,
+        )
+    } else {
+        (None, None)
+    };
     let per_layer = if c.n_embd_per_layer > 0 {
         let width = c.n_layer * c.n_embd_per_layer;
         Some(PerLayerEmbeddings {
@@ -534,13 +559,90 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         output_norm,
         output,
         rope_freqs,
+        rope_long,
+        rope_short,
         per_layer,
         unread,
     })
 }
 
-fn dense_ffn(b: &mut Binder, il: usize, n_ff: usize, e: usize) -> Result<DenseFfn> {
+type AttentionInputs = (
+    Matrix,
+    Option<Matrix>,
+    Option<Matrix>,
+    Option<Vec<f32>>,
+    Option<Vec<f32>>,
+    Option<Vec<f32>>,
+);
+
+/// q, k and v (and their biases): three tensors, or one fused `attn_qkv`
+/// whose rows are q's, then k's, then v's (phi3; any family, as llama.cpp's
+/// `create_tensor_qkv`), bound as three matrices over its rows.
+fn attention_inputs(b: &mut Binder, c: &Config, il: usize) -> Result<AttentionInputs> {
+    let l = &c.layers[il];
     let n = |s: &str| format!("blk.{il}.{s}");
+    let e = c.n_embd;
+    let (q, k, v) = (l.q_width(), l.k_width(), l.v_width());
+    let own_kv = matches!(l.kv, KvSource::Own(_));
+    let fused = n("attn_qkv.weight");
+    if own_kv && b.file.tensor(&fused).is_some() {
+        let total = q + k + v;
+        let wq = b.row_range(&fused, total, e, 0, q)?;
+        let wk = b.row_range(&fused, total, e, q, k)?;
+        let wv = b.row_range(&fused, total, e, q + k, v)?;
+        let (bq, bk, bv) = match b.vector_opt(&n("attn_qkv.bias"), total)? {
+            Some(all) => (
+                Some(all[..q].to_vec()),
+                Some(all[q..q + k].to_vec()),
+                Some(all[q + k..].to_vec()),
+            ),
+            None => (None, None, None),
+        };
+        return Ok((wq, Some(wk), Some(wv), bq, bk, bv));
+    }
+    let wk = if own_kv {
+        Some(b.matrix(&n("attn_k.weight"), k, e)?)
+    } else {
+        None
+    };
+    let wv = match own_kv {
+        // gemma4 layers may take their values from the keys.
+        true if c.arch == Arch::Gemma4 => b.matrix_opt(&n("attn_v.weight"), v, e)?,
+        true => Some(b.matrix(&n("attn_v.weight"), v, e)?),
+        false => None,
+    };
+    let bk = if own_kv {
+        b.vector_opt(&n("attn_k.bias"), k)?
+    } else {
+        None
+    };
+    let bv = if own_kv {
+        b.vector_opt(&n("attn_v.bias"), v)?
+    } else {
+        None
+    };
+    Ok((
+        b.matrix(&n("attn_q.weight"), q, e)?,
+        wk,
+        wv,
+        b.vector_opt(&n("attn_q.bias"), q)?,
+        bk,
+        bv,
+    ))
+}
+
+fn dense_ffn(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<DenseFfn> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let e = c.n_embd;
+    if c.opts.fused_gate_up {
+        // phi3: ffn_up holds the gate's rows, then the up rows.
+        let up = n("ffn_up.weight");
+        return Ok(DenseFfn {
+            gate: b.row_range(&up, 2 * n_ff, e, 0, n_ff)?,
+            up: b.row_range(&up, 2 * n_ff, e, n_ff, n_ff)?,
+            down: b.matrix(&n("ffn_down.weight"), e, n_ff)?,
+        });
+    }
     Ok(DenseFfn {
         gate: b.matrix(&n("ffn_gate.weight"), n_ff, e)?,
         up: b.matrix(&n("ffn_up.weight"), n_ff, e)?,

@@ -42,8 +42,11 @@ fn tiny_parity_within(arch: &str, max_mean_diff: f64) {
     let f = fixture(arch);
     let ids = ids(&f["input_ids"]);
     let n_vocab = model.config.n_vocab;
-    // Prompt read in passes of 7 tokens, so the sliding-window ring wraps mid-pass.
-    let mut s = model.new_session(ids.len(), 7, KvType::F16);
+    // Prompt read in passes of 7 tokens, so the sliding-window ring wraps
+    // mid-pass; the context llama.cpp read it with, where the fixture says
+    // (LongRoPE's factors depend on it).
+    let n_ctx = f["n_ctx"].as_u64().map_or(ids.len(), |n| n as usize);
+    let mut s = model.new_session(n_ctx, 7, KvType::F16);
     let logits = model.prefill(&mut s, &ids, Logits::All).unwrap();
     let mut agreement = Agreement::default();
     for row in f["positions"].as_array().unwrap() {
@@ -137,6 +140,23 @@ fn tiny_gemma4_matches_llama_cpp() {
 #[test]
 fn tiny_gemma4moe_matches_llama_cpp() {
     tiny_parity_within("gemma4moe", 0.03);
+}
+
+#[test]
+fn tiny_phi3_matches_llama_cpp() {
+    tiny_parity_within("phi3", 0.03);
+}
+
+/// The same weights trained on a shorter context: a sequence beyond it
+/// turns with LongRoPE's long factors.
+#[test]
+fn tiny_phi3_beyond_its_context_matches_llama_cpp() {
+    tiny_parity_within("phi3long", 0.03);
+}
+
+#[test]
+fn tiny_qwen3yarn_matches_llama_cpp() {
+    tiny_parity_within("qwen3yarn", 0.03);
 }
 
 /// Prefill and decode are the same code in every family: a prompt fed in
