@@ -88,7 +88,7 @@ impl Matrix {
         let data: &'static [u8] = Vec::leak(data);
         let packed = PackedFormat::of(ty)
             .filter(|_| repack_rows)
-            .map(|f| repack(f, rows, cols, row_bytes, data).unwrap());
+            .map(|f| repack(ty, f, rows, cols, row_bytes, data).unwrap());
         let input = if packed.is_some() {
             ActFormat::Packed
         } else {
@@ -356,9 +356,9 @@ impl<'a> Binder<'a> {
         }
         let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
         let packed = match PackedFormat::of(ty) {
-            Some(format) if repack_rows => {
-                Some(repack(format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?)
-            }
+            Some(format) if repack_rows => Some(
+                repack(ty, format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?,
+            ),
             _ => None,
         };
         let input = if packed.is_some() {
@@ -433,6 +433,7 @@ impl<'a> Binder<'a> {
 }
 
 fn repack(
+    ty: GgmlType,
     format: PackedFormat,
     rows: usize,
     cols: usize,
@@ -444,7 +445,7 @@ fn repack(
     let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
     data.par_chunks_mut(group_bytes)
         .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
-        .try_for_each(|(dst, src)| format.pack_group(cols, src, dst))?;
+        .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
     Ok(PackedRows {
         format,
         tile: ember_quant::tile_fn(format),

@@ -49,7 +49,7 @@ use ember_gguf::GgmlType;
 use half::f16;
 
 use crate::blocks::k_quants::{get_scale_min_k4, q6k_quants};
-use crate::blocks::{as_blocks, BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use crate::blocks::{as_blocks, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use crate::error::QuantError;
 use crate::quantize::{q8_block, Q8Rounding};
 
@@ -88,7 +88,9 @@ impl PackedFormat {
     pub fn of(ty: GgmlType) -> Option<PackedFormat> {
         match ty {
             GgmlType::Q4_1 => Some(PackedFormat::Q4_1),
-            GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
+            // Q4_0's quants 0..15 read as `q - 8` are Q5_0's 8..23 read as
+            // `q - 16`: the same scale, the same integer sums, Q5_0's kernels.
+            GgmlType::Q4_0 | GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
             GgmlType::Q8_0 => Some(PackedFormat::Q8_0),
             GgmlType::Q4_K => Some(PackedFormat::Q4_K),
             GgmlType::Q6_K => Some(PackedFormat::Q6_K),
@@ -168,13 +170,32 @@ impl PackedFormat {
     /// (exactly [`group_bytes`](Self::group_bytes) long; rows past the ones
     /// given are zeros).
     pub fn pack_group(self, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
-        let format = self.ggml_type().name();
+        self.pack_group_from(self.ggml_type(), k, src, dst)
+    }
+
+    /// [`pack_group`](Self::pack_group) from rows of file type `ty`, which is
+    /// the layout's own or one that [`of`](Self::of) maps to it (Q4_0 into
+    /// Q5_0's layout).
+    pub fn pack_group_from(
+        self,
+        ty: GgmlType,
+        k: usize,
+        src: &[u8],
+        dst: &mut [u8],
+    ) -> Result<(), QuantError> {
+        if PackedFormat::of(ty) != Some(self) {
+            return Err(QuantError::Unsupported {
+                ty,
+                op: "repacking into this layout",
+            });
+        }
+        let format = ty.name();
         let want = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple {
             format,
             n: k,
             block: self.block_elems(),
         })?;
-        let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
+        let row_len = ty.row_bytes(k as u64).unwrap() as usize;
         if src.is_empty() || !src.len().is_multiple_of(row_len) || src.len() / row_len > GROUP {
             return Err(QuantError::Length {
                 format,
@@ -201,6 +222,17 @@ impl PackedFormat {
                         put_f16(blk, r, x.d);
                         put_f16(&mut blk[16..], r, x.m);
                         put_nibble_regs(&mut blk[32..], r, &unpack_nibbles(&x.qs));
+                    }
+                }
+                PackedFormat::Q5_0 if ty == GgmlType::Q4_0 => {
+                    for (b, x) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        put_f16(blk, r, x.d);
+                        let q5 = unpack_nibbles(&x.qs).map(|q| q + 8);
+                        for (e, q) in q5.iter().enumerate() {
+                            blk[16 + 4 * r + e % 4] |= (q >> 4) << (e / 4);
+                        }
+                        put_nibble_regs(&mut blk[48..], r, &q5.map(|q| q & 15));
                     }
                 }
                 PackedFormat::Q5_0 => {

@@ -571,3 +571,66 @@ fn activation_rows_equal_the_scalar_quantizer() {
         }
     }
 }
+
+/// Q4_0 rows repacked into Q5_0's layout (quants offset by 8, so `q - 16`
+/// reads `q4 - 8`): Q5_0's tile kernels, scalar and SIMD, packed and
+/// unpacked, give what Q4_0's file-format kernel gives on the original bytes.
+#[test]
+fn q4_0_rows_in_q5_0_layout_equal_q4_0_kernels() {
+    let mut rng = Rng::new(43);
+    let fmt = PackedFormat::Q5_0;
+    assert_eq!(PackedFormat::of(GgmlType::Q4_0), Some(fmt));
+    let dot = scalar_dot_fn(GgmlType::Q4_0).unwrap();
+    for &k in widths(fmt) {
+        for rows in ROWS {
+            let file: Vec<Vec<u8>> = (0..rows)
+                .map(|_| random_row(GgmlType::Q4_0, k, &mut rng))
+                .collect();
+            let row_len = file[0].len();
+            let src = file.concat();
+            let mut packed = vec![0u8; rows.div_ceil(GROUP) * fmt.group_bytes(k).unwrap()];
+            for (dst, src) in packed
+                .chunks_exact_mut(fmt.group_bytes(k).unwrap())
+                .zip(src.chunks(GROUP * row_len))
+            {
+                fmt.pack_group_from(GgmlType::Q4_0, k, src, dst).unwrap();
+            }
+            let n = MAX_TILE_COLS;
+            let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.normals(k, 1.0)).collect();
+            let stride = act_row_bytes(k).unwrap();
+            let acts = packed_acts(&xs, k, stride);
+            let mut outs = Vec::new();
+            for tile in [scalar_tile_fn(fmt), tile_fn(fmt)] {
+                let mut out = vec![f32::NAN; n * rows];
+                tile(k, &packed, rows, &acts, stride, n, &mut out, rows);
+                outs.push(out);
+            }
+            let mut c = vec![f32::NAN; n * rows];
+            if unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, rows).is_some() {
+                outs.push(c);
+            }
+            for (j, x) in xs.iter().enumerate() {
+                for (r, w) in file.iter().enumerate() {
+                    let want = dot(k, w, &file_act(fmt, x));
+                    let tol = 1e-5 * magnitude(GgmlType::Q4_0, w, x).max(1.0);
+                    for out in &outs {
+                        let got = out[j * rows + r];
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "k={k} row {r} col {j}: tile {got} vs Q4_0 kernel {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Another type is not Q5_0's to repack.
+    assert!(fmt
+        .pack_group_from(
+            GgmlType::Q4_1,
+            32,
+            &[0; 20],
+            &mut vec![0; fmt.group_bytes(32).unwrap()]
+        )
+        .is_err());
+}
