@@ -441,11 +441,22 @@ fn repack(
     src: &[u8],
 ) -> std::result::Result<PackedRows, ember_quant::QuantError> {
     use rayon::prelude::*;
-    let group_bytes = format.group_bytes(cols).expect("row width checked before");
-    let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
-    data.par_chunks_mut(group_bytes)
-        .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
-        .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
+    let pack =
+        |format: PackedFormat| -> std::result::Result<(Vec<u8>, usize), ember_quant::QuantError> {
+            let group_bytes = format.group_bytes(cols).expect("row width checked before");
+            let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
+            data.par_chunks_mut(group_bytes)
+                .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
+                .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
+            Ok((data, group_bytes))
+        };
+    // A block the layout cannot hold exactly (a Q4_0 scale too large for
+    // its min as Q4_1's) takes the type's other layout.
+    let (format, (data, group_bytes)) = match (pack(format), PackedFormat::fallback(ty)) {
+        (Ok(done), _) => (format, done),
+        (Err(_), Some(other)) => (other, pack(other)?),
+        (Err(e), None) => return Err(e),
+    };
     Ok(PackedRows {
         format,
         tile: ember_quant::tile_fn(format),

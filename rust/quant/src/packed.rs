@@ -68,6 +68,10 @@ pub const GROUP: usize = 8;
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackedFormat {
+    /// Q4_1's layout holding Q4_0 rows: each block's min is `-8 d` (exact in
+    /// f16), met by the activation block's exact sum `d_y Σq_y` (not Q4_1's
+    /// f16-rounded one), so the result is Q4_0's integer arithmetic.
+    Q4_0,
     /// Scale and min per block; quants 0..15.
     Q4_1,
     /// Scale per block; quants 0..31 stored offset by 16 (the offset comes
@@ -87,10 +91,12 @@ impl PackedFormat {
     /// The repacked layout for a file type, where there is one.
     pub fn of(ty: GgmlType) -> Option<PackedFormat> {
         match ty {
+            // Q4_0's `d (q - 8)` is `d q + m` with `m = -8 d`, exact in f16
+            // (a power-of-two multiple) for any scale below 8188; a block with
+            // a larger one needs Q5_0's layout ([`PackedFormat::fallback`]).
+            GgmlType::Q4_0 => Some(PackedFormat::Q4_0),
             GgmlType::Q4_1 => Some(PackedFormat::Q4_1),
-            // Q4_0's quants 0..15 read as `q - 8` are Q5_0's 8..23 read as
-            // `q - 16`: the same scale, the same integer sums, Q5_0's kernels.
-            GgmlType::Q4_0 | GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
+            GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
             GgmlType::Q8_0 => Some(PackedFormat::Q8_0),
             GgmlType::Q4_K => Some(PackedFormat::Q4_K),
             GgmlType::Q6_K => Some(PackedFormat::Q6_K),
@@ -98,8 +104,16 @@ impl PackedFormat {
         }
     }
 
+    /// The layout to repack file type `ty` into when [`of`](Self::of)'s
+    /// cannot hold a block of it exactly: Q4_0's quants 0..15 read as `q - 8`
+    /// are Q5_0's 8..23 read as `q - 16`, the same scale and integer sums.
+    pub fn fallback(ty: GgmlType) -> Option<PackedFormat> {
+        (ty == GgmlType::Q4_0).then_some(PackedFormat::Q5_0)
+    }
+
     pub fn ggml_type(self) -> GgmlType {
         match self {
+            PackedFormat::Q4_0 => GgmlType::Q4_0,
             PackedFormat::Q4_1 => GgmlType::Q4_1,
             PackedFormat::Q5_0 => GgmlType::Q5_0,
             PackedFormat::Q8_0 => GgmlType::Q8_0,
@@ -111,7 +125,7 @@ impl PackedFormat {
     /// Elements per block of the format (32, or a K-quant's super-block of 256).
     pub const fn block_elems(self) -> usize {
         match self {
-            PackedFormat::Q4_1 | PackedFormat::Q5_0 | PackedFormat::Q8_0 => QK,
+            PackedFormat::Q4_0 | PackedFormat::Q4_1 | PackedFormat::Q5_0 | PackedFormat::Q8_0 => QK,
             PackedFormat::Q4_K | PackedFormat::Q6_K => QK_K,
         }
     }
@@ -120,7 +134,7 @@ impl PackedFormat {
     pub const fn block_bytes(self) -> usize {
         match self {
             // d[8] f16, m[8] f16, 4 registers of nibble pairs
-            PackedFormat::Q4_1 => 32 + 128,
+            PackedFormat::Q4_0 | PackedFormat::Q4_1 => 32 + 128,
             // d[8] f16, fifth bits (32 bytes), 4 registers of nibble pairs
             PackedFormat::Q5_0 => 16 + 32 + 128,
             // d[8] f16, 8 registers of bytes
@@ -138,7 +152,7 @@ impl PackedFormat {
     /// that have one.
     pub const fn unpacked_block_bytes(self) -> Option<usize> {
         match self {
-            PackedFormat::Q4_1 => Some(32 + 256),
+            PackedFormat::Q4_0 | PackedFormat::Q4_1 => Some(32 + 256),
             PackedFormat::Q5_0 => Some(16 + 256),
             PackedFormat::Q8_0 => None,
             PackedFormat::Q4_K => Some(Q4_K_QUANTS + 8 * 256),
@@ -183,7 +197,7 @@ impl PackedFormat {
         src: &[u8],
         dst: &mut [u8],
     ) -> Result<(), QuantError> {
-        if PackedFormat::of(ty) != Some(self) {
+        if PackedFormat::of(ty) != Some(self) && PackedFormat::fallback(ty) != Some(self) {
             return Err(QuantError::Unsupported {
                 ty,
                 op: "repacking into this layout",
@@ -216,6 +230,21 @@ impl PackedFormat {
         let bb = self.block_bytes();
         for (r, row) in src.chunks_exact(row_len).enumerate() {
             match self {
+                PackedFormat::Q4_0 => {
+                    for (b, x) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
+                        let blk = &mut dst[b * bb..(b + 1) * bb];
+                        let m = f16::from_f32(-8.0 * x.d.to_f32());
+                        if m.to_f32() != -8.0 * x.d.to_f32() {
+                            return Err(QuantError::Unsupported {
+                                ty,
+                                op: "a min of -8 times this scale, in f16",
+                            });
+                        }
+                        put_f16(blk, r, x.d);
+                        put_f16(&mut blk[16..], r, m);
+                        put_nibble_regs(&mut blk[32..], r, &unpack_nibbles(&x.qs));
+                    }
+                }
                 PackedFormat::Q4_1 => {
                     for (b, x) in as_blocks::<BlockQ4_1>(row).iter().enumerate() {
                         let blk = &mut dst[b * bb..(b + 1) * bb];

@@ -152,6 +152,44 @@ fn each_dot(
 // included), so the two agree bit for bit: per block, the scaled block sum,
 // then any per-block constant term (a min, an offset).
 
+/// Q4_0 rows in Q4_1's layout: the min `-8 d` meets the exact activation sum.
+#[allow(clippy::too_many_arguments)]
+pub fn tile_q4_0(
+    k: usize,
+    w: &[u8],
+    rows: usize,
+    acts: &[u8],
+    act_stride: usize,
+    n: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let bb = PackedFormat::Q4_0.block_bytes();
+    each_dot(
+        PackedFormat::Q4_0,
+        k,
+        w,
+        rows,
+        acts,
+        act_stride,
+        n,
+        out,
+        out_stride,
+        |g, r, c| {
+            let mut acc = 0.0f32;
+            for b in 0..k / 32 {
+                let blk = &g[b * bb..(b + 1) * bb];
+                let isum: i32 = (0..32)
+                    .map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32)
+                    .sum();
+                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+                acc = f16_at(&blk[16..], r).mul_add(f32_at(c.dsum, b), acc);
+            }
+            acc
+        },
+    );
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q4_1(
     k: usize,
@@ -370,6 +408,7 @@ pub fn tile_q6_k(
 /// The scalar tile kernel for a repacked format.
 pub fn scalar_tile_fn(fmt: PackedFormat) -> TileFn {
     match fmt {
+        PackedFormat::Q4_0 => tile_q4_0,
         PackedFormat::Q4_1 => tile_q4_1,
         PackedFormat::Q5_0 => tile_q5_0,
         PackedFormat::Q8_0 => tile_q8_0,

@@ -25,6 +25,7 @@ pub(crate) fn tile_fn(fmt: PackedFormat) -> Option<TileFn> {
         return None;
     }
     Some(match fmt {
+        PackedFormat::Q4_0 => q4_0,
         PackedFormat::Q4_1 => q4_1,
         PackedFormat::Q5_0 => q5_0,
         PackedFormat::Q8_0 => q8_0,
@@ -40,6 +41,10 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
         return None;
     }
     Some(match fmt {
+        PackedFormat::Q4_0 => UnpackedTile {
+            unpack: unpack_q4_1,
+            tile: q4_0_x,
+        },
         PackedFormat::Q4_1 => UnpackedTile {
             unpack: unpack_q4_1,
             tile: q4_1_x,
@@ -117,11 +122,13 @@ macro_rules! dispatch {
     };
 }
 
+dispatch!(q4_0, q4_0_impl, PackedFormat::Q4_0, false);
 dispatch!(q4_1, q4_1_impl, PackedFormat::Q4_1, false);
 dispatch!(q5_0, q5_0_impl, PackedFormat::Q5_0, false);
 dispatch!(q8_0, q8_0_impl, PackedFormat::Q8_0, false);
 dispatch!(q4_k, q4_k_impl, PackedFormat::Q4_K, false);
 dispatch!(q6_k, q6_k_impl, PackedFormat::Q6_K, false);
+dispatch!(q4_0_x, q4_0_impl, PackedFormat::Q4_0, true);
 dispatch!(q4_1_x, q4_1_impl, PackedFormat::Q4_1, true);
 dispatch!(q5_0_x, q5_0_impl, PackedFormat::Q5_0, true);
 dispatch!(q4_k_x, q4_k_impl, PackedFormat::Q4_K, true);
@@ -307,6 +314,28 @@ unsafe fn q4_block<const N: usize, const X: bool>(
         );
         acc[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc[j]);
     }
+}
+
+/// Q4_0 rows in Q4_1's layout: as Q4_1, the min `-8 d` met by the
+/// activation block's exact sum instead of its f16-rounded one.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_impl<const N: usize, const X: bool>(
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
+    let bb = block_bytes::<X>(PackedFormat::Q4_0);
+    let c = cols::<N>(nb, a, stride);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..nb {
+        let blk = g.add(b * bb);
+        prefetch_ahead::<X>(blk, bb);
+        let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
+        let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
+        q4_block::<N, X>(blk.add(32), dx, mx, b, &c, |c| c.dsum, &mut acc);
+    }
+    acc
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
