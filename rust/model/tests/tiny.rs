@@ -279,3 +279,39 @@ fn with_extra_tensor(src: &std::path::Path, dst: &std::path::Path, name: &str, n
         .expect("python3 with the gguf package (the test extras)");
     assert!(status.success(), "writing {}", dst.display());
 }
+
+/// Every tiny model's tokenizer reads text as llama.cpp's does: the ids of
+/// each recorded string, with control tokens parsed and without, and the
+/// text those ids give back. The gemma4 models carry a Gemma 4-style
+/// vocabulary (BPE over UTF-8 characters, spaces as ▁, byte tokens).
+#[test]
+fn every_tokenizer_reads_text_as_llama_cpp() {
+    for arch in TINY_ARCHS {
+        let Some(path) = tiny_model(arch) else { return };
+        let file = ember_gguf::GgufFile::open(&path).unwrap();
+        let tok = ember_tokenizer::Tokenizer::from_gguf(file.header()).unwrap();
+        let f = fixture(arch);
+        let cases = f["tokenizations"]
+            .as_array()
+            .expect("fixtures record tokenizations");
+        assert!(!cases.is_empty());
+        for case in cases {
+            let text = case["text"].as_str().unwrap();
+            let special = case["special"].as_bool().unwrap();
+            let want = ids(&case["ids"]);
+            let got = tok.tokenize(text, true, special);
+            assert_eq!(got, want, "{arch}: {text:?} (special {special})");
+            // llama-cpp-python's detokenize drops one space after a leading
+            // BOS (for Llama 1's sake); the pieces are llama.cpp's.
+            let mut back = tok.detokenize(&want, false);
+            if want.first().is_some_and(|&id| Some(id) == tok.bos()) && back.starts_with(' ') {
+                back.remove(0);
+            }
+            assert_eq!(
+                back,
+                case["detokenized"].as_str().unwrap(),
+                "{arch}: detokenizing {text:?}"
+            );
+        }
+    }
+}

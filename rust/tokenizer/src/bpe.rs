@@ -1,6 +1,8 @@
-//! Byte-level BPE over one pre-tokenized word: the word's bytes become GPT-2
-//! characters, then adjacent pairs merge by rank (lowest first, leftmost on
-//! ties) as llama.cpp's `llm_tokenizer_bpe_session` does.
+//! BPE over one pre-tokenized word: the word's bytes become GPT-2 characters
+//! (byte-level BPE), or the word's own UTF-8 characters are the symbols
+//! (Gemma 4's SentencePiece-style BPE), then adjacent pairs merge by rank
+//! (lowest first, leftmost on ties) as llama.cpp's `llm_tokenizer_bpe_session`
+//! does.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -23,6 +25,17 @@ pub(crate) struct Merges {
     /// The GPT-2 character of each byte, UTF-8 encoded.
     byte_chars: [([u8; 4], u8); 256],
     pub ignore_merges: bool,
+    /// Symbols are UTF-8 characters, not byte-level characters; a piece that
+    /// is no token falls back to the `<0xXX>` tokens of its bytes.
+    chars: Option<CharSymbols>,
+}
+
+/// What character-level BPE needs beyond the merge table.
+struct CharSymbols {
+    /// Ids (vocabulary or merge-part) of the single characters merges start from.
+    ids: FxHashMap<char, u32>,
+    /// The `<0xXX>` token of each byte, or `NONE`.
+    byte_tokens: [u32; 256],
 }
 
 impl Merges {
@@ -32,6 +45,7 @@ impl Merges {
         vocab: &Vocab,
         merges: impl Iterator<Item = (&'a str, &'a str)>,
         ignore_merges: bool,
+        byte_level: bool,
     ) -> Merges {
         let n_vocab = vocab.len() as u32;
         let mut extra: FxHashMap<String, u32> = FxHashMap::default();
@@ -74,12 +88,33 @@ impl Merges {
                     .unwrap_or(NONE);
             }
         }
+        let chars = (!byte_level).then(|| {
+            let mut ids: FxHashMap<char, u32> = FxHashMap::default();
+            for (text, &id) in extra.iter() {
+                let mut cs = text.chars();
+                if let (Some(c), None) = (cs.next(), cs.next()) {
+                    ids.insert(c, id);
+                }
+            }
+            for id in 0..n_vocab {
+                let mut cs = vocab.text(id).chars();
+                if let (Some(c), None) = (cs.next(), cs.next()) {
+                    ids.entry(c).or_insert(id);
+                }
+            }
+            let mut byte_tokens = [NONE; 256];
+            for (b, slot) in byte_tokens.iter_mut().enumerate() {
+                *slot = vocab.find(&format!("<0x{b:02X}>")).unwrap_or(NONE);
+            }
+            CharSymbols { ids, byte_tokens }
+        });
         Merges {
             pairs,
             byte_ids,
             raw_byte_ids,
             byte_chars,
             ignore_merges,
+            chars,
         }
     }
 
@@ -116,18 +151,42 @@ impl Merges {
         }
         let syms = &mut scratch.syms;
         syms.clear();
-        for (i, &b) in word.iter().enumerate() {
-            syms.push(Sym {
-                id: self.byte_ids[b as usize],
-                start: i as u32,
-                len: 1,
-                prev: i as i32 - 1,
-                next: if i + 1 == word.len() {
-                    -1
-                } else {
-                    i as i32 + 1
-                },
-            });
+        match &self.chars {
+            None => {
+                for (i, &b) in word.iter().enumerate() {
+                    syms.push(Sym {
+                        id: self.byte_ids[b as usize],
+                        start: i as u32,
+                        len: 1,
+                        prev: i as i32 - 1,
+                        next: i as i32 + 1,
+                    });
+                }
+            }
+            Some(cs) => {
+                let text = std::str::from_utf8(word).expect("words are split from a str");
+                // A word of newlines alone is its own token where it is one
+                // (llama.cpp's Gemma 4 rule).
+                if text.bytes().all(|b| b == b'\n') {
+                    if let Some(id) = vocab.find(text) {
+                        out.push(id);
+                        return;
+                    }
+                }
+                for (i, (at, c)) in text.char_indices().enumerate() {
+                    let id = cs.ids.get(&c).copied().unwrap_or(NONE);
+                    syms.push(Sym {
+                        id,
+                        start: at as u32,
+                        len: c.len_utf8() as u32,
+                        prev: i as i32 - 1,
+                        next: i as i32 + 1,
+                    });
+                }
+            }
+        }
+        if let Some(last) = syms.last_mut() {
+            last.next = -1;
         }
         let heap = &mut scratch.heap;
         heap.clear();
@@ -171,6 +230,14 @@ impl Merges {
             let s = &syms[i as usize];
             if s.id < n_vocab {
                 out.push(s.id);
+            } else if let Some(cs) = &self.chars {
+                // Not a token: each of its bytes' `<0xXX>` tokens, where the
+                // vocabulary has them.
+                for &b in &word[s.start as usize..(s.start + s.len) as usize] {
+                    if cs.byte_tokens[b as usize] != NONE {
+                        out.push(cs.byte_tokens[b as usize]);
+                    }
+                }
             } else {
                 // Not a token: llama.cpp looks up each byte of the piece's
                 // GPT-2 spelling as a one-byte token, so only printable ASCII
@@ -192,7 +259,8 @@ impl Merges {
 #[derive(Clone, Copy)]
 pub(crate) struct Sym {
     id: u32,
-    /// Byte range in the word (each byte is one GPT-2 character).
+    /// Byte range in the word (a byte-level symbol is one byte, a
+    /// character-level one its character's).
     start: u32,
     len: u32,
     prev: i32,

@@ -12,7 +12,7 @@ pub(crate) fn piece_bytes(kind: TokenizerKind, text: &str, a: u16, out: &mut Vec
         out.extend_from_slice(text.as_bytes());
     } else if a & attr::NORMAL != 0 {
         match kind {
-            TokenizerKind::Spm => {
+            TokenizerKind::Spm | TokenizerKind::SpmBpe => {
                 if text.contains('\u{2581}') {
                     out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes());
                 } else {

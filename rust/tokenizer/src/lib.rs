@@ -41,12 +41,17 @@ pub enum TokenizerKind {
     Bpe,
     /// `llama`: SentencePiece merges by score with byte fallback.
     Spm,
+    /// `gemma4`: BPE merges over the text's own UTF-8 characters, spaces
+    /// written as `▁` as SentencePiece does, `<0xXX>` tokens for the rest.
+    SpmBpe,
 }
 
 enum Algo {
     Bpe {
         merges: Box<bpe::Merges>,
         pre: pretokenize::PreTokenizer,
+        /// Spaces become `▁` before the text is split (SentencePiece-style BPE).
+        escape_spaces: bool,
     },
     Spm {
         byte_ids: Box<[Option<u32>; 256]>,
@@ -147,8 +152,13 @@ impl Tokenizer {
                     }
                 }
             }
-            Algo::Bpe { merges, pre } => {
+            Algo::Bpe {
+                merges,
+                pre,
+                escape_spaces,
+            } => {
                 let mut scratch = bpe::Scratch::default();
+                let mut escaped = String::new();
                 // Another thread tokenizing holds the cache: go without it
                 // rather than wait.
                 let mut cache = self.word_cache.try_lock().ok();
@@ -156,7 +166,20 @@ impl Tokenizer {
                     match f {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(a, b) => {
-                            for word in pre.split(&text[a..b]) {
+                            let run = if *escape_spaces {
+                                escaped.clear();
+                                escaped.extend(text[a..b].chars().map(|c| {
+                                    if c == ' ' {
+                                        '\u{2581}'
+                                    } else {
+                                        c
+                                    }
+                                }));
+                                escaped.as_str()
+                            } else {
+                                &text[a..b]
+                            };
+                            for word in pre.split(run) {
                                 let w = word.as_bytes();
                                 let cacheable = w.len() <= CACHE_MAX_WORD;
                                 if let (true, Some(c)) = (cacheable, cache.as_deref()) {

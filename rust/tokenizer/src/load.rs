@@ -4,7 +4,7 @@
 
 use ember_gguf::{GgufHeader, Value};
 
-use crate::pretokenize::{pre_config, PreTokenizer};
+use crate::pretokenize::{pre_config, PreConfig, PreTokenizer};
 use crate::special::Specials;
 use crate::vocab::{attr, FxHashMap, TokenType, Vocab};
 use crate::{bpe, decode, spm, Algo, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
@@ -141,9 +141,20 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     let kind = match model {
         "gpt2" => TokenizerKind::Bpe,
         "llama" => TokenizerKind::Spm,
+        "gemma4" => TokenizerKind::SpmBpe,
         other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
     };
-    let pre_name = h.get_str_opt(KEY_PRE)?.unwrap_or("");
+    // llama.cpp's `gemma4` model always reads its text with the `gemma4`
+    // pre-tokenizer; a `gpt2` file that names that pre-tokenizer (or
+    // granite-embed-multi's, the same) is SentencePiece-style BPE too.
+    let pre_name = match kind {
+        TokenizerKind::SpmBpe => "gemma4",
+        _ => h.get_str_opt(KEY_PRE)?.unwrap_or(""),
+    };
+    let kind = match pre_name {
+        "gemma4" | "granite-embed-multi-311m" => TokenizerKind::SpmBpe,
+        _ => kind,
+    };
 
     // The vocabulary.
     let tokens = array(h, KEY_TOKENS)?.ok_or_else(|| TokenizerError::Missing {
@@ -233,6 +244,14 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
             clean_spaces = false;
             algo_pre = None;
         }
+        TokenizerKind::SpmBpe => {
+            // No default ids: the file names them.
+            add_bos = true;
+            add_eos = false;
+            add_space_prefix_default = false;
+            clean_spaces = true;
+            algo_pre = Some(PreConfig::spm_bpe());
+        }
         TokenizerKind::Bpe => {
             let cfg = pre_config(pre_name)?;
             ids.bos = if cfg.no_default_bos { None } else { Some(11) };
@@ -276,6 +295,10 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     read_id("middle_token_id", &mut ids.fim_mid)?;
     add_bos = flag(h, "add_bos_token", add_bos)?;
     add_eos = flag(h, "add_eos_token", add_eos)?;
+    if kind == TokenizerKind::SpmBpe {
+        // llama.cpp overrides the flag for Gemma 4, whose files say false.
+        add_bos = ids.bos.is_some();
+    }
     if add_bos && ids.bos.is_none() {
         return Err(TokenizerError::Invalid {
             key: "tokenizer.ggml.add_bos_token".into(),
@@ -430,10 +453,12 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
                 };
                 pairs.push((&s[..sp], &s[sp + 1..]));
             }
-            let merges = bpe::Merges::new(&vocab, pairs.into_iter(), cfg.ignore_merges);
+            let spm_style = kind == TokenizerKind::SpmBpe;
+            let merges = bpe::Merges::new(&vocab, pairs.into_iter(), cfg.ignore_merges, !spm_style);
             Algo::Bpe {
                 merges: Box::new(merges),
                 pre: PreTokenizer::new(cfg.patterns)?,
+                escape_spaces: spm_style,
             }
         }
     };

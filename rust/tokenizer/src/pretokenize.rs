@@ -71,7 +71,16 @@ const fn pre(patterns: &'static [&'static str]) -> PreConfig {
     }
 }
 
+/// Gemma 4's split: runs of newlines and runs of anything else, the merges
+/// then running over each whole run (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_GEMMA4`).
+const SPM_BPE: &[&str] = &["[^\n]+|[\n]+"];
+
 impl PreConfig {
+    /// SentencePiece-style BPE (Gemma 4).
+    pub(crate) const fn spm_bpe() -> PreConfig {
+        pre(SPM_BPE)
+    }
+
     const fn keep_spaces(mut self) -> PreConfig {
         self.clean_spaces = false;
         self
@@ -139,17 +148,10 @@ const DEEPSEEK_LLM: &[&str] = &[
     r"\p{N}+",
 ];
 
-/// Pre-tokenizer names llama.cpp knows but ember does not implement: the
-/// SentencePiece-style BPE models (raw UTF-8, no byte encoding), Kimi-K2's
-/// hand-written splitter, and superbpe's empty-match regex.
-const UNSUPPORTED: &[&str] = &[
-    "gemma4",
-    "granite-embed-multi-311m",
-    "sarvam-moe",
-    "whitespace",
-    "superbpe",
-    "kimi-k2",
-];
+/// Pre-tokenizer names llama.cpp knows but ember does not implement:
+/// sarvam-moe (SentencePiece-style BPE with its own space and EOS rules),
+/// Kimi-K2's hand-written splitter, and superbpe's empty-match regex.
+const UNSUPPORTED: &[&str] = &["sarvam-moe", "whitespace", "superbpe", "kimi-k2"];
 
 /// llama.cpp's table from `tokenizer.ggml.pre` to pre-tokenizer (`llama_vocab::impl::load`).
 pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
