@@ -1543,12 +1543,22 @@ def _gemma_values(quote: str) -> list[str]:
     ]
 
 
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def _gemma_value_rule(quote: str, schema: Any) -> str:
     if not isinstance(schema, Mapping):
         return "val-any"
     t = schema.get("type")
     if isinstance(schema.get("enum"), list) and schema["enum"] and all(isinstance(v, str) for v in schema["enum"]):
         return "( " + " | ".join(_lit(quote + v + quote) for v in schema["enum"]) + " )"
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if t == "string" and (_is_count(lo) or _is_count(hi)):
+        # Lengths count characters, as JSON Schema's do.
+        lo = lo if _is_count(lo) else 0
+        rep = f"{{{lo},{hi}}}" if _is_count(hi) else f"{{{lo},}}"
+        return f"{_lit(quote)} [^<]{rep} {_lit(quote)}"
     return {"string": "val-str", "integer": "val-int", "number": "val-num", "boolean": "val-bool"}.get(
         t if isinstance(t, str) else "", "val-any"
     )
