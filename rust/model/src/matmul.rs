@@ -211,50 +211,121 @@ pub fn matmul_gated(
     up_acts: &[u8],
     combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
 ) {
-    let rows = gate.w.rows;
-    assert_eq!(up.rows, rows, "gate and up products of different heights");
-    assert!(
-        gate.out.len() >= t * rows,
-        "output of {} for {t} columns of {rows} rows",
-        gate.out.len()
+    let Product { w, acts, out } = gate;
+    matmul_gated_set(
+        pool,
+        &mut [GatedPart {
+            gate: w,
+            gate_acts: acts,
+            up,
+            up_acts,
+            t,
+            out,
+        }],
+        combine,
     );
-    let out = SyncPtr(gate.out.as_mut_ptr());
-    let (gate, up) = (
-        Operand::new(gate.w, gate.acts, t),
-        Operand::new(up, up_acts, t),
-    );
-    // A cut that suits both; a packed matrix needs runs that start on a group.
-    let chunk = task_rows(pool, gate.w, t)
-        .max(task_rows(pool, up.w, t))
-        .next_multiple_of(GROUP);
-    // Up to one group of columns: long runs of rows, as a product alone has.
-    // More: the product's own tiles, in column groups that fill the buffers.
-    let (run_rows, col_block) = match t {
-        1 => (GATED_BUF, 1),
-        // A few columns (decoded tokens): runs long enough to stream the weights.
-        _ if t <= MAX_TILE_COLS => (GATED_BUF / MAX_TILE_COLS, MAX_TILE_COLS),
-        _ => (TILE_ROWS, GATED_BUF / TILE_ROWS),
-    };
-    pool.for_each(rows.div_ceil(chunk), |c| {
+}
+
+/// One gated product of a set: `t` columns of its own, `out` `t` rows of
+/// `gate.rows`.
+pub struct GatedPart<'a> {
+    pub gate: &'a Matrix,
+    pub gate_acts: &'a [u8],
+    pub up: &'a Matrix,
+    pub up_acts: &'a [u8],
+    pub t: usize,
+    pub out: &'a mut [f32],
+}
+
+/// Several [`matmul_gated`] products, each over its own columns, in one
+/// dispatch: a mixture's chosen experts, which a decoded token would
+/// otherwise pay a fork/join each for.
+pub fn matmul_gated_set(
+    pool: &Pool,
+    parts: &mut [GatedPart<'_>],
+    combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
+) {
+    struct Job<'a> {
+        gate: Operand<'a>,
+        up: Operand<'a>,
+        out: SyncPtr<f32>,
+        t: usize,
+        chunk: usize,
+        run_rows: usize,
+        col_block: usize,
+    }
+    let mut first = Vec::with_capacity(parts.len());
+    let mut n_items = 0;
+    let jobs: Vec<Job<'_>> = parts
+        .iter_mut()
+        .map(|p| {
+            let (rows, t) = (p.gate.rows, p.t);
+            assert_eq!(p.up.rows, rows, "gate and up products of different heights");
+            assert!(
+                p.out.len() >= t * rows,
+                "output of {} for {t} columns of {rows} rows",
+                p.out.len()
+            );
+            let (gate, up) = (
+                Operand::new(p.gate, p.gate_acts, t),
+                Operand::new(p.up, p.up_acts, t),
+            );
+            // A cut that suits both; a packed matrix needs runs that start on a group.
+            let chunk = task_rows(pool, gate.w, t)
+                .max(task_rows(pool, up.w, t))
+                .next_multiple_of(GROUP);
+            // Up to one group of columns: long runs of rows, as a product alone has.
+            // More: the product's own tiles, in column groups that fill the buffers.
+            let (run_rows, col_block) = match t {
+                1 => (GATED_BUF, 1),
+                // A few columns (decoded tokens): runs long enough to stream the weights.
+                _ if t <= MAX_TILE_COLS => (GATED_BUF / MAX_TILE_COLS, MAX_TILE_COLS),
+                _ => (TILE_ROWS, GATED_BUF / TILE_ROWS),
+            };
+            first.push(n_items);
+            n_items += rows.div_ceil(chunk);
+            Job {
+                gate,
+                up,
+                out: SyncPtr(p.out.as_mut_ptr()),
+                t,
+                chunk,
+                run_rows,
+                col_block,
+            }
+        })
+        .collect();
+    pool.for_each(n_items, |item| {
+        let i = first.partition_point(|&f| f <= item) - 1;
+        let Job {
+            gate,
+            up,
+            out,
+            t,
+            chunk,
+            run_rows,
+            col_block,
+        } = &jobs[i];
+        let (rows, c) = (gate.w.rows, item - first[i]);
         // Left uninitialised: every element read is first written by
         // `product_rows` (zeroing them would cost a decode task a few percent).
         let mut g = MaybeUninit::<[f32; GATED_BUF]>::uninit();
         let mut u = MaybeUninit::<[f32; GATED_BUF]>::uninit();
         let (g, u) = (g.as_mut_ptr() as *mut f32, u.as_mut_ptr() as *mut f32);
         let task = c * chunk..((c + 1) * chunk).min(rows);
-        for run_start in task.clone().step_by(run_rows) {
+        for run_start in task.clone().step_by(*run_rows) {
             let r = run_start..(run_start + run_rows).min(task.end);
-            for j0 in (0..t).step_by(col_block) {
-                let cols = j0..(j0 + col_block).min(t);
+            for j0 in (0..*t).step_by(*col_block) {
+                let cols = j0..(j0 + col_block).min(*t);
                 let n = r.len();
                 debug_assert!(cols.len() * n <= GATED_BUF);
                 // SAFETY: the buffers hold `cols.len()` columns of `n` rows;
-                // each task owns rows `task` of `out`, in every column.
-                // `product_rows` writes every (row, column) of the run before
-                // the slices below read them.
+                // each task owns rows `task` of its part's `out`, in every
+                // column. `product_rows` writes every (row, column) of the
+                // run before the slices below read them.
                 unsafe {
-                    product_rows(&gate, r.clone(), cols.clone(), g, n);
-                    product_rows(&up, r.clone(), cols.clone(), u, n);
+                    product_rows(gate, r.clone(), cols.clone(), g, n);
+                    product_rows(up, r.clone(), cols.clone(), u, n);
                     for (jj, j) in cols.enumerate() {
                         let dst =
                             std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
@@ -265,6 +336,86 @@ pub fn matmul_gated(
                 }
             }
         }
+    });
+}
+
+/// One product of a set: `t` columns of its own, `out` `t` rows of `w.rows`.
+pub struct Part<'a> {
+    pub w: &'a Matrix,
+    pub acts: &'a [u8],
+    pub t: usize,
+    pub out: &'a mut [f32],
+}
+
+/// Several products, each over its own columns, in one dispatch (a
+/// mixture's chosen experts' down products). Each task is a run of one
+/// product's rows in a chunk of its columns, as [`matmul_many`] cuts them.
+pub fn matmul_set(pool: &Pool, parts: &mut [Part<'_>]) {
+    struct Job<'a> {
+        op: Operand<'a>,
+        out: SyncPtr<f32>,
+        t: usize,
+        task_rows: usize,
+        chunk: usize,
+        row_items: usize,
+    }
+    let mut first = Vec::with_capacity(parts.len());
+    let mut n_items = 0;
+    let jobs: Vec<Job<'_>> = parts
+        .iter_mut()
+        .map(|p| {
+            assert!(
+                p.out.len() >= p.t * p.w.rows,
+                "output of {} for {} columns of {} rows",
+                p.out.len(),
+                p.t,
+                p.w.rows
+            );
+            let op = Operand::new(p.w, p.acts, p.t);
+            let task_rows = task_rows(pool, p.w, p.t);
+            let chunk = (COL_CHUNK_BYTES / op.stride.max(1))
+                .next_multiple_of(MAX_TILE_COLS)
+                .min(p.t)
+                .max(1);
+            let row_items = p.w.rows.div_ceil(task_rows);
+            first.push(n_items);
+            n_items += row_items * p.t.div_ceil(chunk);
+            Job {
+                op,
+                out: SyncPtr(p.out.as_mut_ptr()),
+                t: p.t,
+                task_rows,
+                chunk,
+                row_items,
+            }
+        })
+        .collect();
+    pool.for_each(n_items, |item| {
+        let i = first.partition_point(|&f| f <= item) - 1;
+        let Job {
+            op,
+            out,
+            t,
+            task_rows,
+            chunk,
+            row_items,
+        } = &jobs[i];
+        let local = item - first[i];
+        let (c, ri) = (local / row_items, local % row_items);
+        let cols = c * chunk..((c + 1) * chunk).min(*t);
+        let r = ri * task_rows..(ri * task_rows + task_rows).min(op.w.rows);
+        // SAFETY: each item is handed out once, the items of a part cover
+        // disjoint (row range, column chunk) pairs, and `out` holds every
+        // column of every row.
+        unsafe {
+            product_rows(
+                op,
+                r.clone(),
+                cols.clone(),
+                out.get().add(cols.start * op.w.rows + r.start),
+                op.w.rows,
+            )
+        };
     });
 }
 
