@@ -135,9 +135,8 @@ def gemma4_e2b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
         m(p + "ffn_up.weight", "ffn_up", n_ffs[il], e)
         m(p + "ffn_down.weight", "ffn_down", e, n_ffs[il])
         norm(p + "post_ffw_norm.weight", e)
-        # Rows of 256: F16 as the block formats would need whole super-blocks.
-        w.add_tensor(p + "inp_gate.weight", random_rows(rng, Q.F16, npl, e))
-        w.add_tensor(p + "proj.weight", random_rows(rng, Q.F16, e, npl))
+        m(p + "inp_gate.weight", "per_layer", npl, e)
+        m(p + "proj.weight", "per_layer", e, npl)
         norm(p + "post_norm.weight", e)
         w.add_tensor(p + "layer_output_scale.weight", np.array([0.5], dtype=np.float32))
     norm("output_norm.weight", e)

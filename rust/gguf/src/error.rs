@@ -23,11 +23,7 @@ pub enum GgufError {
         file_len: u64,
     },
     #[error("metadata key {key:?}: unknown value type {type_id} at byte {offset}")]
-    UnknownValueType {
-        key: String,
-        type_id: u32,
-        offset: u64,
-    },
+    UnknownValueType { key: String, type_id: u32, offset: u64 },
     #[error("{what} at byte {offset}: {problem}")]
     Malformed {
         what: String,

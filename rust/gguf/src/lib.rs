@@ -128,11 +128,7 @@ impl<'a> Cursor<'a> {
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_owned()),
             Err(_) if bytes.len() < (1 << 20) => Ok(String::from_utf8_lossy(bytes).into_owned()),
-            Err(e) => Err(GgufError::Malformed {
-                what: what(),
-                offset: at,
-                problem: e.to_string(),
-            }),
+            Err(e) => Err(GgufError::Malformed { what: what(), offset: at, problem: e.to_string() }),
         }
     }
 }
@@ -150,13 +146,7 @@ fn value_min_size(type_id: u32) -> Option<u64> {
 }
 
 /// `budget` is how many more array elements the metadata may hold.
-fn read_value(
-    c: &mut Cursor,
-    type_id: u32,
-    key: &str,
-    depth: u32,
-    budget: &mut u64,
-) -> Result<Value> {
+fn read_value(c: &mut Cursor, type_id: u32, key: &str, depth: u32, budget: &mut u64) -> Result<Value> {
     let what = || format!("metadata value of {key:?}");
     Ok(match type_id {
         0 => Value::U8(c.u8(&what)?),
@@ -192,11 +182,7 @@ fn read_value(
             }
             let elem_type = c.u32(&what)?;
             let Some(min) = value_min_size(elem_type) else {
-                return Err(GgufError::UnknownValueType {
-                    key: key.to_owned(),
-                    type_id: elem_type,
-                    offset: at,
-                });
+                return Err(GgufError::UnknownValueType { key: key.to_owned(), type_id: elem_type, offset: at });
             };
             let count = c.len(&what)?;
             // Refuse a count the rest of the file cannot possibly hold before
@@ -213,9 +199,7 @@ fn read_value(
                 return Err(GgufError::Malformed {
                     what: format!("array of {count} values in {key:?}"),
                     offset: at,
-                    problem: format!(
-                        "metadata may hold at most {MAX_METADATA_VALUES} array values in all"
-                    ),
+                    problem: format!("metadata may hold at most {MAX_METADATA_VALUES} array values in all"),
                 });
             }
             *budget -= count;
@@ -272,18 +256,11 @@ impl GgufHeader {
             let at = c.pos as u64;
             let type_id = c.u32(&|| format!("value type of {key:?}"))?;
             if value_min_size(type_id).is_none() {
-                return Err(GgufError::UnknownValueType {
-                    key,
-                    type_id,
-                    offset: at,
-                });
+                return Err(GgufError::UnknownValueType { key, type_id, offset: at });
             }
             let value = read_value(&mut c, type_id, &key, 0, &mut budget)?;
             if index.insert(key.clone(), metadata.len()).is_some() {
-                return Err(GgufError::BadMetadata {
-                    key,
-                    problem: "key appears twice".into(),
-                });
+                return Err(GgufError::BadMetadata { key, problem: "key appears twice".into() });
             }
             metadata.push((key, value));
         }
@@ -308,10 +285,7 @@ impl GgufHeader {
             let what = || format!("tensor {name}");
             let n_dims = c.u32(&what)?;
             if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
-                });
+                return Err(GgufError::BadTensor { name, problem: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)") });
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -320,62 +294,31 @@ impl GgufHeader {
             let type_id = c.u32(&what)?;
             let offset = c.u64(&what)?;
             let Some(ty) = GgmlType::from_id(type_id) else {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!("unknown type id {type_id}"),
-                });
+                return Err(GgufError::BadTensor { name, problem: format!("unknown type id {type_id}") });
             };
             let mut n_elem: u64 = 1;
             for &d in &dims {
                 n_elem = match n_elem.checked_mul(d) {
                     Some(n) if d > 0 => n,
-                    _ => {
-                        return Err(GgufError::BadTensor {
-                            name,
-                            problem: format!("dimensions {dims:?} are empty or overflow"),
-                        })
-                    }
+                    _ => return Err(GgufError::BadTensor { name, problem: format!("dimensions {dims:?} are empty or overflow") }),
                 };
             }
             if dims[0] % ty.block_size() as u64 != 0 {
                 return Err(GgufError::BadTensor {
                     name,
-                    problem: format!(
-                        "row length {} is not a multiple of {}'s block of {}",
-                        dims[0],
-                        ty,
-                        ty.block_size()
-                    ),
+                    problem: format!("row length {} is not a multiple of {}'s block of {}", dims[0], ty, ty.block_size()),
                 });
             }
-            let Some(n_bytes) = ty
-                .row_bytes(dims[0])
-                .and_then(|r| r.checked_mul(n_elem / dims[0]))
-            else {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!("size of {dims:?} {ty} overflows"),
-                });
+            let Some(n_bytes) = ty.row_bytes(dims[0]).and_then(|r| r.checked_mul(n_elem / dims[0])) else {
+                return Err(GgufError::BadTensor { name, problem: format!("size of {dims:?} {ty} overflows") });
             };
             if offset % alignment != 0 {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: format!("offset {offset} is not aligned to {alignment}"),
-                });
+                return Err(GgufError::BadTensor { name, problem: format!("offset {offset} is not aligned to {alignment}") });
             }
             if tensor_index.insert(name.clone(), tensors.len()).is_some() {
-                return Err(GgufError::BadTensor {
-                    name,
-                    problem: "name appears twice".into(),
-                });
+                return Err(GgufError::BadTensor { name, problem: "name appears twice".into() });
             }
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                ty,
-                offset,
-                n_bytes,
-            });
+            tensors.push(TensorInfo { name, dims, ty, offset, n_bytes });
         }
 
         let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -392,15 +335,7 @@ impl GgufHeader {
                 });
             }
         }
-        Ok(GgufHeader {
-            version,
-            alignment,
-            metadata,
-            tensors,
-            data_offset,
-            index,
-            tensor_index,
-        })
+        Ok(GgufHeader { version, alignment, metadata, tensors, data_offset, index, tensor_index })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -421,48 +356,33 @@ impl GgufHeader {
     pub fn get_u64_opt(&self, key: &str) -> Result<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| wrong_type(key, v, "an unsigned integer")),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| wrong_type(key, v, "an unsigned integer")),
         }
     }
 
     pub fn get_f64_opt(&self, key: &str) -> Result<Option<f64>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| wrong_type(key, v, "a number")),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| wrong_type(key, v, "a number")),
         }
     }
 
     pub fn get_bool_opt(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| wrong_type(key, v, "a bool")),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| wrong_type(key, v, "a bool")),
         }
     }
 
     pub fn get_str_opt(&self, key: &str) -> Result<Option<&str>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| wrong_type(key, v, "a string")),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| wrong_type(key, v, "a string")),
         }
     }
 
     pub fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| GgufError::BadMetadata {
-            key: key.into(),
-            problem: "missing".into(),
-        })
+        self.get(key).ok_or_else(|| GgufError::BadMetadata { key: key.into(), problem: "missing".into() })
     }
 
     /// The model's architecture name (`general.architecture`).
@@ -472,10 +392,7 @@ impl GgufHeader {
 }
 
 fn wrong_type(key: &str, v: &Value, expected: &str) -> GgufError {
-    GgufError::BadMetadata {
-        key: key.into(),
-        problem: format!("is {} ({}), expected {expected}", v.type_name(), v),
-    }
+    GgufError::BadMetadata { key: key.into(), problem: format!("is {} ({}), expected {expected}", v.type_name(), v) }
 }
 
 /// A GGUF file mapped into memory.
@@ -487,10 +404,7 @@ pub struct GgufFile {
 impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io {
-            path: path.display().to_string(),
-            source,
-        };
+        let io = |source| GgufError::Io { path: path.display().to_string(), source };
         let file = File::open(path).map_err(io)?;
         // SAFETY: the mapping is read-only; a file truncated underneath us by
         // another process is outside what any mmap-based loader can defend.

@@ -107,11 +107,7 @@ impl fmt::Display for Value {
             Value::Bool(b) => write!(f, "{b}"),
             Value::F32(v) => write!(f, "{v}"),
             Value::F64(v) => write!(f, "{v}"),
-            other => write!(
-                f,
-                "{}",
-                other.as_i64().map(|v| v.to_string()).unwrap_or_default()
-            ),
+            other => write!(f, "{}", other.as_i64().map(|v| v.to_string()).unwrap_or_default()),
         }
     }
 }

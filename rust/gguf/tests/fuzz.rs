@@ -99,10 +99,7 @@ fn walk_value(v: &Value, pos: &mut usize, lay: &mut Layout, in_array: bool) {
         }
         Value::Array(items) => {
             lay.core.push(Field { at: *pos, width: 4 });
-            lay.core.push(Field {
-                at: *pos + 4,
-                width: 8,
-            });
+            lay.core.push(Field { at: *pos + 4, width: 8 });
             *pos += 12;
             for it in items {
                 walk_value(it, pos, lay, true);
@@ -111,10 +108,7 @@ fn walk_value(v: &Value, pos: &mut usize, lay: &mut Layout, in_array: bool) {
         other => {
             let n = scalar_size(other).unwrap();
             if n >= 4 && !in_array {
-                lay.core.push(Field {
-                    at: *pos,
-                    width: n as u8,
-                });
+                lay.core.push(Field { at: *pos, width: n as u8 });
             }
             *pos += n;
         }
@@ -122,16 +116,8 @@ fn walk_value(v: &Value, pos: &mut usize, lay: &mut Layout, in_array: bool) {
 }
 
 fn layout(h: &GgufHeader) -> Layout {
-    let core = vec![
-        Field { at: 4, width: 4 },
-        Field { at: 8, width: 8 },
-        Field { at: 16, width: 8 },
-    ];
-    let mut lay = Layout {
-        core,
-        elems: Vec::new(),
-        table: (0, 0),
-    };
+    let core = vec![Field { at: 4, width: 4 }, Field { at: 8, width: 8 }, Field { at: 16, width: 8 }];
+    let mut lay = Layout { core, elems: Vec::new(), table: (0, 0) };
     let mut pos = 24;
     for (key, v) in &h.metadata {
         lay.core.push(Field { at: pos, width: 8 });
@@ -151,10 +137,7 @@ fn layout(h: &GgufHeader) -> Layout {
             pos += 8;
         }
         lay.core.push(Field { at: pos, width: 4 });
-        lay.core.push(Field {
-            at: pos + 4,
-            width: 8,
-        });
+        lay.core.push(Field { at: pos + 4, width: 8 });
         pos += 12;
     }
     assert_eq!(
@@ -168,40 +151,16 @@ fn layout(h: &GgufHeader) -> Layout {
 
 #[derive(Debug, Clone)]
 enum Mutation {
-    FlipByte {
-        at: usize,
-        xor: u8,
-    },
-    FlipBit {
-        at: usize,
-        bit: u8,
-    },
-    SetField {
-        at: usize,
-        width: u8,
-        value: u64,
-    },
+    FlipByte { at: usize, xor: u8 },
+    FlipBit { at: usize, bit: u8 },
+    SetField { at: usize, width: u8, value: u64 },
     /// Eight arbitrary bytes written anywhere, aligned or not.
-    SetU64 {
-        at: usize,
-        value: u64,
-    },
+    SetU64 { at: usize, value: u64 },
     /// Overwrites `len` bytes at `to` with the bytes at `from`.
-    Copy {
-        from: usize,
-        to: usize,
-        len: usize,
-    },
+    Copy { from: usize, to: usize, len: usize },
     /// Inserts a copy of `len` bytes from `from` at `to`, shifting the rest.
-    Insert {
-        from: usize,
-        to: usize,
-        len: usize,
-    },
-    Delete {
-        at: usize,
-        len: usize,
-    },
+    Insert { from: usize, to: usize, len: usize },
+    Delete { at: usize, len: usize },
 }
 
 fn interesting(rng: &mut Rng, width: u8, orig: u64, image_len: u64) -> u64 {
@@ -258,46 +217,28 @@ fn draw_mutations(rng: &mut Rng, lay: &Layout, header: &[u8], image_len: u64) ->
     let len = header.len();
     (0..n)
         .map(|_| match rng.below(10) {
-            0 => Mutation::FlipByte {
-                at: pick_pos(rng, lay, len),
-                xor: 1 + rng.below(255) as u8,
-            },
+            0 => Mutation::FlipByte { at: pick_pos(rng, lay, len), xor: 1 + rng.below(255) as u8 },
             1 => {
                 let f = pick_field(rng, lay);
-                Mutation::FlipBit {
-                    at: f.at + rng.below(f.width as u64) as usize,
-                    bit: rng.below(8) as u8,
-                }
+                Mutation::FlipBit { at: f.at + rng.below(f.width as u64) as usize, bit: rng.below(8) as u8 }
             }
             2..=5 => {
                 let f = pick_field(rng, lay);
                 let mut b = [0u8; 8];
                 b[..f.width as usize].copy_from_slice(&header[f.at..f.at + f.width as usize]);
                 let orig = u64::from_le_bytes(b);
-                Mutation::SetField {
-                    at: f.at,
-                    width: f.width,
-                    value: interesting(rng, f.width, orig, image_len),
-                }
+                Mutation::SetField { at: f.at, width: f.width, value: interesting(rng, f.width, orig, image_len) }
             }
-            6 => Mutation::SetU64 {
-                at: pick_pos(rng, lay, len),
-                value: interesting(rng, 8, 0, image_len),
-            },
-            7 => Mutation::Copy {
-                from: pick_pos(rng, lay, len),
-                to: pick_pos(rng, lay, len),
-                len: 1 + rng.below(64) as usize,
-            },
+            6 => Mutation::SetU64 { at: pick_pos(rng, lay, len), value: interesting(rng, 8, 0, image_len) },
+            7 => {
+                Mutation::Copy { from: pick_pos(rng, lay, len), to: pick_pos(rng, lay, len), len: 1 + rng.below(64) as usize }
+            }
             8 => Mutation::Insert {
                 from: pick_pos(rng, lay, len),
                 to: pick_field(rng, lay).at,
                 len: 1 + rng.below(48) as usize,
             },
-            _ => Mutation::Delete {
-                at: pick_pos(rng, lay, len),
-                len: 1 + rng.below(48) as usize,
-            },
+            _ => Mutation::Delete { at: pick_pos(rng, lay, len), len: 1 + rng.below(48) as usize },
         })
         .collect()
 }
@@ -374,18 +315,10 @@ impl Target {
         // sizes is fresh pages that stay unbacked until written.
         let mut image = vec![0u8; total + SLACK];
         image[..header.len()].copy_from_slice(&header);
-        let parsed = GgufHeader::parse(&image[..total])
-            .unwrap_or_else(|e| panic!("{name}: unmutated image: {e}"));
+        let parsed = GgufHeader::parse(&image[..total]).unwrap_or_else(|e| panic!("{name}: unmutated image: {e}"));
         let layout = layout(&parsed);
         let dirty = header.len();
-        Target {
-            name: name.into(),
-            header,
-            data_len,
-            layout,
-            image,
-            dirty,
-        }
+        Target { name: name.into(), header, data_len, layout, image, dirty }
     }
 
     /// Builds the mutated image and returns its length.
@@ -483,10 +416,7 @@ fn fuzz(t: &mut Target, iters: u64, seed: u64) -> Tally {
                 Ok(Err(e)) => e.to_string().chars().take(160).collect(),
                 Err(_) => "panic".to_string(),
             };
-            tally.slowest = (
-                took,
-                format!("iteration {i}: {muts:?}, cut {cut:?} -> {what}"),
-            );
+            tally.slowest = (took, format!("iteration {i}: {muts:?}, cut {cut:?} -> {what}"));
         }
         match outcome {
             Ok(Ok(_)) => tally.ok += 1,
@@ -523,22 +453,11 @@ fn report(t: &Target, tally: &Tally, iters: u64, started: Instant) {
         peak_rss_mib().map_or("?".into(), |m| m.to_string())
     );
     eprintln!("{}: refusals {:?}", t.name, tally.kinds);
-    eprintln!(
-        "{}: slowest parse {:.2?}, {}",
-        t.name, tally.slowest.0, tally.slowest.1
-    );
-    assert!(
-        tally.panics.is_empty(),
-        "parse panicked:\n{}",
-        tally.panics.join("\n")
-    );
+    eprintln!("{}: slowest parse {:.2?}, {}", t.name, tally.slowest.0, tally.slowest.1);
+    assert!(tally.panics.is_empty(), "parse panicked:\n{}", tally.panics.join("\n"));
     // A run where every image is refused, or none is, is not probing the
     // reader; short runs on the full headers may see no Ok by chance.
-    assert!(
-        tally.err > 0 && (tally.ok > 0 || iters < 1000),
-        "{}: degenerate run: {tally:?}",
-        t.name
-    );
+    assert!(tally.err > 0 && (tally.ok > 0 || iters < 1000), "{}: degenerate run: {tally:?}", t.name);
     check_memory();
 }
 
@@ -560,10 +479,7 @@ fn peak_rss_mib() -> Option<u64> {
 /// such count costs 32 bytes per byte of file.
 fn check_memory() {
     if let Some(mib) = peak_rss_mib() {
-        assert!(
-            mib < 2048,
-            "peak resident memory {mib} MiB: something allocated by a stated size"
-        );
+        assert!(mib < 2048, "peak resident memory {mib} MiB: something allocated by a stated size");
     }
 }
 
@@ -573,10 +489,7 @@ fn check_memory() {
 fn models_dir() -> PathBuf {
     match std::env::var_os("EMBER_TEST_MODELS") {
         Some(d) => PathBuf::from(d),
-        None => std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default()
-            .join(".cache/ember/models"),
+        None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/ember/models"),
     }
 }
 
@@ -602,9 +515,7 @@ fn real_header(file: &str) -> Option<(Vec<u8>, usize, GgufHeader)> {
 }
 
 fn fuzz_full(file: &str, name: &str, iters: u64) {
-    let Some((header, data_len, _)) = real_header(file) else {
-        return;
-    };
+    let Some((header, data_len, _)) = real_header(file) else { return };
     let started = Instant::now();
     let mut t = Target::new(name, header, data_len);
     let t0 = Instant::now();
@@ -617,11 +528,7 @@ fn fuzz_full(file: &str, name: &str, iters: u64) {
 
 #[test]
 fn fuzz_smollm2_header() {
-    fuzz_full(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "smollm2",
-        ITERS_FULL_SMOLLM2,
-    );
+    fuzz_full("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2", ITERS_FULL_SMOLLM2);
 }
 
 #[test]
@@ -699,20 +606,12 @@ fn compact(header: &[u8], h: &GgufHeader) -> Vec<u8> {
 
 #[test]
 fn fuzz_compact_headers() {
-    for (file, name) in [
-        ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-compact"),
-        ("gemma-3-270m-q4_k_m.gguf", "gemma3-compact"),
-    ] {
-        let Some((header, data_len, parsed)) = real_header(file) else {
-            return;
-        };
+    for (file, name) in [("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-compact"), ("gemma-3-270m-q4_k_m.gguf", "gemma3-compact")]
+    {
+        let Some((header, data_len, parsed)) = real_header(file) else { return };
         let started = Instant::now();
         let small = compact(&header, &parsed);
-        assert!(
-            small.len() < 64 << 10,
-            "{name}: compacted header is {} bytes",
-            small.len()
-        );
+        assert!(small.len() < 64 << 10, "{name}: compacted header is {} bytes", small.len());
         let mut t = Target::new(name, small, data_len);
         let again = GgufHeader::parse(&t.image[..t.header.len() + t.data_len]).unwrap();
         assert_eq!(again.tensors.len(), parsed.tensors.len());

@@ -59,15 +59,7 @@ struct Builder {
 
 impl Builder {
     fn new(version: u32) -> Builder {
-        Builder {
-            version,
-            kvs: vec![],
-            tensors: vec![],
-            align: 32,
-            data_len: 0,
-            n_kv: None,
-            n_tensors: None,
-        }
+        Builder { version, kvs: vec![], tensors: vec![], align: 32, data_len: 0, n_kv: None, n_tensors: None }
     }
 
     fn kv(mut self, key: &str, type_id: u32, payload: &[u8]) -> Builder {
@@ -112,12 +104,7 @@ impl Builder {
     fn header_bytes(&self) -> Vec<u8> {
         let mut v = b"GGUF".to_vec();
         v.extend_from_slice(&self.version.to_le_bytes());
-        v.extend_from_slice(
-            &self
-                .n_tensors
-                .unwrap_or(self.tensors.len() as u64)
-                .to_le_bytes(),
-        );
+        v.extend_from_slice(&self.n_tensors.unwrap_or(self.tensors.len() as u64).to_le_bytes());
         v.extend_from_slice(&self.n_kv.unwrap_or(self.kvs.len() as u64).to_le_bytes());
         for e in self.kvs.iter().chain(&self.tensors) {
             v.extend_from_slice(e);
@@ -139,10 +126,7 @@ fn parse(bytes: &[u8]) -> Result<GgufHeader, GgufError> {
     match catch_unwind(AssertUnwindSafe(|| GgufHeader::parse(bytes))) {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
             panic!("parse panicked on a {}-byte image: {msg:?}", bytes.len())
         }
     }
@@ -163,11 +147,7 @@ fn small_valid(version: u32) -> Builder {
         .kv_u32("llama.block_count", 2)
         .kv("llama.rope.freq_base", T_F32, &10000f32.to_le_bytes())
         .kv("tokenizer.ggml.add_bos_token", T_BOOL, &[1])
-        .kv(
-            "tokenizer.ggml.tokens",
-            T_ARRAY,
-            &garr(T_STRING, 3, &tokens),
-        )
+        .kv("tokenizer.ggml.tokens", T_ARRAY, &garr(T_STRING, 3, &tokens))
         .tensor("token_embd.weight", &[32, 3], Q8_0, 0)
         .tensor("output_norm.weight", &[32], F32, 128)
         .data(128 + 32 * 4)
@@ -180,9 +160,7 @@ fn models_dir() -> PathBuf {
     match std::env::var_os("EMBER_TEST_MODELS") {
         Some(d) => PathBuf::from(d),
         None => {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
+            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
             home.join(".cache/ember/models")
         }
     }
@@ -218,22 +196,13 @@ fn check_tensor_bounds(f: &GgufFile) {
     for t in &f.tensors {
         assert_eq!(t.offset % f.alignment, 0, "{} misaligned", t.name);
         let end = f.data_offset + t.offset + t.n_bytes;
-        assert!(
-            end <= f.file_len(),
-            "{} ends at {end}, past the file's {} bytes",
-            t.name,
-            f.file_len()
-        );
+        assert!(end <= f.file_len(), "{} ends at {end}, past the file's {} bytes", t.name, f.file_len());
         assert_eq!(f.tensor_data(t).len() as u64, t.n_bytes, "{}", t.name);
         let row = t.ty.row_bytes(t.dims[0]).unwrap();
         assert_eq!(row * t.n_rows() as u64, t.n_bytes, "{}", t.name);
     }
     // Tensors must not overlap: sorted by offset, each ends before the next begins.
-    let mut spans: Vec<_> = f
-        .tensors
-        .iter()
-        .map(|t| (t.offset, t.offset + t.n_bytes, &t.name))
-        .collect();
+    let mut spans: Vec<_> = f.tensors.iter().map(|t| (t.offset, t.offset + t.n_bytes, &t.name)).collect();
     spans.sort();
     for w in spans.windows(2) {
         assert!(w[0].1 <= w[1].0, "{} overlaps {}", w[0].2, w[1].2);
@@ -243,17 +212,12 @@ fn check_tensor_bounds(f: &GgufFile) {
 fn f32_tensor(f: &GgufFile, name: &str) -> Vec<f32> {
     let t = f.tensor(name).unwrap_or_else(|| panic!("no tensor {name}"));
     assert_eq!(t.ty, GgmlType::F32);
-    f.tensor_data(t)
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect()
+    f.tensor_data(t).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
 }
 
 #[test]
 fn real_smollm2() {
-    let Some(path) = model("SmolLM2-135M-Instruct.Q4_1.gguf") else {
-        return;
-    };
+    let Some(path) = model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version, 3);
     assert_eq!(f.architecture().unwrap(), "llama");
@@ -264,48 +228,23 @@ fn real_smollm2() {
     assert_eq!(f.tensors.len(), 272);
     assert_eq!(f.get_u64_opt("llama.block_count").unwrap(), Some(30));
     assert_eq!(f.get_u64_opt("llama.embedding_length").unwrap(), Some(576));
-    assert_eq!(
-        f.get_u64_opt("llama.attention.head_count_kv").unwrap(),
-        Some(3)
-    );
-    assert_eq!(
-        f.get_f64_opt("llama.rope.freq_base").unwrap(),
-        Some(100000.0)
-    );
+    assert_eq!(f.get_u64_opt("llama.attention.head_count_kv").unwrap(), Some(3));
+    assert_eq!(f.get_f64_opt("llama.rope.freq_base").unwrap(), Some(100000.0));
     assert_eq!(f.get_str("tokenizer.ggml.model").unwrap(), "gpt2");
-    assert_eq!(
-        f.get_bool_opt("tokenizer.ggml.add_bos_token").unwrap(),
-        Some(false)
-    );
+    assert_eq!(f.get_bool_opt("tokenizer.ggml.add_bos_token").unwrap(), Some(false));
     let tokens = f.get("tokenizer.ggml.tokens").unwrap().as_array().unwrap();
     assert_eq!(tokens.len(), 49152);
     assert_eq!(tokens[1].as_str(), Some("<|im_start|>"));
-    assert_eq!(
-        f.get("tokenizer.ggml.merges")
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .len(),
-        48900
-    );
+    assert_eq!(f.get("tokenizer.ggml.merges").unwrap().as_array().unwrap().len(), 48900);
 
     let emb = f.tensor("token_embd.weight").unwrap();
-    assert_eq!(
-        (emb.dims.as_slice(), emb.ty),
-        (&[576, 49152][..], GgmlType::Q8_0)
-    );
+    assert_eq!((emb.dims.as_slice(), emb.ty), (&[576, 49152][..], GgmlType::Q8_0));
     assert_eq!(emb.offset, 0);
     let q = f.tensor("blk.29.attn_q.weight").unwrap();
     assert_eq!((q.dims.as_slice(), q.ty), (&[576, 576][..], GgmlType::Q4_1));
     let k = f.tensor("blk.0.attn_k.weight").unwrap();
-    assert_eq!(
-        (k.dims.as_slice(), k.n_bytes),
-        (&[576, 192][..], 576 / 32 * 20 * 192)
-    );
-    assert_eq!(
-        f.tensors.iter().filter(|t| t.ty == GgmlType::F32).count(),
-        61
-    );
+    assert_eq!((k.dims.as_slice(), k.n_bytes), (&[576, 192][..], 576 / 32 * 20 * 192));
+    assert_eq!(f.tensors.iter().filter(|t| t.ty == GgmlType::F32).count(), 61);
     check_tensor_bounds(&f);
     // Norm weights are finite and mostly positive: the bytes handed out are the right ones.
     let norm = f32_tensor(&f, "output_norm.weight");
@@ -316,9 +255,7 @@ fn real_smollm2() {
 
 #[test]
 fn real_gemma3() {
-    let Some(path) = model("gemma-3-270m-q4_k_m.gguf") else {
-        return;
-    };
+    let Some(path) = model("gemma-3-270m-q4_k_m.gguf") else { return };
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version, 3);
     assert_eq!(f.architecture().unwrap(), "gemma3");
@@ -327,54 +264,25 @@ fn real_gemma3() {
     assert_eq!(f.file_len(), 253_113_024);
     assert_eq!(f.tensors.len(), 236);
     assert_eq!(f.get_u64_opt("gemma3.block_count").unwrap(), Some(18));
-    assert_eq!(
-        f.get_u64_opt("gemma3.attention.key_length").unwrap(),
-        Some(256)
-    );
-    assert_eq!(
-        f.get_u64_opt("gemma3.attention.sliding_window").unwrap(),
-        Some(512)
-    );
+    assert_eq!(f.get_u64_opt("gemma3.attention.key_length").unwrap(), Some(256));
+    assert_eq!(f.get_u64_opt("gemma3.attention.sliding_window").unwrap(), Some(512));
     assert_eq!(f.get_str("tokenizer.ggml.model").unwrap(), "llama");
-    for key in [
-        "tokenizer.ggml.tokens",
-        "tokenizer.ggml.scores",
-        "tokenizer.ggml.token_type",
-    ] {
-        assert_eq!(
-            f.get(key).unwrap().as_array().unwrap().len(),
-            262144,
-            "{key}"
-        );
+    for key in ["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"] {
+        assert_eq!(f.get(key).unwrap().as_array().unwrap().len(), 262144, "{key}");
     }
-    assert!(matches!(
-        f.get("tokenizer.ggml.scores").unwrap().as_array().unwrap()[0],
-        Value::F32(_)
-    ));
+    assert!(matches!(f.get("tokenizer.ggml.scores").unwrap().as_array().unwrap()[0], Value::F32(_)));
 
     let emb = f.tensor("token_embd.weight").unwrap();
-    assert_eq!(
-        (emb.dims.as_slice(), emb.ty),
-        (&[640, 262144][..], GgmlType::Q8_0)
-    );
+    assert_eq!((emb.dims.as_slice(), emb.ty), (&[640, 262144][..], GgmlType::Q8_0));
     let o = f.tensor("blk.0.attn_output.weight").unwrap();
-    assert_eq!(
-        (o.dims.as_slice(), o.ty),
-        (&[1024, 640][..], GgmlType::Q4_K)
-    );
+    assert_eq!((o.dims.as_slice(), o.ty), (&[1024, 640][..], GgmlType::Q4_K));
     assert_eq!(o.n_bytes, 1024 / 256 * 144 * 640);
     let d = f.tensor("blk.0.ffn_down.weight").unwrap();
-    assert_eq!(
-        (d.dims.as_slice(), d.ty),
-        (&[2048, 640][..], GgmlType::Q6_K)
-    );
+    assert_eq!((d.dims.as_slice(), d.ty), (&[2048, 640][..], GgmlType::Q6_K));
     for name in ["blk.17.attn_q_norm.weight", "blk.17.attn_k_norm.weight"] {
         assert_eq!(f.tensor(name).unwrap().dims, [256], "{name}");
     }
-    for name in [
-        "blk.17.post_attention_norm.weight",
-        "blk.17.post_ffw_norm.weight",
-    ] {
+    for name in ["blk.17.post_attention_norm.weight", "blk.17.post_ffw_norm.weight"] {
         assert_eq!(f.tensor(name).unwrap().dims, [640], "{name}");
     }
     check_tensor_bounds(&f);
@@ -397,10 +305,7 @@ fn versions_2_and_3() {
         let t = h.tensor("output_norm.weight").unwrap();
         assert_eq!((t.offset, t.n_bytes, t.ty), (128, 128, GgmlType::F32));
         let e = h.tensor("token_embd.weight").unwrap();
-        assert_eq!(
-            (e.row_len(), e.n_rows(), e.n_elements(), e.n_bytes),
-            (32, 3, 96, 102)
-        );
+        assert_eq!((e.row_len(), e.n_rows(), e.n_elements(), e.n_bytes), (32, 3, 96, 102));
     }
 }
 
@@ -449,35 +354,15 @@ fn every_value_type() {
         ("u64", U64(u64::MAX)),
         ("i64", I64(i64::MIN)),
         ("f64", F64(-0.25)),
-        (
-            "arr_str",
-            Array(vec![
-                String("x".into()),
-                String("".into()),
-                String("héllo".into()),
-            ]),
-        ),
+        ("arr_str", Array(vec![String("x".into()), String("".into()), String("héllo".into())])),
         ("arr_i32", Array(vec![I32(-1), I32(7)])),
         ("arr_empty", Array(vec![])),
-        (
-            "arr_nested",
-            Array(vec![Array(vec![U8(1), U8(2)]), Array(vec![])]),
-        ),
-        (
-            "arr_deeper",
-            Array(vec![Array(vec![Array(vec![String("deep".into())])])]),
-        ),
+        ("arr_nested", Array(vec![Array(vec![U8(1), U8(2)]), Array(vec![])])),
+        ("arr_deeper", Array(vec![Array(vec![Array(vec![String("deep".into())])])])),
         ("arr_bool", Array(vec![Bool(true), Bool(false), Bool(true)])),
     ];
-    let got: Vec<(&str, Value)> = h
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    assert_eq!(
-        got, expect,
-        "metadata must come back in file order with exact values"
-    );
+    let got: Vec<(&str, Value)> = h.metadata.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    assert_eq!(got, expect, "metadata must come back in file order with exact values");
     for (k, v) in &expect {
         assert_eq!(h.get(k), Some(v));
     }
@@ -512,17 +397,11 @@ fn alignment_other_than_32() {
         let h = parse(&bytes).unwrap_or_else(|e| panic!("alignment {a}: {e}"));
         assert_eq!(h.alignment, a64);
         assert_eq!(h.data_offset % a64, 0);
-        assert_eq!(
-            h.data_offset,
-            (b.header_bytes().len() as u64).div_ceil(a64) * a64
-        );
+        assert_eq!(h.data_offset, (b.header_bytes().len() as u64).div_ceil(a64) * a64);
         assert_eq!(h.tensor("b").unwrap().n_bytes, 72);
     }
     // With alignment 64 a tensor at offset 32 is misaligned even though 32 would do by default.
-    let b = Builder::new(3)
-        .alignment(64)
-        .tensor("w", &[8], F32, 32)
-        .data(64);
+    let b = Builder::new(3).alignment(64).tensor("w", &[8], F32, 32).data(64);
     let e = parse_err(&b).to_string();
     assert!(e.contains("w") && e.contains("not aligned to 64"), "{e}");
     // Alignment stored as another integer width is read too.
@@ -551,10 +430,7 @@ fn bad_alignment_values() {
 fn file_open_and_tensor_data() {
     let b = small_valid(3);
     let bytes = b.bytes();
-    let path = std::env::temp_dir().join(format!(
-        "ember-gguf-reader-test-{}.gguf",
-        std::process::id()
-    ));
+    let path = std::env::temp_dir().join(format!("ember-gguf-reader-test-{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes).unwrap();
     let f = GgufFile::open(&path);
     std::fs::remove_file(&path).unwrap();
@@ -566,14 +442,9 @@ fn file_open_and_tensor_data() {
     assert_eq!(f.tensor_data(t)[0], (128 * 7 + 3) as u8);
 
     let missing = std::env::temp_dir().join("ember-gguf-no-such-file.gguf");
-    let e = GgufFile::open(&missing)
-        .err()
-        .expect("opening a missing file must fail");
+    let e = GgufFile::open(&missing).err().expect("opening a missing file must fail");
     assert!(matches!(e, GgufError::Io { .. }));
-    assert!(
-        e.to_string().contains("ember-gguf-no-such-file.gguf"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("ember-gguf-no-such-file.gguf"), "{e}");
 }
 
 // ---------------------------------------------------------------------------
@@ -584,10 +455,7 @@ fn bad_magic() {
     let mut bytes = small_valid(3).bytes();
     bytes[..4].copy_from_slice(b"GGML");
     let e = parse(&bytes).unwrap_err();
-    assert!(
-        matches!(e, GgufError::BadMagic(m) if &m == b"GGML"),
-        "{e:?}"
-    );
+    assert!(matches!(e, GgufError::BadMagic(m) if &m == b"GGML"), "{e:?}");
     assert!(e.to_string().contains("GGUF"));
     // Byte-swapped (big-endian writer) magic is refused the same way.
     bytes[..4].copy_from_slice(b"FUGG");
@@ -598,10 +466,7 @@ fn bad_magic() {
 fn unsupported_versions() {
     for v in [0u32, 1, 4, 0x0300_0000, u32::MAX] {
         let e = parse_err(&small_valid(v));
-        assert!(
-            matches!(e, GgufError::UnsupportedVersion(x) if x == v),
-            "{v}: {e:?}"
-        );
+        assert!(matches!(e, GgufError::UnsupportedVersion(x) if x == v), "{v}: {e:?}");
         assert!(e.to_string().contains(&v.to_string()), "{e}");
     }
 }
@@ -613,10 +478,7 @@ fn truncation_at_every_byte() {
         assert!(parse(&bytes).is_ok());
         for n in 0..bytes.len() {
             if parse(&bytes[..n]).is_ok() {
-                panic!(
-                    "a {n}-byte prefix of a {}-byte file was accepted",
-                    bytes.len()
-                );
+                panic!("a {n}-byte prefix of a {}-byte file was accepted", bytes.len());
             }
         }
     }
@@ -640,24 +502,13 @@ fn truncation_error_names_what() {
 fn huge_counts() {
     for count in [u64::MAX, u64::MAX / 2, 1 << 40, 1 << 32, 1000] {
         // An array claiming more elements than the file holds.
-        let b = Builder::new(3).kv(
-            "tokenizer.ggml.scores",
-            T_ARRAY,
-            &garr(T_F32, count, &[0; 16]),
-        );
+        let b = Builder::new(3).kv("tokenizer.ggml.scores", T_ARRAY, &garr(T_F32, count, &[0; 16]));
         let e = parse_err(&b);
-        assert!(
-            e.to_string().contains("tokenizer.ggml.scores"),
-            "{count}: {e}"
-        );
+        assert!(e.to_string().contains("tokenizer.ggml.scores"), "{count}: {e}");
         // The same for arrays of strings and of arrays, whose elements have a size floor.
         let b = Builder::new(3).kv("k.strs", T_ARRAY, &garr(T_STRING, count, &gstr("x")));
         assert!(parse_err(&b).to_string().contains("k.strs"));
-        let b = Builder::new(3).kv(
-            "k.nest",
-            T_ARRAY,
-            &garr(T_ARRAY, count, &garr(T_U8, 0, &[])),
-        );
+        let b = Builder::new(3).kv("k.nest", T_ARRAY, &garr(T_ARRAY, count, &garr(T_U8, 0, &[])));
         assert!(parse_err(&b).to_string().contains("k.nest"));
         // Header counts.
         let mut b = small_valid(3);
@@ -711,11 +562,7 @@ fn huge_string_lengths() {
         let mut strs = gstr("ok");
         strs.extend_from_slice(&len.to_le_bytes());
         strs.extend_from_slice(&[b'x'; 16]);
-        let e = parse_err(&Builder::new(3).kv(
-            "tokenizer.ggml.merges",
-            T_ARRAY,
-            &garr(T_STRING, 2, &strs),
-        ));
+        let e = parse_err(&Builder::new(3).kv("tokenizer.ggml.merges", T_ARRAY, &garr(T_STRING, 2, &strs)));
         assert!(e.to_string().contains("tokenizer.ggml.merges"), "{e}");
     }
 }
@@ -732,28 +579,14 @@ fn invalid_utf8_strings() {
 #[test]
 fn unknown_value_types() {
     for ty in [13u32, 99, u32::MAX] {
-        let e = parse_err(
-            &Builder::new(3)
-                .kv_u32("ok", 1)
-                .kv("general.weird", ty, &[0; 16]),
-        );
-        assert!(
-            matches!(e, GgufError::UnknownValueType { type_id, .. } if type_id == ty),
-            "{e:?}"
-        );
+        let e = parse_err(&Builder::new(3).kv_u32("ok", 1).kv("general.weird", ty, &[0; 16]));
+        assert!(matches!(e, GgufError::UnknownValueType { type_id, .. } if type_id == ty), "{e:?}");
         assert!(e.to_string().contains("general.weird"), "{e}");
         // Inside an array, at any depth.
         let e = parse_err(&Builder::new(3).kv("arr.weird", T_ARRAY, &garr(ty, 1, &[0; 16])));
-        assert!(
-            matches!(e, GgufError::UnknownValueType { type_id, .. } if type_id == ty),
-            "{e:?}"
-        );
+        assert!(matches!(e, GgufError::UnknownValueType { type_id, .. } if type_id == ty), "{e:?}");
         assert!(e.to_string().contains("arr.weird"));
-        let e = parse_err(&Builder::new(3).kv(
-            "arr.deep",
-            T_ARRAY,
-            &garr(T_ARRAY, 1, &garr(ty, 1, &[0; 16])),
-        ));
+        let e = parse_err(&Builder::new(3).kv("arr.deep", T_ARRAY, &garr(T_ARRAY, 1, &garr(ty, 1, &[0; 16]))));
         assert!(e.to_string().contains("arr.deep"), "{e}");
     }
 }
@@ -778,26 +611,13 @@ fn bad_bool_and_deep_nesting() {
 #[test]
 fn tensor_dimension_counts() {
     for dims in [&[][..], &[32, 1, 1, 1, 1][..], &[32; 9][..]] {
-        let e = parse_err(
-            &Builder::new(3)
-                .tensor("blk.3.ffn_up.weight", dims, F32, 0)
-                .data(1 << 12),
-        );
+        let e = parse_err(&Builder::new(3).tensor("blk.3.ffn_up.weight", dims, F32, 0).data(1 << 12));
         assert!(matches!(e, GgufError::BadTensor { .. }), "{e:?}");
         let s = e.to_string();
-        assert!(
-            s.contains("blk.3.ffn_up.weight") && s.contains(&format!("{} dimensions", dims.len())),
-            "{s}"
-        );
+        assert!(s.contains("blk.3.ffn_up.weight") && s.contains(&format!("{} dimensions", dims.len())), "{s}");
     }
     // Four dimensions is the most ggml has, and fine.
-    let h = parse(
-        &Builder::new(3)
-            .tensor("t4", &[32, 2, 2, 2], F32, 0)
-            .data(32 * 8 * 4)
-            .bytes(),
-    )
-    .unwrap();
+    let h = parse(&Builder::new(3).tensor("t4", &[32, 2, 2, 2], F32, 0).data(32 * 8 * 4).bytes()).unwrap();
     assert_eq!(h.tensor("t4").unwrap().n_rows(), 8);
 }
 
@@ -814,16 +634,9 @@ fn bad_tensor_dims() {
         (&[1 << 62, 2], F32, "overflow"),
     ];
     for (dims, ty, what) in cases {
-        let e = parse_err(
-            &Builder::new(3)
-                .tensor("weird.weight", dims, ty, 0)
-                .data(256),
-        );
+        let e = parse_err(&Builder::new(3).tensor("weird.weight", dims, ty, 0).data(256));
         let s = e.to_string();
-        assert!(
-            s.contains("weird.weight") && s.contains(what),
-            "{dims:?}: {s}"
-        );
+        assert!(s.contains("weird.weight") && s.contains(what), "{dims:?}: {s}");
     }
 }
 
@@ -831,16 +644,9 @@ fn bad_tensor_dims() {
 fn unknown_tensor_types() {
     // 4 and 5 were Q4_2 and Q4_3, removed long ago; 31-33 and 36-38 are retired too.
     for ty in [4u32, 5, 31, 32, 33, 36, 37, 38, 40, 1000, u32::MAX] {
-        let e = parse_err(
-            &Builder::new(3)
-                .tensor("blk.0.attn_v.weight", &[256], ty, 0)
-                .data(4096),
-        );
+        let e = parse_err(&Builder::new(3).tensor("blk.0.attn_v.weight", &[256], ty, 0).data(4096));
         let s = e.to_string();
-        assert!(
-            s.contains("blk.0.attn_v.weight") && s.contains(&format!("type id {ty}")),
-            "{s}"
-        );
+        assert!(s.contains("blk.0.attn_v.weight") && s.contains(&format!("type id {ty}")), "{s}");
     }
     // Every id the reader knows round-trips.
     for id in 0..64 {
@@ -854,16 +660,8 @@ fn unknown_tensor_types() {
 #[test]
 fn tensor_outside_the_file() {
     // Starts beyond the end.
-    let e = parse_err(
-        &Builder::new(3)
-            .tensor("a", &[32], F32, 0)
-            .tensor("far", &[32], F32, 1 << 20)
-            .data(128),
-    );
-    assert!(
-        e.to_string().contains("far") && e.to_string().contains("outside"),
-        "{e}"
-    );
+    let e = parse_err(&Builder::new(3).tensor("a", &[32], F32, 0).tensor("far", &[32], F32, 1 << 20).data(128));
+    assert!(e.to_string().contains("far") && e.to_string().contains("outside"), "{e}");
     // Starts inside but runs past the end by one block.
     let e = parse_err(&Builder::new(3).tensor("long", &[64], F32, 0).data(255));
     assert!(e.to_string().contains("long"), "{e}");
@@ -876,51 +674,29 @@ fn tensor_outside_the_file() {
     let e = parse(&b.header_bytes()).unwrap_err();
     assert!(e.to_string().contains("nodata"), "{e}");
     // Exactly filling the file is fine.
-    assert!(parse(
-        &Builder::new(3)
-            .tensor("fits", &[64], F32, 0)
-            .data(256)
-            .bytes()
-    )
-    .is_ok());
+    assert!(parse(&Builder::new(3).tensor("fits", &[64], F32, 0).data(256).bytes()).is_ok());
 }
 
 #[test]
 fn misaligned_tensor_offset() {
     for off in [1u64, 16, 31, 33] {
-        let e = parse_err(
-            &Builder::new(3)
-                .tensor("blk.1.attn_norm.weight", &[8], F32, off)
-                .data(256),
-        );
+        let e = parse_err(&Builder::new(3).tensor("blk.1.attn_norm.weight", &[8], F32, off).data(256));
         let s = e.to_string();
-        assert!(
-            s.contains("blk.1.attn_norm.weight") && s.contains("aligned"),
-            "{off}: {s}"
-        );
+        assert!(s.contains("blk.1.attn_norm.weight") && s.contains("aligned"), "{off}: {s}");
     }
 }
 
 #[test]
 fn duplicates() {
-    let b = Builder::new(3)
-        .kv_u32("llama.block_count", 2)
-        .kv_str("general.name", "x")
-        .kv_u32("llama.block_count", 3);
+    let b = Builder::new(3).kv_u32("llama.block_count", 2).kv_str("general.name", "x").kv_u32("llama.block_count", 3);
     let e = parse_err(&b);
     assert!(matches!(e, GgufError::BadMetadata { .. }), "{e:?}");
-    assert!(
-        e.to_string().contains("llama.block_count") && e.to_string().contains("twice"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("llama.block_count") && e.to_string().contains("twice"), "{e}");
     // Same key with a different type is still a duplicate.
     let b = Builder::new(3).kv_u32("dup", 2).kv_str("dup", "2");
     assert!(parse_err(&b).to_string().contains("dup"));
 
-    let b = Builder::new(3)
-        .tensor("output.weight", &[32], F32, 0)
-        .tensor("output.weight", &[32], F32, 128)
-        .data(256);
+    let b = Builder::new(3).tensor("output.weight", &[32], F32, 0).tensor("output.weight", &[32], F32, 128).data(256);
     let e = parse_err(&b).to_string();
     assert!(e.contains("output.weight") && e.contains("twice"), "{e}");
 }

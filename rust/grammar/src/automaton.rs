@@ -110,11 +110,7 @@ impl Automaton {
             }
             alts.push(starts);
         }
-        let prog = Program {
-            ops,
-            alts,
-            root: grammar.root,
-        };
+        let prog = Program { ops, alts, root: grammar.root };
         let mut tables = Tables {
             frames: Vec::new(),
             frame_ids: HashMap::new(),
@@ -128,11 +124,7 @@ impl Automaton {
             expand(&prog, &mut tables, a, NIL, &mut heads, &mut accepting)?;
         }
         let start = tables.intern(heads, accepting)?;
-        Ok(Automaton {
-            prog,
-            tables: Mutex::new(tables),
-            start,
-        })
+        Ok(Automaton { prog, tables: Mutex::new(tables), start })
     }
 
     pub fn from_gbnf(text: &str) -> Result<Automaton, GrammarError> {
@@ -185,9 +177,7 @@ impl Automaton {
         if let Some(m) = t.masks.get(&(index.id(), state)) {
             return Ok(m.clone());
         }
-        let m = Arc::new(mask::compute(index, state, |s, b| {
-            t.step(&self.prog, s, b)
-        })?);
+        let m = Arc::new(mask::compute(index, state, |s, b| t.step(&self.prog, s, b))?);
         if (t.masks.len() + 1) * m.bytes() > MAX_MASK_BYTES {
             t.masks.clear();
         }
@@ -203,10 +193,7 @@ impl Automaton {
 
 impl std::fmt::Debug for Automaton {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Automaton")
-            .field("rules", &self.prog.alts.len())
-            .field("states", &self.n_states())
-            .finish()
+        f.debug_struct("Automaton").field("rules", &self.prog.alts.len()).field("states", &self.n_states()).finish()
     }
 }
 
@@ -238,22 +225,13 @@ impl Tables {
             return Err(GrammarError::TooManyStates(MAX_STATES));
         }
         let id = self.states.len() as StateId;
-        self.states.push(StateData {
-            heads: key.0.clone(),
-            accepting,
-            next: None,
-        });
+        self.states.push(StateData { heads: key.0.clone(), accepting, next: None });
         self.state_ids.insert(key, id);
         Ok(id)
     }
 
     /// One byte from `state`, through the transition table.
-    pub(crate) fn step(
-        &mut self,
-        prog: &Program,
-        state: StateId,
-        byte: u8,
-    ) -> Result<StateId, GrammarError> {
+    pub(crate) fn step(&mut self, prog: &Program, state: StateId, byte: u8) -> Result<StateId, GrammarError> {
         if let Some(next) = &self.states[state as usize].next {
             let s = next[byte as usize];
             if s != UNKNOWN {
@@ -271,9 +249,7 @@ impl Tables {
             }
         }
         let s = self.intern(heads, accepting)?;
-        let next = self.states[state as usize]
-            .next
-            .get_or_insert_with(|| Box::new([UNKNOWN; 256]));
+        let next = self.states[state as usize].next.get_or_insert_with(|| Box::new([UNKNOWN; 256]));
         next[byte as usize] = s;
         Ok(s)
     }
@@ -315,14 +291,7 @@ fn expand(
             }
             Op::Call(r) => {
                 // A call in tail position returns straight to our caller.
-                let ret = if prog.ops[pos as usize + 1] == Op::Ret {
-                    parent
-                } else {
-                    t.frame(Frame {
-                        pos: pos + 1,
-                        parent,
-                    })
-                };
+                let ret = if prog.ops[pos as usize + 1] == Op::Ret { parent } else { t.frame(Frame { pos: pos + 1, parent }) };
                 // Reversed onto the stack, so the alternatives are explored in order.
                 todo.extend(prog.alts[r as usize].iter().rev().map(|&a| (a, ret)));
             }
@@ -340,12 +309,7 @@ fn check_left_recursion(g: &Grammar) -> Result<(), GrammarError> {
     loop {
         let mut changed = false;
         for (i, r) in g.rules.iter().enumerate() {
-            if !nullable[i]
-                && r.alts.iter().any(|alt| {
-                    alt.iter()
-                        .all(|e| matches!(e, Elem::Rule(s) if nullable[*s as usize]))
-                })
-            {
+            if !nullable[i] && r.alts.iter().any(|alt| alt.iter().all(|e| matches!(e, Elem::Rule(s) if nullable[*s as usize]))) {
                 nullable[i] = true;
                 changed = true;
             }
@@ -392,11 +356,7 @@ fn check_left_recursion(g: &Grammar) -> Result<(), GrammarError> {
                         color[s as usize] = 1;
                         stack.push((s as usize, 0));
                     }
-                    1 => {
-                        return Err(GrammarError::LeftRecursion(
-                            g.rules[s as usize].name.clone(),
-                        ))
-                    }
+                    1 => return Err(GrammarError::LeftRecursion(g.rules[s as usize].name.clone())),
                     _ => {}
                 }
             } else {
@@ -547,15 +507,8 @@ item ::= [0-9]+ | list"#);
 
     #[test]
     fn left_recursion_is_refused() {
-        for g in [
-            "root ::= root \"a\" | \"b\"",
-            "root ::= x\nx ::= \"\"? root",
-            "root ::= (\"a\"?)*",
-        ] {
-            assert!(
-                matches!(Automaton::from_gbnf(g), Err(GrammarError::LeftRecursion(_))),
-                "{g}"
-            );
+        for g in ["root ::= root \"a\" | \"b\"", "root ::= x\nx ::= \"\"? root", "root ::= (\"a\"?)*"] {
+            assert!(matches!(Automaton::from_gbnf(g), Err(GrammarError::LeftRecursion(_))), "{g}");
         }
         // Right recursion and recursion after a byte are fine.
         assert!(Automaton::from_gbnf("root ::= \"a\" root | \"b\"").is_ok());

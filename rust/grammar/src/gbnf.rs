@@ -26,13 +26,7 @@ pub const MAX_NESTING: usize = 256;
 
 /// Parses GBNF text; the rule named `root` is the document.
 pub fn parse(text: &str) -> Result<Grammar, GrammarError> {
-    let mut p = Parser {
-        src: text.as_bytes(),
-        text,
-        pos: 0,
-        depth: 0,
-        b: Builder::default(),
-    };
+    let mut p = Parser { src: text.as_bytes(), text, pos: 0, depth: 0, b: Builder::default() };
     p.grammar()?;
     p.b.finish()
 }
@@ -57,11 +51,7 @@ impl Parser<'_> {
         let before = &self.text[..self.pos.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
         let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        Err(GrammarError::Syntax {
-            line,
-            col,
-            msg: msg.into(),
-        })
+        Err(GrammarError::Syntax { line, col, msg: msg.into() })
     }
 
     fn peek(&self) -> Option<u8> {
@@ -119,12 +109,7 @@ impl Parser<'_> {
         let alts = self.alternates(&name, false)?;
         match self.peek() {
             None | Some(b'\n') | Some(b'\r') => {}
-            Some(c) => {
-                return self.err(format!(
-                    "unexpected {:?}: expected a newline or the end",
-                    c as char
-                ))
-            }
+            Some(c) => return self.err(format!("unexpected {:?}: expected a newline or the end", c as char)),
         }
         if let Err(msg) = self.b.define(&name, alts) {
             return self.err(msg);
@@ -161,10 +146,7 @@ impl Parser<'_> {
                 }
                 Some(b'.') => {
                     self.pos += 1;
-                    let e = self
-                        .b
-                        .class(rule, &[(0, 0x10FFFF)], false)
-                        .expect("non-empty");
+                    let e = self.b.class(rule, &[(0, 0x10FFFF)], false).expect("non-empty");
                     seq.push(e);
                 }
                 Some(b'(') => {
@@ -186,10 +168,7 @@ impl Parser<'_> {
                     let name = self.name()?.to_string();
                     seq.push(Elem::Rule(self.b.rule_id(&name)));
                 }
-                Some(b'<') => {
-                    return self
-                        .err("token references (<...>) are not supported; write the text instead")
-                }
+                Some(b'<') => return self.err("token references (<...>) are not supported; write the text instead"),
                 Some(b'*' | b'+' | b'?' | b'{') => {
                     let Some(at) = last else {
                         return self.err("a repetition operator must follow something to repeat");
@@ -240,9 +219,7 @@ impl Parser<'_> {
                 self.pos += 1;
                 if let Some(max) = max {
                     if max < min {
-                        return self.err(format!(
-                            "repetition {{{min},{max}}} has its maximum below its minimum"
-                        ));
+                        return self.err(format!("repetition {{{min},{max}}} has its maximum below its minimum"));
                     }
                 }
                 if min.max(max.unwrap_or(0)) > MAX_REPEAT {
@@ -266,20 +243,9 @@ impl Parser<'_> {
 
     /// Appends `item{min,max}` to `seq` as llama.cpp lowers it: `min` copies,
     /// then either a `*` rule or `max - min` nested optional rules.
-    fn repeat(
-        &mut self,
-        rule: &str,
-        seq: &mut Vec<Elem>,
-        item: Vec<Elem>,
-        min: u32,
-        max: Option<u32>,
-    ) {
+    fn repeat(&mut self, rule: &str, seq: &mut Vec<Elem>, item: Vec<Elem>, min: u32, max: Option<u32>) {
         // A multi-element item (a literal) becomes one rule so it repeats as a unit.
-        let unit: Vec<Elem> = if item.len() == 1 {
-            item
-        } else {
-            vec![Elem::Rule(self.b.fresh(rule, vec![item]))]
-        };
+        let unit: Vec<Elem> = if item.len() == 1 { item } else { vec![Elem::Rule(self.b.fresh(rule, vec![item]))] };
         for _ in 0..min {
             seq.extend_from_slice(&unit);
         }
@@ -329,15 +295,11 @@ impl Parser<'_> {
         if c != '\\' {
             return Ok(c);
         }
-        let Some(e) = self.peek() else {
-            return self.err("escape at the end of the grammar");
-        };
+        let Some(e) = self.peek() else { return self.err("escape at the end of the grammar") };
         self.pos += 1;
         let hex = |p: &mut Self, n: usize| -> PResult<char> {
             let digits = p.text.get(p.pos..p.pos + n).unwrap_or("");
-            let v = u32::from_str_radix(digits, 16)
-                .ok()
-                .filter(|_| digits.len() == n);
+            let v = u32::from_str_radix(digits, 16).ok().filter(|_| digits.len() == n);
             match v.and_then(char::from_u32) {
                 Some(c) => {
                     p.pos += n;
@@ -374,16 +336,15 @@ impl Parser<'_> {
                 }
                 _ => {
                     let lo = self.char()? as u32;
-                    let hi =
-                        if self.peek() == Some(b'-') && self.src.get(self.pos + 1) != Some(&b']') {
-                            self.pos += 1;
-                            if self.peek().is_none() {
-                                return self.err("unterminated character class");
-                            }
-                            self.char()? as u32
-                        } else {
-                            lo
-                        };
+                    let hi = if self.peek() == Some(b'-') && self.src.get(self.pos + 1) != Some(&b']') {
+                        self.pos += 1;
+                        if self.peek().is_none() {
+                            return self.err("unterminated character class");
+                        }
+                        self.char()? as u32
+                    } else {
+                        lo
+                    };
                     if hi < lo {
                         return self.err("a character range whose end comes before its start");
                     }
@@ -416,14 +377,10 @@ mod tests {
         assert!(msg.contains("unterminated"));
         assert!(syntax_err("root ::= \"a\" )").2.contains("unexpected"));
         assert!(syntax_err("root ::= *").2.contains("repetition"));
-        assert!(syntax_err("root ::= \"a\"{3,2}")
-            .2
-            .contains("maximum below"));
+        assert!(syntax_err("root ::= \"a\"{3,2}").2.contains("maximum below"));
         assert!(syntax_err("root ::= [b-a]").2.contains("range"));
         assert!(syntax_err("root ::= \"\\q\"").2.contains("escape"));
-        assert!(syntax_err("root ::= \"a\"\nroot ::= \"b\"")
-            .2
-            .contains("twice"));
+        assert!(syntax_err("root ::= \"a\"\nroot ::= \"b\"").2.contains("twice"));
         assert!(syntax_err("root = \"a\"").2.contains("::="));
         assert!(matches!(parse("root ::= a"), Err(GrammarError::Undefined(n)) if n == "a"));
         assert!(matches!(parse("a ::= \"x\""), Err(GrammarError::NoRoot)));
@@ -431,10 +388,7 @@ mod tests {
 
     #[test]
     fn rules_continue_inside_groups_and_after_bars() {
-        let g = parse(
-            "root ::= (\n  \"a\"\n  | \"b\" ) |\n  \"c\"\n\n# comment\nx ::= \"y\" # trailing\n",
-        )
-        .unwrap();
+        let g = parse("root ::= (\n  \"a\"\n  | \"b\" ) |\n  \"c\"\n\n# comment\nx ::= \"y\" # trailing\n").unwrap();
         assert_eq!(g.rules[g.root as usize].alts.len(), 2);
     }
 }

@@ -82,12 +82,7 @@ impl Builder {
     /// The element matching one character from `ranges` (inclusive code
     /// point ranges, any order), or from their complement when `negated`.
     /// Surrogates are never matched: they have no UTF-8 form.
-    pub fn class(
-        &mut self,
-        base: &str,
-        ranges: &[(u32, u32)],
-        negated: bool,
-    ) -> Result<Elem, String> {
+    pub fn class(&mut self, base: &str, ranges: &[(u32, u32)], negated: bool) -> Result<Elem, String> {
         let mut set = normalize(ranges);
         if negated {
             set = complement(&set);
@@ -101,12 +96,7 @@ impl Builder {
         let mut alts: Vec<Vec<Elem>> = Vec::new();
         for &(lo, hi) in &set {
             for seq in Utf8Sequences::new(char_at(lo), char_at(hi)) {
-                alts.push(
-                    seq.as_slice()
-                        .iter()
-                        .map(|r| Elem::Bytes(r.start, r.end))
-                        .collect(),
-                );
+                alts.push(seq.as_slice().iter().map(|r| Elem::Bytes(r.start, r.end)).collect());
             }
         }
         let elem = if alts.len() == 1 && alts[0].len() == 1 {
@@ -129,10 +119,7 @@ impl Builder {
             Some(&(id, _)) => id,
             None => return Err(GrammarError::NoRoot),
         };
-        Ok(Grammar {
-            rules: self.rules,
-            root,
-        })
+        Ok(Grammar { rules: self.rules, root })
     }
 }
 
@@ -195,13 +182,7 @@ mod tests {
 
     #[test]
     fn classes_skip_surrogates_and_merge() {
-        assert_eq!(
-            normalize(&[(0xD000, 0xE100), (5, 3), (6, 7)]),
-            vec![(3, 7), (0xD000, 0xD7FF), (0xE000, 0xE100)]
-        );
-        assert_eq!(
-            complement(&normalize(&[(0, 0x7F)])),
-            vec![(0x80, 0xD7FF), (0xE000, MAX_CHAR)]
-        );
+        assert_eq!(normalize(&[(0xD000, 0xE100), (5, 3), (6, 7)]), vec![(3, 7), (0xD000, 0xD7FF), (0xE000, 0xE100)]);
+        assert_eq!(complement(&normalize(&[(0, 0x7F)])), vec![(0x80, 0xD7FF), (0xE000, MAX_CHAR)]);
     }
 }

@@ -29,11 +29,7 @@ pub use schema::{json_object_gbnf, json_schema_to_gbnf, schema_rules, SchemaErro
 #[derive(Debug, thiserror::Error)]
 pub enum GrammarError {
     #[error("grammar syntax error at line {line}, column {col}: {msg}")]
-    Syntax {
-        line: usize,
-        col: usize,
-        msg: String,
-    },
+    Syntax { line: usize, col: usize, msg: String },
     #[error("grammar rule {0:?} is used but never defined")]
     Undefined(String),
     #[error("grammar has no \"root\" rule")]

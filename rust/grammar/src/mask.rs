@@ -30,14 +30,8 @@ static NEXT_INDEX_ID: AtomicU64 = AtomicU64::new(0);
 impl TokenIndex {
     /// Indexes `tokens` as (id, bytes); tokens with no bytes (control
     /// tokens) are left out: no grammar can read them.
-    pub fn new<'a>(
-        n_vocab: usize,
-        tokens: impl IntoIterator<Item = (u32, &'a [u8])>,
-    ) -> TokenIndex {
-        let mut toks: Vec<(u32, &[u8])> = tokens
-            .into_iter()
-            .filter(|(id, b)| !b.is_empty() && (*id as usize) < n_vocab)
-            .collect();
+    pub fn new<'a>(n_vocab: usize, tokens: impl IntoIterator<Item = (u32, &'a [u8])>) -> TokenIndex {
+        let mut toks: Vec<(u32, &[u8])> = tokens.into_iter().filter(|(id, b)| !b.is_empty() && (*id as usize) < n_vocab).collect();
         toks.sort_unstable_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(&b.0)));
         let mut order = Vec::with_capacity(toks.len());
         let mut offsets = Vec::with_capacity(toks.len() + 1);
@@ -55,15 +49,7 @@ impl TokenIndex {
             longest = longest.max(b.len());
             prev = b;
         }
-        TokenIndex {
-            id: NEXT_INDEX_ID.fetch_add(1, Ordering::Relaxed),
-            n_vocab,
-            order,
-            offsets,
-            bytes,
-            shared,
-            longest,
-        }
+        TokenIndex { id: NEXT_INDEX_ID.fetch_add(1, Ordering::Relaxed), n_vocab, order, offsets, bytes, shared, longest }
     }
 
     /// Distinguishes indexes in the automata's mask caches.
@@ -89,9 +75,7 @@ pub struct TokenMask {
 
 impl TokenMask {
     pub fn allows(&self, id: u32) -> bool {
-        self.bits
-            .get(id as usize / 64)
-            .is_some_and(|w| w >> (id % 64) & 1 == 1)
+        self.bits.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
     /// Memory the mask holds.
@@ -191,25 +175,8 @@ mod tests {
 
     #[test]
     fn mask_matches_token_by_token_check() {
-        let vocab: Vec<&[u8]> = vec![
-            b"a",
-            b"ab",
-            b"abc",
-            b"b",
-            b"\"",
-            b"\"a",
-            b"a\"",
-            b"",
-            b"x",
-            b"ab\"",
-            b"{",
-            "é".as_bytes(),
-            &"é".as_bytes()[..1],
-        ];
-        let index = TokenIndex::new(
-            vocab.len(),
-            vocab.iter().enumerate().map(|(i, b)| (i as u32, *b)),
-        );
+        let vocab: Vec<&[u8]> = vec![b"a", b"ab", b"abc", b"b", b"\"", b"\"a", b"a\"", b"", b"x", b"ab\"", b"{", "é".as_bytes(), &"é".as_bytes()[..1]];
+        let index = TokenIndex::new(vocab.len(), vocab.iter().enumerate().map(|(i, b)| (i as u32, *b)));
         let g = Automaton::from_gbnf(r#"root ::= "\"" [a-bé]* "\"""#).unwrap();
         let mut states = vec![g.start()];
         states.push(g.advance(g.start(), b"\"").unwrap());
@@ -219,12 +186,7 @@ mod tests {
             let m = g.mask(s, &index).unwrap();
             for (id, b) in vocab.iter().enumerate() {
                 let want = !b.is_empty() && g.advance(s, b).unwrap() != DEAD;
-                assert_eq!(
-                    m.allows(id as u32),
-                    want,
-                    "state {s} token {:?}",
-                    String::from_utf8_lossy(b)
-                );
+                assert_eq!(m.allows(id as u32), want, "state {s} token {:?}", String::from_utf8_lossy(b));
             }
             assert_eq!(m.count(), m.ids().count());
         }
@@ -232,16 +194,8 @@ mod tests {
 
     #[test]
     fn sparse_and_dense_masks_apply_alike() {
-        let vocab: Vec<Vec<u8>> = (0..1000u32)
-            .map(|i| format!("{}", i % 10).into_bytes())
-            .collect();
-        let index = TokenIndex::new(
-            1000,
-            vocab
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b.as_slice())),
-        );
+        let vocab: Vec<Vec<u8>> = (0..1000u32).map(|i| format!("{}", i % 10).into_bytes()).collect();
+        let index = TokenIndex::new(1000, vocab.iter().enumerate().map(|(i, b)| (i as u32, b.as_slice())));
         for g in [r#"root ::= "7""#, r#"root ::= [0-8]"#] {
             let a = Automaton::from_gbnf(g).unwrap();
             let m = a.mask(a.start(), &index).unwrap();
@@ -258,9 +212,7 @@ mod tests {
 
     #[test]
     fn apply_refuses_masked_logits() {
-        let vocab: Vec<&[u8]> = (0..130u8)
-            .map(|i| if i % 2 == 0 { &b"a"[..] } else { &b"b"[..] })
-            .collect();
+        let vocab: Vec<&[u8]> = (0..130u8).map(|i| if i % 2 == 0 { &b"a"[..] } else { &b"b"[..] }).collect();
         let index = TokenIndex::new(130, vocab.iter().enumerate().map(|(i, b)| (i as u32, *b)));
         let g = Automaton::from_gbnf(r#"root ::= "a""#).unwrap();
         let m = g.mask(g.start(), &index).unwrap();

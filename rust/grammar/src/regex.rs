@@ -32,10 +32,7 @@ pub(crate) struct Expr {
 
 impl Expr {
     pub fn atom(text: impl Into<String>) -> Self {
-        Expr {
-            text: text.into(),
-            prec: Prec::Atom,
-        }
+        Expr { text: text.into(), prec: Prec::Atom }
     }
 
     /// A GBNF literal matching exactly `text`.
@@ -57,10 +54,7 @@ impl Expr {
         match parts.len() {
             0 => unreachable!("a GBNF sequence needs at least one element"),
             1 => parts.into_iter().next().unwrap(),
-            _ => Expr {
-                text: parts.iter().map(Expr::in_seq).collect::<Vec<_>>().join(" "),
-                prec: Prec::Seq,
-            },
+            _ => Expr { text: parts.iter().map(Expr::in_seq).collect::<Vec<_>>().join(" "), prec: Prec::Seq },
         }
     }
 
@@ -76,14 +70,7 @@ impl Expr {
         match uniq.len() {
             0 => unreachable!("a GBNF alternation needs at least one alternative"),
             1 => uniq.pop().unwrap(),
-            _ => Expr {
-                text: uniq
-                    .iter()
-                    .map(|a| a.text.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-                prec: Prec::Alt,
-            },
+            _ => Expr { text: uniq.iter().map(|a| a.text.as_str()).collect::<Vec<_>>().join(" | "), prec: Prec::Alt },
         }
     }
 
@@ -104,10 +91,7 @@ impl Expr {
 
     /// Whether this is one GBNF literal (whose quotes then sit at both ends).
     fn is_literal(&self) -> bool {
-        self.prec == Prec::Atom
-            && self.text.len() >= 2
-            && self.text.starts_with('"')
-            && self.text.ends_with('"')
+        self.prec == Prec::Atom && self.text.len() >= 2 && self.text.starts_with('"') && self.text.ends_with('"')
     }
 
     pub fn optional(&self) -> Self {
@@ -298,11 +282,7 @@ fn char_class(ranges: &[(char, char)], any_char: &str) -> Expr {
     if !raw.is_empty() {
         let positive = class(&raw, false);
         let negated = class(&complement(&raw), true);
-        alts.push(Expr::atom(if negated.len() < positive.len() {
-            negated
-        } else {
-            positive
-        }));
+        alts.push(Expr::atom(if negated.len() < positive.len() { negated } else { positive }));
     }
     let letters: Vec<char> = ['"', '\\', '/', '\x08', '\x0c', '\n', '\r', '\t']
         .into_iter()
@@ -323,10 +303,7 @@ fn char_class(ranges: &[(char, char)], any_char: &str) -> Expr {
             })
             .collect();
         if !lows.is_empty() {
-            unicode.push(Expr::cat([
-                Expr::lit(&high.to_string()),
-                Expr::atom(class(&ranges_of(lows), false)),
-            ]));
+            unicode.push(Expr::cat([Expr::lit(&high.to_string()), Expr::atom(class(&ranges_of(lows), false))]));
         }
     }
     if !unicode.is_empty() {
@@ -487,12 +464,7 @@ impl Re {
             Re::Cat(v) => v
                 .iter()
                 .map(Re::char_len)
-                .fold((0, Some(0)), |(a, b), (c, d)| {
-                    (
-                        a.saturating_add(c),
-                        b.zip(d).map(|(b, d)| b.saturating_add(d)),
-                    )
-                }),
+                .fold((0, Some(0)), |(a, b), (c, d)| (a.saturating_add(c), b.zip(d).map(|(b, d)| b.saturating_add(d)))),
             Re::Alt(v) => {
                 let lens: Vec<_> = v.iter().map(Re::char_len).collect();
                 let lo = lens.iter().map(|l| l.0).min().unwrap_or(0);
@@ -501,10 +473,7 @@ impl Re {
             }
             Re::Rep(sub, min, max) => {
                 let (lo, hi) = sub.char_len();
-                (
-                    lo.saturating_mul(u64::from(*min)),
-                    hi.zip(*max).map(|(h, m)| h.saturating_mul(u64::from(m))),
-                )
+                (lo.saturating_mul(u64::from(*min)), hi.zip(*max).map(|(h, m)| h.saturating_mul(u64::from(m))))
             }
         }
     }
@@ -519,14 +488,10 @@ impl Re {
                 let parts: Vec<Expr> = v.iter().filter_map(|p| p.to_gbnf(any_char)).collect();
                 (!parts.is_empty()).then(|| Expr::cat(parts))
             }
-            Re::Alt(_) if self.nullable() => {
-                self.non_empty().to_gbnf(any_char).map(|e| e.optional())
-            }
+            Re::Alt(_) if self.nullable() => self.non_empty().to_gbnf(any_char).map(|e| e.optional()),
             Re::Alt(v) => Some(Expr::alt(v.iter().filter_map(|a| a.to_gbnf(any_char)))),
             Re::Rep(sub, min, max) => {
-                let sub = sub
-                    .to_gbnf(any_char)
-                    .expect("a repeated expression is never empty");
+                let sub = sub.to_gbnf(any_char).expect("a repeated expression is never empty");
                 Some(sub.repeat(u64::from(*min), max.map(u64::from)))
             }
         }
@@ -563,22 +528,14 @@ pub(crate) struct Pattern {
 /// boundaries are refused, as are look-around and backreferences (which
 /// the regex parser itself does not know).
 pub(crate) fn parse(pattern: &str) -> Result<Pattern, String> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(pattern)
-        .map_err(|e| match e {
-            regex_syntax::Error::Parse(e) => e.kind().to_string(),
-            regex_syntax::Error::Translate(e) => e.kind().to_string(),
-            e => e.to_string(),
-        })?;
+    let hir = regex_syntax::ParserBuilder::new().build().parse(pattern).map_err(|e| match e {
+        regex_syntax::Error::Parse(e) => e.kind().to_string(),
+        regex_syntax::Error::Translate(e) => e.kind().to_string(),
+        e => e.to_string(),
+    })?;
     let mut branches = Vec::new();
     split(&hir, &mut branches)?;
-    let pattern = Pattern {
-        branches: branches
-            .into_iter()
-            .filter(|b| !b.re.is_nothing())
-            .collect(),
-    };
+    let pattern = Pattern { branches: branches.into_iter().filter(|b| !b.re.is_nothing()).collect() };
     if pattern.branches.is_empty() {
         return Err("no string matches it".to_owned());
     }
@@ -618,11 +575,7 @@ fn split(h: &Hir, out: &mut Vec<Branch>) -> Result<(), String> {
                 hi -= 1;
             }
             let re = Re::cat(parts[lo..hi].iter().map(to_re).collect::<Result<_, _>>()?);
-            out.push(Branch {
-                re,
-                open_start: lo == 0,
-                open_end: hi == parts.len(),
-            });
+            out.push(Branch { re, open_start: lo == 0, open_end: hi == parts.len() });
             Ok(())
         }
     }
@@ -641,33 +594,26 @@ fn anchored_alternation(h: &Hir) -> Option<&[Hir]> {
 fn to_re(h: &Hir) -> Result<Re, String> {
     Ok(match h.kind() {
         HirKind::Empty => Re::empty(),
-        HirKind::Literal(lit) => Re::lit(
-            std::str::from_utf8(&lit.0).map_err(|_| "it matches bytes that are not UTF-8 text")?,
-        ),
-        HirKind::Class(Class::Unicode(c)) => {
-            Re::class(c.ranges().iter().map(|r| (r.start(), r.end())).collect())
+        HirKind::Literal(lit) => {
+            Re::lit(std::str::from_utf8(&lit.0).map_err(|_| "it matches bytes that are not UTF-8 text")?)
         }
+        HirKind::Class(Class::Unicode(c)) => Re::class(c.ranges().iter().map(|r| (r.start(), r.end())).collect()),
         HirKind::Class(Class::Bytes(c)) => {
             if c.ranges().iter().any(|r| r.end() >= 0x80) {
                 return Err("it matches bytes that are not UTF-8 text".to_owned());
             }
-            Re::class(
-                c.ranges()
-                    .iter()
-                    .map(|r| (char::from(r.start()), char::from(r.end())))
-                    .collect(),
-            )
+            Re::class(c.ranges().iter().map(|r| (char::from(r.start()), char::from(r.end()))).collect())
         }
-        HirKind::Look(look) => return Err(match look {
-            Look::Start | Look::End => {
-                "the anchors ^ and $ are supported only at the start and at the end of the pattern"
+        HirKind::Look(look) => {
+            return Err(match look {
+                Look::Start | Look::End => {
+                    "the anchors ^ and $ are supported only at the start and at the end of the pattern"
+                }
+                Look::StartLF | Look::EndLF | Look::StartCRLF | Look::EndCRLF => "multi-line anchors are not supported",
+                _ => "word boundaries are not supported",
             }
-            Look::StartLF | Look::EndLF | Look::StartCRLF | Look::EndCRLF => {
-                "multi-line anchors are not supported"
-            }
-            _ => "word boundaries are not supported",
+            .to_owned())
         }
-        .to_owned()),
         HirKind::Repetition(r) => {
             let count = u64::from(r.max.unwrap_or(r.min));
             if count > MAX_COUNT {
@@ -686,11 +632,7 @@ impl Pattern {
     /// length is implied by the branch, or where a branch is a fixed-length
     /// frame around one repetition of single characters (`^[a-z]+$`,
     /// `^[A-Z][a-z0-9_]*$`), whose count then absorbs the bounds.
-    pub(crate) fn restrict_length(
-        self,
-        min: u64,
-        max: Option<u64>,
-    ) -> Result<Pattern, LengthError> {
+    pub(crate) fn restrict_length(self, min: u64, max: Option<u64>) -> Result<Pattern, LengthError> {
         if min == 0 && max.is_none() {
             return Ok(self);
         }
@@ -763,19 +705,12 @@ fn fold_length(re: &Re, min: u64, max: Option<u64>) -> Option<Re> {
             hi != Some(lo)
         })
         .collect();
-    let &[i] = variable.as_slice() else {
-        return None;
-    };
-    let Re::Rep(sub, rmin, rmax) = &parts[i] else {
-        return None;
-    };
+    let &[i] = variable.as_slice() else { return None };
+    let Re::Rep(sub, rmin, rmax) = &parts[i] else { return None };
     if sub.char_len() != (1, Some(1)) {
         return None;
     }
-    let fixed: u64 = (0..parts.len())
-        .filter(|&j| j != i)
-        .map(|j| parts[j].char_len().0)
-        .sum();
+    let fixed: u64 = (0..parts.len()).filter(|&j| j != i).map(|j| parts[j].char_len().0).sum();
     let lo = u64::from(*rmin).max(min.saturating_sub(fixed));
     let hi = match (rmax.map(u64::from), max.map(|m| m.checked_sub(fixed))) {
         (_, Some(None)) => return Some(Re::nothing()),
@@ -796,11 +731,7 @@ mod tests {
     use super::*;
 
     fn gbnf(p: &str) -> String {
-        parse(p)
-            .unwrap()
-            .to_gbnf("c")
-            .map(|e| e.text)
-            .unwrap_or_default()
+        parse(p).unwrap().to_gbnf("c").map(|e| e.text).unwrap_or_default()
     }
 
     #[test]
@@ -838,24 +769,9 @@ mod tests {
 
     #[test]
     fn length_folds_into_the_single_repetition() {
-        let p = parse("^[A-Z][a-z]*$")
-            .unwrap()
-            .restrict_length(2, Some(5))
-            .unwrap();
+        let p = parse("^[A-Z][a-z]*$").unwrap().restrict_length(2, Some(5)).unwrap();
         assert_eq!(p.to_gbnf("c").unwrap().text, "[A-Z] [a-z]{1,4}");
-        assert_eq!(
-            parse("^a+$")
-                .unwrap()
-                .restrict_length(0, Some(0))
-                .unwrap_err(),
-            LengthError::Contradiction
-        );
-        assert_eq!(
-            parse("^(ab)+$")
-                .unwrap()
-                .restrict_length(0, Some(4))
-                .unwrap_err(),
-            LengthError::Unsupported
-        );
+        assert_eq!(parse("^a+$").unwrap().restrict_length(0, Some(0)).unwrap_err(), LengthError::Contradiction);
+        assert_eq!(parse("^(ab)+$").unwrap().restrict_length(0, Some(4)).unwrap_err(), LengthError::Unsupported);
     }
 }

@@ -54,17 +54,11 @@ type Result<T> = std::result::Result<T, SchemaError>;
 type Out = Result<Option<Expr>>;
 
 fn unsupported(keyword: impl Into<String>, path: &str) -> SchemaError {
-    SchemaError::Unsupported {
-        keyword: keyword.into(),
-        path: path.to_owned(),
-    }
+    SchemaError::Unsupported { keyword: keyword.into(), path: path.to_owned() }
 }
 
 fn invalid(path: &str, msg: impl Into<String>) -> SchemaError {
-    SchemaError::Invalid {
-        path: path.to_owned(),
-        msg: msg.into(),
-    }
+    SchemaError::Invalid { path: path.to_owned(), msg: msg.into() }
 }
 
 /// Keywords that constrain nothing.
@@ -112,16 +106,10 @@ pub fn json_schema_to_gbnf(schema: &serde_json::Value) -> Result<String> {
 /// starts with another root name and a dash.
 pub fn schema_rules(schema: &serde_json::Value, root: &str) -> Result<String> {
     if root.is_empty() || !root.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-') {
-        return Err(invalid(
-            "",
-            format!("{root:?} is not a GBNF rule name ([a-zA-Z0-9-]+)"),
-        ));
+        return Err(invalid("", format!("{root:?} is not a GBNF rule name ([a-zA-Z0-9-]+)")));
     }
     let mut c = Compiler::new(schema, root);
-    let slot = Slot {
-        index: 0,
-        name: root.to_owned(),
-    };
+    let slot = Slot { index: 0, name: root.to_owned() };
     c.rules.push(None);
     let e = c.visit(schema, "", root)?.ok_or_else(|| c.why(""))?;
     c.fill(slot, e)?;
@@ -162,19 +150,11 @@ fn sanitize(name: &str) -> String {
 
 /// Keys of `m` that constrain something.
 fn constraints(m: &Map<String, Value>) -> impl Iterator<Item = &str> {
-    m.keys()
-        .map(String::as_str)
-        .filter(|k| !ANNOTATIONS.contains(k))
+    m.keys().map(String::as_str).filter(|k| !ANNOTATIONS.contains(k))
 }
 
 fn check_keywords(m: &Map<String, Value>, path: &str) -> Result<()> {
-    let known = [
-        OBJECT_KEYWORDS,
-        ARRAY_KEYWORDS,
-        STRING_KEYWORDS,
-        NUMBER_KEYWORDS,
-        OTHER_KEYWORDS,
-    ];
+    let known = [OBJECT_KEYWORDS, ARRAY_KEYWORDS, STRING_KEYWORDS, NUMBER_KEYWORDS, OTHER_KEYWORDS];
     match constraints(m).find(|k| !known.iter().any(|set| set.contains(k))) {
         Some(k) => Err(unsupported(k, path)),
         None => Ok(()),
@@ -227,12 +207,7 @@ fn types(t: Option<&Value>, path: &str) -> Result<Option<Vec<Ty>>> {
         None => return Ok(None),
         Some(Value::Array(a)) if !a.is_empty() => a.iter().collect(),
         Some(v @ Value::String(_)) => vec![v],
-        Some(_) => {
-            return Err(invalid(
-                path,
-                "type must be a type name or a non-empty array of them",
-            ))
-        }
+        Some(_) => return Err(invalid(path, "type must be a type name or a non-empty array of them")),
     };
     let mut out = Vec::new();
     for n in names {
@@ -268,23 +243,14 @@ fn inferred_types(m: &Map<String, Value>) -> Vec<Ty> {
 
 /// A count keyword (`minLength`, `maxItems`...), at most [`MAX_COUNT`].
 fn count(m: &Map<String, Value>, keyword: &str, path: &str) -> Result<Option<u64>> {
-    let Some(v) = m.get(keyword) else {
-        return Ok(None);
-    };
+    let Some(v) = m.get(keyword) else { return Ok(None) };
     let n = v
         .as_u64()
         // `as` saturates, so a huge float count still reads as above the limit.
-        .or_else(|| {
-            v.as_f64()
-                .filter(|f| *f >= 0.0 && f.fract() == 0.0)
-                .map(|f| f as u64)
-        })
+        .or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64))
         .ok_or_else(|| invalid(path, format!("{keyword} must be a non-negative integer")))?;
     if n > MAX_COUNT {
-        return Err(invalid(
-            path,
-            format!("{keyword} {n} is above {MAX_COUNT}, the largest count compiled"),
-        ));
+        return Err(invalid(path, format!("{keyword} {n} is above {MAX_COUNT}, the largest count compiled")));
     }
     Ok(Some(n))
 }
@@ -319,10 +285,7 @@ struct Bound {
 
 /// The lower and upper bounds of `m`, draft-4 boolean exclusives included.
 fn bounds(m: &Map<String, Value>, path: &str) -> Result<(Vec<Bound>, Vec<Bound>)> {
-    Ok((
-        side(m, "minimum", "exclusiveMinimum", path)?,
-        side(m, "maximum", "exclusiveMaximum", path)?,
-    ))
+    Ok((side(m, "minimum", "exclusiveMinimum", path)?, side(m, "maximum", "exclusiveMaximum", path)?))
 }
 
 fn side(
@@ -336,28 +299,17 @@ fn side(
         None => false,
         Some(Value::Bool(b)) => {
             if *b && !m.contains_key(keyword) {
-                return Err(invalid(
-                    path,
-                    format!("{exclusive_keyword}: true needs {keyword}"),
-                ));
+                return Err(invalid(path, format!("{exclusive_keyword}: true needs {keyword}")));
             }
             *b
         }
         Some(v) => {
-            out.push(Bound {
-                keyword: exclusive_keyword,
-                value: num(v, exclusive_keyword, path)?,
-                exclusive: true,
-            });
+            out.push(Bound { keyword: exclusive_keyword, value: num(v, exclusive_keyword, path)?, exclusive: true });
             false
         }
     };
     if let Some(v) = m.get(keyword) {
-        out.push(Bound {
-            keyword,
-            value: num(v, keyword, path)?,
-            exclusive: draft4_exclusive,
-        });
+        out.push(Bound { keyword, value: num(v, keyword, path)?, exclusive: draft4_exclusive });
     }
     Ok(out)
 }
@@ -452,10 +404,7 @@ impl<'a> Compiler<'a> {
     fn reserve(&mut self, hint: &str) -> Slot {
         let name = self.alloc(hint);
         self.rules.push(None);
-        Slot {
-            index: self.rules.len() - 1,
-            name,
-        }
+        Slot { index: self.rules.len() - 1, name }
     }
 
     fn fill(&mut self, slot: Slot, body: Expr) -> Result<()> {
@@ -485,9 +434,7 @@ impl<'a> Compiler<'a> {
     }
 
     fn why(&mut self, path: &str) -> SchemaError {
-        self.why
-            .take()
-            .unwrap_or_else(|| invalid(path, "no value matches this schema"))
+        self.why.take().unwrap_or_else(|| invalid(path, "no value matches this schema"))
     }
 
     /// Runs `f` for what comes after a byte of the document (inside an
@@ -557,12 +504,7 @@ impl<'a> Compiler<'a> {
 
     /// `key ":" space value`.
     fn pair(&mut self, key: Expr, value: Expr) -> Result<Expr> {
-        Ok(Expr::cat([
-            key,
-            Expr::lit(":"),
-            self.builtin(Builtin::Space)?,
-            value,
-        ]))
+        Ok(Expr::cat([key, Expr::lit(":"), self.builtin(Builtin::Space)?, value]))
     }
 
     /// `open` any number of comma-separated `item`s `close`.
@@ -580,9 +522,7 @@ impl<'a> Compiler<'a> {
     /// `schema` as one atom: a rule named after `hint` unless it is one already.
     fn atom(&mut self, schema: &Value, path: &str, hint: &str) -> Out {
         let slot = self.reserve(hint);
-        let Some(e) = self.visit(schema, path, &slot.name)? else {
-            return Ok(None);
-        };
+        let Some(e) = self.visit(schema, path, &slot.name)? else { return Ok(None) };
         if e.prec == Prec::Atom {
             return Ok(Some(e));
         }
@@ -595,20 +535,14 @@ impl<'a> Compiler<'a> {
     fn step(&mut self, path: &str) -> Result<()> {
         self.steps += 1;
         if self.steps > MAX_STEPS {
-            return Err(invalid(
-                path,
-                format!("the schema takes more than {MAX_STEPS} steps to expand"),
-            ));
+            return Err(invalid(path, format!("the schema takes more than {MAX_STEPS} steps to expand")));
         }
         Ok(())
     }
 
     fn visit(&mut self, schema: &Value, path: &str, hint: &str) -> Out {
         if self.depth >= MAX_DEPTH {
-            return Err(invalid(
-                path,
-                format!("the schema nests more than {MAX_DEPTH} levels deep"),
-            ));
+            return Err(invalid(path, format!("the schema nests more than {MAX_DEPTH} levels deep")));
         }
         self.step(path)?;
         self.depth += 1;
@@ -632,10 +566,7 @@ impl<'a> Compiler<'a> {
             // Siblings of `$ref` constrain too (from draft 2019-09 on).
             let mut rest = m.clone();
             rest.remove("$ref");
-            let members = vec![
-                (json!({ "$ref": r }), path.to_owned()),
-                (Value::Object(rest), path.to_owned()),
-            ];
+            let members = vec![(json!({ "$ref": r }), path.to_owned()), (Value::Object(rest), path.to_owned())];
             return self.all_of(members, path, hint);
         }
         if let Some(all) = m.get("allOf") {
@@ -687,9 +618,7 @@ impl<'a> Compiler<'a> {
 
     /// The JSON pointer a `$ref` names in this document, and what it points to.
     fn resolve(&self, r: &Value, path: &str) -> Result<(String, &'a Value)> {
-        let s = r
-            .as_str()
-            .ok_or_else(|| invalid(path, "$ref must be a string"))?;
+        let s = r.as_str().ok_or_else(|| invalid(path, "$ref must be a string"))?;
         let pointer = s
             .strip_prefix('#')
             .and_then(percent_decode)
@@ -702,20 +631,11 @@ impl<'a> Compiler<'a> {
         Ok((pointer, target))
     }
 
-    fn any_of(
-        &mut self,
-        m: &Map<String, Value>,
-        keyword: &str,
-        alts: &Value,
-        path: &str,
-        hint: &str,
-    ) -> Out {
-        let alts = alts.as_array().filter(|a| !a.is_empty()).ok_or_else(|| {
-            invalid(
-                path,
-                format!("{keyword} must be a non-empty array of schemas"),
-            )
-        })?;
+    fn any_of(&mut self, m: &Map<String, Value>, keyword: &str, alts: &Value, path: &str, hint: &str) -> Out {
+        let alts = alts
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| invalid(path, format!("{keyword} must be a non-empty array of schemas")))?;
         let mut rest = m.clone();
         rest.remove(keyword);
         let shared = constraints(&rest).next().is_some();
@@ -725,24 +645,14 @@ impl<'a> Compiler<'a> {
             let h = format!("{hint}-{i}");
             // Keywords beside anyOf apply to every alternative.
             let e = if shared {
-                self.all_of(
-                    vec![
-                        (Value::Object(rest.clone()), path.to_owned()),
-                        (alt.clone(), p.clone()),
-                    ],
-                    &p,
-                    &h,
-                )?
+                self.all_of(vec![(Value::Object(rest.clone()), path.to_owned()), (alt.clone(), p.clone())], &p, &h)?
             } else {
                 self.visit(alt, &p, &h)?
             };
             out.extend(e);
         }
         if out.is_empty() {
-            return self.nothing(
-                path,
-                format!("no alternative of {keyword} matches anything"),
-            );
+            return self.nothing(path, format!("no alternative of {keyword} matches anything"));
         }
         Ok(Some(Expr::alt(out)))
     }
@@ -808,17 +718,9 @@ impl<'a> Compiler<'a> {
             }
         }
         if let Some(all) = rest.remove("allOf") {
-            let all = all
-                .as_array()
-                .ok_or_else(|| invalid(path, "allOf must be an array of schemas"))?
-                .clone();
+            let all = all.as_array().ok_or_else(|| invalid(path, "allOf must be an array of schemas"))?.clone();
             for (i, s) in all.iter().enumerate() {
-                if !self.flatten(
-                    s,
-                    &child(&child(path, "allOf"), &i.to_string()),
-                    out,
-                    depth + 1,
-                )? {
+                if !self.flatten(s, &child(&child(path, "allOf"), &i.to_string()), out, depth + 1)? {
                     return Ok(false);
                 }
             }
@@ -830,12 +732,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// Merges the constraints of `b` into `a`; false when they contradict.
-    fn merge(
-        &mut self,
-        a: &mut Map<String, Value>,
-        b: Map<String, Value>,
-        path: &str,
-    ) -> Result<bool> {
+    fn merge(&mut self, a: &mut Map<String, Value>, b: Map<String, Value>, path: &str) -> Result<bool> {
         for (k, vb) in b {
             if ANNOTATIONS.contains(&k.as_str()) {
                 continue;
@@ -862,10 +759,7 @@ impl<'a> Compiler<'a> {
                         common.push(t.name());
                     }
                     if common.is_empty() {
-                        self.why = Some(invalid(
-                            path,
-                            format!("allOf members admit no common type ({va} and {vb})"),
-                        ));
+                        self.why = Some(invalid(path, format!("allOf members admit no common type ({va} and {vb})")));
                         return Ok(false);
                     }
                     json!(common)
@@ -877,9 +771,7 @@ impl<'a> Compiler<'a> {
                     let mut out = pa.clone();
                     for (name, sb) in pb {
                         match pa.get(name) {
-                            Some(sa) if sa != sb => {
-                                out.insert(name.clone(), json!({ "allOf": [sa, sb] }))
-                            }
+                            Some(sa) if sa != sb => out.insert(name.clone(), json!({ "allOf": [sa, sb] })),
                             Some(_) => None,
                             None => out.insert(name.clone(), sb.clone()),
                         };
@@ -891,10 +783,7 @@ impl<'a> Compiler<'a> {
                         return Err(invalid(path, format!("{k} must be an array")));
                     };
                     let out: Vec<Value> = if k == "required" {
-                        xa.iter()
-                            .chain(xb.iter().filter(|x| !xa.contains(x)))
-                            .cloned()
-                            .collect()
+                        xa.iter().chain(xb.iter().filter(|x| !xa.contains(x))).cloned().collect()
                     } else {
                         xa.iter().filter(|x| xb.contains(x)).cloned().collect()
                     };
@@ -910,13 +799,10 @@ impl<'a> Compiler<'a> {
                     (x, Value::Bool(true)) => x.clone(),
                     (x, y) => json!({ "allOf": [x, y] }),
                 },
-                "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "maximum"
-                | "exclusiveMaximum" | "maxLength" | "maxItems" => {
+                "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "maximum" | "exclusiveMaximum"
+                | "maxLength" | "maxItems" => {
                     let (Some(x), Some(y)) = (va.as_f64(), vb.as_f64()) else {
-                        return Err(unsupported(
-                            format!("{k} (a draft-4 boolean form inside allOf)"),
-                            path,
-                        ));
+                        return Err(unsupported(format!("{k} (a draft-4 boolean form inside allOf)"), path));
                     };
                     let lower = k.starts_with("min") || k == "exclusiveMinimum";
                     if (x < y) == lower {
@@ -926,18 +812,10 @@ impl<'a> Compiler<'a> {
                     }
                 }
                 "const" => {
-                    self.why = Some(invalid(
-                        path,
-                        format!("allOf members require different constants {va} and {vb}"),
-                    ));
+                    self.why = Some(invalid(path, format!("allOf members require different constants {va} and {vb}")));
                     return Ok(false);
                 }
-                _ => {
-                    return Err(unsupported(
-                        format!("{k} (with two different values in allOf)"),
-                        path,
-                    ))
-                }
+                _ => return Err(unsupported(format!("{k} (with two different values in allOf)"), path)),
             };
             a.insert(k, merged);
         }
@@ -989,11 +867,7 @@ impl<'a> Compiler<'a> {
             Some(_) => return Err(invalid(path, "enum must be an array")),
         };
         if let Some(c) = m.get("const") {
-            values = if m.contains_key("enum") {
-                values.into_iter().filter(|v| *v == c).collect()
-            } else {
-                vec![c]
-            };
+            values = if m.contains_key("enum") { values.into_iter().filter(|v| *v == c).collect() } else { vec![c] };
         }
         if let Some(tys) = tys {
             values.retain(|v| tys.iter().any(|t| t.admits(v)));
@@ -1001,9 +875,7 @@ impl<'a> Compiler<'a> {
         if values.is_empty() {
             return self.nothing(path, "no value of enum or const is allowed by the schema");
         }
-        Ok(Some(Expr::alt(
-            values.into_iter().map(|v| Expr::lit(&v.to_string())),
-        )))
+        Ok(Some(Expr::alt(values.into_iter().map(|v| Expr::lit(&v.to_string())))))
     }
 
     fn integer(&mut self, m: &Map<String, Value>, path: &str) -> Out {
@@ -1012,29 +884,15 @@ impl<'a> Compiler<'a> {
             match b.value {
                 Num::Int(i) if b.exclusive => Ok(if up { i - 1 } else { i + 1 }),
                 Num::Int(i) => Ok(i),
-                Num::Float(f) if f.abs() < MAX_BOUND => {
-                    Ok((if up { f.floor() } else { f.ceil() }) as i128)
-                }
+                Num::Float(f) if f.abs() < MAX_BOUND => Ok((if up { f.floor() } else { f.ceil() }) as i128),
                 Num::Float(_) => Err(invalid(path, format!("{} is too large", b.keyword))),
             }
         };
-        let lo = lower
-            .iter()
-            .map(|b| to_int(b, false))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .max();
-        let hi = upper
-            .iter()
-            .map(|b| to_int(b, true))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .min();
+        let lo = lower.iter().map(|b| to_int(b, false)).collect::<Result<Vec<_>>>()?.into_iter().max();
+        let hi = upper.iter().map(|b| to_int(b, true)).collect::<Result<Vec<_>>>()?.into_iter().min();
         match (lo, hi) {
             (None, None) => Ok(Some(self.builtin(Builtin::Integer)?)),
-            (Some(l), Some(h)) if l > h => {
-                self.nothing(path, format!("no integer lies in [{l}, {h}]"))
-            }
+            (Some(l), Some(h)) if l > h => self.nothing(path, format!("no integer lies in [{l}, {h}]")),
             _ => Ok(Some(int_range(lo, hi))),
         }
     }
@@ -1043,10 +901,7 @@ impl<'a> Compiler<'a> {
         let (lower, upper) = bounds(m, path)?;
         let as_int = |b: &Bound| match b.value {
             Num::Int(i) => Ok((i, b.exclusive)),
-            Num::Float(f) => Err(unsupported(
-                format!("{}: {f} (a non-integer bound on a number)", b.keyword),
-                path,
-            )),
+            Num::Float(f) => Err(unsupported(format!("{}: {f} (a non-integer bound on a number)", b.keyword), path)),
         };
         // The strictest bound: the larger lower bound (exclusive when tied),
         // the smaller upper one.
@@ -1081,56 +936,33 @@ impl<'a> Compiler<'a> {
         if max.is_some_and(|max| min > max) {
             return self.nothing(path, "minLength is above maxLength");
         }
-        let text = |k: &str| {
-            m.get(k).map(|v| {
-                v.as_str()
-                    .ok_or_else(|| invalid(path, format!("{k} must be a string")))
-            })
-        };
+        let text = |k: &str| m.get(k).map(|v| v.as_str().ok_or_else(|| invalid(path, format!("{k} must be a string"))));
         let (keyword, pattern) = match (text("pattern").transpose()?, text("format").transpose()?) {
             (Some(_), Some(_)) => return Err(unsupported("format (alongside pattern)", path)),
-            (Some(p), None) => (
-                "pattern",
-                regex::parse(p)
-                    .map_err(|e| invalid(path, format!("pattern {p:?} cannot be used: {e}")))?,
-            ),
+            (Some(p), None) => {
+                ("pattern", regex::parse(p).map_err(|e| invalid(path, format!("pattern {p:?} cannot be used: {e}")))?)
+            }
             (None, Some(f)) => {
-                let re =
-                    format_regex(f).ok_or_else(|| unsupported(format!("format: {f:?}"), path))?;
-                (
-                    "format",
-                    regex::parse(&re).expect("the format expressions parse"),
-                )
+                let re = format_regex(f).ok_or_else(|| unsupported(format!("format: {f:?}"), path))?;
+                ("format", regex::parse(&re).expect("the format expressions parse"))
             }
             (None, None) => {
                 let quote = Expr::lit("\"");
                 return Ok(Some(match (min, max) {
                     (0, None) => self.builtin(Builtin::String)?,
                     (_, Some(0)) => Expr::lit("\"\""),
-                    _ => Expr::cat([
-                        quote.clone(),
-                        self.builtin(Builtin::Char)?.repeat(min, max),
-                        quote,
-                    ]),
+                    _ => Expr::cat([quote.clone(), self.builtin(Builtin::Char)?.repeat(min, max), quote]),
                 }));
             }
         };
         let pattern = match pattern.restrict_length(min, max) {
             Ok(p) => p,
             Err(LengthError::Contradiction) => {
-                return self.nothing(
-                    path,
-                    format!(
-                        "no string of the {keyword} has a length allowed by minLength/maxLength"
-                    ),
-                );
+                return self
+                    .nothing(path, format!("no string of the {keyword} has a length allowed by minLength/maxLength"));
             }
             Err(LengthError::Unsupported) => {
-                let k = if max.is_some() {
-                    "maxLength"
-                } else {
-                    "minLength"
-                };
+                let k = if max.is_some() { "maxLength" } else { "minLength" };
                 return Err(unsupported(format!("{k} (alongside this {keyword})"), path));
             }
         };
@@ -1150,19 +982,14 @@ impl<'a> Compiler<'a> {
         let items = match m.get("items") {
             None => Some(&Value::Bool(true)),
             Some(Value::Bool(false)) => None,
-            Some(Value::Array(_)) => {
-                return Err(unsupported("items (the array form; use prefixItems)", path))
-            }
+            Some(Value::Array(_)) => return Err(unsupported("items (the array form; use prefixItems)", path)),
             Some(v @ (Value::Bool(true) | Value::Object(_))) => Some(v),
             Some(_) => return Err(invalid(path, "items must be a schema")),
         };
         let min = count(m, "minItems", path)?.unwrap_or(0);
         let max = count(m, "maxItems", path)?;
-        let free = |v: &Value| {
-            *v == Value::Bool(true)
-                || v.as_object()
-                    .is_some_and(|o| constraints(o).next().is_none())
-        };
+        let free =
+            |v: &Value| *v == Value::Bool(true) || v.as_object().is_some_and(|o| constraints(o).next().is_none());
         if prefix.is_empty() && items.is_some_and(free) && min == 0 && max.is_none() {
             return Ok(Some(self.builtin(Builtin::Array)?));
         }
@@ -1186,11 +1013,7 @@ impl<'a> Compiler<'a> {
             if max.is_some_and(|max| i as u64 >= max) {
                 break;
             }
-            match self.atom(
-                s,
-                &child(&child(path, "prefixItems"), &i.to_string()),
-                &format!("{hint}-{i}"),
-            )? {
+            match self.atom(s, &child(&child(path, "prefixItems"), &i.to_string()), &format!("{hint}-{i}"))? {
                 Some(e) => positions.push(e),
                 None => {
                     cap = Some(i as u64);
@@ -1211,46 +1034,29 @@ impl<'a> Compiler<'a> {
             (a, b) => a.or(b),
         };
         if max.is_some_and(|max| min > max) {
-            return self.nothing(
-                path,
-                format!("no array of at least {min} items matches the schema"),
-            );
+            return self.nothing(path, format!("no array of at least {min} items matches the schema"));
         }
         let space = self.builtin(Builtin::Space)?;
         if max == Some(0) {
             return Ok(Some(Expr::cat([Expr::lit("["), space, Expr::lit("]")])));
         }
         if positions.is_empty() {
-            positions.push(
-                item.clone()
-                    .expect("an array of one item or more has an item schema"),
-            );
+            positions.push(item.clone().expect("an array of one item or more has an item schema"));
         }
         let explicit = positions.len() as u64;
         let sep = |e: Expr| Expr::cat([Expr::lit(","), space.clone(), e]);
         let mut acc = match (&item, max.map(|m| m - explicit)) {
             (_, Some(0)) | (None, _) => None,
-            (Some(item), more) => {
-                Some(sep(item.clone()).repeat(min.saturating_sub(explicit), more))
-            }
+            (Some(item), more) => Some(sep(item.clone()).repeat(min.saturating_sub(explicit), more)),
         };
         for (i, e) in positions.into_iter().enumerate().rev() {
             let head = if i == 0 { e } else { sep(e) };
             let chunk = Expr::cat(std::iter::once(head).chain(acc));
-            acc = Some(if i == 0 || (i as u64) < min {
-                chunk
-            } else {
-                chunk.optional()
-            });
+            acc = Some(if i == 0 || (i as u64) < min { chunk } else { chunk.optional() });
         }
         let body = acc.expect("at least one position");
         Ok(Some(if min == 0 {
-            Expr::cat([
-                Expr::lit("["),
-                space.clone(),
-                Expr::cat([body, space]).optional(),
-                Expr::lit("]"),
-            ])
+            Expr::cat([Expr::lit("["), space.clone(), Expr::cat([body, space]).optional(), Expr::lit("]")])
         } else {
             Expr::cat([Expr::lit("["), space.clone(), body, space, Expr::lit("]")])
         }))
@@ -1267,9 +1073,7 @@ impl<'a> Compiler<'a> {
             None => {}
             Some(Value::Array(a)) => {
                 for r in a {
-                    let r = r
-                        .as_str()
-                        .ok_or_else(|| invalid(path, "required must be an array of strings"))?;
+                    let r = r.as_str().ok_or_else(|| invalid(path, "required must be an array of strings"))?;
                     if !required.contains(&r) {
                         required.push(r);
                     }
@@ -1281,10 +1085,7 @@ impl<'a> Compiler<'a> {
         if additional.is_some_and(|a| !a.is_boolean() && !a.is_object()) {
             return Err(invalid(path, "additionalProperties must be a schema"));
         }
-        if props.is_none()
-            && required.is_empty()
-            && additional.is_none_or(|a| *a == Value::Bool(true))
-        {
+        if props.is_none() && required.is_empty() && additional.is_none_or(|a| *a == Value::Bool(true)) {
             return Ok(Some(self.builtin(Builtin::Object)?));
         }
         self.after_byte(|c| c.object_body(props, &required, additional, path, hint))
@@ -1322,66 +1123,36 @@ impl<'a> Compiler<'a> {
             let is_required = required.contains(&name.as_str());
             match self.atom(s, &p, &format!("{hint}-{}", sanitize(name)))? {
                 Some(value) => {
-                    let pair =
-                        self.pair(Expr::lit(&format!("\"{}\"", json_escape(name))), value)?;
-                    members.push(Member {
-                        pair,
-                        required: is_required,
-                        repeated: false,
-                    });
+                    let pair = self.pair(Expr::lit(&format!("\"{}\"", json_escape(name))), value)?;
+                    members.push(Member { pair, required: is_required, repeated: false });
                 }
                 None if is_required => return Ok(None),
                 // A property no value can fill must be left out.
                 None => {}
             }
         }
-        let undeclared_names: Vec<&str> = required
-            .iter()
-            .copied()
-            .filter(|r| !names.contains(r))
-            .collect();
+        let undeclared_names: Vec<&str> = required.iter().copied().filter(|r| !names.contains(r)).collect();
         for name in undeclared_names {
             let Some(s) = undeclared else {
-                return self.nothing(
-                    path,
-                    format!("required property {name:?} is forbidden by additionalProperties"),
-                );
+                return self.nothing(path, format!("required property {name:?} is forbidden by additionalProperties"));
             };
             names.push(name);
-            let Some(value) = self.atom(
-                s,
-                &child(path, "additionalProperties"),
-                &format!("{hint}-{}", sanitize(name)),
-            )?
+            let Some(value) =
+                self.atom(s, &child(path, "additionalProperties"), &format!("{hint}-{}", sanitize(name)))?
             else {
                 return Ok(None);
             };
             let pair = self.pair(Expr::lit(&format!("\"{}\"", json_escape(name))), value)?;
-            members.push(Member {
-                pair,
-                required: true,
-                repeated: false,
-            });
+            members.push(Member { pair, required: true, repeated: false });
         }
         if let Some(s) = extra {
-            let value = self.atom(
-                s,
-                &child(path, "additionalProperties"),
-                &format!("{hint}-additional"),
-            )?;
+            let value = self.atom(s, &child(path, "additionalProperties"), &format!("{hint}-additional"))?;
             if let Some(value) = value {
-                let key = if names.is_empty() {
-                    self.builtin(Builtin::String)?
-                } else {
-                    self.key_excluding(&names, hint)?
-                };
+                let key =
+                    if names.is_empty() { self.builtin(Builtin::String)? } else { self.key_excluding(&names, hint)? };
                 let pair = self.pair(key, value)?;
                 let pair = self.define(&format!("{hint}-additional-kv"), pair)?;
-                members.push(Member {
-                    pair,
-                    required: false,
-                    repeated: true,
-                });
+                members.push(Member { pair, required: false, repeated: true });
             }
         }
         let space = self.builtin(Builtin::Space)?;
@@ -1425,9 +1196,7 @@ impl<'a> Compiler<'a> {
         let n = members.len();
         let firsts = members.iter().position(|m| m.required).map_or(n, |r| r + 1);
         if firsts == 1 {
-            return Ok(Expr::cat(
-                std::iter::once(first(&members[0])).chain(members[1..].iter().map(seg)),
-            ));
+            return Ok(Expr::cat(std::iter::once(first(&members[0])).chain(members[1..].iter().map(seg))));
         }
         // rest[j]: everything after member j - 1 once something is written.
         let mut rest: Vec<Option<Expr>> = vec![None; n + 1];
@@ -1443,11 +1212,7 @@ impl<'a> Compiler<'a> {
             .map(|i| {
                 // The repeated pair is always last, and `first` already
                 // includes its repetition.
-                let after = if members[i].repeated {
-                    None
-                } else {
-                    rest[i + 1].clone()
-                };
+                let after = if members[i].repeated { None } else { rest[i + 1].clone() };
                 Expr::cat(std::iter::once(first(&members[i])).chain(after))
             })
             .collect();
@@ -1464,10 +1229,7 @@ impl<'a> Compiler<'a> {
             children: Vec<(String, usize)>,
             is_name: bool,
         }
-        let mut nodes = vec![Node {
-            children: Vec::new(),
-            is_name: false,
-        }];
+        let mut nodes = vec![Node { children: Vec::new(), is_name: false }];
         for name in names {
             let mut at = 0;
             for c in name.chars() {
@@ -1475,10 +1237,7 @@ impl<'a> Compiler<'a> {
                 at = match nodes[at].children.iter().find(|(u, _)| *u == unit) {
                     Some(&(_, next)) => next,
                     None => {
-                        nodes.push(Node {
-                            children: Vec::new(),
-                            is_name: false,
-                        });
+                        nodes.push(Node { children: Vec::new(), is_name: false });
                         let next = nodes.len() - 1;
                         nodes[at].children.push((unit, next));
                         next
@@ -1487,9 +1246,7 @@ impl<'a> Compiler<'a> {
             }
             nodes[at].is_name = true;
         }
-        let slots: Vec<Slot> = (0..nodes.len())
-            .map(|_| self.reserve(&format!("{hint}-key")))
-            .collect();
+        let slots: Vec<Slot> = (0..nodes.len()).map(|_| self.reserve(&format!("{hint}-key"))).collect();
         let names_of: Vec<String> = slots.iter().map(|s| s.name.clone()).collect();
         let any_char = self.builtin(Builtin::Char)?;
         let quote = Expr::lit("\"");
@@ -1499,16 +1256,9 @@ impl<'a> Compiler<'a> {
                 alts.push(quote.clone());
             }
             for (unit, next) in &node.children {
-                alts.push(Expr::cat([
-                    Expr::lit(unit),
-                    Expr::atom(names_of[*next].clone()),
-                ]));
+                alts.push(Expr::cat([Expr::lit(unit), Expr::atom(names_of[*next].clone())]));
             }
-            alts.push(Expr::cat([
-                other_char(&node.children),
-                any_char.repeat(0, None),
-                quote.clone(),
-            ]));
+            alts.push(Expr::cat([other_char(&node.children), any_char.repeat(0, None), quote.clone()]));
             self.fill(slot, Expr::alt(alts))?;
         }
         Ok(Expr::cat([quote, Expr::atom(names_of[0].clone())]))
@@ -1518,10 +1268,7 @@ impl<'a> Compiler<'a> {
 /// Any JSON string character except the spellings in `taken` (raw
 /// characters and short escapes; `\u` escapes are not told apart).
 fn other_char(taken: &[(String, usize)]) -> Expr {
-    let mut excluded: Vec<char> = (0..0x20u8)
-        .map(char::from)
-        .chain(['"', '\\', '\x7f'])
-        .collect();
+    let mut excluded: Vec<char> = (0..0x20u8).map(char::from).chain(['"', '\\', '\x7f']).collect();
     let mut letters: Vec<char> = vec!['"', '\\', '/', 'b', 'f', 'n', 'r', 't'];
     for (unit, _) in taken {
         let mut chars = unit.chars();
@@ -1532,15 +1279,9 @@ fn other_char(taken: &[(String, usize)]) -> Expr {
         }
     }
     let raw = Expr::atom(regex::class(&regex::ranges_of(excluded), true));
-    let mut escapes = vec![Expr::cat([
-        Expr::lit("u"),
-        Expr::atom("[0-9a-fA-F]").repeat(4, Some(4)),
-    ])];
+    let mut escapes = vec![Expr::cat([Expr::lit("u"), Expr::atom("[0-9a-fA-F]").repeat(4, Some(4))])];
     if !letters.is_empty() {
-        escapes.insert(
-            0,
-            Expr::atom(regex::class(&regex::ranges_of(letters), false)),
-        );
+        escapes.insert(0, Expr::atom(regex::class(&regex::ranges_of(letters), false)));
     }
     Expr::alt([raw, Expr::cat([Expr::lit("\\"), Expr::alt(escapes)])])
 }
@@ -1572,13 +1313,13 @@ fn format_regex(format: &str) -> Option<String> {
         "|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))",
     );
     // RFC 3339 full-time: the offset is required; no leap second.
-    const TIME: &str = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+    const TIME: &str =
+        r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
     // A dot-atom local part and a host name: a safe subset of RFC 5321.
     // Every run is bounded (fractions to nanoseconds above, atoms and labels
     // here), so a small model cannot write an address that never ends.
     const EMAIL: &str = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,32}){0,3}@[A-Za-z0-9]{1,24}(?:-[A-Za-z0-9]{1,24}){0,3}(?:\.[A-Za-z0-9]{1,24}(?:-[A-Za-z0-9]{1,24}){0,3}){0,4}";
-    const UUID: &str =
-        "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+    const UUID: &str = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
     let re = match format {
         "date" => DATE.to_owned(),
         "time" => TIME.to_owned(),
@@ -1598,10 +1339,7 @@ fn int_range(lo: Option<i128>, hi: Option<i128>) -> Expr {
             Some(h) if h < 0 => h.unsigned_abs(),
             _ => 1,
         };
-        alts.push(Expr::cat([
-            Expr::lit("-"),
-            uint_range(magnitude_lo, lo.map(i128::unsigned_abs)),
-        ]));
+        alts.push(Expr::cat([Expr::lit("-"), uint_range(magnitude_lo, lo.map(i128::unsigned_abs))]));
     }
     if hi.is_none_or(|h| h >= 0) {
         let from = lo.map_or(0, |l| l.max(0).unsigned_abs());
@@ -1658,10 +1396,9 @@ fn magnitude_range(lo: (u128, bool), hi: Option<(u128, bool)>) -> Option<Expr> {
     let inner_lo = if lo.1 { lo.0 + 1 } else { lo.0 };
     match hi.map(|h| h.0.checked_sub(1)) {
         None => alts.push(Expr::cat([uint_range(inner_lo, None), any_fraction])),
-        Some(Some(inner_hi)) if inner_hi >= inner_lo => alts.push(Expr::cat([
-            uint_range(inner_lo, Some(inner_hi)),
-            any_fraction,
-        ])),
+        Some(Some(inner_hi)) if inner_hi >= inner_lo => {
+            alts.push(Expr::cat([uint_range(inner_lo, Some(inner_hi)), any_fraction]))
+        }
         Some(_) => {}
     }
     // Just above an exclusive lower bound.
@@ -1687,33 +1424,19 @@ fn uint_range(lo: u128, hi: Option<u128>) -> Expr {
         let smallest = lo_digits.starts_with('1') && lo_digits[1..].bytes().all(|d| d == b'0');
         let longer = |min_rest: usize| {
             let rest = (min_rest as u64).min(MAX_DIGITS - 1);
-            Expr::cat([
-                Expr::atom("[1-9]"),
-                Expr::atom("[0-9]").repeat(rest, Some(MAX_DIGITS - 1)),
-            ])
+            Expr::cat([Expr::atom("[1-9]"), Expr::atom("[0-9]").repeat(rest, Some(MAX_DIGITS - 1))])
         };
         return match (lo, smallest) {
             (0, _) => Expr::alt([Expr::lit("0"), longer(0)]),
             (_, true) => longer(len - 1),
-            _ => Expr::alt([
-                same_length(lo_digits.as_bytes(), "9".repeat(len).as_bytes()),
-                longer(len),
-            ]),
+            _ => Expr::alt([same_length(lo_digits.as_bytes(), "9".repeat(len).as_bytes()), longer(len)]),
         };
     };
     let hi_digits = hi.to_string();
     let mut alts = Vec::new();
     for l in len..=hi_digits.len() {
-        let from = if l == len {
-            lo_digits.clone()
-        } else {
-            format!("1{}", "0".repeat(l - 1))
-        };
-        let to = if l == hi_digits.len() {
-            hi_digits.clone()
-        } else {
-            "9".repeat(l)
-        };
+        let from = if l == len { lo_digits.clone() } else { format!("1{}", "0".repeat(l - 1)) };
+        let to = if l == hi_digits.len() { hi_digits.clone() } else { "9".repeat(l) };
         alts.push(same_length(from.as_bytes(), to.as_bytes()));
     }
     Expr::alt(alts)
@@ -1727,11 +1450,7 @@ fn same_length(x: &[u8], y: &[u8]) -> Expr {
     let (x0, y0) = (x[0], y[0]);
     let rest = x.len() - 1;
     if x0 == y0 {
-        return if rest == 0 {
-            digit(x0)
-        } else {
-            Expr::cat([digit(x0), same_length(&x[1..], &y[1..])])
-        };
+        return if rest == 0 { digit(x0) } else { Expr::cat([digit(x0), same_length(&x[1..], &y[1..])]) };
     }
     let x_low = x[1..].iter().all(|&d| d == b'0');
     let y_high = y[1..].iter().all(|&d| d == b'9');
@@ -1739,34 +1458,22 @@ fn same_length(x: &[u8], y: &[u8]) -> Expr {
     let mid_lo = if x_low { x0 } else { x0 + 1 };
     let mid_hi = if y_high { y0 } else { y0 - 1 };
     if !x_low {
-        alts.push(Expr::cat([
-            digit(x0),
-            same_length(&x[1..], &vec![b'9'; rest]),
-        ]));
+        alts.push(Expr::cat([digit(x0), same_length(&x[1..], &vec![b'9'; rest])]));
     }
     if mid_lo <= mid_hi {
         let band = if mid_lo == mid_hi {
             digit(mid_lo)
         } else {
-            Expr::atom(regex::class(
-                &[(char::from(mid_lo), char::from(mid_hi))],
-                false,
-            ))
+            Expr::atom(regex::class(&[(char::from(mid_lo), char::from(mid_hi))], false))
         };
         alts.push(if rest == 0 {
             band
         } else {
-            Expr::cat([
-                band,
-                Expr::atom("[0-9]").repeat(rest as u64, Some(rest as u64)),
-            ])
+            Expr::cat([band, Expr::atom("[0-9]").repeat(rest as u64, Some(rest as u64))])
         });
     }
     if !y_high {
-        alts.push(Expr::cat([
-            digit(y0),
-            same_length(&vec![b'0'; rest], &y[1..]),
-        ]));
+        alts.push(Expr::cat([digit(y0), same_length(&vec![b'0'; rest], &y[1..])]));
     }
     Expr::alt(alts)
 }

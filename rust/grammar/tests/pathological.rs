@@ -10,11 +10,7 @@ use ember_grammar::Automaton;
 fn compile_small_stack(text: String) -> Result<(), String> {
     std::thread::Builder::new()
         .stack_size(512 * 1024)
-        .spawn(move || {
-            Automaton::from_gbnf(&text)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
+        .spawn(move || Automaton::from_gbnf(&text).map(|_| ()).map_err(|e| e.to_string()))
         .unwrap()
         .join()
         .expect("compiling must not crash the thread")
@@ -37,10 +33,7 @@ fn moderately_nested_groups_still_compile() {
 #[test]
 fn nested_repetitions_end_in_an_error_not_a_crash() {
     for (text, error) in [
-        (
-            r#"root ::= ((("a"){0,1000}){0,1000}){0,300}"#,
-            "too ambiguous",
-        ),
+        (r#"root ::= ((("a"){0,1000}){0,1000}){0,300}"#, "too ambiguous"),
         (r#"root ::= ((("a"?)*)*)*"#, "left-recursive"),
     ] {
         let err = compile_small_stack(text.to_string()).expect_err(text);

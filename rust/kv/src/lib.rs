@@ -112,8 +112,7 @@ impl Store {
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
             Store::Q8_0(v) => {
                 let (from, n) = (KvType::Q8_0.bytes(at), KvType::Q8_0.bytes(src.len()));
-                ember_quant::quantize_row_q8_0(src, &mut v[from..from + n])
-                    .expect("rows are whole blocks");
+                ember_quant::quantize_row_q8_0(src, &mut v[from..from + n]).expect("rows are whole blocks");
             }
         }
     }
@@ -160,10 +159,7 @@ impl<'a> Rows<'a> {
             Rows::F16(r) => Rows::F16(&r[at..at + n]),
             Rows::F32(r) => Rows::F32(&r[at..at + n]),
             Rows::Q8_0(r) => {
-                assert!(
-                    at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK),
-                    "Q8_0 rows are read in whole blocks"
-                );
+                assert!(at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
                 let from = KvType::Q8_0.bytes(at);
                 Rows::Q8_0(&r[from..from + KvType::Q8_0.bytes(n)])
             }
@@ -187,14 +183,9 @@ impl<'a> Rows<'a> {
             Rows::F16(r) => out.iter_mut().zip(r).for_each(|(o, x)| *o = x.to_f32()),
             Rows::F32(r) => out.copy_from_slice(r),
             Rows::Q8_0(r) => {
-                for (o, b) in out
-                    .chunks_exact_mut(Q8_0_BLOCK)
-                    .zip(r.chunks_exact(Q8_0_BYTES))
-                {
+                for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
                     let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-                    o.iter_mut()
-                        .zip(&b[2..])
-                        .for_each(|(o, &q)| *o = d * q as i8 as f32);
+                    o.iter_mut().zip(&b[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32);
                 }
             }
         }
@@ -229,30 +220,17 @@ impl KvCache {
             .iter()
             .map(|&shape| {
                 assert!(
-                    shape.k_width.is_multiple_of(Q8_0_BLOCK)
-                        && shape.v_width.is_multiple_of(Q8_0_BLOCK)
-                        || ty != KvType::Q8_0,
+                    shape.k_width.is_multiple_of(Q8_0_BLOCK) && shape.v_width.is_multiple_of(Q8_0_BLOCK) || ty != KvType::Q8_0,
                     "a Q8_0 cache holds rows of whole blocks"
                 );
                 let rows = match shape.window {
                     Some(w) => (w + max_batch).min(n_ctx),
                     None => n_ctx,
                 };
-                LayerKv {
-                    shape,
-                    rows,
-                    k: Store::new(ty, rows * shape.k_width),
-                    v: Store::new(ty, rows * shape.v_width),
-                }
+                LayerKv { shape, rows, k: Store::new(ty, rows * shape.k_width), v: Store::new(ty, rows * shape.v_width) }
             })
             .collect();
-        KvCache {
-            ty,
-            n_ctx,
-            max_batch,
-            layers,
-            len: 0,
-        }
+        KvCache { ty, n_ctx, max_batch, layers, len: 0 }
     }
 
     pub fn kv_type(&self) -> KvType {
@@ -276,27 +254,16 @@ impl KvCache {
     }
     /// Bytes the cache holds in memory.
     pub fn memory_bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| {
-                self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)
-            })
-            .sum()
+        self.layers.iter().map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)).sum()
     }
 
     /// Checks that `n` more positions fit, before a pass writes any of them.
     pub fn reserve(&self, n: usize) -> Result<(), KvError> {
         if n > self.max_batch {
-            return Err(KvError::BatchTooLarge {
-                n,
-                max: self.max_batch,
-            });
+            return Err(KvError::BatchTooLarge { n, max: self.max_batch });
         }
         if self.len + n > self.n_ctx {
-            return Err(KvError::ContextFull {
-                needed: self.len + n,
-                capacity: self.n_ctx,
-            });
+            return Err(KvError::ContextFull { needed: self.len + n, capacity: self.n_ctx });
         }
         Ok(())
     }
@@ -312,11 +279,7 @@ impl KvCache {
     /// position: the ring wraps at most once within them.
     pub fn ring_rows(&self, il: usize, first: usize) -> RingRows {
         let ring = self.layers[il].rows;
-        RingRows {
-            first,
-            row0: first % ring,
-            ring,
-        }
+        RingRows { first, row0: first % ring, ring }
     }
 
     /// Writes the keys and values of position `pos` (which must be `len()` + i
@@ -384,22 +347,11 @@ impl KvCache {
     pub fn save_state(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(b"EMKV");
-        for v in [
-            self.ty.code(),
-            self.n_ctx,
-            self.max_batch,
-            self.layers.len(),
-            self.len,
-        ] {
+        for v in [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len(), self.len] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
         for l in &self.layers {
-            for v in [
-                l.shape.k_width,
-                l.shape.v_width,
-                l.shape.window.unwrap_or(0),
-                l.rows,
-            ] {
+            for v in [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows] {
                 out.extend_from_slice(&(v as u64).to_le_bytes());
             }
             out.extend_from_slice(l.k.bytes());
@@ -416,31 +368,14 @@ impl KvCache {
         }
         let head = [r.u()?, r.u()?, r.u()?, r.u()?];
         let len = r.u()?;
-        if head
-            != [
-                self.ty.code(),
-                self.n_ctx,
-                self.max_batch,
-                self.layers.len(),
-            ]
-            || len > self.n_ctx
-        {
-            return Err(KvError::BadState(
-                "element type, context or layer count differ".into(),
-            ));
+        if head != [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len()] || len > self.n_ctx {
+            return Err(KvError::BadState("element type, context or layer count differ".into()));
         }
         // Check every layer before writing any, so a bad state leaves the cache as it was.
         let mut chunks = Vec::with_capacity(self.layers.len());
         for l in &self.layers {
             let dims = [r.u()?, r.u()?, r.u()?, r.u()?];
-            if dims
-                != [
-                    l.shape.k_width,
-                    l.shape.v_width,
-                    l.shape.window.unwrap_or(0),
-                    l.rows,
-                ]
-            {
+            if dims != [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows] {
                 return Err(KvError::BadState("layer shapes differ".into()));
             }
             let k = r.take(l.k.bytes().len())?;
@@ -466,10 +401,7 @@ struct StateReader<'a> {
 
 impl<'a> StateReader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], KvError> {
-        let s = self
-            .buf
-            .get(self.pos..self.pos + n)
-            .ok_or_else(|| KvError::BadState("truncated".into()))?;
+        let s = self.buf.get(self.pos..self.pos + n).ok_or_else(|| KvError::BadState("truncated".into()))?;
         self.pos += n;
         Ok(s)
     }
@@ -498,10 +430,7 @@ impl RingRows {
     /// The row of position `pos`, `first <= pos < first + ring`.
     #[inline(always)]
     pub fn row(&self, pos: usize) -> usize {
-        debug_assert!(
-            pos >= self.first && pos - self.first < self.ring,
-            "position {pos} outside the span"
-        );
+        debug_assert!(pos >= self.first && pos - self.first < self.ring, "position {pos} outside the span");
         let r = self.row0 + (pos - self.first);
         if r >= self.ring {
             r - self.ring
@@ -517,16 +446,8 @@ mod tests {
 
     fn shapes() -> Vec<LayerShape> {
         vec![
-            LayerShape {
-                k_width: 4,
-                v_width: 4,
-                window: Some(3),
-            },
-            LayerShape {
-                k_width: 4,
-                v_width: 2,
-                window: None,
-            },
+            LayerShape { k_width: 4, v_width: 4, window: Some(3) },
+            LayerShape { k_width: 4, v_width: 2, window: None },
         ]
     }
 
@@ -564,11 +485,7 @@ mod tests {
             for first in 0..3 * ring {
                 let rows = c.ring_rows(il, first);
                 for pos in first..first + ring {
-                    assert_eq!(
-                        rows.row(pos),
-                        c.row_of(il, pos),
-                        "layer {il} first {first} pos {pos}"
-                    );
+                    assert_eq!(rows.row(pos), c.row_of(il, pos), "layer {il} first {first} pos {pos}");
                 }
             }
         }
@@ -611,13 +528,7 @@ mod tests {
         let mut c = KvCache::new(KvType::F32, 8, 4, &shapes());
         fill(&mut c, 4);
         fill(&mut c, 4);
-        assert_eq!(
-            c.reserve(1),
-            Err(KvError::ContextFull {
-                needed: 9,
-                capacity: 8
-            })
-        );
+        assert_eq!(c.reserve(1), Err(KvError::ContextFull { needed: 9, capacity: 8 }));
         assert_eq!(c.reserve(5), Err(KvError::BatchTooLarge { n: 5, max: 4 }));
     }
 
@@ -643,24 +554,11 @@ mod tests {
     /// state restores into a Q8_0 cache only.
     #[test]
     fn q8_0_rows_are_llama_cpp_blocks() {
-        let shapes = [
-            LayerShape {
-                k_width: 64,
-                v_width: 32,
-                window: Some(3),
-            },
-            LayerShape {
-                k_width: 96,
-                v_width: 64,
-                window: None,
-            },
-        ];
+        let shapes = [LayerShape { k_width: 64, v_width: 32, window: Some(3) }, LayerShape { k_width: 96, v_width: 64, window: None }];
         let mut c = KvCache::new(KvType::Q8_0, 16, 4, &shapes);
         let f16 = KvCache::new(KvType::F16, 16, 4, &shapes);
         assert_eq!(c.memory_bytes() * 64, f16.memory_bytes() * 34);
-        let value = |p: usize, i: usize, salt: usize| {
-            ((p * 131 + i * 37 + salt * 17) % 97) as f32 * 0.173 - 8.0
-        };
+        let value = |p: usize, i: usize, salt: usize| ((p * 131 + i * 37 + salt * 17) % 97) as f32 * 0.173 - 8.0;
         c.reserve(4).unwrap();
         for p in 0..4 {
             for (il, s) in shapes.iter().enumerate() {
@@ -676,20 +574,13 @@ mod tests {
                 let mut bytes = vec![0u8; s.k_width / 32 * 34];
                 ember_quant::quantize_row_q8_0(&want, &mut bytes).unwrap();
                 let mut exact = vec![0.0; s.k_width];
-                ember_quant::dequantize_row(ember_gguf::GgmlType::Q8_0, &bytes, &mut exact)
-                    .unwrap();
+                ember_quant::dequantize_row(ember_gguf::GgmlType::Q8_0, &bytes, &mut exact).unwrap();
                 let mut got = vec![0.0; s.k_width];
                 c.keys(il).widen(c.row_of(il, p) * s.k_width, &mut got);
                 assert_eq!(got, exact, "layer {il} position {p}");
                 for (block, g) in want.chunks(32).zip(got.chunks(32)) {
                     let step = block.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
-                    assert!(
-                        block
-                            .iter()
-                            .zip(g)
-                            .all(|(a, b)| (a - b).abs() <= 0.5 * step * 1.01),
-                        "within half a step"
-                    );
+                    assert!(block.iter().zip(g).all(|(a, b)| (a - b).abs() <= 0.5 * step * 1.01), "within half a step");
                 }
             }
         }
@@ -697,13 +588,7 @@ mod tests {
         let mut d = KvCache::new(KvType::Q8_0, 16, 4, &shapes);
         d.restore_state(&state).unwrap();
         assert_eq!(d.save_state(), state);
-        assert!(KvCache::new(KvType::F16, 16, 4, &shapes)
-            .restore_state(&state)
-            .is_err());
-        assert!(
-            KvType::Q8_0.holds_heads_of(64)
-                && !KvType::Q8_0.holds_heads_of(48)
-                && KvType::F16.holds_heads_of(48)
-        );
+        assert!(KvCache::new(KvType::F16, 16, 4, &shapes).restore_state(&state).is_err());
+        assert!(KvType::Q8_0.holds_heads_of(64) && !KvType::Q8_0.holds_heads_of(48) && KvType::F16.holds_heads_of(48));
     }
 }

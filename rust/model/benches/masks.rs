@@ -15,36 +15,19 @@ use ember_model::{LoadOptions, Model};
 
 /// (grammar, prefixes whose states are measured)
 const CASES: &[(&str, &str, &[&str])] = &[
-    (
-        "free string",
-        r#"root ::= "\"" ([^"\\] | "\\" ["\\/bfnrt])* "\"""#,
-        &["\"", "\"some words"],
-    ),
+    ("free string", r#"root ::= "\"" ([^"\\] | "\\" ["\\/bfnrt])* "\"""#, &["\"", "\"some words"]),
     (
         "object keys",
         r#"root ::= "{\"name\": \"" [a-z]{1,10} "\", \"age\": " [0-9]{1,3} "}""#,
-        &[
-            "",
-            "{\"na",
-            "{\"name\": \"ab",
-            "{\"name\": \"ab\", \"age\": 4",
-        ],
+        &["", "{\"na", "{\"name\": \"ab", "{\"name\": \"ab\", \"age\": 4"],
     ),
 ];
 
 fn default_models() -> Vec<PathBuf> {
-    let dir = std::env::var_os("EMBER_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/models")
-        });
-    [
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "gemma-3-270m-q4_k_m.gguf",
-    ]
-    .iter()
-    .map(|f| dir.join(f))
-    .collect()
+    let dir = std::env::var_os("EMBER_TEST_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/models")
+    });
+    ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"].iter().map(|f| dir.join(f)).collect()
 }
 
 fn micros(d: std::time::Duration) -> f64 {
@@ -52,37 +35,14 @@ fn micros(d: std::time::Duration) -> f64 {
 }
 
 fn main() {
-    let args: Vec<PathBuf> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .map(PathBuf::from)
-        .collect();
-    let files = if args.is_empty() {
-        default_models()
-    } else {
-        args
-    };
+    let args: Vec<PathBuf> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).map(PathBuf::from).collect();
+    let files = if args.is_empty() { default_models() } else { args };
     for file in files {
-        let model = Model::load(
-            &file,
-            LoadOptions {
-                threads: 1,
-                ..Default::default()
-            },
-        )
-        .expect("model loads");
+        let model = Model::load(&file, LoadOptions { threads: 1, ..Default::default() }).expect("model loads");
         let t = Instant::now();
         let index = model.token_index();
-        println!(
-            "\n{}: {} tokens, vocabulary indexed in {:.1} ms",
-            file.display(),
-            model.config.n_vocab,
-            micros(t.elapsed()) / 1e3
-        );
-        println!(
-            "  {:12} {:>28} {:>9} {:>12} {:>10} {:>10}",
-            "grammar", "after", "allowed", "compute µs", "cached µs", "apply µs"
-        );
+        println!("\n{}: {} tokens, vocabulary indexed in {:.1} ms", file.display(), model.config.n_vocab, micros(t.elapsed()) / 1e3);
+        println!("  {:12} {:>28} {:>9} {:>12} {:>10} {:>10}", "grammar", "after", "allowed", "compute µs", "cached µs", "apply µs");
         let mut logits = vec![0.5f32; model.config.n_vocab];
         for (name, gbnf, prefixes) in CASES {
             let a = Arc::new(Automaton::from_gbnf(gbnf).expect("grammar compiles"));

@@ -6,23 +6,10 @@ use ember_model::{bench, LoadOptions, Model};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let path = args
-        .get(1)
-        .expect("usage: throughput FILE [PP] [TG] [THREADS] [REPS]");
-    let arg = |i: usize, d: usize| {
-        args.get(i)
-            .map(|s| s.parse().expect("a number"))
-            .unwrap_or(d)
-    };
+    let path = args.get(1).expect("usage: throughput FILE [PP] [TG] [THREADS] [REPS]");
+    let arg = |i: usize, d: usize| args.get(i).map(|s| s.parse().expect("a number")).unwrap_or(d);
     let (n_pp, n_tg, threads, reps) = (arg(2, 512), arg(3, 128), arg(4, 0), arg(5, 3));
-    let model = Model::load(
-        path,
-        LoadOptions {
-            threads,
-            no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(),
-        },
-    )
-    .expect("model loads");
+    let model = Model::load(path, LoadOptions { threads, no_repack: std::env::var_os("EMBER_NO_REPACK").is_some() }).expect("model loads");
     let n_vocab = model.config.n_vocab as u32;
     let prompt: Vec<u32> = (0..n_pp as u32).map(|i| (1 + i * 7919) % n_vocab).collect();
     for rep in 0..=reps {

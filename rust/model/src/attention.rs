@@ -63,9 +63,7 @@ fn simd() -> bool {
     *SIMD.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -157,16 +155,7 @@ fn attention_with(
         return;
     }
     assert!(!simd || self::simd(), "vector loops on a CPU without them");
-    let plan = Plan::new(
-        cache,
-        il,
-        s,
-        q,
-        start,
-        t,
-        ITEMS_PER_THREAD * threads.max(1),
-        item_floats,
-    );
+    let plan = Plan::new(cache, il, s, q, start, t, ITEMS_PER_THREAD * threads.max(1), item_floats);
     assert!(q.len() >= t * s.n_head * s.head_dim_k, "query rows");
     let out = &mut out[..t * s.n_head * s.head_dim_v];
     let dst = OutPtr(out.as_mut_ptr());
@@ -319,14 +308,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     let lo = p.first(j0);
     let hi = p.start + j1 - 1;
     let width = hi + 1 - lo;
-    let Scratch {
-        scores,
-        q16,
-        qw,
-        k8,
-        v32,
-        o,
-    } = sc;
+    let Scratch { scores, q16, qw, k8, v32, o } = sc;
     let ring = p.cache.ring_rows(p.il, lo);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -383,20 +365,10 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         }
         if !direct {
             for pos in b0..b1 {
-                head_row::<L>(
-                    &p.keys,
-                    rows8[pos - b0],
-                    p.kw,
-                    kvh,
-                    hk,
-                    &mut k8[(pos - b0) * hkp..][..hk],
-                );
+                head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
             }
         }
-        let (ja, jb) = (
-            p.rows_seeing(b0, j0, j1).start,
-            p.rows_seeing(b1 - 1, j0, j1).end,
-        );
+        let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
         for j in ja..jb {
             let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
             if a >= b {
@@ -461,22 +433,10 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             let (a, b) = (p.first(j), p.start + j + 1);
             for g in 0..heads {
                 let qi = (j - j0) * heads + g;
-                let (w, o) = (
-                    &scores[qi * width + a - lo..][..b - a],
-                    &mut o[qi * hv..][..hv],
-                );
+                let (w, o) = (&scores[qi * width + a - lo..][..b - a], &mut o[qi * hv..][..hv]);
                 match p.values {
-                    Rows::F16(v) => L::weigh_f16(
-                        w,
-                        (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]),
-                        o,
-                    ),
-                    Rows::Q8_0(_) => L::weigh_q8_0(
-                        w,
-                        (a..b)
-                            .map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()),
-                        o,
-                    ),
+                    Rows::F16(v) => L::weigh_f16(w, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o),
+                    Rows::Q8_0(_) => L::weigh_q8_0(w, (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
                     Rows::F32(_) => unreachable!("f32 values are widened by copy"),
                 }
             }
@@ -491,19 +451,9 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     while c0 <= hi {
         let c1 = (c0 + block).min(hi + 1);
         for pos in c0..c1 {
-            head_row::<L>(
-                &p.values,
-                ring.row(pos),
-                p.vw,
-                kvh,
-                hv,
-                &mut v32[(pos - c0) * hv..][..hv],
-            );
+            head_row::<L>(&p.values, ring.row(pos), p.vw, kvh, hv, &mut v32[(pos - c0) * hv..][..hv]);
         }
-        let (ja, jb) = (
-            p.rows_seeing(c0, j0, j1).start,
-            p.rows_seeing(c1 - 1, j0, j1).end,
-        );
+        let (ja, jb) = (p.rows_seeing(c0, j0, j1).start, p.rows_seeing(c1 - 1, j0, j1).end);
         for j in ja..jb {
             let a = p.first(j).max(c0);
             let b = (p.start + j + 1).min(c1);
@@ -513,13 +463,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             // The row's heads see the same positions: they share each value row.
             let qi = (j - j0) * heads;
             let w = &scores[qi * width + a - lo..][..(heads - 1) * width + b - a];
-            L::weigh_heads(
-                w,
-                width,
-                heads,
-                &v32[(a - c0) * hv..][..(b - a) * hv],
-                &mut o[qi * hv..][..heads * hv],
-            );
+            L::weigh_heads(w, width, heads, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..heads * hv]);
         }
         c0 = c1;
     }
@@ -556,14 +500,7 @@ fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: us
 /// Head `head`'s `dim` elements of cache row `row` (rows `width` wide) as
 /// f32 in `dst`: a key or value row made ready for the element loops.
 #[inline(always)]
-unsafe fn head_row<L: Lanes>(
-    rows: &Rows,
-    row: usize,
-    width: usize,
-    head: usize,
-    dim: usize,
-    dst: &mut [f32],
-) {
+unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
     match rows.slice(row * width + head * dim, dim) {
         Rows::F16(r) => L::widen(r, dst),
         Rows::F32(r) => dst.copy_from_slice(r),
@@ -593,10 +530,7 @@ trait Lanes {
     /// The same over rows of Q8_0 blocks (each quant times its scale, exact).
     unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
         for (&w, r) in w.iter().zip(v) {
-            for (ob, blk) in o
-                .chunks_exact_mut(Q8_0_BLOCK)
-                .zip(r.chunks_exact(Q8_0_BYTES))
-            {
+            for (ob, blk) in o.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
                 let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
                 for (o, &q) in ob.iter_mut().zip(&blk[2..]) {
                     *o = w.mul_add(d * q as i8 as f32, *o);
@@ -690,9 +624,7 @@ mod avx {
             i += 8;
         }
         while i < n {
-            *d.add(i) = f16::from_bits(_mm_extract_epi16::<0>(_mm_cvtps_ph::<
-                _MM_FROUND_TO_NEAREST_INT,
-            >(_mm_set_ss(*s.add(i)))) as u16);
+            *d.add(i) = f16::from_bits(_mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(*s.add(i)))) as u16);
             i += 1;
         }
     }
@@ -718,11 +650,7 @@ mod avx {
     /// each row's elements widened as they are met.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn weigh_f16<'r>(
-        w: &[f32],
-        v: impl Iterator<Item = &'r [f16]> + Clone,
-        o: &mut [f32],
-    ) {
+    pub(super) unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
         let n = o.len();
         let op = o.as_mut_ptr();
         let mut i = 0;
@@ -732,11 +660,7 @@ mod avx {
                 assert!(row.len() >= n);
                 let (wb, row) = (_mm256_set1_ps(w), row.as_ptr().add(i));
                 for (u, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(
-                        wb,
-                        _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * u).cast())),
-                        *a,
-                    );
+                    *a = _mm256_fmadd_ps(wb, _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * u).cast())), *a);
                 }
             }
             for (u, a) in acc.iter().enumerate() {
@@ -748,11 +672,7 @@ mod avx {
             let mut acc = _mm256_loadu_ps(op.add(i));
             for (&w, row) in w.iter().zip(v.clone()) {
                 assert!(row.len() >= n);
-                acc = _mm256_fmadd_ps(
-                    _mm256_set1_ps(w),
-                    _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i).cast())),
-                    acc,
-                );
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i).cast())), acc);
             }
             _mm256_storeu_ps(op.add(i), acc);
             i += 8;
@@ -771,28 +691,19 @@ mod avx {
     /// (exact) as it is met.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn weigh_q8_0<'r>(
-        w: &[f32],
-        v: impl Iterator<Item = &'r [u8]> + Clone,
-        o: &mut [f32],
-    ) {
+    pub(super) unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
         use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
         assert!(o.len().is_multiple_of(Q8_0_BLOCK));
         let op = o.as_mut_ptr();
         for b in 0..o.len() / Q8_0_BLOCK {
-            let mut acc: [__m256; 4] =
-                std::array::from_fn(|u| _mm256_loadu_ps(op.add(Q8_0_BLOCK * b + 8 * u)));
+            let mut acc: [__m256; 4] = std::array::from_fn(|u| _mm256_loadu_ps(op.add(Q8_0_BLOCK * b + 8 * u)));
             for (&w, row) in w.iter().zip(v.clone()) {
                 assert!(row.len() >= (b + 1) * Q8_0_BYTES);
                 let blk = row.as_ptr().add(b * Q8_0_BYTES);
-                let d = _mm256_set1_ps(
-                    f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32(),
-                );
+                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
                 let wb = _mm256_set1_ps(w);
                 for (u, a) in acc.iter_mut().enumerate() {
-                    let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                        blk.add(2 + 8 * u).cast(),
-                    )));
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast())));
                     *a = _mm256_fmadd_ps(wb, _mm256_mul_ps(d, q), *a);
                 }
             }
@@ -807,20 +718,13 @@ mod avx {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
         use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
-        assert!(
-            src.len() / Q8_0_BYTES * Q8_0_BLOCK >= dst.len()
-                && dst.len().is_multiple_of(Q8_0_BLOCK)
-        );
+        assert!(src.len() / Q8_0_BYTES * Q8_0_BLOCK >= dst.len() && dst.len().is_multiple_of(Q8_0_BLOCK));
         for (b, out) in dst.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
             let blk = src.as_ptr().add(b * Q8_0_BYTES);
-            let d =
-                _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
             for i in 0..4 {
                 let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * i).cast()));
-                _mm256_storeu_ps(
-                    out.as_mut_ptr().add(8 * i),
-                    _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)),
-                );
+                _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
             }
         }
     }
@@ -911,22 +815,12 @@ mod avx {
     /// same chain of fused multiply-adds, in row order, as in [`weigh`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn weigh_heads<const H: usize>(
-        w: *const f32,
-        stride: usize,
-        rows: usize,
-        v: *const f32,
-        n: usize,
-        o: *mut f32,
-    ) {
+    pub(super) unsafe fn weigh_heads<const H: usize>(w: *const f32, stride: usize, rows: usize, v: *const f32, n: usize, o: *mut f32) {
         let mut i = 0;
         while i + 16 <= n {
             let mut acc = [[_mm256_setzero_ps(); 2]; H];
             for (g, a) in acc.iter_mut().enumerate() {
-                *a = [
-                    _mm256_loadu_ps(o.add(g * n + i)),
-                    _mm256_loadu_ps(o.add(g * n + i + 8)),
-                ];
+                *a = [_mm256_loadu_ps(o.add(g * n + i)), _mm256_loadu_ps(o.add(g * n + i + 8))];
             }
             for r in 0..rows {
                 let row = v.add(r * n + i);
@@ -1091,15 +985,7 @@ mod tests {
     use ember_kv::{KvType, LayerShape};
 
     /// The straightforward algorithm: one (position, head) at a time.
-    fn reference(
-        cache: &KvCache,
-        il: usize,
-        s: &AttnShape,
-        q: &[f32],
-        start: usize,
-        t: usize,
-        out: &mut [f32],
-    ) {
+    fn reference(cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
         let (hk, hv) = (s.head_dim_k, s.head_dim_v);
         let group = s.n_head / s.n_head_kv;
         let kw = cache.shape(il).k_width;
@@ -1157,10 +1043,7 @@ mod tests {
     struct Rng(u64);
     impl Rng {
         fn next(&mut self) -> f32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         }
         fn vec(&mut self, n: usize, amp: f32) -> Vec<f32> {
@@ -1174,16 +1057,8 @@ mod tests {
         let window = 5;
         let max_batch = 24;
         let shapes = [
-            LayerShape {
-                k_width: n_head_kv * hk,
-                v_width: n_head_kv * hv,
-                window: None,
-            },
-            LayerShape {
-                k_width: n_head_kv * hk,
-                v_width: n_head_kv * hv,
-                window: Some(window),
-            },
+            LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: None },
+            LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: Some(window) },
         ];
         let mut cache = KvCache::new(ty, 128, max_batch, &shapes);
         let mut rng = Rng(0x5eed ^ (hk * 31 + hv) as u64);
@@ -1210,19 +1085,10 @@ mod tests {
                 let q = rng.vec(t * n_head * hk, 3.0);
                 let mut want = vec![0.0; t * n_head * hv];
                 reference(&cache, il, &s, &q, start, t, &mut want);
-                for (threads, floats) in [
-                    (1, ITEM_FLOATS),
-                    (2, ITEM_FLOATS),
-                    (1, 1 << 20),
-                    (1, 8 * hk),
-                    (3, 1),
-                    (64, 1),
-                ] {
+                for (threads, floats) in [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (1, 1 << 20), (1, 8 * hk), (3, 1), (64, 1)] {
                     for &simd in simds {
                         let mut got = vec![f32::NAN; t * n_head * hv];
-                        attention_with(
-                            &pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, simd,
-                        );
+                        attention_with(&pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, simd);
                         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                             assert!(
                                 g.to_bits() == w.to_bits(),
@@ -1236,28 +1102,11 @@ mod tests {
                 let mut got = vec![f32::NAN; t * n_head * hv];
                 let mut none: [f32; 0] = [];
                 let mut parts = [
-                    AttnPart {
-                        cache: &cache,
-                        q: &q[..0],
-                        start,
-                        t: 0,
-                        out: &mut none,
-                    },
-                    AttnPart {
-                        cache: &cache,
-                        q: &q,
-                        start,
-                        t,
-                        out: &mut got,
-                    },
+                    AttnPart { cache: &cache, q: &q[..0], start, t: 0, out: &mut none },
+                    AttnPart { cache: &cache, q: &q, start, t, out: &mut got },
                 ];
                 attention_many(&pool, il, &s, &mut parts);
-                assert!(
-                    got.iter()
-                        .zip(&want)
-                        .all(|(g, w)| g.to_bits() == w.to_bits()),
-                    "{ty:?} layer {il} t {t}: attention_many"
-                );
+                assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{ty:?} layer {il} t {t}: attention_many");
             }
             cache.commit(t);
             start += t;
@@ -1285,37 +1134,19 @@ mod tests {
     #[test]
     fn several_sequences_in_one_pass_match_the_reference() {
         let (n_head, n_head_kv, hk, hv) = (9, 3, 64, 64);
-        let shapes = [LayerShape {
-            k_width: n_head_kv * hk,
-            v_width: n_head_kv * hv,
-            window: Some(7),
-        }];
-        let s = AttnShape {
-            n_head,
-            n_head_kv,
-            head_dim_k: hk,
-            head_dim_v: hv,
-            scale: 0.125,
-            window: Some(7),
-        };
+        let shapes = [LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: Some(7) }];
+        let s = AttnShape { n_head, n_head_kv, head_dim_k: hk, head_dim_v: hv, scale: 0.125, window: Some(7) };
         let mut rng = Rng(0xba7c4);
         let pool = Pool::new(2).unwrap();
         for ty in [KvType::F16, KvType::F32] {
             for ts in [&[1usize, 1, 1, 1][..], &[1, 1], &[1, 5, 1]] {
                 // Conversations of different lengths, each with its next rows written.
-                let mut caches: Vec<KvCache> = (0..ts.len())
-                    .map(|_| KvCache::new(ty, 64, 8, &shapes))
-                    .collect();
+                let mut caches: Vec<KvCache> = (0..ts.len()).map(|_| KvCache::new(ty, 64, 8, &shapes)).collect();
                 let mut starts = vec![];
                 for (i, (cache, &t)) in caches.iter_mut().zip(ts).enumerate() {
                     let held = 3 + 9 * i;
                     for pos in 0..held + t {
-                        cache.write(
-                            0,
-                            pos,
-                            &rng.vec(n_head_kv * hk, 2.0),
-                            &rng.vec(n_head_kv * hv, 1.0),
-                        );
+                        cache.write(0, pos, &rng.vec(n_head_kv * hk, 2.0), &rng.vec(n_head_kv * hv, 1.0));
                         if pos < held {
                             cache.commit(1);
                         }
@@ -1323,35 +1154,20 @@ mod tests {
                     starts.push(held);
                 }
                 let qs: Vec<Vec<f32>> = ts.iter().map(|&t| rng.vec(t * n_head * hk, 3.0)).collect();
-                let mut outs: Vec<Vec<f32>> = ts
-                    .iter()
-                    .map(|&t| vec![f32::NAN; t * n_head * hv])
-                    .collect();
+                let mut outs: Vec<Vec<f32>> = ts.iter().map(|&t| vec![f32::NAN; t * n_head * hv]).collect();
                 let mut parts: Vec<AttnPart> = caches
                     .iter()
                     .zip(&qs)
                     .zip(outs.iter_mut())
                     .zip(ts.iter().zip(&starts))
-                    .map(|(((cache, q), out), (&t, &start))| AttnPart {
-                        cache,
-                        q,
-                        start,
-                        t,
-                        out,
-                    })
+                    .map(|(((cache, q), out), (&t, &start))| AttnPart { cache, q, start, t, out })
                     .collect();
                 attention_many(&pool, 0, &s, &mut parts);
                 drop(parts);
                 for (i, &t) in ts.iter().enumerate() {
                     let mut want = vec![0.0; t * n_head * hv];
                     reference(&caches[i], 0, &s, &qs[i], starts[i], t, &mut want);
-                    assert!(
-                        outs[i]
-                            .iter()
-                            .zip(&want)
-                            .all(|(g, w)| g.to_bits() == w.to_bits()),
-                        "{ty:?} passes {ts:?}: sequence {i}"
-                    );
+                    assert!(outs[i].iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{ty:?} passes {ts:?}: sequence {i}");
                 }
             }
         }

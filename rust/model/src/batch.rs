@@ -92,20 +92,10 @@ pub struct Started {
 impl Batcher {
     /// `n_slots` slots of `n_ctx` positions each, prompts read at most
     /// `chunk` tokens per slot per pass.
-    pub fn new(
-        model: Arc<Model>,
-        n_slots: usize,
-        n_ctx: usize,
-        chunk: usize,
-        kv: KvType,
-    ) -> Batcher {
+    pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Batcher {
         let chunk = chunk.max(1);
         let slots = (0..n_slots.max(1))
-            .map(|_| SlotState {
-                slot: Slot::new(model.new_session(n_ctx, chunk, kv)),
-                active: None,
-                last_used: 0,
-            })
+            .map(|_| SlotState { slot: Slot::new(model.new_session(n_ctx, chunk, kv)), active: None, last_used: 0 })
             .collect();
         Batcher {
             model,
@@ -140,24 +130,9 @@ impl Batcher {
     /// tokens share the longest prefix with it, if that is at least a tenth of
     /// the prompt; else one holding nothing; else the one unused the longest.
     pub fn choose_slot(&self, prompt: &[u32]) -> Option<usize> {
-        let free = || {
-            self.slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.active.is_none())
-        };
-        let shared = |s: &SlotState| {
-            s.slot
-                .tokens
-                .iter()
-                .zip(prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-        };
-        if let Some((i, n)) = free()
-            .map(|(i, s)| (i, shared(s)))
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
-        {
+        let free = || self.slots.iter().enumerate().filter(|(_, s)| s.active.is_none());
+        let shared = |s: &SlotState| s.slot.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        if let Some((i, n)) = free().map(|(i, s)| (i, shared(s))).max_by_key(|&(i, n)| (n, std::cmp::Reverse(i))) {
             if n > 0 && n * 10 >= prompt.len() {
                 return Some(i);
             }
@@ -179,10 +154,7 @@ impl Batcher {
         cache_prompt: bool,
     ) -> Result<Started> {
         let n_vocab = self.model.config.n_vocab;
-        let st = self
-            .slots
-            .get_mut(slot)
-            .ok_or_else(|| ModelError::Invalid(format!("no slot {slot}")))?;
+        let st = self.slots.get_mut(slot).ok_or_else(|| ModelError::Invalid(format!("no slot {slot}")))?;
         if st.active.is_some() {
             return Err(ModelError::Invalid(format!("slot {slot} is busy")));
         }
@@ -194,11 +166,7 @@ impl Batcher {
         }
         let n_ctx = st.slot.session.cache.n_ctx();
         if prompt.len() > n_ctx {
-            return Err(ember_kv::KvError::ContextFull {
-                needed: prompt.len(),
-                capacity: n_ctx,
-            }
-            .into());
+            return Err(ember_kv::KvError::ContextFull { needed: prompt.len(), capacity: n_ctx }.into());
         }
         let draws = Draws::new(&self.model, params)?;
         if cache_prompt {
@@ -232,10 +200,7 @@ impl Batcher {
 
     /// Conversations held in the host prompt cache, and their bytes.
     pub fn host_cache_usage(&self) -> (usize, usize) {
-        (
-            self.host.len(),
-            self.host.iter().map(|e| e.state.len()).sum(),
-        )
+        (self.host.len(), self.host.iter().map(|e| e.state.len()).sum())
     }
 
     /// Before slot `slot` takes `prompt`: if the conversation it holds is
@@ -246,19 +211,12 @@ impl Batcher {
         if self.host_budget == 0 {
             return;
         }
-        let shared = |tokens: &[u32]| {
-            tokens
-                .iter()
-                .zip(prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-        };
+        let shared = |tokens: &[u32]| tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let held = &self.slots[slot].slot.tokens;
         let kept_here = shared(held);
         let best = (0..self.host.len()).max_by_key(|&i| shared(&self.host[i].tokens));
-        let from_host = best
-            .map(|i| (i, shared(&self.host[i].tokens)))
-            .filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
+        let from_host =
+            best.map(|i| (i, shared(&self.host[i].tokens))).filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
         // The slot's conversation would lose most of itself: keep it.
         if held.len() >= MIN_HOST_PREFIX && kept_here * 2 < held.len() {
             let state = self.slots[slot].slot.session.cache.save_state();
@@ -297,10 +255,7 @@ impl Batcher {
 
     /// Prompt length and cached positions of slot `slot`'s request.
     pub fn request_info(&self, slot: usize) -> Option<(usize, usize)> {
-        self.slots[slot]
-            .active
-            .as_ref()
-            .map(|a| (a.n_prompt, a.n_cached))
+        self.slots[slot].active.as_ref().map(|a| (a.n_prompt, a.n_cached))
     }
 
     /// Slot `slot`'s cache and the tokens it holds, as bytes that
@@ -326,32 +281,17 @@ impl Batcher {
     /// size is refused and leaves the slot as it was.
     pub fn restore_slot(&mut self, slot: usize, state: &[u8]) -> Result<usize> {
         self.idle_slot(slot)?;
-        let bad = |why: &str| {
-            ModelError::Invalid(format!(
-                "not a saved slot of this model and slot size: {why}"
-            ))
-        };
+        let bad = |why: &str| ModelError::Invalid(format!("not a saved slot of this model and slot size: {why}"));
         if state.len() < SLOT_MAGIC.len() + 8 || &state[..SLOT_MAGIC.len()] != SLOT_MAGIC {
             return Err(bad("unknown format"));
         }
-        let word = |at: usize| {
-            state
-                .get(at..at + 8)
-                .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
-        };
+        let word = |at: usize| state.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize);
         let desc_at = SLOT_MAGIC.len() + 8;
-        let desc_len = word(SLOT_MAGIC.len())
-            .filter(|&n| n <= 4096)
-            .ok_or_else(|| bad("truncated"))?;
-        let saved = state
-            .get(desc_at..desc_at + desc_len)
-            .ok_or_else(|| bad("truncated"))?;
+        let desc_len = word(SLOT_MAGIC.len()).filter(|&n| n <= 4096).ok_or_else(|| bad("truncated"))?;
+        let saved = state.get(desc_at..desc_at + desc_len).ok_or_else(|| bad("truncated"))?;
         let ours = self.description();
         if saved != ours.as_bytes() {
-            return Err(bad(&format!(
-                "saved from {}; this slot holds {ours}",
-                String::from_utf8_lossy(saved)
-            )));
+            return Err(bad(&format!("saved from {}; this slot holds {ours}", String::from_utf8_lossy(saved))));
         }
         let head = desc_at + desc_len + 8;
         let n = word(desc_at + desc_len).ok_or_else(|| bad("truncated"))?;
@@ -360,16 +300,10 @@ impl Batcher {
             .and_then(|b| b.checked_add(head))
             .filter(|&e| e <= state.len())
             .ok_or_else(|| bad("truncated"))?;
-        let tokens: Vec<u32> = state[head..kv_at]
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let tokens: Vec<u32> =
+            state[head..kv_at].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         let st = &mut self.slots[slot];
-        st.slot
-            .session
-            .cache
-            .restore_state(&state[kv_at..])
-            .map_err(|e| bad(&e.to_string()))?;
+        st.slot.session.cache.restore_state(&state[kv_at..]).map_err(|e| bad(&e.to_string()))?;
         if st.slot.session.cache.len() != tokens.len() {
             st.slot.session.cache.clear();
             st.slot.tokens.clear();
@@ -391,9 +325,10 @@ impl Batcher {
     }
 
     fn idle_slot(&self, slot: usize) -> Result<&SlotState> {
-        let st = self.slots.get(slot).ok_or_else(|| {
-            ModelError::Invalid(format!("no slot {slot} (there are {})", self.slots.len()))
-        })?;
+        let st = self
+            .slots
+            .get(slot)
+            .ok_or_else(|| ModelError::Invalid(format!("no slot {slot} (there are {})", self.slots.len())))?;
         if st.active.is_some() {
             return Err(ModelError::Invalid(format!("slot {slot} is busy")));
         }
@@ -449,11 +384,7 @@ impl Batcher {
                 events.push((i, SlotEvent::Failed(e.into())));
                 continue;
             }
-            self.last_pass.push(PassPart {
-                slot: i,
-                tokens: tokens.len(),
-                prompt,
-            });
+            self.last_pass.push(PassPart { slot: i, tokens: tokens.len(), prompt });
             feeds.push((i, tokens, last));
         }
         if feeds.is_empty() {
@@ -480,10 +411,7 @@ impl Batcher {
                 self.slots[*i].active = None;
                 self.slots[*i].slot.session.cache.clear();
                 self.slots[*i].slot.tokens.clear();
-                events.push((
-                    *i,
-                    SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}"))),
-                ));
+                events.push((*i, SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}")))));
             }
             return events;
         }
@@ -496,10 +424,7 @@ impl Batcher {
             }
             let a = st.active.as_mut().expect("a fed slot is busy");
             let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx();
-            match a
-                .draws
-                .draw(&self.model, st.slot.session.logits_mut(), ctx_full)
-            {
+            match a.draws.draw(&self.model, st.slot.session.logits_mut(), ctx_full) {
                 Err(e) => {
                     // This request's grammar failed; the slot keeps its cache.
                     st.active = None;
@@ -513,13 +438,7 @@ impl Batcher {
                         events.push((i, SlotEvent::Step(step)));
                         continue;
                     }
-                    let room = st
-                        .slot
-                        .session
-                        .cache
-                        .n_ctx()
-                        .saturating_sub(st.slot.session.len() + 1)
-                        .min(chunk - 1);
+                    let room = st.slot.session.cache.n_ctx().saturating_sub(st.slot.session.len() + 1).min(chunk - 1);
                     let forced = match a.draws.forced_steps(&self.model, room) {
                         Ok(f) => f,
                         Err(e) => {

@@ -26,10 +26,7 @@ pub fn prompt_processing(model: &Model, prompt: &[u32], max_batch: usize) -> Res
     let mut s = model.new_session(prompt.len(), max_batch, KvType::F16);
     let t0 = Instant::now();
     model.prefill(&mut s, prompt, Logits::Last)?;
-    Ok(Throughput {
-        tokens: prompt.len(),
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    Ok(Throughput { tokens: prompt.len(), seconds: t0.elapsed().as_secs_f64() })
 }
 
 /// Text generation: `n` single-token passes from an empty context, each token
@@ -40,17 +37,7 @@ pub fn text_generation(model: &Model, first: u32, n: usize) -> Result<Throughput
     let t0 = Instant::now();
     for _ in 0..n {
         let logits = model.forward(&mut s, &[token], Logits::Last)?;
-        token = logits
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f32::NEG_INFINITY),
-                |b, (i, &v)| if v > b.1 { (i, v) } else { b },
-            )
-            .0 as u32;
+        token = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
     }
-    Ok(Throughput {
-        tokens: n,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    Ok(Throughput { tokens: n, seconds: t0.elapsed().as_secs_f64() })
 }

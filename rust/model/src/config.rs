@@ -23,15 +23,8 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 7] = [
-        Arch::Llama,
-        Arch::Qwen2,
-        Arch::Qwen3,
-        Arch::Qwen3Moe,
-        Arch::Gemma3,
-        Arch::Gemma4,
-        Arch::Phi3,
-    ];
+    pub const ALL: [Arch; 7] =
+        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe, Arch::Gemma3, Arch::Gemma4, Arch::Phi3];
 
     pub fn parse(name: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == name)
@@ -133,15 +126,9 @@ impl FamilyOptions {
             fused_gate_up: false,
         };
         match arch {
-            Arch::Llama => FamilyOptions {
-                rope: RopeStyle::Adjacent,
-                ..base
-            },
+            Arch::Llama => FamilyOptions { rope: RopeStyle::Adjacent, ..base },
             Arch::Qwen2 => base,
-            Arch::Qwen3 | Arch::Qwen3Moe => FamilyOptions {
-                qk_norm: true,
-                ..base
-            },
+            Arch::Qwen3 | Arch::Qwen3Moe => FamilyOptions { qk_norm: true, ..base },
             Arch::Gemma3 => FamilyOptions {
                 activation: FfnActivation::GeluTanh,
                 qk_norm: true,
@@ -169,10 +156,7 @@ impl FamilyOptions {
             },
             // Phi-3's sliding window is in its files but llama.cpp reads every
             // layer as full (its SWA is disabled there), so ember does too.
-            Arch::Phi3 => FamilyOptions {
-                fused_gate_up: true,
-                ..base
-            },
+            Arch::Phi3 => FamilyOptions { fused_gate_up: true, ..base },
         }
     }
 }
@@ -334,14 +318,10 @@ pub struct Config {
 impl Config {
     pub fn from_gguf(h: &GgufHeader) -> Result<Config> {
         let arch_name = h.architecture()?;
-        let arch = Arch::parse(arch_name)
-            .ok_or_else(|| ModelError::UnsupportedArchitecture(arch_name.to_string()))?;
+        let arch = Arch::parse(arch_name).ok_or_else(|| ModelError::UnsupportedArchitecture(arch_name.to_string()))?;
         let opts = FamilyOptions::of(arch);
         let key = |k: &str| format!("{arch_name}.{k}");
-        let bad = |k: &str, problem: String| ModelError::BadMetadata {
-            key: key(k),
-            problem,
-        };
+        let bad = |k: &str, problem: String| ModelError::BadMetadata { key: key(k), problem };
         let req = |k: &str| -> Result<usize> {
             match h.get_u64_opt(&key(k))? {
                 Some(v) if v > 0 && v < (1 << 31) => Ok(v as usize),
@@ -367,9 +347,7 @@ impl Config {
             if q == 0 || kv == 0 || q % kv != 0 {
                 return Err(bad(
                     "attention.head_count_kv",
-                    format!(
-                        "layer {il}: {q} query heads are not a multiple of {kv} key/value heads"
-                    ),
+                    format!("layer {il}: {q} query heads are not a multiple of {kv} key/value heads"),
                 ));
             }
         }
@@ -381,52 +359,30 @@ impl Config {
         let head_dim_v_swa = opt("attention.value_length_swa")?.unwrap_or(head_dim_v);
         let n_rot = opt("rope.dimension_count")?.unwrap_or(head_dim_k);
         let n_rot_swa = opt("rope.dimension_count_swa")?.unwrap_or(n_rot);
-        let rms_eps = h
-            .get_f64_opt(&key("attention.layer_norm_rms_epsilon"))?
-            .unwrap_or(1e-5) as f32;
+        let rms_eps = h.get_f64_opt(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32;
         let rope_base = h.get_f64_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32;
         let scaling = h.get_str_opt(&key("rope.scaling.type"))?;
-        let factor = h
-            .get_f64_opt(&key("rope.scaling.factor"))?
-            .filter(|&f| f != 0.0);
+        let factor = h.get_f64_opt(&key("rope.scaling.factor"))?.filter(|&f| f != 0.0);
         if let Some(f) = factor.filter(|f| !f.is_finite() || *f < 0.0) {
-            return Err(bad(
-                "rope.scaling.factor",
-                format!("{f} is not a positive number"),
-            ));
+            return Err(bad("rope.scaling.factor", format!("{f} is not a positive number")));
         }
         let yarn = match scaling {
             None | Some("none") | Some("linear") => None,
             Some("yarn") => Some(Yarn {
                 original_ctx: opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train),
-                beta_fast: h
-                    .get_f64_opt(&key("rope.scaling.yarn_beta_fast"))?
-                    .unwrap_or(32.0) as f32,
-                beta_slow: h
-                    .get_f64_opt(&key("rope.scaling.yarn_beta_slow"))?
-                    .unwrap_or(1.0) as f32,
+                beta_fast: h.get_f64_opt(&key("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0) as f32,
+                beta_slow: h.get_f64_opt(&key("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0) as f32,
             }),
-            Some(other) => {
-                return Err(bad(
-                    "rope.scaling.type",
-                    format!("{other:?} scaling is not supported"),
-                ))
-            }
+            Some(other) => return Err(bad("rope.scaling.type", format!("{other:?} scaling is not supported"))),
         };
         let rope_freq_scale = match (scaling, factor) {
             (Some("none"), _) | (_, None) => 1.0,
             (_, Some(f)) => (1.0 / f) as f32,
         };
-        let attn_factor = h
-            .get_f64_opt(&key("rope.scaling.attn_factor"))?
-            .unwrap_or(1.0) as f32;
+        let attn_factor = h.get_f64_opt(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0) as f32;
         // YaRN's cos and sin grow by 1 + 0.1 ln(factor) (ggml's rope_yarn;
         // llama.cpp's context cancels its own copy of the same factor).
-        let yarn_mscale = if yarn.is_some() {
-            1.0 + 0.1 * (1.0 / rope_freq_scale).ln()
-        } else {
-            1.0
-        };
+        let yarn_mscale = if yarn.is_some() { 1.0 + 0.1 * (1.0 / rope_freq_scale).ln() } else { 1.0 };
         let swa_rope_base = match h.get_f64_opt(&key("rope.freq_base_swa"))? {
             Some(b) => Some(b as f32),
             None => opts.swa_rope_base,
@@ -455,27 +411,15 @@ impl Config {
                     .and_then(|v| v.as_array())
                     .ok_or_else(|| bad(k, "missing or not an array".into()))?;
                 if items.len() != n_layer {
-                    return Err(bad(
-                        k,
-                        format!("{} entries for {n_layer} layers", items.len()),
-                    ));
+                    return Err(bad(k, format!("{} entries for {n_layer} layers", items.len())));
                 }
-                items
-                    .iter()
-                    .map(|v| v.as_bool().ok_or_else(|| bad(k, "not booleans".into())))
-                    .collect::<Result<_>>()?
+                items.iter().map(|v| v.as_bool().ok_or_else(|| bad(k, "not booleans".into()))).collect::<Result<_>>()?
             }
         };
-        let sliding_window = if is_swa.iter().any(|&s| s) {
-            Some(req("attention.sliding_window")?)
-        } else {
-            None
-        };
+        let sliding_window = if is_swa.iter().any(|&s| s) { Some(req("attention.sliding_window")?) } else { None };
 
         // Rope variants: full layers, then sliding-window layers when they differ.
-        let factors = if ["rope_factors_long.weight", "rope_factors_short.weight"]
-            .iter()
-            .any(|n| h.tensor(n).is_some())
+        let factors = if ["rope_factors_long.weight", "rope_factors_short.weight"].iter().any(|n| h.tensor(n).is_some())
         {
             let original_ctx = opt("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train);
             RopeFactors::LongShort { original_ctx }
@@ -500,18 +444,11 @@ impl Config {
                 base,
                 freq_scale: 1.0,
                 n_rot: n_rot_swa,
-                factors: if arch == Arch::Gemma4 {
-                    RopeFactors::None
-                } else {
-                    factors
-                },
+                factors: if arch == Arch::Gemma4 { RopeFactors::None } else { factors },
                 yarn: None,
                 mscale: attn_factor,
             },
-            None => RopeConfig {
-                n_rot: n_rot_swa,
-                ..full_rope.clone()
-            },
+            None => RopeConfig { n_rot: n_rot_swa, ..full_rope.clone() },
         };
         let swa_rope_index = if swa_rope == full_rope {
             0
@@ -523,16 +460,9 @@ impl Config {
         // Layers whose cache is shared: the last `shared_kv_layers` read the
         // last earlier layer of their own kind (sliding or full) that has a
         // cache, as llama.cpp's gemma3n/gemma4 `reuse` does.
-        let n_shared = if opts.shared_kv {
-            opt("attention.shared_kv_layers")?.unwrap_or(0)
-        } else {
-            0
-        };
+        let n_shared = if opts.shared_kv { opt("attention.shared_kv_layers")?.unwrap_or(0) } else { 0 };
         if n_shared >= n_layer {
-            return Err(bad(
-                "attention.shared_kv_layers",
-                format!("{n_shared} of {n_layer} layers"),
-            ));
+            return Err(bad("attention.shared_kv_layers", format!("{n_shared} of {n_layer} layers")));
         }
         let n_layer_kv = n_layer - n_shared;
 
@@ -541,17 +471,11 @@ impl Config {
         let moe = if n_expert > 0 {
             let n_used = opt("expert_used_count")?.unwrap_or(0);
             if n_used == 0 || n_used > n_expert {
-                return Err(bad(
-                    "expert_used_count",
-                    format!("{n_used} of {n_expert} experts"),
-                ));
+                return Err(bad("expert_used_count", format!("{n_used} of {n_expert} experts")));
             }
             for k in ["expert_group_count", "expert_shared_count"] {
                 if opt(k)?.unwrap_or(0) > (k == "expert_group_count") as usize {
-                    return Err(bad(
-                        k,
-                        "expert groups and shared experts by count are not supported".into(),
-                    ));
+                    return Err(bad(k, "expert groups and shared experts by count are not supported".into()));
                 }
             }
             if let Some(g) = opt("expert_gating_func")? {
@@ -566,12 +490,7 @@ impl Config {
             // llama and qwen3moe ask build_moe_ffn to normalise the chosen
             // weights always; gemma4 too. Their scale is read only by
             // families that read it (none of these: llama.cpp leaves it at 0).
-            Some(MoeConfig {
-                n_expert,
-                n_used,
-                norm_weights: true,
-                weights_scale: 1.0,
-            })
+            Some(MoeConfig { n_expert, n_used, norm_weights: true, weights_scale: 1.0 })
         } else {
             None
         };
@@ -588,53 +507,40 @@ impl Config {
         let mut layers = Vec::with_capacity(n_layer);
         for il in 0..n_layer {
             let swa = is_swa[il];
-            let (hk, hv, rot) = if swa {
-                (head_dim_k_swa, head_dim_v_swa, n_rot_swa)
-            } else {
-                (head_dim_k, head_dim_v, n_rot)
-            };
+            let (hk, hv, rot) =
+                if swa { (head_dim_k_swa, head_dim_v_swa, n_rot_swa) } else { (head_dim_k, head_dim_v, n_rot) };
             if rot > hk || rot % 2 != 0 {
-                return Err(bad(
-                    "rope.dimension_count",
-                    format!("{rot} for heads of {hk} (layer {il})"),
-                ));
+                return Err(bad("rope.dimension_count", format!("{rot} for heads of {hk} (layer {il})")));
             }
             let kv = if il < n_layer_kv {
                 KvSource::Own(il)
             } else {
                 let src = (0..n_layer_kv).rev().find(|&j| is_swa[j] == swa).ok_or_else(|| {
-                    bad("attention.shared_kv_layers", format!("layer {il} shares a cache, but no earlier layer of its kind has one"))
+                    bad(
+                        "attention.shared_kv_layers",
+                        format!("layer {il} shares a cache, but no earlier layer of its kind has one"),
+                    )
                 })?;
                 KvSource::Shared(src)
             };
             let ffn = match (&moe, arch) {
-                (None, _) => FfnShape::Dense {
-                    n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
-                },
+                (None, _) => FfnShape::Dense { n_ff: nonzero(n_ff[il], "feed_forward_length", il)? },
                 // gemma4: a layer with a router has experts beside its dense block.
-                (Some(m), Arch::Gemma4)
-                    if h.tensor(&format!("blk.{il}.ffn_gate_inp.weight")).is_some() =>
-                {
+                (Some(m), Arch::Gemma4) if h.tensor(&format!("blk.{il}.ffn_gate_inp.weight")).is_some() => {
                     FfnShape::DenseAndExperts {
                         n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
                         n_ff_exp: expert_width(n_ff_exp[il], 0, m)?,
                     }
                 }
-                (Some(_), Arch::Gemma4) => FfnShape::Dense {
-                    n_ff: nonzero(n_ff[il], "feed_forward_length", il)?,
-                },
+                (Some(_), Arch::Gemma4) => FfnShape::Dense { n_ff: nonzero(n_ff[il], "feed_forward_length", il)? },
                 // Experts are expert_feed_forward_length wide; files without it
                 // split feed_forward_length among the used experts (llama.cpp).
-                (Some(m), _) => FfnShape::Experts {
-                    n_ff_exp: expert_width(n_ff_exp[il], n_ff[il], m)?,
-                },
+                (Some(m), _) => FfnShape::Experts { n_ff_exp: expert_width(n_ff_exp[il], n_ff[il], m)? },
             };
             let attn_scale = match opts.attn_scale {
                 Some(s) => s,
                 // Gemma 3 27B alone scales queries by its hidden size per head instead of the head width.
-                None if arch == Arch::Gemma3 && n_layer == 62 => {
-                    1.0 / ((n_embd / n_head[il]) as f32).sqrt()
-                }
+                None if arch == Arch::Gemma3 && n_layer == 62 => 1.0 / ((n_embd / n_head[il]) as f32).sqrt(),
                 None => 1.0 / (hk as f32).sqrt(),
             };
             layers.push(LayerConfig {
@@ -649,18 +555,12 @@ impl Config {
                 attn_scale,
             });
         }
-        let n_embd_per_layer = if arch == Arch::Gemma4 {
-            opt("embedding_length_per_layer_input")?.unwrap_or(0)
-        } else {
-            0
-        };
+        let n_embd_per_layer =
+            if arch == Arch::Gemma4 { opt("embedding_length_per_layer_input")?.unwrap_or(0) } else { 0 };
         let logit_softcap = match h.get_f64_opt(&key("final_logit_softcapping"))? {
             Some(c) if c > 0.0 && c.is_finite() => Some(c as f32),
             Some(c) if opts.logit_softcap.is_some() => {
-                return Err(bad(
-                    "final_logit_softcapping",
-                    format!("{c} is not a positive number"),
-                ))
+                return Err(bad("final_logit_softcapping", format!("{c} is not a positive number")))
             }
             _ => opts.logit_softcap,
         };
@@ -710,11 +610,7 @@ impl Config {
 
     /// f16 key and value bytes one position costs across the layers that hold a cache.
     pub fn kv_bytes_per_position(&self) -> usize {
-        self.layers
-            .iter()
-            .filter(|l| matches!(l.kv, KvSource::Own(_)))
-            .map(|l| 2 * (l.k_width() + l.v_width()))
-            .sum()
+        self.layers.iter().filter(|l| matches!(l.kv, KvSource::Own(_))).map(|l| 2 * (l.k_width() + l.v_width())).sum()
     }
 }
 
@@ -731,20 +627,14 @@ pub struct MaxWidths {
 
 fn nonzero(n: usize, what: &str, il: usize) -> Result<usize> {
     if n == 0 {
-        return Err(ModelError::BadMetadata {
-            key: what.to_string(),
-            problem: format!("0 for layer {il}"),
-        });
+        return Err(ModelError::BadMetadata { key: what.to_string(), problem: format!("0 for layer {il}") });
     }
     Ok(n)
 }
 
 fn expert_width(n_ff_exp: usize, n_ff: usize, m: &MoeConfig) -> Result<usize> {
     match (n_ff_exp, n_ff / m.n_used) {
-        (0, 0) => Err(ModelError::BadMetadata {
-            key: "expert_feed_forward_length".into(),
-            problem: "missing".into(),
-        }),
+        (0, 0) => Err(ModelError::BadMetadata { key: "expert_feed_forward_length".into(), problem: "missing".into() }),
         (0, w) => Ok(w),
         (w, _) => Ok(w),
     }
@@ -752,36 +642,19 @@ fn expert_width(n_ff_exp: usize, n_ff: usize, m: &MoeConfig) -> Result<usize> {
 
 /// A hyperparameter that files store as one value or one per layer.
 /// Without the key, `default` (when given) stands in.
-fn per_layer(
-    h: &GgufHeader,
-    key: &str,
-    n_layer: usize,
-    default: Option<&[usize]>,
-) -> Result<Vec<usize>> {
-    let bad = |problem: String| ModelError::BadMetadata {
-        key: key.to_string(),
-        problem,
-    };
+fn per_layer(h: &GgufHeader, key: &str, n_layer: usize, default: Option<&[usize]>) -> Result<Vec<usize>> {
+    let bad = |problem: String| ModelError::BadMetadata { key: key.to_string(), problem };
     let Some(v) = h.get(key) else {
-        return default
-            .map(|d| d.to_vec())
-            .ok_or_else(|| bad("missing".into()));
+        return default.map(|d| d.to_vec()).ok_or_else(|| bad("missing".into()));
     };
     let values: Vec<u64> = match v.as_array() {
         Some(items) => {
             if items.len() != n_layer {
                 return Err(bad(format!("{} entries for {n_layer} layers", items.len())));
             }
-            items
-                .iter()
-                .map(|x| x.as_u64().ok_or_else(|| bad("not integers".into())))
-                .collect::<Result<_>>()?
+            items.iter().map(|x| x.as_u64().ok_or_else(|| bad("not integers".into()))).collect::<Result<_>>()?
         }
-        None => vec![
-            v.as_u64()
-                .ok_or_else(|| bad(format!("is {}, expected an integer", v.type_name())))?;
-            n_layer
-        ],
+        None => vec![v.as_u64().ok_or_else(|| bad(format!("is {}, expected an integer", v.type_name())))?; n_layer],
     };
     if let Some(n) = values.iter().find(|&&n| n >= 1 << 24) {
         return Err(bad(format!("{n} is out of range")));

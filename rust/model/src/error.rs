@@ -9,10 +9,7 @@ pub enum ModelError {
     #[error("architecture {0:?} is not supported (ember runs llama, qwen2, qwen3, qwen3moe, gemma3, gemma4 and phi3)")]
     UnsupportedArchitecture(String),
     #[error("{arch}: the file holds tensors its forward pass does not read: {}", names.join(", "))]
-    UnreadTensors {
-        arch: &'static str,
-        names: Vec<String>,
-    },
+    UnreadTensors { arch: &'static str, names: Vec<String> },
     #[error("metadata {key}: {problem}")]
     BadMetadata { key: String, problem: String },
     #[error("tensor {name}: {problem}")]

@@ -11,9 +11,7 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, FfnActivation, KvSource, MoeConfig};
 use crate::error::{ModelError, Result};
-use crate::matmul::{
-    matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product,
-};
+use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
 use crate::weights::{DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
@@ -168,11 +166,7 @@ impl Model {
         // Layers that read an earlier layer's keys and values store none.
         let shapes: Vec<LayerShape> = c.layers[..c.n_layer_kv]
             .iter()
-            .map(|l| LayerShape {
-                k_width: l.k_width(),
-                v_width: l.v_width(),
-                window: l.window,
-            })
+            .map(|l| LayerShape { k_width: l.k_width(), v_width: l.v_width(), window: l.window })
             .collect();
         Session {
             cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes),
@@ -183,27 +177,10 @@ impl Model {
 
     /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
     /// after what the session holds, and returns the logits asked for.
-    pub fn forward<'s>(
-        &self,
-        s: &'s mut Session,
-        tokens: &[u32],
-        want: Logits,
-    ) -> Result<&'s [f32]> {
+    pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
         self.check_pass(&s.cache, tokens)?;
-        let Session {
-            cache,
-            scratch,
-            logits,
-        } = s;
-        self.pass(
-            scratch,
-            &mut [Seq {
-                cache,
-                logits,
-                tokens,
-                want,
-            }],
-        );
+        let Session { cache, scratch, logits } = s;
+        self.pass(scratch, &mut [Seq { cache, logits, tokens, want }]);
         Ok(&s.logits)
     }
 
@@ -218,20 +195,13 @@ impl Model {
             self.check_pass(&sp.session.cache, sp.tokens)?;
         }
         if seqs.len() > 1 && seqs.iter().any(|sp| sp.want == Logits::Hidden) {
-            return Err(ModelError::Invalid(
-                "hidden states are read in a pass of their own sequence".into(),
-            ));
+            return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
         }
         let mut parts: Vec<Seq<'_>> = seqs
             .iter_mut()
             .map(|sp| {
                 let Session { cache, logits, .. } = &mut *sp.session;
-                Seq {
-                    cache,
-                    logits,
-                    tokens: sp.tokens,
-                    want: sp.want,
-                }
+                Seq { cache, logits, tokens: sp.tokens, want: sp.want }
             })
             .collect();
         if !parts.is_empty() {
@@ -243,15 +213,10 @@ impl Model {
     fn check_pass(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() {
-            return Err(ModelError::Invalid(
-                "a pass needs at least one token".into(),
-            ));
+            return Err(ModelError::Invalid("a pass needs at least one token".into()));
         }
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
-            return Err(ModelError::BadToken {
-                id,
-                n_vocab: c.n_vocab,
-            });
+            return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
         }
         cache.reserve(tokens.len())?;
         Ok(())
@@ -303,14 +268,9 @@ impl Model {
         }
 
         // Token embeddings.
-        let scale = if c.opts.embed_scale {
-            (e as f32).sqrt()
-        } else {
-            1.0
-        };
+        let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
         sc.ids.clear();
-        sc.ids
-            .extend(seqs.iter().flat_map(|q| q.tokens.iter().copied()));
+        sc.ids.extend(seqs.iter().flat_map(|q| q.tokens.iter().copied()));
         let ids = &sc.ids;
         pool.rows_mut(&mut sc.x[..t * e], e, |j, row| {
             ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(ids[j] as usize), row)
@@ -347,12 +307,7 @@ impl Model {
                 let n_ctx = q.cache.n_ctx();
                 for _ in q.tokens {
                     let at = (variant * t + j) * max_half;
-                    table.angles(
-                        sc.pos[j],
-                        n_ctx,
-                        &mut sc.cos[at..at + half],
-                        &mut sc.sin[at..at + half],
-                    );
+                    table.angles(sc.pos[j], n_ctx, &mut sc.cos[at..at + half], &mut sc.sin[at..at + half]);
                     j += 1;
                 }
             }
@@ -369,28 +324,14 @@ impl Model {
             // One dispatch for the three: a decoded token pays for each fork/join.
             match (&l.wk, &l.wv) {
                 (Some(wk), Some(wv)) => {
-                    let [aq, ak, av] =
-                        sc.acts
-                            .get_many(pool, [l.wq.input, wk.input, wv.input], &sc.h, t, e);
+                    let [aq, ak, av] = sc.acts.get_many(pool, [l.wq.input, wk.input, wv.input], &sc.h, t, e);
                     matmul_many(
                         pool,
                         t,
                         [
-                            Product {
-                                w: &l.wq,
-                                acts: aq,
-                                out: &mut sc.q,
-                            },
-                            Product {
-                                w: wk,
-                                acts: ak,
-                                out: &mut sc.k,
-                            },
-                            Product {
-                                w: wv,
-                                acts: av,
-                                out: &mut sc.v,
-                            },
+                            Product { w: &l.wq, acts: aq, out: &mut sc.q },
+                            Product { w: wk, acts: ak, out: &mut sc.k },
+                            Product { w: wv, acts: av, out: &mut sc.v },
                         ],
                     );
                 }
@@ -399,40 +340,17 @@ impl Model {
                     matmul_many(
                         pool,
                         t,
-                        [
-                            Product {
-                                w: &l.wq,
-                                acts: aq,
-                                out: &mut sc.q,
-                            },
-                            Product {
-                                w: wk,
-                                acts: ak,
-                                out: &mut sc.k,
-                            },
-                        ],
+                        [Product { w: &l.wq, acts: aq, out: &mut sc.q }, Product { w: wk, acts: ak, out: &mut sc.k }],
                     );
                     // Values are the keys before their norm (gemma4's attention_k_eq_v).
                     sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
                 }
-                (None, _) => matmul(
-                    pool,
-                    &l.wq,
-                    sc.acts.get(pool, l.wq.input, &sc.h, t, e),
-                    t,
-                    &mut sc.q,
-                ),
+                (None, _) => matmul(pool, &l.wq, sc.acts.get(pool, l.wq.input, &sc.h, t, e), t, &mut sc.q),
             }
             let own = l.wk.is_some();
-            for (buf, bias, width) in [
-                (&mut sc.q, &l.bq, qw),
-                (&mut sc.k, &l.bk, kw),
-                (&mut sc.v, &l.bv, vw),
-            ] {
+            for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
                 if let Some(b) = bias {
-                    buf[..t * width]
-                        .chunks_mut(width)
-                        .for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                    buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
                 }
             }
             let half = c.ropes[lc.rope].n_rot / 2;
@@ -445,12 +363,7 @@ impl Model {
                         if let Some(n) = norm {
                             ops::rms_norm_inplace(head, n, c.rms_eps);
                         }
-                        ops::rope_apply(
-                            head,
-                            c.opts.rope,
-                            &cos[at..at + half],
-                            &sin[at..at + half],
-                        );
+                        ops::rope_apply(head, c.opts.rope, &cos[at..at + half], &sin[at..at + half]);
                     }
                 });
             };
@@ -459,8 +372,7 @@ impl Model {
                 rope_rows(&mut sc.k, &l.k_norm, kw);
                 if c.opts.value_norm {
                     pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
-                        row.chunks_mut(hv)
-                            .for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
+                        row.chunks_mut(hv).for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
                     });
                 }
             }
@@ -479,12 +391,7 @@ impl Model {
                     let (n, start) = (q.tokens.len(), q.cache.len());
                     for j in 0..n {
                         let r = r0 + j;
-                        q.cache.write(
-                            ci,
-                            start + j,
-                            &sc.k[r * kw..(r + 1) * kw],
-                            &sc.v[r * vw..(r + 1) * vw],
-                        );
+                        q.cache.write(ci, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
                     }
                     r0 += n;
                 }
@@ -532,22 +439,8 @@ impl Model {
                 t = n_out;
             }
             sc.acts.invalidate();
-            matmul(
-                pool,
-                &l.wo,
-                sc.acts.get(pool, l.wo.input, &sc.att, t, aw),
-                t,
-                &mut sc.o,
-            );
-            residual_add(
-                pool,
-                &mut sc.x,
-                &mut sc.o,
-                l.post_attn_norm.as_deref(),
-                c.rms_eps,
-                e,
-                t,
-            );
+            matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, aw), t, &mut sc.o);
+            residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
 
             // Feed-forward block: dense, a mixture, or both side by side.
             norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
@@ -560,9 +453,7 @@ impl Model {
                     // Beside a dense block (gemma4): each normed on its own,
                     // the router reading the scaled residual.
                     if let Some(n) = &x.post_norm_dense {
-                        pool.rows_mut(&mut sc.o[..t * e], e, |_, row| {
-                            ops::rms_norm_inplace(row, n, c.rms_eps)
-                        });
+                        pool.rows_mut(&mut sc.o[..t * e], e, |_, row| ops::rms_norm_inplace(row, n, c.rms_eps));
                     }
                     let inv = 1.0 / (e as f32).sqrt();
                     let rs = x.router_scale.as_deref().expect("bound with the mixture");
@@ -581,8 +472,7 @@ impl Model {
                         e,
                         t,
                     );
-                    sc.moe
-                        .experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
+                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
                     let post = x.post_norm.as_deref().expect("bound with the mixture");
                     let o = SyncPtr(sc.o.as_mut_ptr());
                     pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
@@ -593,19 +483,10 @@ impl Model {
                     });
                 } else {
                     sc.moe.route(pool, &x.router, &sc.h, t, e, m);
-                    sc.moe
-                        .experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o);
+                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o);
                 }
             }
-            residual_add(
-                pool,
-                &mut sc.x,
-                &mut sc.o,
-                l.post_ffn_norm.as_deref(),
-                c.rms_eps,
-                e,
-                t,
-            );
+            residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
             if let Some(p) = &l.per_layer {
                 self.per_layer_block(p, il, sc, t);
             }
@@ -629,13 +510,7 @@ impl Model {
             let out = w.output();
             sc.logits.resize(n * c.n_vocab, 0.0);
             sc.acts.invalidate();
-            matmul(
-                pool,
-                out,
-                sc.acts.get(pool, out.input, &sc.h, n, e),
-                n,
-                &mut sc.logits,
-            );
+            matmul(pool, out, sc.acts.get(pool, out.input, &sc.h, n, e), n, &mut sc.logits);
             if let Some(cap) = c.logit_softcap {
                 pool.rows_mut(&mut sc.logits[..n * c.n_vocab], c.n_vocab, |_, row| {
                     row.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
@@ -659,8 +534,7 @@ impl Model {
                 Logits::All | Logits::Hidden => q.tokens.len(),
             };
             q.logits.clear();
-            q.logits
-                .extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
+            q.logits.extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
             at += rows;
         }
     }
@@ -670,29 +544,17 @@ impl Model {
         let (pool, e) = (&self.pool, self.config.n_embd);
         sc.acts.invalidate();
         // The activation rides in the products' dispatch, on rows still in cache.
-        let [a_gate, a_up] = sc
-            .acts
-            .get_many(pool, [f.gate.input, f.up.input], &sc.h, t, e);
+        let [a_gate, a_up] = sc.acts.get_many(pool, [f.gate.input, f.up.input], &sc.h, t, e);
         matmul_gated(
             pool,
             t,
-            Product {
-                w: &f.gate,
-                acts: a_gate,
-                out: &mut sc.gate,
-            },
+            Product { w: &f.gate, acts: a_gate, out: &mut sc.gate },
             &f.up,
             a_up,
             activation(self.config.opts.activation),
         );
         sc.acts.invalidate();
-        matmul(
-            pool,
-            &f.down,
-            sc.acts.get(pool, f.down.input, &sc.gate, t, f.gate.rows),
-            t,
-            &mut sc.o,
-        );
+        matmul(pool, &f.down, sc.acts.get(pool, f.down.input, &sc.gate, t, f.gate.rows), t, &mut sc.o);
     }
 
     /// gemma4's per-layer inputs of the pass, before the first layer: each
@@ -705,21 +567,11 @@ impl Model {
         let (e, npl) = (c.n_embd, c.n_embd_per_layer);
         let width = c.n_layer * npl;
         sc.acts.invalidate();
-        matmul(
-            pool,
-            &pe.model_proj,
-            sc.acts.get(pool, pe.model_proj.input, &sc.x, t, e),
-            t,
-            &mut sc.per_layer,
-        );
-        let (proj_scale, tok_scale, sum_scale) = (
-            1.0 / (e as f32).sqrt(),
-            (npl as f32).sqrt(),
-            std::f32::consts::FRAC_1_SQRT_2,
-        );
+        matmul(pool, &pe.model_proj, sc.acts.get(pool, pe.model_proj.input, &sc.x, t, e), t, &mut sc.per_layer);
+        let (proj_scale, tok_scale, sum_scale) =
+            (1.0 / (e as f32).sqrt(), (npl as f32).sqrt(), std::f32::consts::FRAC_1_SQRT_2);
         let ids = &sc.ids;
-        self.per_layer_rows_read
-            .fetch_add(t, std::sync::atomic::Ordering::Relaxed);
+        self.per_layer_rows_read.fetch_add(t, std::sync::atomic::Ordering::Relaxed);
         let tok = SyncPtr(sc.per_layer_tok.as_mut_ptr());
         pool.rows_mut(&mut sc.per_layer[..t * width], width, |j, row| {
             // SAFETY: row j of the token rows belongs to the task of row j alone.
@@ -729,9 +581,7 @@ impl Model {
             for (p, tk) in row.chunks_mut(npl).zip(tok.chunks(npl)) {
                 p.iter_mut().for_each(|v| *v *= proj_scale);
                 ops::rms_norm_inplace(p, &pe.proj_norm, c.rms_eps);
-                p.iter_mut()
-                    .zip(tk)
-                    .for_each(|(v, k)| *v = (*v + k * tok_scale) * sum_scale);
+                p.iter_mut().zip(tk).for_each(|(v, k)| *v = (*v + k * tok_scale) * sum_scale);
             }
         });
     }
@@ -742,38 +592,14 @@ impl Model {
         let (e, npl) = (c.n_embd, c.n_embd_per_layer);
         let width = c.n_layer * npl;
         sc.acts.invalidate();
-        matmul(
-            pool,
-            &p.gate,
-            sc.acts.get(pool, p.gate.input, &sc.x, t, e),
-            t,
-            &mut sc.h,
-        );
+        matmul(pool, &p.gate, sc.acts.get(pool, p.gate.input, &sc.x, t, e), t, &mut sc.h);
         let (g, inputs) = (&sc.h, &sc.per_layer);
         pool.rows_mut(&mut sc.gate[..t * npl], npl, |j, out| {
-            ops::gelu_mul(
-                out,
-                &g[j * npl..(j + 1) * npl],
-                &inputs[j * width + il * npl..j * width + (il + 1) * npl],
-            );
+            ops::gelu_mul(out, &g[j * npl..(j + 1) * npl], &inputs[j * width + il * npl..j * width + (il + 1) * npl]);
         });
         sc.acts.invalidate();
-        matmul(
-            pool,
-            &p.proj,
-            sc.acts.get(pool, p.proj.input, &sc.gate, t, npl),
-            t,
-            &mut sc.o,
-        );
-        residual_add(
-            pool,
-            &mut sc.x,
-            &mut sc.o,
-            Some(&p.post_norm),
-            c.rms_eps,
-            e,
-            t,
-        );
+        matmul(pool, &p.proj, sc.acts.get(pool, p.proj.input, &sc.gate, t, npl), t, &mut sc.o);
+        residual_add(pool, &mut sc.x, &mut sc.o, Some(&p.post_norm), c.rms_eps, e, t);
     }
 }
 
@@ -804,25 +630,11 @@ impl MoeScratch {
     /// (ties to the lower expert), their weights normalised to sum to one as
     /// llama.cpp's `build_moe_ffn` does (the sum clamped below at f16's
     /// smallest normal), then grouped by expert.
-    fn route(
-        &mut self,
-        pool: &Pool,
-        router: &Matrix,
-        x: &[f32],
-        t: usize,
-        e: usize,
-        m: &MoeConfig,
-    ) {
+    fn route(&mut self, pool: &Pool, router: &Matrix, x: &[f32], t: usize, e: usize, m: &MoeConfig) {
         let ne = m.n_expert;
         self.logits.resize(t * ne, 0.0);
         self.acts.invalidate();
-        matmul(
-            pool,
-            router,
-            self.acts.get(pool, router.input, x, t, e),
-            t,
-            &mut self.logits,
-        );
+        matmul(pool, router, self.acts.get(pool, router.input, x, t, e), t, &mut self.logits);
         self.chosen.clear();
         self.by_expert.resize_with(ne, Vec::new);
         self.by_expert.iter_mut().for_each(Vec::clear);
@@ -839,11 +651,7 @@ impl MoeScratch {
             order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
             let top = &order[..m.n_used];
             let total: f32 = top.iter().map(|&i| row[i as usize]).sum();
-            let div = if m.norm_weights {
-                total.max(6.103_515_6e-5)
-            } else {
-                1.0
-            };
+            let div = if m.norm_weights { total.max(6.103_515_6e-5) } else { 1.0 };
             for &i in top {
                 let wgt = row[i as usize] / div * m.weights_scale;
                 self.chosen.push((i, wgt));
@@ -874,14 +682,7 @@ impl MoeScratch {
         out: &mut [f32],
     ) {
         out[..t * e].iter_mut().for_each(|v| *v = 0.0);
-        let MoeScratch {
-            by_expert,
-            xs,
-            gx,
-            ys,
-            acts,
-            ..
-        } = self;
+        let MoeScratch { by_expert, xs, gx, ys, acts, .. } = self;
         // The chosen rows, grouped by expert, back to back.
         let total: usize = by_expert.iter().map(Vec::len).sum();
         if total == 0 {
@@ -931,12 +732,7 @@ impl MoeScratch {
             let n = rows.len();
             let (o, r) = std::mem::take(&mut rest).split_at_mut(n * e);
             rest = r;
-            parts.push(Part {
-                w: &x.down[ei],
-                acts: &a_down[at * db..(at + n) * db],
-                t: n,
-                out: o,
-            });
+            parts.push(Part { w: &x.down[ei], acts: &a_down[at * db..(at + n) * db], t: n, out: o });
             at += n;
         }
         matmul_set(pool, &mut parts);
@@ -946,9 +742,7 @@ impl MoeScratch {
             let s = x.down_scale.as_ref().map_or(1.0, |s| s[ei]);
             for &(j, wgt) in rows {
                 let dst = &mut out[j as usize * e..(j as usize + 1) * e];
-                dst.iter_mut()
-                    .zip(&ys[at * e..(at + 1) * e])
-                    .for_each(|(o, y)| *o += y * s * wgt);
+                dst.iter_mut().zip(&ys[at * e..(at + 1) * e]).for_each(|(o, y)| *o += y * s * wgt);
                 at += 1;
             }
         }
@@ -956,9 +750,7 @@ impl MoeScratch {
 }
 
 fn norm_rows(pool: &Pool, x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {
-    pool.rows_mut(&mut out[..t * width], width, |j, o| {
-        ops::rms_norm(&x[j * width..(j + 1) * width], w, eps, o)
-    });
+    pool.rows_mut(&mut out[..t * width], width, |j, o| ops::rms_norm(&x[j * width..(j + 1) * width], w, eps, o));
 }
 
 /// `x += norm(o)` (or `x += o` without a post-norm).

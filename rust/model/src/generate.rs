@@ -62,13 +62,7 @@ struct ThoughtWatch {
 
 impl ThoughtWatch {
     fn new(cfg: ThoughtBudget) -> ThoughtWatch {
-        ThoughtWatch {
-            in_thought: cfg.in_thought,
-            cfg,
-            spent: false,
-            count: 0,
-            tail: Vec::new(),
-        }
+        ThoughtWatch { in_thought: cfg.in_thought, cfg, spent: false, count: 0, tail: Vec::new() }
     }
 
     fn saw(&mut self, piece: &[u8]) {
@@ -76,9 +70,7 @@ impl ThoughtWatch {
             return;
         }
         self.tail.extend_from_slice(piece);
-        let contains = |hay: &[u8], needle: &[u8]| {
-            !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
-        };
+        let contains = |hay: &[u8], needle: &[u8]| !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle);
         if !self.in_thought {
             if contains(&self.tail, &self.cfg.opener) {
                 // Counting starts after the token that completes the opener.
@@ -140,10 +132,7 @@ pub struct Slot {
 
 impl Slot {
     pub fn new(session: Session) -> Slot {
-        Slot {
-            session,
-            tokens: Vec::new(),
-        }
+        Slot { session, tokens: Vec::new() }
     }
 
     /// Cuts the cache back to the longest prefix it shares with `prompt` that
@@ -152,12 +141,7 @@ impl Slot {
     /// sliding-window ring that no longer holds what the cut point needs
     /// gives 0: the prompt is read again from the start.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let want = common.min(prompt.len().saturating_sub(1));
         let kept = self.session.cache.truncate(want);
         self.tokens.truncate(kept);
@@ -188,9 +172,7 @@ impl Draws {
         let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
         let decoder = model.tokenizer.stream_decoder();
         let (matcher, lazy) = match (&params.grammar, &params.grammar_trigger) {
-            (Some(g), Some(trigger)) if !trigger.is_empty() => {
-                (None, Some((g.clone(), trigger.clone(), Vec::new())))
-            }
+            (Some(g), Some(trigger)) if !trigger.is_empty() => (None, Some((g.clone(), trigger.clone(), Vec::new()))),
             (g, _) => (g.clone().map(Matcher::new), None),
         };
         if params.grammar.is_some() {
@@ -198,30 +180,16 @@ impl Draws {
             model.token_index();
         }
         let thought = params.thought_budget.clone().map(ThoughtWatch::new);
-        Ok(Draws {
-            sampler,
-            decoder,
-            matcher,
-            lazy,
-            thought,
-            params,
-            n_generated: 0,
-            done: false,
-        })
+        Ok(Draws { sampler, decoder, matcher, lazy, thought, params, n_generated: 0, done: false })
     }
 
     /// Starts a lazy grammar once the output holds its trigger: the grammar
     /// reads from the trigger on. Output the grammar refuses after the
     /// trigger (in the same token) leaves the generation unconstrained.
     fn watch_trigger(&mut self, piece: &[u8]) -> Result<()> {
-        let Some((g, trigger, tail)) = &mut self.lazy else {
-            return Ok(());
-        };
+        let Some((g, trigger, tail)) = &mut self.lazy else { return Ok(()) };
         tail.extend_from_slice(piece);
-        if let Some(at) = tail
-            .windows(trigger.len())
-            .position(|w| w == trigger.as_slice())
-        {
+        if let Some(at) = tail.windows(trigger.len()).position(|w| w == trigger.as_slice()) {
             let mut m = Matcher::new(g.clone());
             if m.advance(&tail[at..])? {
                 self.matcher = Some(m);
@@ -236,19 +204,10 @@ impl Draws {
     /// Masks what the grammar refuses. The end of the turn stays drawable
     /// only where the document may end; `ignore_eos` has already masked it.
     fn constrain(&self, model: &Model, logits: &mut [f32]) -> Result<()> {
-        let Some(m) = &self.matcher else {
-            return Ok(());
-        };
+        let Some(m) = &self.matcher else { return Ok(()) };
         let tok = &model.tokenizer;
         let keep_eog = m.is_accepting() && !self.params.ignore_eos;
-        let eog: Vec<f32> = if keep_eog {
-            tok.eog_ids()
-                .iter()
-                .map(|&id| logits[id as usize])
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let eog: Vec<f32> = if keep_eog { tok.eog_ids().iter().map(|&id| logits[id as usize]).collect() } else { Vec::new() };
         let mask = m.mask(model.token_index())?;
         mask.apply(logits);
         for (&id, &l) in tok.eog_ids().iter().zip(&eog) {
@@ -256,8 +215,7 @@ impl Draws {
         }
         if mask.count() == 0 && !keep_eog {
             return Err(ModelError::Invalid(
-                "the grammar cannot go on: no token of the vocabulary continues the document"
-                    .into(),
+                "the grammar cannot go on: no token of the vocabulary continues the document".into(),
             ));
         }
         Ok(())
@@ -265,12 +223,7 @@ impl Draws {
 
     /// The next step from `logits` (which the draw may mask); `None` once
     /// stopped. `ctx_full`: the session has no room to feed the token back.
-    pub(crate) fn draw(
-        &mut self,
-        model: &Model,
-        logits: &mut [f32],
-        ctx_full: bool,
-    ) -> Result<Option<Step>> {
+    pub(crate) fn draw(&mut self, model: &Model, logits: &mut [f32], ctx_full: bool) -> Result<Option<Step>> {
         if self.done {
             return Ok(None);
         }
@@ -285,14 +238,8 @@ impl Draws {
             }
         }
         // Probabilities are the model's own softmax, before the samplers' transforms.
-        let top = if self.params.n_probs > 0 {
-            ember_sample::top_logprobs(logits, self.params.n_probs)
-        } else {
-            Vec::new()
-        };
-        let logprob_of = |logits: &[f32], token| {
-            (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token))
-        };
+        let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(logits, self.params.n_probs) } else { Vec::new() };
+        let logprob_of = |logits: &[f32], token| (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token));
         let (token, logprob) = if self.matcher.is_some() {
             // The reported probability stays the model's, so it is read before masking.
             let raw: Option<Vec<f32>> = (self.params.n_probs > 0).then(|| logits.to_vec());
@@ -313,9 +260,7 @@ impl Draws {
         } else {
             if let Some(m) = &mut self.matcher {
                 if !m.advance(tok.token_to_piece(token, false))? {
-                    return Err(ModelError::Invalid(format!(
-                        "token {token} was drawn against the grammar"
-                    )));
+                    return Err(ModelError::Invalid(format!("token {token} was drawn against the grammar")));
                 }
             } else {
                 self.watch_trigger(tok.token_to_piece(token, false))?;
@@ -338,22 +283,14 @@ impl Draws {
             text.push_str(&self.decoder.flush());
             self.done = true;
         }
-        Ok(Some(Step {
-            token,
-            text,
-            stop,
-            logprob,
-            top,
-        }))
+        Ok(Some(Step { token, text, stop, logprob, top }))
     }
 
     /// The tokens the grammar forces next, from its forced bytes tokenized as
     /// text; the last token is dropped unless the document ends there (it
     /// might have merged with what follows).
     fn grammar_forced(&self, model: &Model) -> Result<Vec<u32>> {
-        let Some(m) = &self.matcher else {
-            return Ok(Vec::new());
-        };
+        let Some(m) = &self.matcher else { return Ok(Vec::new()) };
         let forced = m.forced_bytes(4 * MAX_FORCED_RUN)?;
         let text = match std::str::from_utf8(&forced) {
             Ok(t) => t,
@@ -391,9 +328,7 @@ impl Draws {
     /// and the last token dropped unless the document ends there: it might
     /// have merged with what follows.
     pub(crate) fn forced_steps(&mut self, model: &Model, room: usize) -> Result<Vec<Step>> {
-        let room = room
-            .min(MAX_FORCED_RUN)
-            .min(self.params.max_tokens.saturating_sub(self.n_generated));
+        let room = room.min(MAX_FORCED_RUN).min(self.params.max_tokens.saturating_sub(self.n_generated));
         if self.done || room == 0 {
             return Ok(Vec::new());
         }
@@ -429,13 +364,7 @@ impl Draws {
                 text.push_str(&self.decoder.flush());
                 self.done = true;
             }
-            steps.push(Step {
-                token: id,
-                text,
-                stop,
-                logprob: None,
-                top: Vec::new(),
-            });
+            steps.push(Step { token: id, text, stop, logprob: None, top: Vec::new() });
             if stop.is_some() {
                 break;
             }
@@ -459,24 +388,14 @@ pub struct Generation {
 
 impl Generation {
     /// Reads `prompt` into a fresh session and readies the first draw.
-    pub fn new(
-        model: Arc<Model>,
-        mut session: Session,
-        prompt: &[u32],
-        params: GenerateParams,
-    ) -> Result<Generation> {
+    pub fn new(model: Arc<Model>, mut session: Session, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
         session.cache.clear();
         Generation::resume(model, Slot::new(session), prompt, params)
     }
 
     /// Reads `prompt` into the slot, reusing the prefix its cache shares with
     /// the prompt, and readies the first draw.
-    pub fn resume(
-        model: Arc<Model>,
-        mut slot: Slot,
-        prompt: &[u32],
-        params: GenerateParams,
-    ) -> Result<Generation> {
+    pub fn resume(model: Arc<Model>, mut slot: Slot, prompt: &[u32], params: GenerateParams) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(ModelError::Invalid("the prompt is empty".into()));
         }
@@ -484,16 +403,7 @@ impl Generation {
         let n_cached = slot.reuse_prefix(prompt);
         let mut session = slot.session;
         let logits = model.prefill(&mut session, &prompt[n_cached..], Logits::Last)?;
-        Ok(Generation {
-            model,
-            session,
-            fed: prompt.to_vec(),
-            n_cached,
-            draws,
-            logits,
-            n_prompt: prompt.len(),
-            ready: VecDeque::new(),
-        })
+        Ok(Generation { model, session, fed: prompt.to_vec(), n_cached, draws, logits, n_prompt: prompt.len(), ready: VecDeque::new() })
     }
 
     /// Prompt positions taken from the cache instead of read.
@@ -515,9 +425,7 @@ impl Generation {
         }
         let n_ctx = self.session.cache.n_ctx();
         let ctx_full = self.session.len() >= n_ctx;
-        let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full)? else {
-            return Ok(None);
-        };
+        let Some(step) = self.draws.draw(&self.model, &mut self.logits, ctx_full)? else { return Ok(None) };
         if step.stop.is_none() {
             let room = n_ctx.saturating_sub(self.session.len() + 1);
             let forced = self.draws.forced_steps(&self.model, room)?;
@@ -543,9 +451,6 @@ impl Generation {
     /// Gives the session back with the tokens its cache holds, for the next
     /// request to reuse.
     pub fn into_slot(self) -> Slot {
-        Slot {
-            session: self.session,
-            tokens: self.fed,
-        }
+        Slot { session: self.session, tokens: self.fed }
     }
 }

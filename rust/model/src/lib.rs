@@ -71,24 +71,12 @@ impl Model {
         }
         let weights = weights::bind(&file, &config, !opts.no_repack)?;
         if !weights.unread.is_empty() {
-            return Err(ModelError::UnreadTensors {
-                arch: config.arch.name(),
-                names: weights.unread.clone(),
-            });
+            return Err(ModelError::UnreadTensors { arch: config.arch.name(), names: weights.unread.clone() });
         }
-        let rope_tables = config
-            .ropes
-            .iter()
-            .map(|r| rope::RopeTable::new(r, &weights))
-            .collect::<Result<Vec<_>>>()?;
-        let n_threads = if opts.threads == 0 {
-            physical_cores()
-        } else {
-            opts.threads
-        };
-        let pool = pool::Pool::new(n_threads).map_err(|e| {
-            ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}"))
-        })?;
+        let rope_tables = config.ropes.iter().map(|r| rope::RopeTable::new(r, &weights)).collect::<Result<Vec<_>>>()?;
+        let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
+        let pool = pool::Pool::new(n_threads)
+            .map_err(|e| ModelError::Invalid(format!("cannot start {n_threads} worker threads: {e}")))?;
         Ok(Model {
             config,
             tokenizer,
@@ -112,8 +100,7 @@ impl Model {
 
     /// Rows of the per-layer token table that passes have read (0 without one).
     pub fn per_layer_rows_read(&self) -> usize {
-        self.per_layer_rows_read
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.per_layer_rows_read.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Tensors in the file that this architecture never read.
@@ -142,9 +129,7 @@ impl Model {
 /// Physical cores, not hardware threads: two threads on one core fight over
 /// the same vector units and gain nothing on these kernels.
 pub fn physical_cores() -> usize {
-    let logical = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     #[cfg(target_os = "linux")]
     if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
         let mut cores = std::collections::BTreeSet::new();

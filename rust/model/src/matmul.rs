@@ -55,11 +55,7 @@ impl Acts {
             self.quantize(pool, act, x, t, k);
         }
         acts.map(|act| {
-            let e = self
-                .entries
-                .iter()
-                .find(|e| e.0 == act)
-                .expect("quantized above");
+            let e = self.entries.iter().find(|e| e.0 == act).expect("quantized above");
             &e.1[..]
         })
     }
@@ -80,9 +76,7 @@ impl Acts {
             }
             .expect("row width checked when the weights were bound");
             e.1.resize(rb * t, 0);
-            pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| {
-                quantize_into(act, &x[j * k..(j + 1) * k], dst)
-            });
+            pool.rows_mut(&mut e.1[..rb * t], rb, |j, dst| quantize_into(act, &x[j * k..(j + 1) * k], dst));
             e.2 = true;
         }
     }
@@ -98,15 +92,9 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
         ActFormat::File(a) => a,
     };
     match act {
-        ActType::Q8_0 => {
-            ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind")
-        }
-        ActType::Q8_1 => {
-            ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind")
-        }
-        ActType::Q8_K => {
-            ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind")
-        }
+        ActType::Q8_0 => ember_quant::quantize_row_q8_0(src, dst).expect("row width checked at bind"),
+        ActType::Q8_1 => ember_quant::quantize_row_q8_1(src, dst).expect("row width checked at bind"),
+        ActType::Q8_K => ember_quant::quantize_row_q8_K(src, dst).expect("row width checked at bind"),
         ActType::F32 => {
             for (o, v) in dst.chunks_exact_mut(4).zip(src) {
                 o.copy_from_slice(&v.to_le_bytes());
@@ -119,11 +107,7 @@ fn quantize_into(act: ActFormat, src: &[f32], dst: &mut [u8]) {
         }
         ActType::BF16 => {
             for (o, &v) in dst.chunks_exact_mut(2).zip(src) {
-                o.copy_from_slice(
-                    &ember_quant::blocks::float::fp32_to_bf16(v)
-                        .to_bits()
-                        .to_le_bytes(),
-                );
+                o.copy_from_slice(&ember_quant::blocks::float::fp32_to_bf16(v).to_bits().to_le_bytes());
             }
         }
     }
@@ -147,12 +131,7 @@ pub struct Product<'a> {
 /// read the same input (q, k and v) need not wait for one another.
 pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>; N]) {
     let parts = products.map(|p| {
-        assert!(
-            p.out.len() >= t * p.w.rows,
-            "output of {} for {t} columns of {} rows",
-            p.out.len(),
-            p.w.rows
-        );
+        assert!(p.out.len() >= t * p.w.rows, "output of {} for {t} columns of {} rows", p.out.len(), p.w.rows);
         (Operand::new(p.w, p.acts, t), SyncPtr(p.out.as_mut_ptr()))
     });
     let task_rows = parts.each_ref().map(|(p, _)| task_rows(pool, p.w, t));
@@ -167,33 +146,19 @@ pub fn matmul_many<const N: usize>(pool: &Pool, t: usize, products: [Product<'_>
     // thread works in the same chunk, and a tile of weights is read once
     // per chunk instead of all columns once per tile.
     let widest = parts.iter().map(|(p, _)| p.stride).max().unwrap_or(0);
-    let chunk = (COL_CHUNK_BYTES / widest.max(1))
-        .next_multiple_of(MAX_TILE_COLS)
-        .min(t)
-        .max(1);
+    let chunk = (COL_CHUNK_BYTES / widest.max(1)).next_multiple_of(MAX_TILE_COLS).min(t).max(1);
     let n_chunks = t.div_ceil(chunk);
     pool.for_each(n_items * n_chunks, |item| {
         let (c, item) = (item / n_items, item % n_items);
         let cols = c * chunk..((c + 1) * chunk).min(t);
-        let i = first_item
-            .iter()
-            .rposition(|&f| f <= item)
-            .expect("item 0 starts product 0");
+        let i = first_item.iter().rposition(|&f| f <= item).expect("item 0 starts product 0");
         let (p, out) = &parts[i];
         let start = (item - first_item[i]) * task_rows[i];
         let r = start..(start + task_rows[i]).min(p.w.rows);
         // SAFETY: each item is handed out once, the items of a product cover
         // disjoint (row range, column chunk) pairs, and `out` holds every
         // column of every row.
-        unsafe {
-            product_rows(
-                p,
-                r.clone(),
-                cols.clone(),
-                out.get().add(cols.start * p.w.rows + r.start),
-                p.w.rows,
-            )
-        };
+        unsafe { product_rows(p, r.clone(), cols.clone(), out.get().add(cols.start * p.w.rows + r.start), p.w.rows) };
     });
 }
 
@@ -212,18 +177,7 @@ pub fn matmul_gated(
     combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
 ) {
     let Product { w, acts, out } = gate;
-    matmul_gated_set(
-        pool,
-        &mut [GatedPart {
-            gate: w,
-            gate_acts: acts,
-            up,
-            up_acts,
-            t,
-            out,
-        }],
-        combine,
-    );
+    matmul_gated_set(pool, &mut [GatedPart { gate: w, gate_acts: acts, up, up_acts, t, out }], combine);
 }
 
 /// One gated product of a set: `t` columns of its own, `out` `t` rows of
@@ -240,11 +194,7 @@ pub struct GatedPart<'a> {
 /// Several [`matmul_gated`] products, each over its own columns, in one
 /// dispatch: a mixture's chosen experts, which a decoded token would
 /// otherwise pay a fork/join each for.
-pub fn matmul_gated_set(
-    pool: &Pool,
-    parts: &mut [GatedPart<'_>],
-    combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
-) {
+pub fn matmul_gated_set(pool: &Pool, parts: &mut [GatedPart<'_>], combine: impl Fn(&mut [f32], &[f32], &[f32]) + Sync) {
     struct Job<'a> {
         gate: Operand<'a>,
         up: Operand<'a>,
@@ -261,19 +211,10 @@ pub fn matmul_gated_set(
         .map(|p| {
             let (rows, t) = (p.gate.rows, p.t);
             assert_eq!(p.up.rows, rows, "gate and up products of different heights");
-            assert!(
-                p.out.len() >= t * rows,
-                "output of {} for {t} columns of {rows} rows",
-                p.out.len()
-            );
-            let (gate, up) = (
-                Operand::new(p.gate, p.gate_acts, t),
-                Operand::new(p.up, p.up_acts, t),
-            );
+            assert!(p.out.len() >= t * rows, "output of {} for {t} columns of {rows} rows", p.out.len());
+            let (gate, up) = (Operand::new(p.gate, p.gate_acts, t), Operand::new(p.up, p.up_acts, t));
             // A cut that suits both; a packed matrix needs runs that start on a group.
-            let chunk = task_rows(pool, gate.w, t)
-                .max(task_rows(pool, up.w, t))
-                .next_multiple_of(GROUP);
+            let chunk = task_rows(pool, gate.w, t).max(task_rows(pool, up.w, t)).next_multiple_of(GROUP);
             // Up to one group of columns: long runs of rows, as a product alone has.
             // More: the product's own tiles, in column groups that fill the buffers.
             let (run_rows, col_block) = match t {
@@ -284,28 +225,12 @@ pub fn matmul_gated_set(
             };
             first.push(n_items);
             n_items += rows.div_ceil(chunk);
-            Job {
-                gate,
-                up,
-                out: SyncPtr(p.out.as_mut_ptr()),
-                t,
-                chunk,
-                run_rows,
-                col_block,
-            }
+            Job { gate, up, out: SyncPtr(p.out.as_mut_ptr()), t, chunk, run_rows, col_block }
         })
         .collect();
     pool.for_each(n_items, |item| {
         let i = first.partition_point(|&f| f <= item) - 1;
-        let Job {
-            gate,
-            up,
-            out,
-            t,
-            chunk,
-            run_rows,
-            col_block,
-        } = &jobs[i];
+        let Job { gate, up, out, t, chunk, run_rows, col_block } = &jobs[i];
         let (rows, c) = (gate.w.rows, item - first[i]);
         // Left uninitialised: every element read is first written by
         // `product_rows` (zeroing them would cost a decode task a few percent).
@@ -327,8 +252,7 @@ pub fn matmul_gated_set(
                     product_rows(gate, r.clone(), cols.clone(), g, n);
                     product_rows(up, r.clone(), cols.clone(), u, n);
                     for (jj, j) in cols.enumerate() {
-                        let dst =
-                            std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
+                        let dst = std::slice::from_raw_parts_mut(out.get().add(j * rows + r.start), n);
                         let g = std::slice::from_raw_parts(g.add(jj * n), n);
                         let u = std::slice::from_raw_parts(u.add(jj * n), n);
                         combine(dst, g, u);
@@ -373,33 +297,16 @@ pub fn matmul_set(pool: &Pool, parts: &mut [Part<'_>]) {
             );
             let op = Operand::new(p.w, p.acts, p.t);
             let task_rows = task_rows(pool, p.w, p.t);
-            let chunk = (COL_CHUNK_BYTES / op.stride.max(1))
-                .next_multiple_of(MAX_TILE_COLS)
-                .min(p.t)
-                .max(1);
+            let chunk = (COL_CHUNK_BYTES / op.stride.max(1)).next_multiple_of(MAX_TILE_COLS).min(p.t).max(1);
             let row_items = p.w.rows.div_ceil(task_rows);
             first.push(n_items);
             n_items += row_items * p.t.div_ceil(chunk);
-            Job {
-                op,
-                out: SyncPtr(p.out.as_mut_ptr()),
-                t: p.t,
-                task_rows,
-                chunk,
-                row_items,
-            }
+            Job { op, out: SyncPtr(p.out.as_mut_ptr()), t: p.t, task_rows, chunk, row_items }
         })
         .collect();
     pool.for_each(n_items, |item| {
         let i = first.partition_point(|&f| f <= item) - 1;
-        let Job {
-            op,
-            out,
-            t,
-            task_rows,
-            chunk,
-            row_items,
-        } = &jobs[i];
+        let Job { op, out, t, task_rows, chunk, row_items } = &jobs[i];
         let local = item - first[i];
         let (c, ri) = (local / row_items, local % row_items);
         let cols = c * chunk..((c + 1) * chunk).min(*t);
@@ -408,13 +315,7 @@ pub fn matmul_set(pool: &Pool, parts: &mut [Part<'_>]) {
         // disjoint (row range, column chunk) pairs, and `out` holds every
         // column of every row.
         unsafe {
-            product_rows(
-                op,
-                r.clone(),
-                cols.clone(),
-                out.get().add(cols.start * op.w.rows + r.start),
-                op.w.rows,
-            )
+            product_rows(op, r.clone(), cols.clone(), out.get().add(cols.start * op.w.rows + r.start), op.w.rows)
         };
     });
 }
@@ -425,9 +326,7 @@ pub fn matmul_set(pool: &Pool, parts: &mut [Part<'_>]) {
 /// little: with only [`MAX_TILE_COLS`], both tiles and the columns crowd L1).
 const GATED_BUF: usize = 1024;
 const _: () = assert!(
-    GATED_BUF.is_multiple_of(GROUP)
-        && GATED_BUF.is_multiple_of(TILE_ROWS)
-        && GATED_BUF / TILE_ROWS >= MAX_TILE_COLS
+    GATED_BUF.is_multiple_of(GROUP) && GATED_BUF.is_multiple_of(TILE_ROWS) && GATED_BUF / TILE_ROWS >= MAX_TILE_COLS
 );
 
 /// A matrix and the activation columns it is multiplied with.
@@ -446,17 +345,10 @@ impl<'a> Operand<'a> {
         assert!(t > 0, "a product of no columns");
         static DISPATCHES: AtomicU64 = AtomicU64::new(1);
         let unpack = match &w.packed {
-            Some(p) if p.unpacked.is_some() && t > MAX_TILE_COLS => {
-                DISPATCHES.fetch_add(1, Ordering::Relaxed)
-            }
+            Some(p) if p.unpacked.is_some() && t > MAX_TILE_COLS => DISPATCHES.fetch_add(1, Ordering::Relaxed),
             _ => 0,
         };
-        Operand {
-            w,
-            acts,
-            stride: acts.len() / t,
-            unpack,
-        }
+        Operand { w, acts, stride: acts.len() / t, unpack }
     }
 }
 
@@ -494,11 +386,7 @@ fn with_unpacked<R>(
             None => {
                 let i = cache.older;
                 let n_groups = r.len().div_ceil(GROUP);
-                let bytes = n_groups
-                    * packed
-                        .format
-                        .unpacked_group_bytes(k)
-                        .expect("a format with an unpacked layout");
+                let bytes = n_groups * packed.format.unpacked_group_bytes(k).expect("a format with an unpacked layout");
                 let e = &mut cache.entries[i];
                 e.1.resize(bytes, 0);
                 (u.unpack)(k, groups, n_groups, &mut e.1[..bytes]);
@@ -548,29 +436,14 @@ const TILE_ROWS: usize = 32;
 /// # Safety
 /// `dst` is valid for those writes, and no other thread accesses those
 /// elements meanwhile.
-unsafe fn product_rows(
-    p: &Operand,
-    r: Range<usize>,
-    cols: Range<usize>,
-    dst: *mut f32,
-    col_stride: usize,
-) {
+unsafe fn product_rows(p: &Operand, r: Range<usize>, cols: Range<usize>, dst: *mut f32, col_stride: usize) {
     let (w, acts, stride, k) = (p.w, p.acts, p.stride, p.w.cols);
     let at = |j: usize, row: usize| dst.add((j - cols.start) * col_stride + (row - r.start));
     if let Some(packed) = &w.packed {
         if cols.len() == 1 {
             let j = cols.start;
             let o = std::slice::from_raw_parts_mut(at(j, r.start), r.len());
-            (packed.tile)(
-                k,
-                packed.groups(r.clone()),
-                r.len(),
-                &acts[j * stride..],
-                stride,
-                1,
-                o,
-                r.len(),
-            );
+            (packed.tile)(k, packed.groups(r.clone()), r.len(), &acts[j * stride..], stride, 1, o, r.len());
             return;
         }
         if cols.len() <= MAX_TILE_COLS && r.len() > TILE_ROWS {
@@ -604,16 +477,7 @@ unsafe fn product_rows(
             let columns = |tile: TileFn, groups: &[u8], res: &mut [f32]| {
                 for j0 in cols.clone().step_by(MAX_TILE_COLS) {
                     let n = MAX_TILE_COLS.min(cols.end - j0);
-                    tile(
-                        k,
-                        groups,
-                        n_rows,
-                        &acts[j0 * stride..],
-                        stride,
-                        n,
-                        res,
-                        n_rows,
-                    );
+                    tile(k, groups, n_rows, &acts[j0 * stride..], stride, n, res, n_rows);
                     for jj in 0..n {
                         let o = std::slice::from_raw_parts_mut(at(j0 + jj, tr.start), n_rows);
                         o.copy_from_slice(&res[jj * n_rows..(jj + 1) * n_rows]);
@@ -621,9 +485,9 @@ unsafe fn product_rows(
                 }
             };
             match &packed.unpacked {
-                Some(u) if p.unpack != 0 => with_unpacked(p, packed, u, tr.clone(), |groups| {
-                    columns(u.tile, groups, &mut res)
-                }),
+                Some(u) if p.unpack != 0 => {
+                    with_unpacked(p, packed, u, tr.clone(), |groups| columns(u.tile, groups, &mut res))
+                }
                 _ => columns(packed.tile, packed.groups(tr.clone()), &mut res),
             }
         }
@@ -681,24 +545,12 @@ mod tests {
     /// quants (two of which get f16 bits: any byte is a quant), the rest is
     /// quant bits.
     fn matrix(ty: GgmlType, rows: usize, cols: usize, repack: bool, rng: &mut Rng) -> Matrix {
-        assert!(matches!(
-            ty,
-            GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0
-        ));
-        let mut data: Vec<u8> = (0..rows * ty.row_bytes(cols as u64).unwrap() as usize)
-            .map(|_| rng.next() as u8)
-            .collect();
+        assert!(matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q8_0));
+        let mut data: Vec<u8> =
+            (0..rows * ty.row_bytes(cols as u64).unwrap() as usize).map(|_| rng.next() as u8).collect();
         for block in data.chunks_exact_mut(ty.type_size()) {
-            block[..2].copy_from_slice(
-                &half::f16::from_f32(0.01 + 0.01 * rng.float().abs())
-                    .to_bits()
-                    .to_le_bytes(),
-            );
-            block[2..4].copy_from_slice(
-                &half::f16::from_f32(0.02 * rng.float())
-                    .to_bits()
-                    .to_le_bytes(),
-            );
+            block[..2].copy_from_slice(&half::f16::from_f32(0.01 + 0.01 * rng.float().abs()).to_bits().to_le_bytes());
+            block[2..4].copy_from_slice(&half::f16::from_f32(0.02 * rng.float()).to_bits().to_le_bytes());
         }
         Matrix::for_test(ty, rows, cols, data, repack)
     }
@@ -713,13 +565,7 @@ mod tests {
         let pool = Pool::new(1).unwrap();
         let mut acts = Acts::default();
         let mut out = vec![0.0; t * w.rows];
-        matmul(
-            &pool,
-            w,
-            acts.get(&pool, w.input, x, t, w.cols),
-            t,
-            &mut out,
-        );
+        matmul(&pool, w, acts.get(&pool, w.input, x, t, w.cols), t, &mut out);
         assert!(
             out.iter().all(|v| v.is_finite()) && out.iter().any(|&v| v != 0.0),
             "test data gives a meaningful product"
@@ -736,11 +582,7 @@ mod tests {
     fn cases(rng: &mut Rng) -> Vec<(&'static str, [Matrix; 3])> {
         let (q, kv) = (200, 75);
         let same = |ty, repack, rng: &mut Rng| {
-            [
-                matrix(ty, q, K, repack, rng),
-                matrix(ty, kv, K, repack, rng),
-                matrix(ty, kv, K, repack, rng),
-            ]
+            [matrix(ty, q, K, repack, rng), matrix(ty, kv, K, repack, rng), matrix(ty, kv, K, repack, rng)]
         };
         vec![
             ("packed", same(GgmlType::Q4_1, true, rng)),
@@ -777,38 +619,18 @@ mod tests {
                 let x: Vec<f32> = (0..t * K).map(|_| rng.float()).collect();
                 let mut acts = Acts::default();
                 let [xa, xb, xc] = acts.get_many(&pool, [a.input, b.input, c.input], &x, t, K);
-                let (mut oa, mut ob, mut oc) = (
-                    vec![0.0; t * a.rows],
-                    vec![0.0; t * b.rows],
-                    vec![0.0; t * c.rows],
-                );
+                let (mut oa, mut ob, mut oc) = (vec![0.0; t * a.rows], vec![0.0; t * b.rows], vec![0.0; t * c.rows]);
                 matmul_many(
                     &pool,
                     t,
                     [
-                        Product {
-                            w: &a,
-                            acts: xa,
-                            out: &mut oa,
-                        },
-                        Product {
-                            w: &b,
-                            acts: xb,
-                            out: &mut ob,
-                        },
-                        Product {
-                            w: &c,
-                            acts: xc,
-                            out: &mut oc,
-                        },
+                        Product { w: &a, acts: xa, out: &mut oa },
+                        Product { w: &b, acts: xb, out: &mut ob },
+                        Product { w: &c, acts: xc, out: &mut oc },
                     ],
                 );
                 for (w, out) in [(&a, &oa), (&b, &ob), (&c, &oc)] {
-                    assert!(
-                        same_bits(out, &alone(w, &x, t)),
-                        "{name}, {} rows, t = {t}",
-                        w.rows
-                    );
+                    assert!(same_bits(out, &alone(w, &x, t)), "{name}, {} rows, t = {t}", w.rows);
                 }
             }
         }
@@ -866,18 +688,7 @@ mod tests {
                 let mut acts = Acts::default();
                 let [xg, xu] = acts.get_many(&pool, [gate.input, up.input], &x, t, K);
                 let mut og = vec![0.0; t * gate.rows];
-                matmul_gated(
-                    &pool,
-                    t,
-                    Product {
-                        w: gate,
-                        acts: xg,
-                        out: &mut og,
-                    },
-                    up,
-                    xu,
-                    combine,
-                );
+                matmul_gated(&pool, t, Product { w: gate, acts: xg, out: &mut og }, up, xu, combine);
                 assert!(same_bits(&og, &want), "{name}, t = {t}");
             }
         }

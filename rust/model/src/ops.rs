@@ -57,14 +57,7 @@ const EXP_LO: f32 = -87.336_54;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
-const EXP_POLY: [f32; 6] = [
-    1.987_569_1e-4,
-    1.398_199_9e-3,
-    8.333_452e-3,
-    4.166_579_6e-2,
-    1.666_666_5e-1,
-    0.5,
-];
+const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 /// `exp(x)` in the arithmetic above, scalar form.
 #[inline]
@@ -130,23 +123,18 @@ mod avx {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn exp8(x: __m256) -> __m256 {
-        let x = _mm256_min_ps(
-            _mm256_max_ps(x, _mm256_set1_ps(EXP_LO)),
-            _mm256_set1_ps(EXP_HI),
-        );
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-            _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-        );
+        let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+            x,
+            _mm256_set1_ps(LOG2E),
+        ));
         let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
         let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
         let mut p = _mm256_set1_ps(EXP_POLY[0]);
         for &c in &EXP_POLY[1..] {
             p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
         }
-        let y = _mm256_add_ps(
-            _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
-            _mm256_set1_ps(1.0),
-        );
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
         let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
             _mm256_cvtps_epi32(n),
             _mm256_set1_epi32(127),
@@ -183,10 +171,7 @@ mod avx {
         let mut idx = [0u16; 8];
         while i + 8 <= n {
             let x = _mm256_loadu_ps(gp.add(i));
-            _mm_storeu_si128(
-                idx.as_mut_ptr().cast(),
-                _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x),
-            );
+            _mm_storeu_si128(idx.as_mut_ptr().cast(), _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x));
             let looked = idx.map(|h| *tp.add(h as usize));
             let y = _mm256_cvtph_ps(_mm_loadu_si128(looked.as_ptr().cast()));
             // x >= 10 keeps x; x <= -10 gives 0 (the table is never read there).
@@ -207,10 +192,7 @@ mod avx {
         while i + 8 <= n {
             let gv = _mm256_loadu_ps(gp.add(i));
             let e = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
-            let v = _mm256_mul_ps(
-                _mm256_div_ps(gv, _mm256_add_ps(one, e)),
-                _mm256_loadu_ps(up.add(i)),
-            );
+            let v = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(up.add(i)));
             _mm256_storeu_ps(o.add(i), v);
             i += 8;
         }
@@ -262,28 +244,18 @@ pub fn gelu_mul_scalar(out: &mut [f32], g: &[f32], u: &[f32]) {
 fn gelu_f16_table() -> &'static [u16] {
     static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|i| f16::from_f32(gelu_tanh(f16::from_bits(i).to_f32())).to_bits())
-            .collect()
+        (0..=u16::MAX).map(|i| f16::from_f32(gelu_tanh(f16::from_bits(i).to_f32())).to_bits()).collect()
     })
 }
 
 /// Inverse frequencies of rope: `base^(-2i/n_rot)` for each rotated pair.
 pub fn rope_inv_freq(base: f32, n_rot: usize) -> Vec<f32> {
-    (0..n_rot / 2)
-        .map(|i| (base as f64).powf(-2.0 * i as f64 / n_rot as f64) as f32)
-        .collect()
+    (0..n_rot / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / n_rot as f64) as f32).collect()
 }
 
 /// Fills `cos`/`sin` (length n_rot/2) for one position.
 #[inline]
-pub fn rope_angles(
-    pos: usize,
-    freq_scale: f32,
-    inv_freq: &[f32],
-    cos: &mut [f32],
-    sin: &mut [f32],
-) {
+pub fn rope_angles(pos: usize, freq_scale: f32, inv_freq: &[f32], cos: &mut [f32], sin: &mut [f32]) {
     let p = pos as f32 * freq_scale;
     for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
         let (sv, cv) = (p * f).sin_cos();
@@ -324,9 +296,7 @@ mod tests {
         let mut v: Vec<f32> = (-20_000..=20_000).map(|i| i as f32 * 0.005).collect();
         v.extend((-100..=100).map(|i| i as f32));
         v.extend((-60..60).map(|i| (i as f32 + 0.5) * std::f32::consts::LN_2));
-        v.extend([
-            0.0, -0.0, 1e-30, -1e-30, 88.0, 88.5, -87.0, -88.0, -1000.0, 1000.0,
-        ]);
+        v.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, 88.5, -87.0, -88.0, -1000.0, 1000.0]);
         v
     }
 
@@ -335,19 +305,13 @@ mod tests {
         let xs = exp_inputs();
         for &x in &xs {
             let (got, want) = (exp_fast(x), (x.clamp(EXP_LO, EXP_HI) as f64).exp());
-            assert!(
-                ((got as f64 - want) / want).abs() < 4e-7,
-                "exp({x}) = {got}, want {want}"
-            );
+            assert!(((got as f64 - want) / want).abs() < 4e-7, "exp({x}) = {got}, want {want}");
         }
         for shift in [0.0f32, 3.25, -7.5] {
             let (mut a, mut b) = (xs.clone(), xs.clone());
             exp_shifted(&mut a, shift);
             exp_shifted_scalar(&mut b, shift);
-            assert!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "shift {shift}"
-            );
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "shift {shift}");
         }
         let u: Vec<f32> = xs.iter().map(|x| 1.0 - x * 0.01).collect();
         let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
@@ -359,10 +323,7 @@ mod tests {
         for (&g, &y) in xs.iter().zip(&b).filter(|(g, _)| g.abs() < 80.0) {
             let u = 1.0 - g * 0.01;
             let want = silu(g) * u;
-            assert!(
-                (y - want).abs() <= 1e-6 * want.abs().max(1e-30) + 1e-37,
-                "silu({g}) * {u}: {y} vs {want}"
-            );
+            assert!((y - want).abs() <= 1e-6 * want.abs().max(1e-30) + 1e-37, "silu({g}) * {u}: {y} vs {want}");
         }
     }
 
@@ -391,10 +352,7 @@ mod tests {
         assert_eq!(gelu_tanh(0.0), 0.0);
         // The table agrees with the formula to f16 precision, and keeps the limits.
         for x in [-9.99f32, -3.0, -0.5, 0.0, 0.3, 1.0, 2.5, 9.9] {
-            assert!(
-                (gelu_table(x) - gelu_tanh(x)).abs() <= 2e-3 * (1.0 + x.abs()),
-                "{x}"
-            );
+            assert!((gelu_table(x) - gelu_tanh(x)).abs() <= 2e-3 * (1.0 + x.abs()), "{x}");
         }
         assert_eq!((gelu_table(-10.0), gelu_table(12.0)), (0.0, 12.0));
     }
@@ -407,51 +365,19 @@ mod tests {
     fn gelu_mul_equals_its_scalar_twin() {
         let mut g: Vec<f32> = Vec::new();
         for h in (0..=u16::MAX).map(f16::from_bits).filter(|h| h.is_finite()) {
-            let (x, next) = (
-                h.to_f32(),
-                f16::from_bits(h.to_bits().wrapping_add(1)).to_f32(),
-            );
+            let (x, next) = (h.to_f32(), f16::from_bits(h.to_bits().wrapping_add(1)).to_f32());
             g.push(x);
             if next.is_finite() {
                 g.push((x + next) / 2.0);
             }
         }
-        g.extend([
-            -10.0,
-            10.0,
-            -10.001,
-            9.999,
-            65504.0,
-            1e6,
-            -1e6,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            0.0,
-            -0.0,
-            1e-8,
-        ]);
-        let u: Vec<f32> = (0..g.len())
-            .map(|i| {
-                if i % 3 == 0 {
-                    -1.5
-                } else {
-                    0.75 + i as f32 * 1e-5
-                }
-            })
-            .collect();
+        g.extend([-10.0, 10.0, -10.001, 9.999, 65504.0, 1e6, -1e6, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-8]);
+        let u: Vec<f32> = (0..g.len()).map(|i| if i % 3 == 0 { -1.5 } else { 0.75 + i as f32 * 1e-5 }).collect();
         let (mut a, mut b) = (vec![0.0; g.len()], vec![0.0; g.len()]);
         gelu_mul(&mut a, &g, &u);
         gelu_mul_scalar(&mut b, &g, &u);
         for i in 0..g.len() {
-            assert_eq!(
-                a[i].to_bits(),
-                b[i].to_bits(),
-                "gelu({}) * {}: {} vs {}",
-                g[i],
-                u[i],
-                a[i],
-                b[i]
-            );
+            assert_eq!(a[i].to_bits(), b[i].to_bits(), "gelu({}) * {}: {} vs {}", g[i], u[i], a[i], b[i]);
         }
     }
 

@@ -78,27 +78,17 @@ impl Pool {
         let mut workers = Vec::new();
         for i in 1..n_threads.max(1) {
             let mine = shared.clone();
-            let worker = std::thread::Builder::new()
-                .name(format!("ember-worker-{i}"))
-                .spawn(move || work(&mine, i));
+            let worker = std::thread::Builder::new().name(format!("ember-worker-{i}")).spawn(move || work(&mine, i));
             match worker {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    let pool = Pool {
-                        shared,
-                        workers,
-                        busy: Mutex::new(()),
-                    };
+                    let pool = Pool { shared, workers, busy: Mutex::new(()) };
                     drop(pool);
                     return Err(e);
                 }
             }
         }
-        Ok(Pool {
-            shared,
-            workers,
-            busy: Mutex::new(()),
-        })
+        Ok(Pool { shared, workers, busy: Mutex::new(()) })
     }
 
     pub fn threads(&self) -> usize {
@@ -114,10 +104,7 @@ impl Pool {
         let _one_at_a_time = self.busy.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         s.data.store(&f as *const F as *mut (), Ordering::Relaxed);
-        s.call.store(
-            call_job::<F> as unsafe fn(*const (), usize) as usize,
-            Ordering::Relaxed,
-        );
+        s.call.store(call_job::<F> as unsafe fn(*const (), usize) as usize, Ordering::Relaxed);
         s.running.store(self.workers.len(), Ordering::Relaxed);
         // SeqCst pairs with the workers' sleepers increment: either they see
         // the new generation or this sees them asleep and wakes them.
@@ -164,12 +151,7 @@ impl Pool {
     }
 
     /// Calls `f(j, row)` for each `width`-wide row of `data`.
-    pub fn rows_mut<T: Send>(
-        &self,
-        data: &mut [T],
-        width: usize,
-        f: impl Fn(usize, &mut [T]) + Sync,
-    ) {
+    pub fn rows_mut<T: Send>(&self, data: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + Sync) {
         let n = data.len() / width;
         let base = SyncPtr(data.as_mut_ptr());
         self.for_each(n, |j| {
@@ -241,8 +223,7 @@ fn work(s: &Shared, index: usize) {
         // SAFETY: `call` was stored from `call_job::<F>` for the `F` that
         // `data` points to, before the generation this thread observed with
         // Acquire; the caller keeps `F` alive until `running` reaches zero.
-        let call: unsafe fn(*const (), usize) =
-            unsafe { std::mem::transmute(s.call.load(Ordering::Relaxed)) };
+        let call: unsafe fn(*const (), usize) = unsafe { std::mem::transmute(s.call.load(Ordering::Relaxed)) };
         if catch_unwind(AssertUnwindSafe(|| unsafe { call(data, index) })).is_err() {
             s.panicked.store(true, Ordering::Relaxed);
         }
@@ -262,10 +243,7 @@ mod tests {
             pool.for_each(n, |i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
-            assert!(
-                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
-                "n = {n}"
-            );
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
         }
     }
 
@@ -273,9 +251,7 @@ mod tests {
     fn rows_are_disjoint_and_complete() {
         let pool = Pool::new(2).unwrap();
         let mut data = vec![0usize; 12 * 5];
-        pool.rows_mut(&mut data, 5, |j, row| {
-            row.iter_mut().for_each(|v| *v += j + 1)
-        });
+        pool.rows_mut(&mut data, 5, |j, row| row.iter_mut().for_each(|v| *v += j + 1));
         for (j, row) in data.chunks(5).enumerate() {
             assert!(row.iter().all(|&v| v == j + 1));
         }

@@ -42,10 +42,7 @@ impl RopeTable {
             RopeFactors::Freqs => (divided("rope_freqs.weight", w.rope_freqs.as_ref())?, None),
             RopeFactors::LongShort { original_ctx } => (
                 divided("rope_factors_short.weight", w.rope_short.as_ref())?,
-                Some((
-                    original_ctx,
-                    divided("rope_factors_long.weight", w.rope_long.as_ref())?,
-                )),
+                Some((original_ctx, divided("rope_factors_long.weight", w.rope_long.as_ref())?)),
             ),
         };
         let mut freq_scale = r.freq_scale;
@@ -57,12 +54,7 @@ impl RopeTable {
             // The interpolation is in the frequencies now.
             freq_scale = 1.0;
         }
-        Ok(RopeTable {
-            inv,
-            long,
-            freq_scale,
-            mscale: r.mscale,
-        })
+        Ok(RopeTable { inv, long, freq_scale, mscale: r.mscale })
     }
 
     /// Rotated pairs.
@@ -80,9 +72,7 @@ impl RopeTable {
         };
         ops::rope_angles(pos, self.freq_scale, inv, cos, sin);
         if self.mscale != 1.0 {
-            cos.iter_mut()
-                .chain(sin.iter_mut())
-                .for_each(|v| *v *= self.mscale);
+            cos.iter_mut().chain(sin.iter_mut()).for_each(|v| *v *= self.mscale);
         }
     }
 }
@@ -92,10 +82,8 @@ impl RopeTable {
 /// (extrapolated below it, interpolated above).
 fn yarn_blend(inv: &mut [f32], r: &RopeConfig, y: &Yarn) {
     let n_dims = r.n_rot as f32;
-    let corr = |beta: f32| {
-        n_dims * (y.original_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
-            / (2.0 * r.base.ln())
-    };
+    let corr =
+        |beta: f32| n_dims * (y.original_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * r.base.ln());
     let low = corr(y.beta_fast).floor().max(0.0);
     let high = corr(y.beta_slow).ceil().min(n_dims - 1.0);
     for (i, x) in inv.iter_mut().enumerate() {

@@ -60,8 +60,7 @@ impl PackedRows {
     #[inline]
     pub fn groups(&self, rows: std::ops::Range<usize>) -> &[u8] {
         debug_assert_eq!(rows.start % GROUP, 0);
-        &self.data
-            [rows.start / GROUP * self.group_bytes..rows.end.div_ceil(GROUP) * self.group_bytes]
+        &self.data[rows.start / GROUP * self.group_bytes..rows.end.div_ceil(GROUP) * self.group_bytes]
     }
 }
 
@@ -76,40 +75,16 @@ impl Matrix {
 impl Matrix {
     /// A matrix of `rows` rows of `cols` over `data` in the file layout of
     /// `ty`, bound as a file's tensor would be.
-    pub(crate) fn for_test(
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        data: Vec<u8>,
-        repack_rows: bool,
-    ) -> Matrix {
+    pub(crate) fn for_test(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>, repack_rows: bool) -> Matrix {
         let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
         assert_eq!(data.len(), rows * row_bytes);
         let data: &'static [u8] = Vec::leak(data);
-        let packed = PackedFormat::of(ty)
-            .filter(|_| repack_rows)
-            .map(|f| repack(ty, f, rows, cols, row_bytes, data).unwrap());
-        let input = if packed.is_some() {
-            ActFormat::Packed
-        } else {
-            ActFormat::File(ember_quant::activation_type(ty))
-        };
-        let (dot, dot_cols) = (
-            ember_quant::dot_fn(ty).unwrap(),
-            ember_quant::dot_cols_fn(ty),
-        );
-        Matrix {
-            name: format!("test.{}", ty.name()),
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            input,
-            dot,
-            dot_cols,
-            packed,
-            data,
-        }
+        let packed =
+            PackedFormat::of(ty).filter(|_| repack_rows).map(|f| repack(ty, f, rows, cols, row_bytes, data).unwrap());
+        let input =
+            if packed.is_some() { ActFormat::Packed } else { ActFormat::File(ember_quant::activation_type(ty)) };
+        let (dot, dot_cols) = (ember_quant::dot_fn(ty).unwrap(), ember_quant::dot_cols_fn(ty));
+        Matrix { name: format!("test.{}", ty.name()), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }
     }
 }
 
@@ -209,8 +184,7 @@ struct Binder<'a> {
 
 impl<'a> Binder<'a> {
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
-        self.matrix_opt(name, rows, cols)?
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+        self.matrix_opt(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
     fn matrix_opt(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<Matrix>> {
@@ -224,24 +198,13 @@ impl<'a> Binder<'a> {
             });
         }
         let data = self.tensor_bytes(name);
-        self.bind_rows(name, t.ty, rows, cols, data, self.repack)
-            .map(Some)
+        self.bind_rows(name, t.ty, rows, cols, data, self.repack).map(Some)
     }
 
     /// Rows `first..first + rows` of a 2-D tensor of `total` rows, as a
     /// matrix of its own (a fused tensor's parts).
-    fn row_range(
-        &mut self,
-        name: &str,
-        total: usize,
-        cols: usize,
-        first: usize,
-        rows: usize,
-    ) -> Result<Matrix> {
-        let t = self
-            .file
-            .tensor(name)
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    fn row_range(&mut self, name: &str, total: usize, cols: usize, first: usize, rows: usize) -> Result<Matrix> {
+        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != total {
             return Err(ModelError::BadTensor {
                 name: name.to_string(),
@@ -252,23 +215,13 @@ impl<'a> Binder<'a> {
         let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
         let data = self.tensor_bytes(name);
         let part = format!("{name}[{first}..{}]", first + rows);
-        self.bind_rows(
-            &part,
-            ty,
-            rows,
-            cols,
-            &data[first * row_bytes..(first + rows) * row_bytes],
-            self.repack,
-        )
+        self.bind_rows(&part, ty, rows, cols, &data[first * row_bytes..(first + rows) * row_bytes], self.repack)
     }
 
     /// A table whose rows are looked up, never multiplied: left in the
     /// mapping as the file stores it.
     fn lookup_table(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
-        let t = self
-            .file
-            .tensor(name)
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != rows {
             return Err(ModelError::BadTensor {
                 name: name.to_string(),
@@ -289,10 +242,7 @@ impl<'a> Binder<'a> {
         cols: usize,
         split: Option<(usize, usize)>,
     ) -> Result<Vec<Matrix>> {
-        let t = self
-            .file
-            .tensor(name)
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let (first, total) = split.unwrap_or((0, rows));
         if t.dims.len() != 3 || t.dims[..] != [cols as u64, total as u64, n_expert as u64] {
             return Err(ModelError::BadTensor {
@@ -301,24 +251,15 @@ impl<'a> Binder<'a> {
             });
         }
         let ty = t.ty;
-        let row_bytes = ty
-            .row_bytes(cols as u64)
-            .ok_or_else(|| ModelError::BadTensor {
-                name: name.to_string(),
-                problem: format!("rows of {cols} do not fit {}", ty.name()),
-            })? as usize;
+        let row_bytes = ty.row_bytes(cols as u64).ok_or_else(|| ModelError::BadTensor {
+            name: name.to_string(),
+            problem: format!("rows of {cols} do not fit {}", ty.name()),
+        })? as usize;
         let data = self.tensor_bytes(name);
         (0..n_expert)
             .map(|e| {
                 let at = (e * total + first) * row_bytes;
-                self.bind_rows(
-                    &format!("{name}[{e}]"),
-                    ty,
-                    rows,
-                    cols,
-                    &data[at..at + rows * row_bytes],
-                    self.repack,
-                )
+                self.bind_rows(&format!("{name}[{e}]"), ty, rows, cols, &data[at..at + rows * row_bytes], self.repack)
             })
             .collect()
     }
@@ -340,50 +281,27 @@ impl<'a> Binder<'a> {
         data: &'static [u8],
         repack_rows: bool,
     ) -> Result<Matrix> {
-        let bad = |problem: String| ModelError::BadTensor {
-            name: name.to_string(),
-            problem,
-        };
-        let dot = ember_quant::dot_fn(ty).ok_or_else(|| ModelError::UnsupportedType {
-            name: name.to_string(),
-            ty: ty.name().to_string(),
-        })?;
+        let bad = |problem: String| ModelError::BadTensor { name: name.to_string(), problem };
+        let dot = ember_quant::dot_fn(ty)
+            .ok_or_else(|| ModelError::UnsupportedType { name: name.to_string(), ty: ty.name().to_string() })?;
         let act = ember_quant::activation_type(ty);
         if ember_quant::act_row_bytes(act, cols).is_none() {
-            return Err(bad(format!(
-                "row of {cols} is not a whole number of {act:?} blocks"
-            )));
+            return Err(bad(format!("row of {cols} is not a whole number of {act:?} blocks")));
         }
         let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
         let packed = match PackedFormat::of(ty) {
-            Some(format) if repack_rows => Some(
-                repack(ty, format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?,
-            ),
+            Some(format) if repack_rows => {
+                Some(repack(ty, format, rows, cols, row_bytes, data).map_err(|e| bad(e.to_string()))?)
+            }
             _ => None,
         };
-        let input = if packed.is_some() {
-            ActFormat::Packed
-        } else {
-            ActFormat::File(act)
-        };
+        let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(act) };
         let dot_cols = ember_quant::dot_cols_fn(ty);
-        Ok(Matrix {
-            name: name.to_string(),
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            input,
-            dot,
-            dot_cols,
-            packed,
-            data,
-        })
+        Ok(Matrix { name: name.to_string(), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data })
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
-        self.vector_opt(name, len)?
-            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+        self.vector_opt(name, len)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
     fn vector_opt(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
@@ -397,12 +315,8 @@ impl<'a> Binder<'a> {
             });
         }
         let mut out = vec![0.0f32; len];
-        ember_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out).map_err(|e| {
-            ModelError::BadTensor {
-                name: name.to_string(),
-                problem: e.to_string(),
-            }
-        })?;
+        ember_quant::dequantize_row(t.ty, self.file.tensor_data(t), &mut out)
+            .map_err(|e| ModelError::BadTensor { name: name.to_string(), problem: e.to_string() })?;
         if let Some(bad) = out.iter().position(|v| !v.is_finite()) {
             return Err(ModelError::BadTensor {
                 name: name.to_string(),
@@ -441,15 +355,14 @@ fn repack(
     src: &[u8],
 ) -> std::result::Result<PackedRows, ember_quant::QuantError> {
     use rayon::prelude::*;
-    let pack =
-        |format: PackedFormat| -> std::result::Result<(Vec<u8>, usize), ember_quant::QuantError> {
-            let group_bytes = format.group_bytes(cols).expect("row width checked before");
-            let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
-            data.par_chunks_mut(group_bytes)
-                .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
-                .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
-            Ok((data, group_bytes))
-        };
+    let pack = |format: PackedFormat| -> std::result::Result<(Vec<u8>, usize), ember_quant::QuantError> {
+        let group_bytes = format.group_bytes(cols).expect("row width checked before");
+        let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
+        data.par_chunks_mut(group_bytes)
+            .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
+            .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
+        Ok((data, group_bytes))
+    };
     // A block the layout cannot hold exactly (a Q4_0 scale too large for
     // its min as Q4_1's) takes the type's other layout.
     let (format, (data, group_bytes)) = match (pack(format), PackedFormat::fallback(ty)) {
@@ -471,11 +384,7 @@ fn repack(
 /// uses the file-format dot kernels, for comparison). A tensor left unread is
 /// a load error naming it: a weight the forward pass would silently ignore.
 pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
-    let mut b = Binder {
-        file,
-        read: BTreeSet::new(),
-        repack,
-    };
+    let mut b = Binder { file, read: BTreeSet::new(), repack };
     let e = c.n_embd;
     let token_embd = b.matrix("token_embd.weight", c.n_vocab, e)?;
     let mut layers = Vec::with_capacity(c.n_layer);
@@ -494,10 +403,9 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         let (ffn, experts) = match l.ffn {
             FfnShape::Dense { n_ff } => (Some(dense_ffn(&mut b, c, il, n_ff)?), None),
             FfnShape::Experts { n_ff_exp } => (None, Some(experts(&mut b, c, il, n_ff_exp)?)),
-            FfnShape::DenseAndExperts { n_ff, n_ff_exp } => (
-                Some(dense_ffn(&mut b, c, il, n_ff)?),
-                Some(experts(&mut b, c, il, n_ff_exp)?),
-            ),
+            FfnShape::DenseAndExperts { n_ff, n_ff_exp } => {
+                (Some(dense_ffn(&mut b, c, il, n_ff)?), Some(experts(&mut b, c, il, n_ff_exp)?))
+            }
         };
         let per_layer = if c.n_embd_per_layer > 0 {
             Some(PerLayerInput {
@@ -525,25 +433,16 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
             experts,
             post_ffn_norm: b.vector_if(post, &n("post_ffw_norm.weight"), e)?,
             per_layer,
-            out_scale: b
-                .vector_opt(&n("layer_output_scale.weight"), 1)?
-                .map(|v| v[0]),
+            out_scale: b.vector_opt(&n("layer_output_scale.weight"), 1)?.map(|v| v[0]),
         });
     }
     // Frequency divisors, checked against the rope variants that read them
     // when their tables are built.
     let reads = |f: &dyn Fn(RopeFactors) -> bool| c.ropes.iter().any(|r| f(r.factors));
-    let rope_freqs = if reads(&|f| f == RopeFactors::Freqs) {
-        b.vector_any("rope_freqs.weight")?
-    } else {
-        None
-    };
+    let rope_freqs = if reads(&|f| f == RopeFactors::Freqs) { b.vector_any("rope_freqs.weight")? } else { None };
     let long_short = reads(&|f| matches!(f, RopeFactors::LongShort { .. }));
     let (rope_long, rope_short) = if long_short {
-        (
-            b.vector_any("rope_factors_long.weight")?,
-            b.vector_any("rope_factors_short.weight")?,
-        )
+        (b.vector_any("rope_factors_long.weight")?, b.vector_any("rope_factors_short.weight")?)
     } else {
         (None, None)
     };
@@ -559,33 +458,11 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
     };
     let output_norm = b.vector("output_norm.weight", e)?;
     let output = b.matrix_opt("output.weight", c.n_vocab, e)?;
-    let unread: Vec<String> = file
-        .tensors
-        .iter()
-        .map(|t| t.name.clone())
-        .filter(|n| !b.read.contains(n))
-        .collect();
-    Ok(Weights {
-        token_embd,
-        layers,
-        output_norm,
-        output,
-        rope_freqs,
-        rope_long,
-        rope_short,
-        per_layer,
-        unread,
-    })
+    let unread: Vec<String> = file.tensors.iter().map(|t| t.name.clone()).filter(|n| !b.read.contains(n)).collect();
+    Ok(Weights { token_embd, layers, output_norm, output, rope_freqs, rope_long, rope_short, per_layer, unread })
 }
 
-type AttentionInputs = (
-    Matrix,
-    Option<Matrix>,
-    Option<Matrix>,
-    Option<Vec<f32>>,
-    Option<Vec<f32>>,
-    Option<Vec<f32>>,
-);
+type AttentionInputs = (Matrix, Option<Matrix>, Option<Matrix>, Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>);
 
 /// q, k and v (and their biases): three tensors, or one fused `attn_qkv`
 /// whose rows are q's, then k's, then v's (phi3; any family, as llama.cpp's
@@ -603,44 +480,21 @@ fn attention_inputs(b: &mut Binder, c: &Config, il: usize) -> Result<AttentionIn
         let wk = b.row_range(&fused, total, e, q, k)?;
         let wv = b.row_range(&fused, total, e, q + k, v)?;
         let (bq, bk, bv) = match b.vector_opt(&n("attn_qkv.bias"), total)? {
-            Some(all) => (
-                Some(all[..q].to_vec()),
-                Some(all[q..q + k].to_vec()),
-                Some(all[q + k..].to_vec()),
-            ),
+            Some(all) => (Some(all[..q].to_vec()), Some(all[q..q + k].to_vec()), Some(all[q + k..].to_vec())),
             None => (None, None, None),
         };
         return Ok((wq, Some(wk), Some(wv), bq, bk, bv));
     }
-    let wk = if own_kv {
-        Some(b.matrix(&n("attn_k.weight"), k, e)?)
-    } else {
-        None
-    };
+    let wk = if own_kv { Some(b.matrix(&n("attn_k.weight"), k, e)?) } else { None };
     let wv = match own_kv {
         // gemma4 layers may take their values from the keys.
         true if c.arch == Arch::Gemma4 => b.matrix_opt(&n("attn_v.weight"), v, e)?,
         true => Some(b.matrix(&n("attn_v.weight"), v, e)?),
         false => None,
     };
-    let bk = if own_kv {
-        b.vector_opt(&n("attn_k.bias"), k)?
-    } else {
-        None
-    };
-    let bv = if own_kv {
-        b.vector_opt(&n("attn_v.bias"), v)?
-    } else {
-        None
-    };
-    Ok((
-        b.matrix(&n("attn_q.weight"), q, e)?,
-        wk,
-        wv,
-        b.vector_opt(&n("attn_q.bias"), q)?,
-        bk,
-        bv,
-    ))
+    let bk = if own_kv { b.vector_opt(&n("attn_k.bias"), k)? } else { None };
+    let bv = if own_kv { b.vector_opt(&n("attn_v.bias"), v)? } else { None };
+    Ok((b.matrix(&n("attn_q.weight"), q, e)?, wk, wv, b.vector_opt(&n("attn_q.bias"), q)?, bk, bv))
 }
 
 fn dense_ffn(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<DenseFfn> {
@@ -663,10 +517,7 @@ fn dense_ffn(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<Dense
 }
 
 fn experts(b: &mut Binder, c: &Config, il: usize, n_ff_exp: usize) -> Result<Experts> {
-    let m = c
-        .moe
-        .as_ref()
-        .expect("a layer of experts in a model with a mixture");
+    let m = c.moe.as_ref().expect("a layer of experts in a model with a mixture");
     let (e, n_expert) = (c.n_embd, m.n_expert);
     let n = |s: &str| format!("blk.{il}.{s}");
     let (gate, up) = if b.file.tensor(&n("ffn_gate_up_exps.weight")).is_some() {
@@ -688,11 +539,7 @@ fn experts(b: &mut Binder, c: &Config, il: usize, n_ff_exp: usize) -> Result<Exp
         up,
         down: b.experts(&n("ffn_down_exps.weight"), n_expert, e, n_ff_exp, None)?,
         down_scale: b.vector_opt(&n("ffn_down_exps.scale"), n_expert)?,
-        router_scale: b.vector_if(
-            c.opts.router == RouterInput::ScaledResidual,
-            &n("ffn_gate_inp.scale"),
-            e,
-        )?,
+        router_scale: b.vector_if(c.opts.router == RouterInput::ScaledResidual, &n("ffn_gate_inp.scale"), e)?,
         pre_norm: b.vector_if(beside_dense, &n("pre_ffw_norm_2.weight"), e)?,
         post_norm_dense: b.vector_if(beside_dense, &n("post_ffw_norm_1.weight"), e)?,
         post_norm: b.vector_if(beside_dense, &n("post_ffw_norm_2.weight"), e)?,

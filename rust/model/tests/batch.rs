@@ -9,19 +9,11 @@ use common::{tiny_model, TINY_ARCHS};
 use ember_model::{KvType, LoadOptions, Logits, Model, SeqPass, Session, Workspace};
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32)
-        .collect()
+    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    v.iter()
-        .enumerate()
-        .fold(
-            (0, f32::NEG_INFINITY),
-            |b, (i, &x)| if x > b.1 { (i, x) } else { b },
-        )
-        .0 as u32
+    v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
@@ -35,11 +27,7 @@ fn a_batch_gives_each_session_its_own_results() {
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;
         let session = || model.new_session(64, 16, KvType::F16);
-        let prompts = [
-            tokens(11, 0, n_vocab),
-            tokens(3, 1, n_vocab),
-            tokens(16, 2, n_vocab),
-        ];
+        let prompts = [tokens(11, 0, n_vocab), tokens(3, 1, n_vocab), tokens(16, 2, n_vocab)];
         let wants = [Logits::All, Logits::Last, Logits::None];
 
         // Alone.
@@ -55,63 +43,34 @@ fn a_batch_gives_each_session_its_own_results() {
             .iter_mut()
             .zip(&prompts)
             .zip(&wants)
-            .map(|((s, p), &w)| SeqPass {
-                session: s,
-                tokens: p,
-                want: w,
-            })
+            .map(|((s, p), &w)| SeqPass { session: s, tokens: p, want: w })
             .collect();
         model.forward_batch(&mut ws, &mut parts).unwrap();
         for (i, s) in together.iter().enumerate() {
-            assert!(
-                same_bits(s.logits(), &alone_logits[i]),
-                "{arch}: prompt {i}"
-            );
+            assert!(same_bits(s.logits(), &alone_logits[i]), "{arch}: prompt {i}");
             assert_eq!(s.len(), prompts[i].len());
         }
 
         // Greedy decoding of all three side by side, with one reading a
         // second prompt chunk meanwhile, against each alone.
-        let mut next: Vec<u32> = vec![
-            argmax(&alone_logits[0][10 * n_vocab..]),
-            argmax(&alone_logits[1]),
-            5,
-        ];
+        let mut next: Vec<u32> = vec![argmax(&alone_logits[0][10 * n_vocab..]), argmax(&alone_logits[1]), 5];
         let extra = tokens(6, 3, n_vocab);
         for step in 0..5 {
             let mut want_alone = Vec::new();
             for (i, s) in alone.iter_mut().enumerate() {
-                let toks: &[u32] = if i == 2 && step == 0 {
-                    &extra
-                } else {
-                    std::slice::from_ref(&next[i])
-                };
+                let toks: &[u32] = if i == 2 && step == 0 { &extra } else { std::slice::from_ref(&next[i]) };
                 want_alone.push(model.forward(s, toks, Logits::Last).unwrap().to_vec());
             }
-            let step_tokens: Vec<Vec<u32>> = (0..3)
-                .map(|i| {
-                    if i == 2 && step == 0 {
-                        extra.clone()
-                    } else {
-                        vec![next[i]]
-                    }
-                })
-                .collect();
+            let step_tokens: Vec<Vec<u32>> =
+                (0..3).map(|i| if i == 2 && step == 0 { extra.clone() } else { vec![next[i]] }).collect();
             let mut parts: Vec<SeqPass> = together
                 .iter_mut()
                 .zip(&step_tokens)
-                .map(|(s, t)| SeqPass {
-                    session: s,
-                    tokens: t,
-                    want: Logits::Last,
-                })
+                .map(|(s, t)| SeqPass { session: s, tokens: t, want: Logits::Last })
                 .collect();
             model.forward_batch(&mut ws, &mut parts).unwrap();
             for i in 0..3 {
-                assert!(
-                    same_bits(together[i].logits(), &want_alone[i]),
-                    "{arch}: step {step}, session {i}"
-                );
+                assert!(same_bits(together[i].logits(), &want_alone[i]), "{arch}: step {step}, session {i}");
                 next[i] = argmax(&want_alone[i]);
             }
         }
@@ -129,16 +88,8 @@ fn a_bad_part_runs_nothing() {
     let (good, bad) = ([1u32, 2], [model.config.n_vocab as u32]);
     let mut ws = Workspace::default();
     let mut parts = [
-        SeqPass {
-            session: &mut a,
-            tokens: &good,
-            want: Logits::Last,
-        },
-        SeqPass {
-            session: &mut b,
-            tokens: &bad,
-            want: Logits::Last,
-        },
+        SeqPass { session: &mut a, tokens: &good, want: Logits::Last },
+        SeqPass { session: &mut b, tokens: &bad, want: Logits::Last },
     ];
     assert!(model.forward_batch(&mut ws, &mut parts).is_err());
     assert_eq!((a.len(), b.len()), (0, 0));
@@ -157,55 +108,26 @@ fn only_the_wanted_rows_finish_the_last_layer() {
         let n_vocab = model.config.n_vocab;
         let prompt = tokens(13, 4, n_vocab);
         let mut all = model.new_session(64, 16, KvType::F16);
-        let every = model
-            .forward(&mut all, &prompt, Logits::All)
-            .unwrap()
-            .to_vec();
+        let every = model.forward(&mut all, &prompt, Logits::All).unwrap().to_vec();
         let want = every[12 * n_vocab..].to_vec();
 
         let mut last = model.new_session(64, 16, KvType::F16);
-        assert!(
-            same_bits(
-                model.forward(&mut last, &prompt, Logits::Last).unwrap(),
-                &want
-            ),
-            "{arch}: last only"
-        );
+        assert!(same_bits(model.forward(&mut last, &prompt, Logits::Last).unwrap(), &want), "{arch}: last only");
         let mut split = model.new_session(64, 16, KvType::F16);
+        assert!(model.forward(&mut split, &prompt[..8], Logits::None).unwrap().is_empty(), "{arch}: no logits wanted");
         assert!(
-            model
-                .forward(&mut split, &prompt[..8], Logits::None)
-                .unwrap()
-                .is_empty(),
-            "{arch}: no logits wanted"
-        );
-        assert!(
-            same_bits(
-                model
-                    .forward(&mut split, &prompt[8..], Logits::Last)
-                    .unwrap(),
-                &want
-            ),
+            same_bits(model.forward(&mut split, &prompt[8..], Logits::Last).unwrap(), &want),
             "{arch}: none, then last"
         );
 
         let next = argmax(&want);
-        let cont = model
-            .forward(&mut all, &[next], Logits::Last)
-            .unwrap()
-            .to_vec();
+        let cont = model.forward(&mut all, &[next], Logits::Last).unwrap().to_vec();
         // A pass that wants none hands back none, not an earlier pass's (the
         // session and the pass trade buffers, so two passes back).
         let mut again = model.new_session(64, 16, KvType::F16);
         model.forward(&mut again, &prompt, Logits::Last).unwrap();
         model.forward(&mut again, &[next], Logits::Last).unwrap();
-        assert!(
-            model
-                .forward(&mut again, &[next], Logits::None)
-                .unwrap()
-                .is_empty(),
-            "{arch}: stale logits"
-        );
+        assert!(model.forward(&mut again, &[next], Logits::None).unwrap().is_empty(), "{arch}: stale logits");
         for (name, s) in [("last only", &mut last), ("none, then last", &mut split)] {
             assert!(
                 same_bits(model.forward(s, &[next], Logits::Last).unwrap(), &cont),

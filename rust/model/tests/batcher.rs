@@ -15,9 +15,7 @@ fn tiny(arch: &str) -> Option<Arc<Model>> {
 }
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32)
-        .collect()
+    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
@@ -25,10 +23,7 @@ fn greedy(max_tokens: usize) -> GenerateParams {
         max_tokens,
         ignore_eos: true,
         n_probs: 0,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         grammar: None,
         grammar_trigger: None,
         thought_budget: None,
@@ -36,13 +31,8 @@ fn greedy(max_tokens: usize) -> GenerateParams {
 }
 
 fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
-    let mut g = Generation::new(
-        model.clone(),
-        model.new_session(128, 8, KvType::F16),
-        prompt,
-        greedy(max_tokens),
-    )
-    .unwrap();
+    let mut g =
+        Generation::new(model.clone(), model.new_session(128, 8, KvType::F16), prompt, greedy(max_tokens)).unwrap();
     let mut out = Vec::new();
     while let Some(s) = g.next_step().unwrap() {
         out.push(s.token);
@@ -55,11 +45,8 @@ fn side_by_side_answers_equal_answers_alone() {
     for arch in ["llama", "gemma3", "qwen3moe", "gemma4"] {
         let Some(model) = tiny(arch) else { return };
         let n_vocab = model.config.n_vocab;
-        let prompts: Vec<Vec<u32>> = [5, 23, 2, 17]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| tokens(n, i as u32, n_vocab))
-            .collect();
+        let prompts: Vec<Vec<u32>> =
+            [5, 23, 2, 17].iter().enumerate().map(|(i, &n)| tokens(n, i as u32, n_vocab)).collect();
         let max = [6, 3, 9, 5];
         let mut b = Batcher::new(model.clone(), 4, 128, 8, KvType::F16);
         for (i, p) in prompts.iter().enumerate() {
@@ -82,11 +69,7 @@ fn side_by_side_answers_equal_answers_alone() {
         }
         assert_eq!(finished, 4);
         for i in 0..4 {
-            assert_eq!(
-                got[i],
-                alone(&model, &prompts[i], max[i]),
-                "{arch}: request {i}"
-            );
+            assert_eq!(got[i], alone(&model, &prompts[i], max[i]), "{arch}: request {i}");
         }
     }
 }
@@ -96,28 +79,18 @@ fn a_long_prompt_does_not_stall_a_decoding_slot() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
     let mut b = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
-    b.start(0, &tokens(4, 0, n_vocab), greedy(20), true)
-        .unwrap();
+    b.start(0, &tokens(4, 0, n_vocab), greedy(20), true).unwrap();
     b.step(); // slot 0 reads its prompt and draws
     let long = tokens(60, 1, n_vocab);
     b.start(1, &long, greedy(2), true).unwrap();
     // Eight chunks of 8 read slot 1's prompt; slot 0 draws at every one of them.
     for step in 0..7 {
         let ev = b.step();
-        assert!(
-            ev.iter().any(|(s, _)| *s == 0),
-            "step {step}: slot 0 drew nothing"
-        );
-        assert!(
-            !ev.iter().any(|(s, _)| *s == 1),
-            "step {step}: slot 1 drew before its prompt was read"
-        );
+        assert!(ev.iter().any(|(s, _)| *s == 0), "step {step}: slot 0 drew nothing");
+        assert!(!ev.iter().any(|(s, _)| *s == 1), "step {step}: slot 1 drew before its prompt was read");
     }
     let ev = b.step();
-    assert!(
-        ev.iter().any(|(s, _)| *s == 1),
-        "slot 1's prompt is read in 8 passes"
-    );
+    assert!(ev.iter().any(|(s, _)| *s == 1), "slot 1's prompt is read in 8 passes");
 }
 
 #[test]
@@ -149,14 +122,10 @@ fn slots_are_chosen_as_llama_server_chooses() {
     assert_eq!(b.choose_slot(&tokens(12, 4, n_vocab)), Some(0));
     // No free slot: none.
     for s in 0..3 {
-        b.start(s, &tokens(3, 5, n_vocab), greedy(4), false)
-            .unwrap();
+        b.start(s, &tokens(3, 5, n_vocab), greedy(4), false).unwrap();
     }
     assert_eq!(b.choose_slot(&conv_a), None);
-    assert!(
-        b.start(0, &conv_a, greedy(1), true).is_err(),
-        "a busy slot refuses"
-    );
+    assert!(b.start(0, &conv_a, greedy(1), true).is_err(), "a busy slot refuses");
 }
 
 #[test]
@@ -166,14 +135,9 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
     let mut b = Batcher::new(model.clone(), 1, 16, 8, KvType::F16);
     assert!(b.start(0, &[], greedy(1), true).is_err());
     assert!(b.start(0, &[n_vocab as u32], greedy(1), true).is_err());
-    assert!(
-        b.start(0, &tokens(17, 0, n_vocab), greedy(1), true)
-            .is_err(),
-        "longer than the slot"
-    );
+    assert!(b.start(0, &tokens(17, 0, n_vocab), greedy(1), true).is_err(), "longer than the slot");
     // Fills the context: the last draw says so.
-    b.start(0, &tokens(10, 0, n_vocab), greedy(50), true)
-        .unwrap();
+    b.start(0, &tokens(10, 0, n_vocab), greedy(50), true).unwrap();
     let mut last = None;
     while b.any_busy() {
         for (_, ev) in b.step() {
@@ -183,8 +147,7 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
         }
     }
     assert_eq!(last, Some(ember_model::StopReason::ContextFull));
-    b.start(0, &tokens(4, 1, n_vocab), greedy(50), false)
-        .unwrap();
+    b.start(0, &tokens(4, 1, n_vocab), greedy(50), false).unwrap();
     b.step();
     b.cancel(0);
     assert!(!b.any_busy() && b.step().is_empty());
@@ -213,18 +176,14 @@ fn a_saved_slot_of_another_family_is_refused_by_name() {
         return;
     };
     let mut a = Batcher::new(g4.clone(), 1, 128, 8, KvType::F16);
-    a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true)
-        .unwrap();
+    a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true).unwrap();
     while a.any_busy() {
         a.step();
     }
     let (state, _) = a.save_slot(0).unwrap();
     let mut b = Batcher::new(g3, 1, 128, 8, KvType::F16);
     let err = b.restore_slot(0, &state).unwrap_err().to_string();
-    assert!(
-        err.contains("saved from a gemma4 model") && err.contains("this slot holds a gemma3 model"),
-        "{err}"
-    );
+    assert!(err.contains("saved from a gemma4 model") && err.contains("this slot holds a gemma3 model"), "{err}");
     assert!(b.cached_tokens(0).is_empty());
 }
 
@@ -265,18 +224,11 @@ fn saved_slot_round_trip(arch: &str) {
 
     let mut small = Batcher::new(model.clone(), 1, 64, 8, KvType::F16);
     assert!(small.restore_slot(0, &state).is_err(), "another slot size");
-    assert!(
-        b.restore_slot(0, &state[..state.len() - 1]).is_err(),
-        "truncated"
-    );
+    assert!(b.restore_slot(0, &state[..state.len() - 1]).is_err(), "truncated");
     assert!(b.restore_slot(0, b"not a slot").is_err());
     assert!(b.restore_slot(5, &state).is_err(), "no such slot");
-    b.start(0, &tokens(3, 2, n_vocab), greedy(50), true)
-        .unwrap();
-    assert!(
-        b.save_slot(0).is_err() && b.erase_slot(0).is_err(),
-        "a busy slot is left alone"
-    );
+    b.start(0, &tokens(3, 2, n_vocab), greedy(50), true).unwrap();
+    assert!(b.save_slot(0).is_err() && b.erase_slot(0).is_err(), "a busy slot is left alone");
 }
 
 /// With a host prompt cache, a conversation whose slot went to another comes
@@ -302,29 +254,17 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     let conv_b = tokens(40, 1, n_vocab);
     let mut a_again = conv_a.clone();
     a_again.extend(tokens(5, 2, n_vocab));
-    let fresh = run(
-        &mut Batcher::new(model.clone(), 1, 128, 8, KvType::F16),
-        &a_again,
-    )
-    .1;
+    let fresh = run(&mut Batcher::new(model.clone(), 1, 128, 8, KvType::F16), &a_again).1;
 
     let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
     b.set_host_cache(1 << 30);
     run(&mut b, &conv_a);
     run(&mut b, &conv_b);
-    assert_eq!(
-        b.host_cache_usage().0,
-        1,
-        "conversation a kept when b took its slot"
-    );
+    assert_eq!(b.host_cache_usage().0, 1, "conversation a kept when b took its slot");
     let (n_cached, out) = run(&mut b, &a_again);
     assert!(n_cached >= 40, "restored from the host cache: {n_cached}");
     assert_eq!(out, fresh);
-    assert_eq!(
-        b.host_cache_usage().0,
-        1,
-        "b kept in its turn, a back in the slot"
-    );
+    assert_eq!(b.host_cache_usage().0, 1, "b kept in its turn, a back in the slot");
 
     let mut off = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
     run(&mut off, &conv_a);
@@ -334,9 +274,5 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     tiny_budget.set_host_cache(1000);
     run(&mut tiny_budget, &conv_a);
     run(&mut tiny_budget, &conv_b);
-    assert_eq!(
-        tiny_budget.host_cache_usage(),
-        (0, 0),
-        "past the budget nothing is kept"
-    );
+    assert_eq!(tiny_budget.host_cache_usage(), (0, 0), "past the budget nothing is kept");
 }

@@ -19,16 +19,7 @@ ws ::= " "?"#;
 
 fn load(file: &str) -> Option<Arc<Model>> {
     let path = model_path(file)?;
-    Some(Arc::new(
-        Model::load(
-            &path,
-            LoadOptions {
-                threads: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    ))
+    Some(Arc::new(Model::load(&path, LoadOptions { threads: 2, ..Default::default() }).unwrap()))
 }
 
 fn params(grammar: &Arc<Automaton>, temperature: f32, seed: u64) -> GenerateParams {
@@ -36,11 +27,7 @@ fn params(grammar: &Arc<Automaton>, temperature: f32, seed: u64) -> GeneratePara
         max_tokens: 64,
         ignore_eos: false,
         n_probs: 0,
-        sampling: SamplingParams {
-            temperature,
-            seed: Some(seed),
-            ..Default::default()
-        },
+        sampling: SamplingParams { temperature, seed: Some(seed), ..Default::default() },
         grammar: Some(grammar.clone()),
         grammar_trigger: None,
         thought_budget: None,
@@ -71,20 +58,12 @@ fn check_masks(model: &Model, grammar: &str, prefixes: &[&str]) {
         let t = Instant::now();
         m.mask(index).unwrap();
         let cached = t.elapsed();
-        eprintln!(
-            "mask after {prefix:?}: {} tokens allowed, {first:?} to compute, {cached:?} cached",
-            mask.count()
-        );
+        eprintln!("mask after {prefix:?}: {} tokens allowed, {first:?} to compute, {cached:?} cached", mask.count());
         for id in 0..model.config.n_vocab as u32 {
             let piece = tok.token_to_piece(id, false);
             let readable = !tok.is_control(id) && !tok.is_unused(id) && !piece.is_empty();
             let want = readable && m.clone().advance(piece).unwrap();
-            assert_eq!(
-                mask.allows(id),
-                want,
-                "token {id} {:?} after {prefix:?}",
-                String::from_utf8_lossy(piece)
-            );
+            assert_eq!(mask.allows(id), want, "token {id} {:?} after {prefix:?}", String::from_utf8_lossy(piece));
         }
     }
 }
@@ -95,11 +74,7 @@ fn masks_agree_with_the_automaton_on_real_vocabularies() {
         let Some(model) = load(file) else { return };
         check_masks(&model, LIST, &["", "[", "[ \"ab", "[12", "[\"x\", 3"]);
         // A free string: nearly the whole vocabulary is allowed.
-        check_masks(
-            &model,
-            r#"root ::= "\"" [^"\\]* "\"""#,
-            &["\"", "\"some text"],
-        );
+        check_masks(&model, r#"root ::= "\"" [^"\\]* "\"""#, &["\"", "\"some text"]);
     }
 }
 
@@ -108,30 +83,15 @@ fn constrained_outputs_are_documents() {
     for file in [SMOLLM2, GEMMA3] {
         let Some(model) = load(file) else { return };
         let a = Arc::new(Automaton::from_gbnf(LIST).unwrap());
-        let prompt =
-            model
-                .tokenizer
-                .tokenize("A short list of colors and numbers, as JSON:", true, false);
+        let prompt = model.tokenizer.tokenize("A short list of colors and numbers, as JSON:", true, false);
         for (temperature, seed) in [(0.0, 0), (0.8, 1), (1.5, 2), (1.5, 3)] {
             let session = model.new_session(512, 64, KvType::F16);
-            let mut g = Generation::new(
-                model.clone(),
-                session,
-                &prompt,
-                params(&a, temperature, seed),
-            )
-            .unwrap();
+            let mut g = Generation::new(model.clone(), session, &prompt, params(&a, temperature, seed)).unwrap();
             let (ids, text, stop) = run(&mut g);
-            assert!(
-                a.accepts(text.as_bytes()),
-                "{file} t={temperature}: {text:?} is not a document"
-            );
+            assert!(a.accepts(text.as_bytes()), "{file} t={temperature}: {text:?} is not a document");
             // The document is closed by "]", after which nothing may follow.
             assert_eq!(stop, Some(StopReason::EndOfGeneration), "{text:?}");
-            assert!(
-                !ids.iter().any(|&t| model.tokenizer.is_eog(t)),
-                "the turn ended by the grammar, not a drawn end"
-            );
+            assert!(!ids.iter().any(|&t| model.tokenizer.is_eog(t)), "the turn ended by the grammar, not a drawn end");
         }
     }
 }
@@ -142,11 +102,7 @@ fn the_turn_cannot_end_inside_a_document() {
     // drawable only once it is whole, and max_tokens cuts it otherwise.
     let Some(model) = load(SMOLLM2) else { return };
     let a = Arc::new(Automaton::from_gbnf(r#"root ::= "Answer: " [a-z]+ "." "#).unwrap());
-    let prompt = model.tokenizer.tokenize(
-        "<|im_start|>user\nSay one word<|im_end|>\n<|im_start|>assistant\n",
-        false,
-        true,
-    );
+    let prompt = model.tokenizer.tokenize("<|im_start|>user\nSay one word<|im_end|>\n<|im_start|>assistant\n", false, true);
     for seed in 0..4 {
         let session = model.new_session(512, 64, KvType::F16);
         let mut p = params(&a, 1.0, seed);
@@ -156,10 +112,7 @@ fn the_turn_cannot_end_inside_a_document() {
         match stop {
             Some(StopReason::EndOfGeneration) => assert!(a.accepts(text.as_bytes()), "{text:?}"),
             Some(StopReason::Length) => {
-                assert!(
-                    Matcher::new(a.clone()).advance(text.as_bytes()).unwrap(),
-                    "{text:?} left the grammar"
-                )
+                assert!(Matcher::new(a.clone()).advance(text.as_bytes()).unwrap(), "{text:?} left the grammar")
             }
             other => panic!("unexpected stop {other:?} after {text:?}"),
         }
@@ -179,8 +132,7 @@ fn batcher_and_lone_generation_agree_under_a_grammar() {
         .enumerate()
         .map(|(i, p)| {
             let session = model.new_session(256, 64, KvType::F16);
-            run(&mut Generation::new(model.clone(), session, p, params(&a, 0.9, i as u64)).unwrap())
-                .0
+            run(&mut Generation::new(model.clone(), session, p, params(&a, 0.9, i as u64)).unwrap()).0
         })
         .collect();
     let mut b = Batcher::new(model.clone(), 3, 256, 64, KvType::F16);
@@ -222,15 +174,10 @@ fn forced_runs_are_fed_in_one_pass() {
     }
     assert!(a.accepts(text.as_bytes()), "{text:?}");
     // The literal keys are forced: they take no pass of their own.
-    assert!(
-        passes + 4 < ids.len() + 1,
-        "{passes} passes for {} tokens: {text:?}",
-        ids.len()
-    );
+    assert!(passes + 4 < ids.len() + 1, "{passes} passes for {} tokens: {text:?}", ids.len());
     // A lone generation reads the same tokens.
     let session = model.new_session(256, 64, KvType::F16);
-    let (alone, _, _) =
-        run(&mut Generation::new(model.clone(), session, &prompt, params(&a, 0.0, 0)).unwrap());
+    let (alone, _, _) = run(&mut Generation::new(model.clone(), session, &prompt, params(&a, 0.0, 0)).unwrap());
     assert_eq!(alone, ids);
 }
 
@@ -249,11 +196,8 @@ fn a_lazy_grammar_holds_the_output_from_its_trigger_on() {
         // Make the opener likely after a few free tokens.
         p.sampling.logit_bias = vec![(brace[0], 12.0)];
         let session = model.new_session(256, 64, KvType::F16);
-        let (_, text, stop) =
-            run(&mut Generation::new(model.clone(), session, &prompt, p).unwrap());
-        let Some(at) = text.find('{') else {
-            panic!("the opener never came: {text:?}")
-        };
+        let (_, text, stop) = run(&mut Generation::new(model.clone(), session, &prompt, p).unwrap());
+        let Some(at) = text.find('{') else { panic!("the opener never came: {text:?}") };
         assert!(a.accepts(text[at..].as_bytes()), "{text:?}");
         assert_eq!(stop, Some(StopReason::EndOfGeneration), "{text:?}");
     }

@@ -7,19 +7,13 @@ use common::*;
 use ember_model::{KvType, LoadOptions, Logits, Model};
 
 fn parity(model_file: &str, golden_file: &str) {
-    let Some(path) = model_path(model_file) else {
-        return;
-    };
+    let Some(path) = model_path(model_file) else { return };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
     let g = golden(golden_file);
     let mut total = Agreement::default();
     for case in g["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
-        let seq: Vec<u32> = prompt
-            .iter()
-            .copied()
-            .chain(ids(&case["greedy_ids"]))
-            .collect();
+        let seq: Vec<u32> = prompt.iter().copied().chain(ids(&case["greedy_ids"])).collect();
         let mut s = model.new_session(seq.len(), 512, KvType::F16);
         let logits = model.prefill(&mut s, &seq, Logits::All).unwrap();
         let n_vocab = model.config.n_vocab;
@@ -30,10 +24,7 @@ fn parity(model_file: &str, golden_file: &str) {
             this.add(ours, row);
             total.add(ours, row);
         }
-        println!(
-            "{}",
-            this.report(&format!("  case of {} tokens", seq.len()))
-        );
+        println!("{}", this.report(&format!("  case of {} tokens", seq.len())));
     }
     total.check(model_file);
 }
@@ -55,11 +46,7 @@ fn prefill_equals_token_by_token() {
     for file in [SMOLLM2, GEMMA3] {
         let Some(path) = model_path(file) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
-        let ids = model.tokenizer.tokenize(
-            "The quick brown fox jumps over the lazy dog, and then it rests.",
-            true,
-            false,
-        );
+        let ids = model.tokenizer.tokenize("The quick brown fox jumps over the lazy dog, and then it rests.", true, false);
         let n_vocab = model.config.n_vocab;
         let mut a = model.new_session(64, 64, KvType::F16);
         let batched = model.prefill(&mut a, &ids, Logits::All).unwrap();
@@ -81,37 +68,18 @@ fn prefill_equals_token_by_token() {
 /// move a little and the top token almost never.
 #[test]
 fn a_q8_0_cache_stays_near_f16() {
-    for (file, golden_file) in [
-        (SMOLLM2, "smollm2-135m-instruct-q4_1.json"),
-        (GEMMA3, "gemma-3-270m-q4_k_m.json"),
-    ] {
+    for (file, golden_file) in [(SMOLLM2, "smollm2-135m-instruct-q4_1.json"), (GEMMA3, "gemma-3-270m-q4_k_m.json")] {
         let Some(path) = model_path(file) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         model.check_kv_type(KvType::Q8_0).unwrap();
         let n_vocab = model.config.n_vocab;
         let (mut same_top, mut rows, mut worst, mut sq, mut n) = (0, 0, 0f32, 0f64, 0usize);
         for case in golden(golden_file)["cases"].as_array().unwrap() {
-            let seq: Vec<u32> = ids(&case["prompt_ids"])
-                .into_iter()
-                .chain(ids(&case["greedy_ids"]))
-                .collect();
-            let run = |kv| {
-                model
-                    .prefill(
-                        &mut model.new_session(seq.len(), 512, kv),
-                        &seq,
-                        Logits::All,
-                    )
-                    .unwrap()
-            };
+            let seq: Vec<u32> = ids(&case["prompt_ids"]).into_iter().chain(ids(&case["greedy_ids"])).collect();
+            let run = |kv| model.prefill(&mut model.new_session(seq.len(), 512, kv), &seq, Logits::All).unwrap();
             let (f16, q8) = (run(KvType::F16), run(KvType::Q8_0));
             for (a, b) in f16.chunks(n_vocab).zip(q8.chunks(n_vocab)) {
-                let top = |v: &[f32]| {
-                    v.iter()
-                        .enumerate()
-                        .fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m })
-                        .0
-                };
+                let top = |v: &[f32]| v.iter().enumerate().fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m }).0;
                 same_top += (top(a) == top(b)) as usize;
                 rows += 1;
                 for (x, y) in a.iter().zip(b) {
@@ -125,9 +93,6 @@ fn a_q8_0_cache_stays_near_f16() {
         println!("{file}: q8_0 against f16 cache: top token the same at {same_top} of {rows} positions, max |diff| {worst}, rms {rms:.4}");
         // Measured: the top token the same at 96% (SmolLM2) and 99% (Gemma 3) of
         // the positions, rms 0.32 and 0.33, max 3.3 and 3.6.
-        assert!(
-            same_top as f64 >= 0.9 * rows as f64 && rms < 0.6 && worst < 6.0,
-            "{file}: a q8_0 cache strays"
-        );
+        assert!(same_top as f64 >= 0.9 * rows as f64 && rms < 0.6 && worst < 6.0, "{file}: a q8_0 cache strays");
     }
 }

@@ -13,9 +13,7 @@ use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, Model
 use ember_sample::SamplingParams;
 
 fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (7 + i * 31 + salt * 101) % n_vocab as u32)
-        .collect()
+    (0..n as u32).map(|i| (7 + i * 31 + salt * 101) % n_vocab as u32).collect()
 }
 
 /// A slot that read `held`, then cut back for `prompt` and read the rest,
@@ -23,21 +21,13 @@ fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
 /// positions that were reused.
 fn resume_vs_fresh(model: &Model, held: &[u32], prompt: &[u32], max_batch: usize) -> (usize, f32) {
     let mut slot = Slot::new(model.new_session(64, max_batch, KvType::F16));
-    model
-        .prefill(&mut slot.session, held, Logits::None)
-        .unwrap();
+    model.prefill(&mut slot.session, held, Logits::None).unwrap();
     slot.tokens = held.to_vec();
     let kept = slot.reuse_prefix(prompt);
-    let resumed = model
-        .prefill(&mut slot.session, &prompt[kept..], Logits::Last)
-        .unwrap();
+    let resumed = model.prefill(&mut slot.session, &prompt[kept..], Logits::Last).unwrap();
     let mut fresh = model.new_session(64, max_batch, KvType::F16);
     let want = model.prefill(&mut fresh, prompt, Logits::Last).unwrap();
-    let diff = resumed
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let diff = resumed.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
     (kept, diff)
 }
 
@@ -57,11 +47,7 @@ fn a_shared_prefix_is_reused_and_gives_a_fresh_reads_logits() {
         let mut parted = held[..25].to_vec();
         parted.extend(tokens(6, 2, n_vocab));
         let (kept, diff) = resume_vs_fresh(&model, &held, &parted, 7);
-        assert_eq!(
-            (kept, diff),
-            (25, 0.0),
-            "{arch}: rewinding within the window"
-        );
+        assert_eq!((kept, diff), (25, 0.0), "{arch}: rewinding within the window");
         // The same prompt again: its last token is read again for its logits.
         let (kept, diff) = resume_vs_fresh(&model, &held, &held, 7);
         assert_eq!((kept, diff), (29, 0.0), "{arch}: repeating");
@@ -102,10 +88,7 @@ fn a_generation_hands_its_tokens_to_the_next() {
         max_tokens: 6,
         ignore_eos: true,
         n_probs: 0,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         grammar: None,
         grammar_trigger: None,
         thought_budget: None,
@@ -118,13 +101,9 @@ fn a_generation_hands_its_tokens_to_the_next() {
         out
     };
     let turn1 = tokens(20, 0, n_vocab);
-    let mut g = Generation::resume(
-        model.clone(),
-        Slot::new(model.new_session(64, 7, KvType::F16)),
-        &turn1,
-        greedy.clone(),
-    )
-    .unwrap();
+    let mut g =
+        Generation::resume(model.clone(), Slot::new(model.new_session(64, 7, KvType::F16)), &turn1, greedy.clone())
+            .unwrap();
     assert_eq!(g.n_cached(), 0);
     let answer = run(&mut g);
     let slot = g.into_slot();
@@ -135,12 +114,6 @@ fn a_generation_hands_its_tokens_to_the_next() {
     turn2.extend(tokens(4, 5, n_vocab));
     let mut resumed = Generation::resume(model.clone(), slot, &turn2, greedy.clone()).unwrap();
     assert_eq!(resumed.n_cached(), turn1.len() + answer.len() - 1);
-    let mut fresh = Generation::new(
-        model.clone(),
-        model.new_session(64, 7, KvType::F16),
-        &turn2,
-        greedy,
-    )
-    .unwrap();
+    let mut fresh = Generation::new(model.clone(), model.new_session(64, 7, KvType::F16), &turn2, greedy).unwrap();
     assert_eq!(run(&mut resumed), run(&mut fresh));
 }

@@ -12,8 +12,7 @@ use common::*;
 use ember_model::{KvType, LoadOptions, Logits, Model};
 
 fn fixture(arch: &str) -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../tests/fixtures/tiny/{arch}.json"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/tiny/{arch}.json"));
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
@@ -28,17 +27,10 @@ fn tiny_parity_within(arch: &str, max_mean_diff: f64) {
     let Some(path) = tiny_model(arch) else { return };
     let model = Model::load(
         &path,
-        LoadOptions {
-            no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(),
-            ..Default::default()
-        },
+        LoadOptions { no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(), ..Default::default() },
     )
     .unwrap();
-    assert!(
-        model.unread_tensors().is_empty(),
-        "{arch}: unread tensors {:?}",
-        model.unread_tensors()
-    );
+    assert!(model.unread_tensors().is_empty(), "{arch}: unread tensors {:?}", model.unread_tensors());
     let f = fixture(arch);
     let ids = ids(&f["input_ids"]);
     let n_vocab = model.config.n_vocab;
@@ -94,18 +86,13 @@ fn hidden_states_are_what_the_head_reads() {
     let logits = model.prefill(&mut s, &ids, Logits::All).unwrap();
     // The head's rows, read from the file (tied to the embeddings where it has no output matrix).
     let file = ember_gguf::GgufFile::open(&path).unwrap();
-    let info = file
-        .header()
-        .tensor("output.weight")
-        .or_else(|| file.header().tensor("token_embd.weight"))
-        .unwrap();
+    let info = file.header().tensor("output.weight").or_else(|| file.header().tensor("token_embd.weight")).unwrap();
     let data = file.tensor_data(info);
     let row_bytes = data.len() / info.n_rows();
     let mut row = vec![0f32; e];
     let mut worst = 0f32;
     for v in [0, 1, nv / 3, nv / 2, nv - 1] {
-        ember_quant::dequantize_row(info.ty, &data[v * row_bytes..(v + 1) * row_bytes], &mut row)
-            .unwrap();
+        ember_quant::dequantize_row(info.ty, &data[v * row_bytes..(v + 1) * row_bytes], &mut row).unwrap();
         for p in 0..ids.len() {
             let h = &hidden[p * e..(p + 1) * e];
             let want: f32 = row.iter().zip(h).map(|(a, b)| a * b).sum();
@@ -116,10 +103,7 @@ fn hidden_states_are_what_the_head_reads() {
             worst = worst.max((want - got).abs() / (norm(&row) * norm(h)));
         }
     }
-    assert!(
-        worst < 1e-2,
-        "logits differ from head . hidden by {worst} of |row| |hidden|"
-    );
+    assert!(worst < 1e-2, "logits differ from head . hidden by {worst} of |row| |hidden|");
 }
 
 #[test]
@@ -179,10 +163,7 @@ fn every_family_reads_a_prompt_as_it_decodes() {
                 max_diff = max_diff.max((x - y).abs());
             }
         }
-        assert!(
-            max_diff <= 1e-3,
-            "{arch}: prefill vs token-by-token, max |diff| {max_diff}"
-        );
+        assert!(max_diff <= 1e-3, "{arch}: prefill vs token-by-token, max |diff| {max_diff}");
     }
 }
 
@@ -194,23 +175,12 @@ fn per_layer_embeddings_are_read_by_row() {
         return;
     };
     let model = Model::load(&path, LoadOptions::default()).unwrap();
-    let table = &model
-        .weights()
-        .per_layer
-        .as_ref()
-        .expect("gemma4 E models have a per-layer table")
-        .table;
+    let table = &model.weights().per_layer.as_ref().expect("gemma4 E models have a per-layer table").table;
     assert!(table.packed.is_none(), "the table is never repacked");
     assert_eq!(table.rows, model.config.n_vocab);
     assert_eq!(model.per_layer_rows_read(), 0);
     let mut s = model.new_session(32, 8, KvType::F16);
-    model
-        .prefill(
-            &mut s,
-            &[2, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100],
-            Logits::Last,
-        )
-        .unwrap();
+    model.prefill(&mut s, &[2, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100], Logits::Last).unwrap();
     assert_eq!(model.per_layer_rows_read(), 11);
     model.forward(&mut s, &[7], Logits::Last).unwrap();
     assert_eq!(model.per_layer_rows_read(), 12);
@@ -245,14 +215,9 @@ fn an_unread_tensor_is_a_load_error() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("extra.gguf");
     with_extra_tensor(&path, &out, "blk.0.attn_output.bias", 64);
-    let err = Model::load(&out, LoadOptions::default())
-        .err()
-        .expect("a tensor nobody reads");
+    let err = Model::load(&out, LoadOptions::default()).err().expect("a tensor nobody reads");
     let msg = err.to_string();
-    assert!(
-        msg.contains("blk.0.attn_output.bias") && msg.contains("does not read"),
-        "{msg}"
-    );
+    assert!(msg.contains("blk.0.attn_output.bias") && msg.contains("does not read"), "{msg}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -291,9 +256,7 @@ fn every_tokenizer_reads_text_as_llama_cpp() {
         let file = ember_gguf::GgufFile::open(&path).unwrap();
         let tok = ember_tokenizer::Tokenizer::from_gguf(file.header()).unwrap();
         let f = fixture(arch);
-        let cases = f["tokenizations"]
-            .as_array()
-            .expect("fixtures record tokenizations");
+        let cases = f["tokenizations"].as_array().expect("fixtures record tokenizations");
         assert!(!cases.is_empty());
         for case in cases {
             let text = case["text"].as_str().unwrap();
@@ -307,11 +270,7 @@ fn every_tokenizer_reads_text_as_llama_cpp() {
             if want.first().is_some_and(|&id| Some(id) == tok.bos()) && back.starts_with(' ') {
                 back.remove(0);
             }
-            assert_eq!(
-                back,
-                case["detokenized"].as_str().unwrap(),
-                "{arch}: detokenizing {text:?}"
-            );
+            assert_eq!(back, case["detokenized"].as_str().unwrap(), "{arch}: detokenizing {text:?}");
         }
     }
 }

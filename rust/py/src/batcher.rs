@@ -11,15 +11,7 @@ use pyo3::types::PyBytes;
 use crate::{map_err, GenerateOptions, InvalidRequestError, Model};
 
 /// (slot, token, text, stop reason or None, logprob or None, top logprobs, error or None)
-type Event = (
-    usize,
-    Option<u32>,
-    String,
-    Option<&'static str>,
-    Option<f32>,
-    Vec<(u32, f32)>,
-    Option<Py<PyAny>>,
-);
+type Event = (usize, Option<u32>, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>, Option<Py<PyAny>>);
 
 #[pyclass(module = "ember._native")]
 pub(crate) struct Batcher {
@@ -41,26 +33,14 @@ impl Batcher {
     /// `n_slots` slots of `n_ctx` positions each over `model`'s weights;
     /// prompts are read `chunk` tokens per slot per pass.
     #[new]
-    fn new(
-        py: Python<'_>,
-        model: &Model,
-        n_slots: usize,
-        n_ctx: usize,
-        chunk: usize,
-    ) -> PyResult<Batcher> {
+    fn new(py: Python<'_>, model: &Model, n_slots: usize, n_ctx: usize, chunk: usize) -> PyResult<Batcher> {
         if n_slots == 0 || n_ctx == 0 || chunk == 0 {
-            return Err(InvalidRequestError::new_err(
-                "n_slots, n_ctx and chunk must be at least 1",
-            ));
+            return Err(InvalidRequestError::new_err("n_slots, n_ctx and chunk must be at least 1"));
         }
         let (m, kv) = (model.inner.clone(), model.kv_type);
         let n_vocab = m.config.n_vocab;
         let inner = py.detach(move || Inner::new(m, n_slots, n_ctx, chunk, kv));
-        Ok(Batcher {
-            inner: Mutex::new(inner),
-            n_ctx,
-            n_vocab,
-        })
+        Ok(Batcher { inner: Mutex::new(inner), n_ctx, n_vocab })
     }
 
     #[getter]
@@ -101,41 +81,23 @@ impl Batcher {
     /// reused from its cache. The prompt is read by the next steps.
     fn start(&self, slot: usize, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<usize> {
         let params = options.params_for(self.n_vocab)?;
-        self.inner
-            .lock()
-            .unwrap()
-            .start(slot, &ids, params, options.cache_prompt)
-            .map(|s| s.n_cached)
-            .map_err(map_err)
+        self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt).map(|s| s.n_cached).map_err(map_err)
     }
 
     /// What went into the last pass: (slot, tokens, whether they were prompt).
     fn last_pass(&self) -> Vec<(usize, usize, bool)> {
-        self.inner
-            .lock()
-            .unwrap()
-            .last_pass()
-            .iter()
-            .map(|p| (p.slot, p.tokens, p.prompt))
-            .collect()
+        self.inner.lock().unwrap().last_pass().iter().map(|p| (p.slot, p.tokens, p.prompt)).collect()
     }
 
     /// Idle slot `slot`'s cache and tokens as bytes, and the tokens saved.
-    fn save_slot<'py>(
-        &self,
-        py: Python<'py>,
-        slot: usize,
-    ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
-        let (bytes, n) = py
-            .detach(|| self.inner.lock().unwrap().save_slot(slot))
-            .map_err(map_err)?;
+    fn save_slot<'py>(&self, py: Python<'py>, slot: usize) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+        let (bytes, n) = py.detach(|| self.inner.lock().unwrap().save_slot(slot)).map_err(map_err)?;
         Ok((PyBytes::new(py, &bytes), n))
     }
 
     /// Loads bytes from `save_slot` into idle slot `slot`; the tokens restored.
     fn restore_slot(&self, py: Python<'_>, slot: usize, state: Vec<u8>) -> PyResult<usize> {
-        py.detach(|| self.inner.lock().unwrap().restore_slot(slot, &state))
-            .map_err(map_err)
+        py.detach(|| self.inner.lock().unwrap().restore_slot(slot, &state)).map_err(map_err)
     }
 
     /// Forgets what idle slot `slot` holds; the tokens dropped.
@@ -166,33 +128,9 @@ impl Batcher {
         events
             .into_iter()
             .map(|(slot, ev)| match ev {
-                SlotEvent::Step(s) => (
-                    slot,
-                    Some(s.token),
-                    s.text,
-                    s.stop.map(stop_name),
-                    s.logprob,
-                    s.top,
-                    None,
-                ),
-                SlotEvent::Done => (
-                    slot,
-                    None,
-                    String::new(),
-                    Some("length"),
-                    None,
-                    Vec::new(),
-                    None,
-                ),
-                SlotEvent::Failed(e) => (
-                    slot,
-                    None,
-                    String::new(),
-                    None,
-                    None,
-                    Vec::new(),
-                    Some(map_err(e).into_value(py).into_any()),
-                ),
+                SlotEvent::Step(s) => (slot, Some(s.token), s.text, s.stop.map(stop_name), s.logprob, s.top, None),
+                SlotEvent::Done => (slot, None, String::new(), Some("length"), None, Vec::new(), None),
+                SlotEvent::Failed(e) => (slot, None, String::new(), None, None, Vec::new(), Some(map_err(e).into_value(py).into_any())),
             })
             .collect()
     }

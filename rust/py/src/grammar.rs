@@ -13,8 +13,7 @@ fn grammar_err(e: Error) -> PyErr {
 }
 
 fn parse_json(text: &str) -> PyResult<serde_json::Value> {
-    serde_json::from_str(text)
-        .map_err(|e| GrammarError::new_err(format!("the JSON Schema is not valid JSON: {e}")))
+    serde_json::from_str(text).map_err(|e| GrammarError::new_err(format!("the JSON Schema is not valid JSON: {e}")))
 }
 
 /// A compiled grammar: GBNF text, a JSON Schema, or any JSON object.
@@ -26,13 +25,8 @@ pub struct Grammar {
 
 impl Grammar {
     fn compile(py: Python<'_>, gbnf: String) -> PyResult<Grammar> {
-        let a = py
-            .detach(|| Automaton::from_gbnf(&gbnf))
-            .map_err(grammar_err)?;
-        Ok(Grammar {
-            inner: Arc::new(a),
-            gbnf,
-        })
+        let a = py.detach(|| Automaton::from_gbnf(&gbnf)).map_err(grammar_err)?;
+        Ok(Grammar { inner: Arc::new(a), gbnf })
     }
 }
 
@@ -70,9 +64,7 @@ impl Grammar {
 
     /// Whether `text` can begin a document of the grammar.
     fn accepts_prefix(&self, text: &[u8]) -> bool {
-        ember_grammar::Matcher::new(self.inner.clone())
-            .advance(text)
-            .unwrap_or(false)
+        ember_grammar::Matcher::new(self.inner.clone()).advance(text).unwrap_or(false)
     }
 
     /// Parse states explored so far (they and their masks are cached).

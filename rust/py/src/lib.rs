@@ -6,59 +6,29 @@ use std::sync::Arc;
 
 use ember_gguf::{GgufFile, Value};
 use ember_model::generate::ThoughtBudget;
-use ember_model::{
-    GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot, StopReason,
-};
+use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot, StopReason};
 use ember_sample::SamplingParams;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-create_exception!(
-    _native,
-    EmberError,
-    PyException,
-    "Base of every error ember raises."
-);
-create_exception!(
-    _native,
-    ModelLoadError,
-    EmberError,
-    "The model file cannot be read or run."
-);
-create_exception!(
-    _native,
-    InvalidRequestError,
-    EmberError,
-    "A request carries a value ember cannot use."
-);
-create_exception!(
-    _native,
-    ContextFullError,
-    InvalidRequestError,
-    "The tokens do not fit in the context."
-);
-create_exception!(
-    _native,
-    GrammarError,
-    InvalidRequestError,
-    "A grammar or JSON Schema that cannot be compiled."
-);
+create_exception!(_native, EmberError, PyException, "Base of every error ember raises.");
+create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be read or run.");
+create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
+create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
+create_exception!(_native, GrammarError, InvalidRequestError, "A grammar or JSON Schema that cannot be compiled.");
 
 mod batcher;
 mod grammar;
 
 pub(crate) fn map_err(e: ModelError) -> PyErr {
     match e {
-        ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => {
-            ContextFullError::new_err(e.to_string())
-        }
+        ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => ContextFullError::new_err(e.to_string()),
         ModelError::Grammar(_) => GrammarError::new_err(e.to_string()),
-        ModelError::BadToken { .. }
-        | ModelError::Sample(_)
-        | ModelError::Invalid(_)
-        | ModelError::Kv(_) => InvalidRequestError::new_err(e.to_string()),
+        ModelError::BadToken { .. } | ModelError::Sample(_) | ModelError::Invalid(_) | ModelError::Kv(_) => {
+            InvalidRequestError::new_err(e.to_string())
+        }
         _ => ModelLoadError::new_err(e.to_string()),
     }
 }
@@ -80,9 +50,7 @@ impl GenerateOptions {
     pub(crate) fn params_for(&self, n_vocab: usize) -> PyResult<GenerateParams> {
         let n_probs = self.params.n_probs;
         if n_probs > n_vocab {
-            return Err(InvalidRequestError::new_err(format!(
-                "n_probs {n_probs} exceeds the vocabulary"
-            )));
+            return Err(InvalidRequestError::new_err(format!("n_probs {n_probs} exceeds the vocabulary")));
         }
         Ok(self.params.clone())
     }
@@ -117,9 +85,7 @@ impl GenerateOptions {
         thought_budget: Option<ThoughtBudgetArg>,
     ) -> PyResult<GenerateOptions> {
         if grammar_trigger.is_some() && grammar.is_none() {
-            return Err(InvalidRequestError::new_err(
-                "grammar_trigger: given without a grammar",
-            ));
+            return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
         }
         let sampling = SamplingParams {
             temperature,
@@ -134,15 +100,13 @@ impl GenerateOptions {
             logit_bias,
             seed,
         };
-        let thought_budget = thought_budget.map(
-            |(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
-                budget,
-                opener: opener.into_bytes(),
-                closer: closer.into_bytes(),
-                close_ids,
-                in_thought,
-            },
-        );
+        let thought_budget = thought_budget.map(|(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
+            budget,
+            opener: opener.into_bytes(),
+            closer: closer.into_bytes(),
+            close_ids,
+            in_thought,
+        });
         let params = GenerateParams {
             max_tokens,
             ignore_eos,
@@ -152,19 +116,13 @@ impl GenerateOptions {
             grammar_trigger: grammar_trigger.map(String::into_bytes),
             thought_budget,
         };
-        Ok(GenerateOptions {
-            params,
-            cache_prompt,
-        })
+        Ok(GenerateOptions { params, cache_prompt })
     }
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {
-    KvType::parse(s).ok_or_else(|| {
-        InvalidRequestError::new_err(format!(
-            "kv_type {s:?}: expected \"f16\", \"f32\" or \"q8_0\""
-        ))
-    })
+    KvType::parse(s)
+        .ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\", \"f32\" or \"q8_0\"")))
 }
 
 /// A metadata value as a Python object; long arrays (vocabularies) come back whole.
@@ -181,11 +139,7 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
             }
             list.into_any()
         }
-        other => other
-            .as_i64()
-            .unwrap_or_default()
-            .into_pyobject(py)?
-            .into_any(),
+        other => other.as_i64().unwrap_or_default().into_pyobject(py)?.into_any(),
     })
 }
 
@@ -195,16 +149,12 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
 #[pyo3(signature = (path, max_array = 64))]
 fn inspect<'py>(py: Python<'py>, path: &str, max_array: usize) -> PyResult<Bound<'py, PyDict>> {
     let path = path.to_string();
-    let file = py
-        .detach(move || GgufFile::open(&path))
-        .map_err(|e| ModelLoadError::new_err(e.to_string()))?;
+    let file = py.detach(move || GgufFile::open(&path)).map_err(|e| ModelLoadError::new_err(e.to_string()))?;
     let out = PyDict::new(py);
     let meta = PyDict::new(py);
     for (k, v) in &file.metadata {
         match v {
-            Value::Array(a) if a.len() > max_array => {
-                meta.set_item(k, format!("[{} values]", a.len()))?
-            }
+            Value::Array(a) if a.len() > max_array => meta.set_item(k, format!("[{} values]", a.len()))?,
             _ => meta.set_item(k, value_to_py(py, v)?)?,
         }
     }
@@ -219,9 +169,7 @@ fn inspect<'py>(py: Python<'py>, path: &str, max_array: usize) -> PyResult<Bound
     // What a position of the cache costs, as the forward pass will lay it
     // out (per-layer widths, layers that share a cache); None where ember
     // cannot read the file's shape.
-    let per_pos = ember_model::Config::from_gguf(&file)
-        .ok()
-        .map(|c| c.kv_bytes_per_position());
+    let per_pos = ember_model::Config::from_gguf(&file).ok().map(|c| c.kv_bytes_per_position());
     out.set_item("kv_bytes_per_position", per_pos)?;
     Ok(out)
 }
@@ -261,29 +209,11 @@ impl Model {
         }
         let path = path.to_string();
         let inner = py
-            .detach(move || {
-                ember_model::Model::load(
-                    &path,
-                    LoadOptions {
-                        threads,
-                        ..Default::default()
-                    },
-                )
-            })
+            .detach(move || ember_model::Model::load(&path, LoadOptions { threads, ..Default::default() }))
             .map_err(map_err)?;
         inner.check_kv_type(kv).map_err(map_err)?;
-        let n_ctx = if n_ctx == 0 {
-            inner.config.n_ctx_train
-        } else {
-            n_ctx
-        };
-        Ok(Model {
-            inner: Arc::new(inner),
-            n_ctx,
-            max_batch,
-            kv_type: kv,
-            slot: Default::default(),
-        })
+        let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
+        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default() })
     }
 
     #[getter]
@@ -344,10 +274,7 @@ impl Model {
         d.set_item("n_expert", c.moe.as_ref().map_or(0, |m| m.n_expert))?;
         d.set_item("n_expert_used", c.moe.as_ref().map_or(0, |m| m.n_used))?;
         d.set_item("n_embd_per_layer", c.n_embd_per_layer)?;
-        d.set_item(
-            "swa_layers",
-            c.layers.iter().map(|l| l.is_swa()).collect::<Vec<_>>(),
-        )?;
+        d.set_item("swa_layers", c.layers.iter().map(|l| l.is_swa()).collect::<Vec<_>>())?;
         d.set_item("sliding_window", c.sliding_window)?;
         Ok(d)
     }
@@ -358,27 +285,13 @@ impl Model {
 
     /// A metadata value of the file, or None.
     fn metadata<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.inner
-            .file()
-            .get(key)
-            .map(|v| value_to_py(py, v))
-            .transpose()
+        self.inner.file().get(key).map(|v| value_to_py(py, v)).transpose()
     }
 
     #[pyo3(signature = (text, add_special = true, parse_special = false))]
-    fn tokenize(
-        &self,
-        py: Python<'_>,
-        text: &str,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Vec<u32> {
+    fn tokenize(&self, py: Python<'_>, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let text = text.to_string();
-        py.detach(|| {
-            self.inner
-                .tokenizer
-                .tokenize(&text, add_special, parse_special)
-        })
+        py.detach(|| self.inner.tokenizer.tokenize(&text, add_special, parse_special))
     }
 
     #[pyo3(signature = (ids, special = false))]
@@ -388,17 +301,9 @@ impl Model {
     }
 
     #[pyo3(signature = (id, special = false))]
-    fn token_to_piece<'py>(
-        &self,
-        py: Python<'py>,
-        id: u32,
-        special: bool,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    fn token_to_piece<'py>(&self, py: Python<'py>, id: u32, special: bool) -> PyResult<Bound<'py, PyBytes>> {
         self.check_ids(&[id])?;
-        Ok(PyBytes::new(
-            py,
-            self.inner.tokenizer.token_to_piece(id, special),
-        ))
+        Ok(PyBytes::new(py, self.inner.tokenizer.token_to_piece(id, special)))
     }
 
     fn is_eog(&self, id: u32) -> bool {
@@ -433,9 +338,7 @@ impl Model {
         }
         let out = py
             .detach(|| {
-                let mut s = self
-                    .inner
-                    .new_session(ids.len(), self.max_batch, self.kv_type);
+                let mut s = self.inner.new_session(ids.len(), self.max_batch, self.kv_type);
                 self.inner.prefill(&mut s, &ids, Logits::Hidden)
             })
             .map_err(map_err)?;
@@ -444,12 +347,7 @@ impl Model {
     }
 
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
-    fn generate(
-        &self,
-        py: Python<'_>,
-        ids: Vec<u32>,
-        options: &GenerateOptions,
-    ) -> PyResult<Generator> {
+    fn generate(&self, py: Python<'_>, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<Generator> {
         self.check_ids(&ids)?;
         let params = options.params_for(self.inner.config.n_vocab)?;
         let cache_prompt = options.cache_prompt;
@@ -460,8 +358,7 @@ impl Model {
         let held = self.slot.lock().unwrap().take();
         let gen = py
             .detach(move || {
-                let slot =
-                    held.unwrap_or_else(|| Slot::new(model.new_session(n_ctx, max_batch, kv)));
+                let slot = held.unwrap_or_else(|| Slot::new(model.new_session(n_ctx, max_batch, kv)));
                 if cache_prompt {
                     Generation::resume(model, slot, &ids, params)
                 } else {
@@ -469,10 +366,7 @@ impl Model {
                 }
             })
             .map_err(map_err)?;
-        Ok(Generator {
-            inner: std::sync::Mutex::new(Some(gen)),
-            home: self.slot.clone(),
-        })
+        Ok(Generator { inner: std::sync::Mutex::new(Some(gen)), home: self.slot.clone() })
     }
 
     /// Forgets the tokens the cache holds: the next generation reads its whole prompt.
@@ -483,12 +377,7 @@ impl Model {
     /// Positions of the last conversation kept for the next request to reuse.
     #[getter]
     fn cached_tokens(&self) -> usize {
-        self.slot
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|s| s.tokens.len())
-            .unwrap_or(0)
+        self.slot.lock().unwrap().as_ref().map(|s| s.tokens.len()).unwrap_or(0)
     }
 
     /// Seconds to read `ids` into an empty context (logits of the last position only),
@@ -505,9 +394,7 @@ impl Model {
     /// llama-bench's `tg` measures it.
     fn bench_generation(&self, py: Python<'_>, first: u32, n: usize) -> PyResult<f64> {
         self.check_ids(&[first])?;
-        py.detach(|| ember_model::bench::text_generation(&self.inner, first, n))
-            .map(|t| t.seconds)
-            .map_err(map_err)
+        py.detach(|| ember_model::bench::text_generation(&self.inner, first, n)).map(|t| t.seconds).map_err(map_err)
     }
 }
 
@@ -551,15 +438,7 @@ impl Generator {
     fn __next__(
         &self,
         py: Python<'_>,
-    ) -> PyResult<
-        Option<(
-            u32,
-            String,
-            Option<&'static str>,
-            Option<f32>,
-            Vec<(u32, f32)>,
-        )>,
-    > {
+    ) -> PyResult<Option<(u32, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>)>> {
         if let Err(e) = py.check_signals() {
             *self.inner.lock().unwrap() = None;
             return Err(e);
@@ -581,31 +460,16 @@ impl Generator {
 
     #[getter]
     fn n_prompt(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|g| g.n_prompt())
-            .unwrap_or(0)
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_prompt()).unwrap_or(0)
     }
     #[getter]
     fn n_generated(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|g| g.n_generated())
-            .unwrap_or(0)
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_generated()).unwrap_or(0)
     }
     /// Prompt positions reused from the cache instead of read.
     #[getter]
     fn n_cached(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|g| g.n_cached())
-            .unwrap_or(0)
+        self.inner.lock().unwrap().as_ref().map(|g| g.n_cached()).unwrap_or(0)
     }
 }
 

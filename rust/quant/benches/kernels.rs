@@ -11,9 +11,7 @@ use std::time::Instant;
 
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat};
-use ember_quant::{
-    activation_type, dot_fn, quantize_activation, tile_fn, unpacked_tile, MAX_TILE_COLS,
-};
+use ember_quant::{activation_type, dot_fn, quantize_activation, tile_fn, unpacked_tile, MAX_TILE_COLS};
 
 /// Random bytes with every f16 scale field made small and finite, by
 /// rewriting the file through a dequantize-free trick: scales live at known
@@ -66,39 +64,17 @@ fn time(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (rows, k) = (
-        args.first().copied().unwrap_or(2048),
-        args.get(1).copied().unwrap_or(2048),
-    );
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (rows, k) = (args.first().copied().unwrap_or(2048), args.get(1).copied().unwrap_or(2048));
     let cols = 64;
     let mut seed = 1u64;
-    let x: Vec<f32> = (0..cols * k)
-        .map(|_| (next(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
-        .collect();
-    println!(
-        "{rows} x {k} weights, kernels: {}",
-        ember_quant::simd_level()
-    );
+    let x: Vec<f32> = (0..cols * k).map(|_| (next(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
+    println!("{rows} x {k} weights, kernels: {}", ember_quant::simd_level());
     println!("| format | kernel | matvec GB/s | matvec ms | {cols} cols GOP/s |");
     println!("| --- | --- | ---: | ---: | ---: |");
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::F16,
-    ] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
         if ty.row_bytes(k as u64).is_none() {
-            println!(
-                "| {} | - | rows of {k} are not whole blocks | | |",
-                ty.name()
-            );
+            println!("| {} | - | rows of {k} are not whole blocks | | |", ty.name());
             continue;
         }
         let w = random_matrix(ty, rows, k, &mut seed);
@@ -124,32 +100,19 @@ fn main() {
         let mm = time(|| {
             for r in 0..rows {
                 for c in 0..cols {
-                    out[c * rows + r] =
-                        dot(k, &w[r * rb..(r + 1) * rb], &xq[c * arb..(c + 1) * arb]);
+                    out[c * rows + r] = dot(k, &w[r * rb..(r + 1) * rb], &xq[c * arb..(c + 1) * arb]);
                 }
             }
             black_box(&out);
         });
-        println!(
-            "| {} | dot | {:.1} | {:.3} | {:.1} |",
-            ty.name(),
-            w.len() as f64 / mv / 1e9,
-            mv * 1e3,
-            gop(mm)
-        );
+        println!("| {} | dot | {:.1} | {:.3} | {:.1} |", ty.name(), w.len() as f64 / mv / 1e9, mv * 1e3, gop(mm));
         // Repacked tile kernels.
-        let Some(fmt) = PackedFormat::of(ty) else {
-            continue;
-        };
+        let Some(fmt) = PackedFormat::of(ty) else { continue };
         let pw = fmt.pack_matrix(rows, k, &w).unwrap();
         let stride = act_row_bytes(k).unwrap();
         let mut acts = vec![0u8; cols * stride];
         for c in 0..cols {
-            quantize_act_row(
-                &x[c * k..(c + 1) * k],
-                &mut acts[c * stride..(c + 1) * stride],
-            )
-            .unwrap();
+            quantize_act_row(&x[c * k..(c + 1) * k], &mut acts[c * stride..(c + 1) * stride]).unwrap();
         }
         let tile = tile_fn(fmt);
         let gb = fmt.group_bytes(k).unwrap();
@@ -161,31 +124,14 @@ fn main() {
             for r0 in (0..rows).step_by(32) {
                 for c0 in (0..cols).step_by(MAX_TILE_COLS) {
                     let n_rows = 32.min(rows - r0);
-                    tile(
-                        k,
-                        &pw[r0 / 8 * gb..],
-                        n_rows,
-                        &acts[c0 * stride..],
-                        stride,
-                        MAX_TILE_COLS,
-                        &mut out[c0 * rows + r0..],
-                        rows,
-                    );
+                    tile(k, &pw[r0 / 8 * gb..], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
                 }
             }
             black_box(&out);
         });
-        println!(
-            "| {} | tile | {:.1} | {:.3} | {:.1} |",
-            ty.name(),
-            pw.len() as f64 / mv / 1e9,
-            mv * 1e3,
-            gop(mm)
-        );
+        println!("| {} | tile | {:.1} | {:.3} | {:.1} |", ty.name(), pw.len() as f64 / mv / 1e9, mv * 1e3, gop(mm));
         // A prompt's way: each tile of 32 rows unpacked once, then met by every column group.
-        let Some(u) = unpacked_tile(fmt) else {
-            continue;
-        };
+        let Some(u) = unpacked_tile(fmt) else { continue };
         let xb = fmt.unpacked_group_bytes(k).unwrap();
         let mut buf = vec![0u8; 4 * xb];
         let mm = time(|| {
@@ -194,16 +140,7 @@ fn main() {
                 let groups = n_rows.div_ceil(8);
                 (u.unpack)(k, &pw[r0 / 8 * gb..], groups, &mut buf[..groups * xb]);
                 for c0 in (0..cols).step_by(MAX_TILE_COLS) {
-                    (u.tile)(
-                        k,
-                        &buf[..groups * xb],
-                        n_rows,
-                        &acts[c0 * stride..],
-                        stride,
-                        MAX_TILE_COLS,
-                        &mut out[c0 * rows + r0..],
-                        rows,
-                    );
+                    (u.tile)(k, &buf[..groups * xb], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
                 }
             }
             black_box(&out);

@@ -190,25 +190,13 @@ impl PackedFormat {
     /// [`pack_group`](Self::pack_group) from rows of file type `ty`, which is
     /// the layout's own or one that [`of`](Self::of) maps to it (Q4_0 into
     /// Q5_0's layout).
-    pub fn pack_group_from(
-        self,
-        ty: GgmlType,
-        k: usize,
-        src: &[u8],
-        dst: &mut [u8],
-    ) -> Result<(), QuantError> {
+    pub fn pack_group_from(self, ty: GgmlType, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
         if PackedFormat::of(ty) != Some(self) && PackedFormat::fallback(ty) != Some(self) {
-            return Err(QuantError::Unsupported {
-                ty,
-                op: "repacking into this layout",
-            });
+            return Err(QuantError::Unsupported { ty, op: "repacking into this layout" });
         }
         let format = ty.name();
-        let want = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple {
-            format,
-            n: k,
-            block: self.block_elems(),
-        })?;
+        let want =
+            self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: self.block_elems() })?;
         let row_len = ty.row_bytes(k as u64).unwrap() as usize;
         if src.is_empty() || !src.len().is_multiple_of(row_len) || src.len() / row_len > GROUP {
             return Err(QuantError::Length {
@@ -219,12 +207,7 @@ impl PackedFormat {
             });
         }
         if dst.len() != want {
-            return Err(QuantError::Length {
-                format,
-                what: "repacked group",
-                expected: want,
-                got: dst.len(),
-            });
+            return Err(QuantError::Length { format, what: "repacked group", expected: want, got: dst.len() });
         }
         dst.fill(0);
         let bb = self.block_bytes();
@@ -235,10 +218,7 @@ impl PackedFormat {
                         let blk = &mut dst[b * bb..(b + 1) * bb];
                         let m = f16::from_f32(-8.0 * x.d.to_f32());
                         if m.to_f32() != -8.0 * x.d.to_f32() {
-                            return Err(QuantError::Unsupported {
-                                ty,
-                                op: "a min of -8 times this scale, in f16",
-                            });
+                            return Err(QuantError::Unsupported { ty, op: "a min of -8 times this scale, in f16" });
                         }
                         put_f16(blk, r, x.d);
                         put_f16(&mut blk[16..], r, m);
@@ -321,8 +301,7 @@ impl PackedFormat {
                             // Element e's two high bits go to bits 2p, 2p+1 of
                             // byte 4 r + e % 4 of plane e / 16, p = (e % 16) / 4.
                             for (e, &v) in q.iter().enumerate() {
-                                sub[128 + 32 * (e / 16) + 4 * r + e % 4] |=
-                                    (v >> 4) << (2 * ((e % 16) / 4));
+                                sub[128 + 32 * (e / 16) + 4 * r + e % 4] |= (v >> 4) << (2 * ((e % 16) / 4));
                             }
                         }
                     }
@@ -336,19 +315,10 @@ impl PackedFormat {
     /// bytes, in [`matrix_bytes`](Self::matrix_bytes).
     pub fn pack_matrix(self, rows: usize, k: usize, src: &[u8]) -> Result<Vec<u8>, QuantError> {
         let format = self.ggml_type().name();
-        let gb = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple {
-            format,
-            n: k,
-            block: self.block_elems(),
-        })?;
+        let gb = self.group_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: self.block_elems() })?;
         let row_len = self.ggml_type().row_bytes(k as u64).unwrap() as usize;
         if src.len() != rows * row_len {
-            return Err(QuantError::Length {
-                format,
-                what: "file matrix",
-                expected: rows * row_len,
-                got: src.len(),
-            });
+            return Err(QuantError::Length { format, what: "file matrix", expected: rows * row_len, got: src.len() });
         }
         let mut out = vec![0u8; rows.div_ceil(GROUP) * gb];
         for (dst, src) in out.chunks_exact_mut(gb).zip(src.chunks(GROUP * row_len)) {
@@ -420,14 +390,7 @@ pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     if crate::kernels::x86::avx2::available() {
         // SAFETY: AVX2/FMA/F16C checked above; `act_row_parts` checked that
         // `x` holds `nb` blocks, `head` 16 bytes and `qs` 32 bytes a block.
-        unsafe {
-            crate::kernels::x86::avx2_act::quantize_row(
-                x.as_ptr(),
-                nb,
-                head.as_mut_ptr(),
-                qs.as_mut_ptr(),
-            )
-        };
+        unsafe { crate::kernels::x86::avx2_act::quantize_row(x.as_ptr(), nb, head.as_mut_ptr(), qs.as_mut_ptr()) };
         return Ok(());
     }
     quantize_act_blocks(x, nb, head, qs);
@@ -443,24 +406,12 @@ pub fn quantize_act_row_scalar(x: &[f32], out: &mut [u8]) -> Result<(), QuantErr
 }
 
 /// An activation row's block count, head and quants, once its length is checked.
-fn act_row_parts<'a>(
-    x: &[f32],
-    out: &'a mut [u8],
-) -> Result<(usize, &'a mut [u8], &'a mut [u8]), QuantError> {
+fn act_row_parts<'a>(x: &[f32], out: &'a mut [u8]) -> Result<(usize, &'a mut [u8], &'a mut [u8]), QuantError> {
     let k = x.len();
     let format = "packed Q8 activations";
-    let want = act_row_bytes(k).ok_or(QuantError::NotBlockMultiple {
-        format,
-        n: k,
-        block: QK,
-    })?;
+    let want = act_row_bytes(k).ok_or(QuantError::NotBlockMultiple { format, n: k, block: QK })?;
     if out.len() != want {
-        return Err(QuantError::Length {
-            format,
-            what: "activation row",
-            expected: want,
-            got: out.len(),
-        });
+        return Err(QuantError::Length { format, what: "activation row", expected: want, got: out.len() });
     }
     let nb = k / QK;
     let (head, qs) = out.split_at_mut(16 * nb);
@@ -487,6 +438,5 @@ fn put_act_head(head: &mut [u8], nb: usize, b: usize, d: f32, sum: i32, halves: 
     head[4 * (nb + b)..4 * (nb + b) + 4].copy_from_slice(&s.to_le_bytes());
     head[4 * (2 * nb + b)..4 * (2 * nb + b) + 4].copy_from_slice(&dsum.to_le_bytes());
     head[4 * (3 * nb + b)..4 * (3 * nb + b) + 2].copy_from_slice(&(halves[0] as i16).to_le_bytes());
-    head[4 * (3 * nb + b) + 2..4 * (3 * nb + b) + 4]
-        .copy_from_slice(&(halves[1] as i16).to_le_bytes());
+    head[4 * (3 * nb + b) + 2..4 * (3 * nb + b) + 4].copy_from_slice(&(halves[1] as i16).to_le_bytes());
 }

@@ -251,9 +251,7 @@ fn column_kernels_equal_single_column_kernels() {
     use ember_quant::{dot_cols_fn, MAX_DOT_COLS};
     let mut rng = Rng::new(77);
     for &ty in SUPPORTED.iter() {
-        let Some(cols) = dot_cols_fn(ty) else {
-            continue;
-        };
+        let Some(cols) = dot_cols_fn(ty) else { continue };
         let dot = dot_fn(ty).unwrap();
         let act = activation_type(ty);
         for k in [256, 512, 2048] {

@@ -10,8 +10,7 @@ use common::{random_row, Rng};
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
 use ember_quant::{
-    quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile,
-    MAX_TILE_COLS,
+    quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile, MAX_TILE_COLS,
 };
 
 const FORMATS: [PackedFormat; 6] = [
@@ -38,15 +37,8 @@ fn is_k_quant(fmt: PackedFormat) -> bool {
 }
 
 /// `rows` random rows of `fmt`'s file type, and the same rows repacked.
-fn random_matrix(
-    fmt: PackedFormat,
-    rows: usize,
-    k: usize,
-    rng: &mut Rng,
-) -> (Vec<Vec<u8>>, Vec<u8>) {
-    let file: Vec<Vec<u8>> = (0..rows)
-        .map(|_| random_row(fmt.ggml_type(), k, rng))
-        .collect();
+fn random_matrix(fmt: PackedFormat, rows: usize, k: usize, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let file: Vec<Vec<u8>> = (0..rows).map(|_| random_row(fmt.ggml_type(), k, rng)).collect();
     let packed = fmt.pack_matrix(rows, k, &file.concat()).unwrap();
     assert_eq!(packed.len(), fmt.matrix_bytes(rows, k).unwrap());
     (file, packed)
@@ -90,9 +82,7 @@ fn exact_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     quantize_act_row(x, &mut act).unwrap();
     let nb = k / 32;
     let d = |b: usize| f32::from_le_bytes(act[4 * b..4 * b + 4].try_into().unwrap()) as f64;
-    (0..k)
-        .map(|e| deq[e] as f64 * d(e / 32) * act[16 * nb + e] as i8 as f64)
-        .sum::<f64>() as f32
+    (0..k).map(|e| deq[e] as f64 * d(e / 32) * act[16 * nb + e] as i8 as f64).sum::<f64>() as f32
 }
 
 /// Σ |w x| over the dequantized weights and raw activations: the scale of
@@ -142,23 +132,10 @@ fn scalar_tiles_equal_file_format_kernels() {
                 let stride = act_row_bytes(k).unwrap() + 16;
                 let acts = packed_acts(&xs, k, stride);
                 let mut out = vec![f32::NAN; MAX_TILE_COLS * rows];
-                tile(
-                    k,
-                    &packed,
-                    rows,
-                    &acts,
-                    stride,
-                    MAX_TILE_COLS,
-                    &mut out,
-                    rows,
-                );
+                tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut out, rows);
                 for (j, x) in xs.iter().enumerate() {
                     for (r, w) in file.iter().enumerate() {
-                        let want = if is_k_quant(fmt) {
-                            exact_dot(ty, w, x)
-                        } else {
-                            dot(k, w, &file_act(fmt, x))
-                        };
+                        let want = if is_k_quant(fmt) { exact_dot(ty, w, x) } else { dot(k, w, &file_act(fmt, x)) };
                         let tol = 1e-5 * magnitude(ty, w, x).max(1.0);
                         let got = out[j * rows + r];
                         assert!(
@@ -185,17 +162,13 @@ fn simd_tiles_match_scalar_twins() {
                     let stride = act_row_bytes(k).unwrap();
                     let acts = packed_acts(&xs, k, stride);
                     let out_stride = rows + 3;
-                    let (mut a, mut b) = (
-                        vec![f32::NAN; n * out_stride],
-                        vec![f32::NAN; n * out_stride],
-                    );
+                    let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
                     best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
                     scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
                     // The unpacked layout's kernel too, where there is one.
                     let mut c = vec![f32::NAN; n * out_stride];
                     let runs: Vec<(&str, &[f32])> =
-                        match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride)
-                        {
+                        match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride) {
                             Some(()) => vec![("packed", &a), ("unpacked", &c)],
                             None => vec![("packed", &a)],
                         };
@@ -203,12 +176,15 @@ fn simd_tiles_match_scalar_twins() {
                         for j in 0..n {
                             for r in 0..file.len() {
                                 let (x, y) = (got[j * out_stride + r], b[j * out_stride + r]);
-                                assert_eq!(x.to_bits(), y.to_bits(), "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}", ember_quant::simd_level());
+                                assert_eq!(
+                                    x.to_bits(),
+                                    y.to_bits(),
+                                    "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}",
+                                    ember_quant::simd_level()
+                                );
                             }
                             assert!(
-                                got[j * out_stride + rows..(j + 1) * out_stride]
-                                    .iter()
-                                    .all(|v| v.is_nan()),
+                                got[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()),
                                 "{what} wrote past the rows"
                             );
                         }
@@ -229,19 +205,11 @@ fn extreme_quants_do_not_overflow() {
         let k = 256;
         let row: Vec<u8> = match fmt {
             // d = 1.0, m = 0, quants all 15
-            PackedFormat::Q4_1 => [0x00, 0x3C, 0, 0]
-                .into_iter()
-                .chain([0xFF; 16])
-                .cycle()
-                .take(k / 32 * 20)
-                .collect(),
+            PackedFormat::Q4_1 => [0x00, 0x3C, 0, 0].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 20).collect(),
             // d = 1.0, fifth bits all set, nibbles all 15
-            PackedFormat::Q5_0 => [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF]
-                .into_iter()
-                .chain([0xFF; 16])
-                .cycle()
-                .take(k / 32 * 22)
-                .collect(),
+            PackedFormat::Q5_0 => {
+                [0x00, 0x3C, 0xFF, 0xFF, 0xFF, 0xFF].into_iter().chain([0xFF; 16]).cycle().take(k / 32 * 22).collect()
+            }
             // d = 1.0, quants alternating 127 and -127
             PackedFormat::Q8_0 => [0x00u8, 0x3C]
                 .into_iter()
@@ -256,53 +224,21 @@ fn extreme_quants_do_not_overflow() {
         let packed = fmt.pack_matrix(rows, k, &file).unwrap();
         let dot = scalar_dot_fn(ty).unwrap();
         for sign in [1.0f32, -1.0] {
-            let x: Vec<f32> = (0..k)
-                .map(|i| {
-                    if fmt == PackedFormat::Q8_0 && i % 2 == 1 {
-                        -sign
-                    } else {
-                        sign
-                    }
-                })
-                .collect();
+            let x: Vec<f32> =
+                (0..k).map(|i| if fmt == PackedFormat::Q8_0 && i % 2 == 1 { -sign } else { sign }).collect();
             let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
             let want = dot(k, &row, &file_act(fmt, &x));
             for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
                 let mut out = vec![0.0; rows];
-                tile(
-                    k,
-                    &packed,
-                    rows,
-                    &acts,
-                    act_row_bytes(k).unwrap(),
-                    1,
-                    &mut out,
-                    rows,
-                );
+                tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
                 for v in out {
-                    assert!(
-                        (v - want).abs() <= 1e-3 * want.abs().max(1.0),
-                        "{fmt:?} sign {sign}: {v} vs {want}"
-                    );
+                    assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "{fmt:?} sign {sign}: {v} vs {want}");
                 }
             }
             let mut out = vec![0.0; rows];
-            if unpacked(
-                fmt,
-                k,
-                &packed,
-                rows,
-                &acts,
-                act_row_bytes(k).unwrap(),
-                1,
-                &mut out,
-                rows,
-            )
-            .is_some()
-            {
+            if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
                 assert!(
-                    out.iter()
-                        .all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)),
+                    out.iter().all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)),
                     "{fmt:?} unpacked, sign {sign}: {out:?} vs {want}"
                 );
             }
@@ -318,18 +254,11 @@ fn packing_refuses_wrong_lengths() {
     let mut dst = vec![0u8; fmt.group_bytes(64).unwrap()];
     assert!(fmt.pack_group(64, &src[..39], &mut dst).is_err());
     assert!(fmt.pack_group(64, &src, &mut dst[1..]).is_err());
-    assert!(
-        fmt.pack_group(64, &[0u8; 9 * 40], &mut dst).is_err(),
-        "nine rows are not a group"
-    );
+    assert!(fmt.pack_group(64, &[0u8; 9 * 40], &mut dst).is_err(), "nine rows are not a group");
     assert!(fmt.pack_group(64, &src, &mut dst).is_ok());
     assert!(fmt.pack_matrix(3, 64, &src).is_err());
     assert!(quantize_act_row(&[0.0; 64], &mut vec![0; act_row_bytes(64).unwrap() - 1]).is_err());
-    assert_eq!(
-        PackedFormat::Q4_K.group_bytes(640),
-        None,
-        "K-quant rows are whole super-blocks"
-    );
+    assert_eq!(PackedFormat::Q4_K.group_bytes(640), None, "K-quant rows are whole super-blocks");
 }
 
 /// The K-quants' extremes: Q4_K with every quant 15 and the largest 6-bit
@@ -365,16 +294,7 @@ fn extreme_k_quants_do_not_overflow() {
                 let want = exact_dot(ty, &row, &x);
                 for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
                     let mut out = vec![0.0; rows];
-                    tile(
-                        k,
-                        &packed,
-                        rows,
-                        &acts,
-                        act_row_bytes(k).unwrap(),
-                        1,
-                        &mut out,
-                        rows,
-                    );
+                    tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
                     for v in out {
                         assert!(
                             (v - want).abs() <= 1e-4 * want.abs().max(1.0),
@@ -383,22 +303,9 @@ fn extreme_k_quants_do_not_overflow() {
                     }
                 }
                 let mut out = vec![0.0; rows];
-                if unpacked(
-                    fmt,
-                    k,
-                    &packed,
-                    rows,
-                    &acts,
-                    act_row_bytes(k).unwrap(),
-                    1,
-                    &mut out,
-                    rows,
-                )
-                .is_some()
-                {
+                if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
                     assert!(
-                        out.iter()
-                            .all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)),
+                        out.iter().all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)),
                         "{fmt:?} unpacked, variant {variant} sign {sign}"
                     );
                 }
@@ -437,16 +344,7 @@ fn group_runs_equal_single_groups() {
                 for g in 0..rows.div_ceil(GROUP) {
                     let lanes = (rows - g * GROUP).min(GROUP);
                     let mut one = vec![f32::NAN; n * GROUP];
-                    tile(
-                        k,
-                        &packed[g * gb..(g + 1) * gb],
-                        lanes,
-                        &acts,
-                        stride,
-                        n,
-                        &mut one,
-                        GROUP,
-                    );
+                    tile(k, &packed[g * gb..(g + 1) * gb], lanes, &acts, stride, n, &mut one, GROUP);
                     for j in 0..n {
                         for i in 0..lanes {
                             let r = g * GROUP + i;
@@ -460,9 +358,7 @@ fn group_runs_equal_single_groups() {
                 }
                 for j in 0..n {
                     assert!(
-                        run[j * out_stride + rows..(j + 1) * out_stride]
-                            .iter()
-                            .all(|v| v.is_nan()),
+                        run[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()),
                         "wrote outside the rows"
                     );
                 }
@@ -485,34 +381,12 @@ fn columns_are_independent_of_tile_width() {
             let acts = packed_acts(&xs, k, stride);
             let tile = tile_fn(fmt);
             let mut wide = [0.0f32; MAX_TILE_COLS * 8];
-            tile(
-                k,
-                &packed,
-                rows,
-                &acts,
-                stride,
-                MAX_TILE_COLS,
-                &mut wide,
-                rows,
-            );
+            tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut wide, rows);
             for j in 0..MAX_TILE_COLS {
                 let mut one = [0.0f32; 8];
-                tile(
-                    k,
-                    &packed,
-                    rows,
-                    &acts[j * stride..],
-                    stride,
-                    1,
-                    &mut one,
-                    rows,
-                );
+                tile(k, &packed, rows, &acts[j * stride..], stride, 1, &mut one, rows);
                 for r in 0..rows {
-                    assert_eq!(
-                        one[r].to_bits(),
-                        wide[j * rows + r].to_bits(),
-                        "{fmt:?} k={k} row {r} col {j}"
-                    );
+                    assert_eq!(one[r].to_bits(), wide[j * rows + r].to_bits(), "{fmt:?} k={k} row {r} col {j}");
                 }
             }
         }
@@ -531,17 +405,7 @@ fn activation_rows_equal_the_scalar_quantizer() {
     for k in [32, 224, 256, 640, 2048] {
         let mut rows: Vec<Vec<f32>> = (0..20).map(|i| rng.normals(k, 0.1 + i as f64)).collect();
         // amax 127 makes the multiplier 1: x.5 values are exact ties.
-        rows.push(
-            (0..k)
-                .map(|i| {
-                    if i % 32 == 0 {
-                        127.0
-                    } else {
-                        (i % 32) as f32 - 15.5
-                    }
-                })
-                .collect(),
-        );
+        rows.push((0..k).map(|i| if i % 32 == 0 { 127.0 } else { (i % 32) as f32 - 15.5 }).collect());
         rows.push(
             (0..k)
                 .map(|i| {
@@ -556,16 +420,9 @@ fn activation_rows_equal_the_scalar_quantizer() {
                 .collect(),
         );
         // Scales that round to f16 subnormals, to zero, and past f16's range.
-        rows.push(
-            (0..k)
-                .map(|i| [1e-5, 3e-8, 1e-9, 9e6][(i / 32) % 4] * ((i % 7) as f32 - 3.0))
-                .collect(),
-        );
+        rows.push((0..k).map(|i| [1e-5, 3e-8, 1e-9, 9e6][(i / 32) % 4] * ((i % 7) as f32 - 3.0)).collect());
         for x in &rows {
-            let (mut a, mut b) = (
-                vec![0u8; act_row_bytes(k).unwrap()],
-                vec![1u8; act_row_bytes(k).unwrap()],
-            );
+            let (mut a, mut b) = (vec![0u8; act_row_bytes(k).unwrap()], vec![1u8; act_row_bytes(k).unwrap()]);
             quantize_act_row(x, &mut a).unwrap();
             quantize_act_row_scalar(x, &mut b).unwrap();
             assert_eq!(a, b, "k = {k}");
@@ -582,17 +439,12 @@ fn activation_rows_equal_the_scalar_quantizer() {
 fn q4_0_rows_in_other_layouts_equal_q4_0_kernels() {
     let mut rng = Rng::new(43);
     assert_eq!(PackedFormat::of(GgmlType::Q4_0), Some(PackedFormat::Q4_0));
-    assert_eq!(
-        PackedFormat::fallback(GgmlType::Q4_0),
-        Some(PackedFormat::Q5_0)
-    );
+    assert_eq!(PackedFormat::fallback(GgmlType::Q4_0), Some(PackedFormat::Q5_0));
     let dot = scalar_dot_fn(GgmlType::Q4_0).unwrap();
     for fmt in [PackedFormat::Q4_0, PackedFormat::Q5_0] {
         for &k in widths(fmt) {
             for rows in ROWS {
-                let file: Vec<Vec<u8>> = (0..rows)
-                    .map(|_| random_row(GgmlType::Q4_0, k, &mut rng))
-                    .collect();
+                let file: Vec<Vec<u8>> = (0..rows).map(|_| random_row(GgmlType::Q4_0, k, &mut rng)).collect();
                 let row_len = file[0].len();
                 let src = file.concat();
                 let gb = fmt.group_bytes(k).unwrap();
@@ -635,13 +487,7 @@ fn q4_0_rows_in_other_layouts_equal_q4_0_kernels() {
     let mut big = random_row(GgmlType::Q4_0, 32, &mut rng);
     big[..2].copy_from_slice(&half::f16::from_f32(9000.0).to_le_bytes());
     let g = |f: PackedFormat| vec![0u8; f.group_bytes(32).unwrap()];
-    assert!(PackedFormat::Q4_0
-        .pack_group_from(GgmlType::Q4_0, 32, &big, &mut g(PackedFormat::Q4_0))
-        .is_err());
-    assert!(PackedFormat::Q5_0
-        .pack_group_from(GgmlType::Q4_0, 32, &big, &mut g(PackedFormat::Q5_0))
-        .is_ok());
-    assert!(PackedFormat::Q5_0
-        .pack_group_from(GgmlType::Q4_1, 32, &[0; 20], &mut g(PackedFormat::Q5_0))
-        .is_err());
+    assert!(PackedFormat::Q4_0.pack_group_from(GgmlType::Q4_0, 32, &big, &mut g(PackedFormat::Q4_0)).is_err());
+    assert!(PackedFormat::Q5_0.pack_group_from(GgmlType::Q4_0, 32, &big, &mut g(PackedFormat::Q5_0)).is_ok());
+    assert!(PackedFormat::Q5_0.pack_group_from(GgmlType::Q4_1, 32, &[0; 20], &mut g(PackedFormat::Q5_0)).is_err());
 }

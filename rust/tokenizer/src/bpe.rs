@@ -66,9 +66,7 @@ impl Merges {
             joined.push_str(a);
             joined.push_str(b);
             let m = id_of(&joined, &mut extra);
-            pairs
-                .entry((l as u64) << 32 | r as u64)
-                .or_insert((rank as u32, m));
+            pairs.entry((l as u64) << 32 | r as u64).or_insert((rank as u32, m));
         }
         let chars = crate::unicode::byte_to_char_table();
         let mut byte_ids = [NONE; 256];
@@ -77,15 +75,10 @@ impl Merges {
         for b in 0..256usize {
             let mut buf = [0u8; 4];
             let s = chars[b].encode_utf8(&mut buf);
-            byte_ids[b] = vocab
-                .find(s)
-                .or_else(|| extra.get(s).copied())
-                .unwrap_or(NONE);
+            byte_ids[b] = vocab.find(s).or_else(|| extra.get(s).copied()).unwrap_or(NONE);
             byte_chars[b] = (buf, chars[b].len_utf8() as u8);
             if b < 0x80 {
-                raw_byte_ids[b] = vocab
-                    .find(std::str::from_utf8(&[b as u8]).unwrap())
-                    .unwrap_or(NONE);
+                raw_byte_ids[b] = vocab.find(std::str::from_utf8(&[b as u8]).unwrap()).unwrap_or(NONE);
             }
         }
         let chars = (!byte_level).then(|| {
@@ -108,14 +101,7 @@ impl Merges {
             }
             CharSymbols { ids, byte_tokens }
         });
-        Merges {
-            pairs,
-            byte_ids,
-            raw_byte_ids,
-            byte_chars,
-            ignore_merges,
-            chars,
-        }
+        Merges { pairs, byte_ids, raw_byte_ids, byte_chars, ignore_merges, chars }
     }
 
     pub fn len(&self) -> usize {
@@ -132,13 +118,7 @@ impl Merges {
     }
 
     /// Tokenizes one pre-tokenized word (raw bytes), appending ids to `out`.
-    pub fn tokenize_word(
-        &self,
-        vocab: &Vocab,
-        word: &[u8],
-        scratch: &mut Scratch,
-        out: &mut Vec<u32>,
-    ) {
+    pub fn tokenize_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
         if word.is_empty() {
             return;
         }
@@ -190,19 +170,18 @@ impl Merges {
         }
         let heap = &mut scratch.heap;
         heap.clear();
-        let push =
-            |heap: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>, syms: &[Sym], l: i32, r: i32| {
-                if l < 0 || r < 0 {
-                    return;
-                }
-                let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
-                if ls.id == NONE || rs.id == NONE {
-                    return;
-                }
-                if let Some(&(rank, _)) = self.pairs.get(&((ls.id as u64) << 32 | rs.id as u64)) {
-                    heap.push(Reverse((rank, l as u32, r as u32, ls.len + rs.len)));
-                }
-            };
+        let push = |heap: &mut BinaryHeap<Reverse<(u32, u32, u32, u32)>>, syms: &[Sym], l: i32, r: i32| {
+            if l < 0 || r < 0 {
+                return;
+            }
+            let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
+            if ls.id == NONE || rs.id == NONE {
+                return;
+            }
+            if let Some(&(rank, _)) = self.pairs.get(&((ls.id as u64) << 32 | rs.id as u64)) {
+                heap.push(Reverse((rank, l as u32, r as u32, ls.len + rs.len)));
+            }
+        };
         for i in 1..syms.len() {
             push(heap, syms, i as i32 - 1, i as i32);
         }

@@ -118,10 +118,7 @@ pub struct StreamDecoder {
 impl StreamDecoder {
     /// `special` renders control tokens by their text (as `token_to_piece`'s flag).
     pub fn new(special: bool) -> StreamDecoder {
-        StreamDecoder {
-            pending: Vec::new(),
-            special,
-        }
+        StreamDecoder { pending: Vec::new(), special }
     }
 
     /// Adds one token; returns the text that is now complete (maybe empty).

@@ -10,18 +10,10 @@ pub enum TokenizerError {
     Missing { key: String },
 
     #[error("tokenizer metadata {key:?} is {found}, expected {expected}")]
-    WrongType {
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
+    WrongType { key: String, expected: &'static str, found: String },
 
     #[error("tokenizer metadata {key:?}, entry {index}: {problem}")]
-    BadEntry {
-        key: String,
-        index: usize,
-        problem: String,
-    },
+    BadEntry { key: String, index: usize, problem: String },
 
     #[error("tokenizer metadata {key:?}: {problem}")]
     Invalid { key: String, problem: String },
@@ -38,11 +30,7 @@ pub enum TokenizerError {
     UnsupportedPre(String),
 
     #[error("duplicate token in vocabulary: {text:?} has ids {first} and {second}")]
-    DuplicateToken {
-        text: String,
-        first: u32,
-        second: u32,
-    },
+    DuplicateToken { text: String, first: u32, second: u32 },
 
     #[error("pre-tokenizer regex {pattern:?} does not compile: {problem}")]
     Regex { pattern: String, problem: String },

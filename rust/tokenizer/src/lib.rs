@@ -152,11 +152,7 @@ impl Tokenizer {
                     }
                 }
             }
-            Algo::Bpe {
-                merges,
-                pre,
-                escape_spaces,
-            } => {
+            Algo::Bpe { merges, pre, escape_spaces } => {
                 let mut scratch = bpe::Scratch::default();
                 let mut escaped = String::new();
                 // Another thread tokenizing holds the cache: go without it
@@ -168,13 +164,7 @@ impl Tokenizer {
                         Fragment::Text(a, b) => {
                             let run = if *escape_spaces {
                                 escaped.clear();
-                                escaped.extend(text[a..b].chars().map(|c| {
-                                    if c == ' ' {
-                                        '\u{2581}'
-                                    } else {
-                                        c
-                                    }
-                                }));
+                                escaped.extend(text[a..b].chars().map(|c| if c == ' ' { '\u{2581}' } else { c }));
                                 escaped.as_str()
                             } else {
                                 &text[a..b]
@@ -226,10 +216,7 @@ impl Tokenizer {
     /// spelling (llama.cpp's cached `token_to_piece(id, true)`); precomputed.
     /// Out-of-range ids give nothing.
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        match (
-            self.piece_offsets.get(id as usize),
-            self.piece_offsets.get(id as usize + 1),
-        ) {
+        match (self.piece_offsets.get(id as usize), self.piece_offsets.get(id as usize + 1)) {
             (Some(&a), Some(&b)) => &self.pieces[a as usize..b as usize],
             _ => &[],
         }
@@ -243,11 +230,7 @@ impl Tokenizer {
         let mut remove_space = self.add_space_prefix;
         for &id in ids {
             let piece = self.token_to_piece(id, special);
-            let piece = if remove_space && piece.first() == Some(&b' ') {
-                &piece[1..]
-            } else {
-                piece
-            };
+            let piece = if remove_space && piece.first() == Some(&b' ') { &piece[1..] } else { piece };
             remove_space = false;
             out.extend_from_slice(piece);
         }
@@ -304,18 +287,12 @@ impl Tokenizer {
     }
 
     pub fn is_control(&self, id: u32) -> bool {
-        self.vocab
-            .attrs
-            .get(id as usize)
-            .is_some_and(|a| a & attr::CONTROL != 0)
+        self.vocab.attrs.get(id as usize).is_some_and(|a| a & attr::CONTROL != 0)
     }
 
     /// Control tokens llama.cpp marks unused (e.g. Gemma's `<unused0>`).
     pub fn is_unused(&self, id: u32) -> bool {
-        self.vocab
-            .attrs
-            .get(id as usize)
-            .is_some_and(|a| a & attr::UNUSED != 0)
+        self.vocab.attrs.get(id as usize).is_some_and(|a| a & attr::UNUSED != 0)
     }
 
     /// Iterates `(id, text, bytes)` over the whole vocabulary, for building

@@ -17,20 +17,13 @@ const KEY_TYPES: &str = "tokenizer.ggml.token_type";
 const KEY_MERGES: &str = "tokenizer.ggml.merges";
 
 fn wrong_type(key: &str, v: &Value, expected: &'static str) -> TokenizerError {
-    TokenizerError::WrongType {
-        key: key.into(),
-        expected,
-        found: format!("{} ({v})", v.type_name()),
-    }
+    TokenizerError::WrongType { key: key.into(), expected, found: format!("{} ({v})", v.type_name()) }
 }
 
 fn array<'h>(h: &'h GgufHeader, key: &str) -> Result<Option<&'h [Value]>, TokenizerError> {
     match h.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_array()
-            .map(Some)
-            .ok_or_else(|| wrong_type(key, v, "an array")),
+        Some(v) => v.as_array().map(Some).ok_or_else(|| wrong_type(key, v, "an array")),
     }
 }
 
@@ -44,8 +37,7 @@ fn entry_error(key: &str, index: usize, v: &Value, expected: &str) -> TokenizerE
 
 /// `tokenizer.ggml.<name>` read as a bool, or `default`.
 fn flag(h: &GgufHeader, name: &str, default: bool) -> Result<bool, TokenizerError> {
-    Ok(h.get_bool_opt(&format!("tokenizer.ggml.{name}"))?
-        .unwrap_or(default))
+    Ok(h.get_bool_opt(&format!("tokenizer.ggml.{name}"))?.unwrap_or(default))
 }
 
 const EOT_TEXTS: &[&str] = &[
@@ -93,13 +85,7 @@ const FIM_MID_TEXTS: &[&str] = &[
     "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Spellings that end generation whatever the metadata says (llama.cpp's list).
 const EOG_TEXTS: &[&str] = &[
@@ -129,14 +115,8 @@ const EOG_TEXTS: &[&str] = &[
 
 pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     let model = match h.get(KEY_MODEL) {
-        None => {
-            return Err(TokenizerError::Missing {
-                key: KEY_MODEL.into(),
-            })
-        }
-        Some(v) => v
-            .as_str()
-            .ok_or_else(|| wrong_type(KEY_MODEL, v, "a string"))?,
+        None => return Err(TokenizerError::Missing { key: KEY_MODEL.into() }),
+        Some(v) => v.as_str().ok_or_else(|| wrong_type(KEY_MODEL, v, "a string"))?,
     };
     let kind = match model {
         "gpt2" => TokenizerKind::Bpe,
@@ -157,29 +137,18 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     };
 
     // The vocabulary.
-    let tokens = array(h, KEY_TOKENS)?.ok_or_else(|| TokenizerError::Missing {
-        key: KEY_TOKENS.into(),
-    })?;
+    let tokens = array(h, KEY_TOKENS)?.ok_or_else(|| TokenizerError::Missing { key: KEY_TOKENS.into() })?;
     if tokens.is_empty() {
-        return Err(TokenizerError::Invalid {
-            key: KEY_TOKENS.into(),
-            problem: "holds no tokens".into(),
-        });
+        return Err(TokenizerError::Invalid { key: KEY_TOKENS.into(), problem: "holds no tokens".into() });
     }
     if tokens.len() >= u32::MAX as usize {
-        return Err(TokenizerError::Invalid {
-            key: KEY_TOKENS.into(),
-            problem: format!("{} tokens", tokens.len()),
-        });
+        return Err(TokenizerError::Invalid { key: KEY_TOKENS.into(), problem: format!("{} tokens", tokens.len()) });
     }
     let n = tokens.len();
     let texts: Vec<&str> = tokens
         .iter()
         .enumerate()
-        .map(|(i, v)| {
-            v.as_str()
-                .ok_or_else(|| entry_error(KEY_TOKENS, i, v, "a string"))
-        })
+        .map(|(i, v)| v.as_str().ok_or_else(|| entry_error(KEY_TOKENS, i, v, "a string")))
         .collect::<Result<_, _>>()?;
     let scores = match array(h, KEY_SCORES)? {
         None => vec![0.0; n],
@@ -220,14 +189,8 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
                 .collect::<Result<_, _>>()?
         }
     };
-    let mut vocab =
-        Vocab::new(texts.iter().copied(), scores, attrs).map_err(|(text, first, second)| {
-            TokenizerError::DuplicateToken {
-                text,
-                first,
-                second,
-            }
-        })?;
+    let mut vocab = Vocab::new(texts.iter().copied(), scores, attrs)
+        .map_err(|(text, first, second)| TokenizerError::DuplicateToken { text, first, second })?;
 
     // Defaults per model, then per pre-tokenizer, then the file's overrides.
     let mut ids = SpecialIds::default();
@@ -341,19 +304,13 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     // Control tokens spelled with "unused" are unused.
     for id in 0..n {
         let a = vocab.attrs[id];
-        if a & attr::CONTROL != 0
-            && a & attr::UNUSED == 0
-            && vocab.text(id as u32).contains("unused")
-        {
+        if a & attr::CONTROL != 0 && a & attr::UNUSED == 0 && vocab.text(id as u32).contains("unused") {
             vocab.attrs[id] |= attr::UNUSED;
         }
     }
 
     // End of generation.
-    let mut eog: Vec<u32> = [ids.fim_pad, ids.fim_rep, ids.fim_sep]
-        .into_iter()
-        .flatten()
-        .collect();
+    let mut eog: Vec<u32> = [ids.fim_pad, ids.fim_rep, ids.fim_sep].into_iter().flatten().collect();
     for t in EOG_TEXTS {
         if let Some(id) = vocab.find(t) {
             eog.push(id);
@@ -369,14 +326,11 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
     eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
     eog.sort_unstable();
     eog.dedup();
-    let find_eog = |vocab: &Vocab, eog: &[u32], text: &str| {
-        eog.iter().copied().find(|&id| vocab.text(id) == text)
-    };
+    let find_eog = |vocab: &Vocab, eog: &[u32], text: &str| eog.iter().copied().find(|&id| vocab.text(id) == text);
     // o200k_harmony and solar-open: with `<|return|>` and `<|call|>` (or
     // `<|calls|>` and `<|flush|>`), `<|end|>` ends a message, not generation.
     if let Some(end) = find_eog(&vocab, &eog, "<|end|>") {
-        let call = find_eog(&vocab, &eog, "<|call|>").is_some()
-            || find_eog(&vocab, &eog, "<|calls|>").is_some();
+        let call = find_eog(&vocab, &eog, "<|call|>").is_some() || find_eog(&vocab, &eog, "<|calls|>").is_some();
         let ret = find_eog(&vocab, &eog, "<|return|>").is_some();
         let flush = find_eog(&vocab, &eog, "<|flush|>").is_some();
         if call && (ret || flush) {
@@ -401,12 +355,8 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
             *a = if on { *a | bit } else { *a & !bit };
         }
     }
-    if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
-        .iter()
-        .any(|p| pre_name.contains(p))
-        || ["nomic-bert-moe", "jina-bert-v3"]
-            .iter()
-            .any(|a| arch.contains(a))
+    if ["jina-v2-de", "jina-v2-es", "jina-v2-code"].iter().any(|p| pre_name.contains(p))
+        || ["nomic-bert-moe", "jina-bert-v3"].iter().any(|a| arch.contains(a))
     {
         set_attr(&mut vocab, "<mask>", attr::LSTRIP, true);
     } else if model_name.contains("phi-3") || model_name.contains("phi3") {
@@ -425,26 +375,14 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
 
     // The tokenizer proper.
     let algo = match algo_pre {
-        None => Algo::Spm {
-            byte_ids: Box::new(spm::byte_fallback_ids(&vocab, ids.unk)),
-        },
+        None => Algo::Spm { byte_ids: Box::new(spm::byte_fallback_ids(&vocab, ids.unk)) },
         Some(cfg) => {
-            let merges_v = array(h, KEY_MERGES)?.ok_or_else(|| TokenizerError::Missing {
-                key: KEY_MERGES.into(),
-            })?;
+            let merges_v = array(h, KEY_MERGES)?.ok_or_else(|| TokenizerError::Missing { key: KEY_MERGES.into() })?;
             let mut pairs = Vec::with_capacity(merges_v.len());
             for (i, v) in merges_v.iter().enumerate() {
-                let s = v
-                    .as_str()
-                    .ok_or_else(|| entry_error(KEY_MERGES, i, v, "a string"))?;
+                let s = v.as_str().ok_or_else(|| entry_error(KEY_MERGES, i, v, "a string"))?;
                 // The first space after the first byte separates the parts.
-                let Some(sp) = s
-                    .as_bytes()
-                    .iter()
-                    .skip(1)
-                    .position(|&b| b == b' ')
-                    .map(|p| p + 1)
-                else {
+                let Some(sp) = s.as_bytes().iter().skip(1).position(|&b| b == b' ').map(|p| p + 1) else {
                     return Err(TokenizerError::BadEntry {
                         key: KEY_MERGES.into(),
                         index: i,
@@ -455,11 +393,7 @@ pub(crate) fn from_gguf(h: &GgufHeader) -> Result<Tokenizer, TokenizerError> {
             }
             let spm_style = kind == TokenizerKind::SpmBpe;
             let merges = bpe::Merges::new(&vocab, pairs.into_iter(), cfg.ignore_merges, !spm_style);
-            Algo::Bpe {
-                merges: Box::new(merges),
-                pre: PreTokenizer::new(cfg.patterns)?,
-                escape_spaces: spm_style,
-            }
+            Algo::Bpe { merges: Box::new(merges), pre: PreTokenizer::new(cfg.patterns)?, escape_spaces: spm_style }
         }
     };
 

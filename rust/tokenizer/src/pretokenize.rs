@@ -28,8 +28,7 @@ const GPT4O_RE: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^
 const BAILING_RE: &str = r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
 const SEED_CODER_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+";
 const EXAONE_MOE_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+";
-const UFAKZEKA_RE: &str =
-    r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const UFAKZEKA_RE: &str = r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const MINICPM5_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TINY_AYA_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const YOUTU_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -41,8 +40,7 @@ const AFMOE_CJK_RE: &str = "[\u{4E00}-\u{9FFF}\u{3400}-\u{4DBF}\u{8C48}-\u{FAFF}
 /// Latin, Greek, Cyrillic and other cased scripts as deepseek-llm lists them.
 const DEEPSEEK_LLM_LETTERS_RE: &str = "\\s?[A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-\u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}\u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\u{52F}\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\u{1C90}-\u{1CBA}\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\u{1D9A}\u{1E00}-\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\u{1F50}-\u{1F57}\u{1F59}\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}\u{2124}\u{2126}\u{2128}\u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}\u{2145}-\u{2149}\u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-\u{2CEE}\u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-\u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\u{FF21}-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\u{1E900}-\u{1E943}]+";
 /// ASCII and full-width punctuation (deepseek-llm).
-const DEEPSEEK_LLM_PUNCT_RE: &str =
-    "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]+";
+const DEEPSEEK_LLM_PUNCT_RE: &str = "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]+";
 /// Names llama.cpp gives hand-written splitters instead of a regex.
 const NEWLINES_RE: &str = r"[^\n]+|[\n]+";
 const AFMOE_DIGITS_RE: &str = r"\p{AFMoE_digits}";
@@ -62,13 +60,7 @@ pub(crate) struct PreConfig {
 }
 
 const fn pre(patterns: &'static [&'static str]) -> PreConfig {
-    PreConfig {
-        patterns,
-        ignore_merges: false,
-        clean_spaces: true,
-        add_bos: false,
-        no_default_bos: false,
-    }
+    PreConfig { patterns, ignore_merges: false, clean_spaces: true, add_bos: false, no_default_bos: false }
 }
 
 /// Gemma 4's split: runs of newlines and runs of anything else, the merges
@@ -95,25 +87,14 @@ impl PreConfig {
     }
 }
 
-const DEFAULT: &[&str] = &[
-    r"[\p{P}\$\+<=>\^~\|]+",
-    GPT2_RE,
-    r"\p{N}+",
-    "[0-9][0-9][0-9]",
-];
+const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2_RE, r"\p{N}+", "[0-9][0-9][0-9]"];
 const LLAMA3: &[&str] = &[LLAMA3_RE];
 const GPT2: &[&str] = &[GPT2_RE];
 const STARCODER: &[&str] = &[r"\p{N}", GPT2_RE];
 const QWEN2: &[&str] = &[QWEN2_RE];
 const QWEN35: &[&str] = &[QWEN35_RE];
 const FALCON: &[&str] = &[r"[\p{P}\$\+<=>\^~\|`]+", GPT2_RE, "[0-9][0-9][0-9]"];
-const DEEPSEEK_CODER: &[&str] = &[
-    "[\r\n]",
-    r"\s?\p{L}+",
-    r"\s?\p{P}+",
-    DEEPSEEK_CJK_RE,
-    r"\p{N}",
-];
+const DEEPSEEK_CODER: &[&str] = &["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK_RE, r"\p{N}"];
 const DEEPSEEK3: &[&str] = &[r"\p{N}{1,3}", DEEPSEEK3_CJK_RE, DEEPSEEK3_RE];
 const SPARK: &[&str] = &[r"\p{N}{1,3}", DEEPSEEK3_CJK_RE, SPARK_RE, r"\p{N}"];
 const PORO: &[&str] = &[PORO_RE];
@@ -139,14 +120,8 @@ const TINY_AYA: &[&str] = &[TINY_AYA_DIGITS_RE, TINY_AYA_RE];
 const YOUTU: &[&str] = &[YOUTU_CJK_RE, YOUTU_RE];
 const GRANITE_EMB_MULTI: &[&str] = &[GRANITE_EMB_MULTI_RE];
 const AFMOE: &[&str] = &[AFMOE_DIGITS_RE, AFMOE_CJK_RE, DEEPSEEK3_RE];
-const DEEPSEEK_LLM: &[&str] = &[
-    "[\r\n]",
-    DEEPSEEK_LLM_LETTERS_RE,
-    DEEPSEEK_LLM_PUNCT_RE,
-    r"\s+$",
-    DEEPSEEK_CJK_RE,
-    r"\p{N}+",
-];
+const DEEPSEEK_LLM: &[&str] =
+    &["[\r\n]", DEEPSEEK_LLM_LETTERS_RE, DEEPSEEK_LLM_PUNCT_RE, r"\s+$", DEEPSEEK_CJK_RE, r"\p{N}+"];
 
 /// Pre-tokenizer names llama.cpp knows but ember does not implement:
 /// sarvam-moe (SentencePiece-style BPE with its own space and EOS rules),
@@ -157,8 +132,8 @@ const UNSUPPORTED: &[&str] = &["sarvam-moe", "whitespace", "superbpe", "kimi-k2"
 pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
     Ok(match name {
         "" | "default" => pre(DEFAULT),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" | "jina-v5-nano" => pre(LLAMA3).ignore_merges().bos(),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+        | "jina-v5-nano" => pre(LLAMA3).ignore_merges().bos(),
         "dbrx" | "smaug-bpe" => pre(LLAMA3),
         "glm4" | "chatglm-bpe" => {
             let mut p = pre(LLAMA3);
@@ -182,16 +157,16 @@ pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
         "deepseek-v3" | "hunyuan-dense" | "hy_v4" | "joyai-llm" => pre(DEEPSEEK3).keep_spaces(),
         "spark2_5" => pre(SPARK).keep_spaces(),
         "falcon" => pre(FALCON),
-        "mpt" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-        | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code"
-        | "roberta-bpe" | "olmo" | "jais" | "exaone4" => pre(GPT2),
-        "trillion" | "granite-docling" => pre(GPT2).keep_spaces(),
-        "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
-            pre(STARCODER)
+        "mpt" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0"
+        | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe" | "olmo" | "jais" | "exaone4" => {
+            pre(GPT2)
         }
+        "trillion" | "granite-docling" => pre(GPT2).keep_spaces(),
+        "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => pre(STARCODER),
         "command-r" | "smollm" => pre(STARCODER).keep_spaces(),
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
-        | "grok-2" => pre(QWEN2).keep_spaces(),
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" | "grok-2" => {
+            pre(QWEN2).keep_spaces()
+        }
         "stablelm2" | "megrez" => pre(QWEN2),
         "qwen35" => pre(QWEN35).keep_spaces(),
         "poro-chat" => pre(PORO).keep_spaces(),
@@ -204,9 +179,7 @@ pub(crate) fn pre_config(name: &str) -> Result<PreConfig, TokenizerError> {
         "bailingmoe" | "bailingmoe2" | "llada-moe" => pre(BAILING).keep_spaces(),
         "seed-coder" => pre(SEED_CODER).keep_spaces(),
         "exaone-moe" => pre(EXAONE_MOE),
-        other if UNSUPPORTED.contains(&other) => {
-            return Err(TokenizerError::UnsupportedPre(other.to_owned()))
-        }
+        other if UNSUPPORTED.contains(&other) => return Err(TokenizerError::UnsupportedPre(other.to_owned())),
         other => return Err(TokenizerError::UnknownPre(other.to_owned())),
     })
 }
@@ -274,12 +247,9 @@ fn unicode_class(pat: &str) -> Option<(char, &'static str)> {
 }
 
 fn uses_unicode_classes(pattern: &str) -> bool {
-    [
-        r"\p{N}", r"\p{L}", r"\p{P}", r"\p{M}", r"\p{S}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}",
-        r"\p{Lm}", r"\p{Lo}",
-    ]
-    .iter()
-    .any(|c| pattern.contains(c))
+    [r"\p{N}", r"\p{L}", r"\p{P}", r"\p{M}", r"\p{S}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}"]
+        .iter()
+        .any(|c| pattern.contains(c))
 }
 
 /// Rewrites `\p{X}` into a class of the stand-in character plus the ASCII
@@ -331,24 +301,9 @@ fn compile(pattern: &str) -> Result<Splitter, TokenizerError> {
     // llama.cpp picks its hand-written splitters by the exact pattern text.
     match pattern {
         GPT2_RE => return Ok(Splitter::Gpt2),
-        LLAMA3_RE => {
-            return Ok(Splitter::Words {
-                max_digits: 3,
-                marks: false,
-            })
-        }
-        QWEN2_RE => {
-            return Ok(Splitter::Words {
-                max_digits: 1,
-                marks: false,
-            })
-        }
-        QWEN35_RE => {
-            return Ok(Splitter::Words {
-                max_digits: 1,
-                marks: true,
-            })
-        }
+        LLAMA3_RE => return Ok(Splitter::Words { max_digits: 3, marks: false }),
+        QWEN2_RE => return Ok(Splitter::Words { max_digits: 1, marks: false }),
+        QWEN35_RE => return Ok(Splitter::Words { max_digits: 1, marks: true }),
         NEWLINES_RE => return Ok(Splitter::Newlines),
         AFMOE_DIGITS_RE | TINY_AYA_DIGITS_RE => return Ok(Splitter::DigitGroups),
         _ => {}
@@ -368,21 +323,13 @@ fn compile(pattern: &str) -> Result<Splitter, TokenizerError> {
     let re = fancy_regex::RegexBuilder::new(&source)
         .backtrack_limit(10_000_000)
         .build()
-        .map_err(|e| TokenizerError::Regex {
-            pattern: pattern.to_owned(),
-            problem: e.to_string(),
-        })?;
+        .map_err(|e| TokenizerError::Regex { pattern: pattern.to_owned(), problem: e.to_string() })?;
     Ok(Splitter::Regex { re, collapsed })
 }
 
 impl PreTokenizer {
     pub fn new(patterns: &[&str]) -> Result<PreTokenizer, TokenizerError> {
-        Ok(PreTokenizer {
-            splitters: patterns
-                .iter()
-                .map(|p| compile(p))
-                .collect::<Result<_, _>>()?,
-        })
+        Ok(PreTokenizer { splitters: patterns.iter().map(|p| compile(p)).collect::<Result<_, _>>()? })
     }
 
     /// Splits `text` into words; the pieces cover the text exactly, in order.
@@ -397,34 +344,19 @@ impl PreTokenizer {
         for s in &self.splitters {
             lens = match s {
                 Splitter::Gpt2 => split_gpt2(&cpts, &lens),
-                &Splitter::Words { max_digits, marks } => {
-                    split_words(&cpts, &lens, max_digits, marks)
-                }
+                &Splitter::Words { max_digits, marks } => split_words(&cpts, &lens, max_digits, marks),
                 Splitter::Newlines => split_newlines(&cpts, &lens),
                 Splitter::DigitGroups => split_digit_groups(&cpts, &lens),
-                Splitter::Regex {
-                    re,
-                    collapsed: true,
-                } => split_regex(
-                    re,
-                    collapsed.get_or_insert_with(|| Haystack::collapsed(&cpts)),
-                    &lens,
-                ),
-                Splitter::Regex {
-                    re,
-                    collapsed: false,
-                } => split_regex(
-                    re,
-                    plain.get_or_insert_with(|| Haystack::plain(&cpts)),
-                    &lens,
-                ),
+                Splitter::Regex { re, collapsed: true } => {
+                    split_regex(re, collapsed.get_or_insert_with(|| Haystack::collapsed(&cpts)), &lens)
+                }
+                Splitter::Regex { re, collapsed: false } => {
+                    split_regex(re, plain.get_or_insert_with(|| Haystack::plain(&cpts)), &lens)
+                }
             };
         }
         let mut words = Vec::with_capacity(lens.len());
-        let mut iter = text
-            .char_indices()
-            .map(|(i, _)| i)
-            .chain(std::iter::once(text.len()));
+        let mut iter = text.char_indices().map(|(i, _)| i).chain(std::iter::once(text.len()));
         let mut start = iter.next().unwrap_or(0);
         for &n in &lens {
             let mut end = start;
@@ -470,13 +402,7 @@ impl Haystack {
     }
 
     fn plain(cpts: &[char]) -> Haystack {
-        Haystack::build(cpts, |c| {
-            if !c.is_ascii() && unicode::is_whitespace(c) {
-                '\u{0B}'
-            } else {
-                c
-            }
-        })
+        Haystack::build(cpts, |c| if !c.is_ascii() && unicode::is_whitespace(c) { '\u{0B}' } else { c })
     }
 }
 
@@ -593,13 +519,7 @@ fn split_gpt2(cpts: &[char], lens: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(lens.len());
     let mut start = 0;
     for &len in lens {
-        let mut p = Piece {
-            cpts,
-            ini: start,
-            end: start + len,
-            prev_end: start,
-            out: &mut out,
-        };
+        let mut p = Piece { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
         start += len;
         let mut pos = p.ini;
         while pos < p.end {
@@ -669,13 +589,7 @@ fn split_words(cpts: &[char], lens: &[usize], max_digits: usize, marks: bool) ->
     let mut start = 0;
     let letter = |f: Flags| f.letter || (marks && f.mark);
     for &len in lens {
-        let mut p = Piece {
-            cpts,
-            ini: start,
-            end: start + len,
-            prev_end: start,
-            out: &mut out,
-        };
+        let mut p = Piece { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
         start += len;
         let mut pos = p.ini;
         while pos < p.end {
@@ -786,13 +700,7 @@ fn split_digit_groups(cpts: &[char], lens: &[usize]) -> Vec<usize> {
     let mut out = Vec::with_capacity(lens.len());
     let mut start = 0;
     for &len in lens {
-        let mut p = Piece {
-            cpts,
-            ini: start,
-            end: start + len,
-            prev_end: start,
-            out: &mut out,
-        };
+        let mut p = Piece { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
         start += len;
         let mut pos = p.ini;
         while pos < p.end {
@@ -829,12 +737,7 @@ mod tests {
     use super::*;
 
     fn split(patterns: &[&str], text: &str) -> Vec<String> {
-        PreTokenizer::new(patterns)
-            .unwrap()
-            .split(text)
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
+        PreTokenizer::new(patterns).unwrap().split(text).into_iter().map(str::to_owned).collect()
     }
 
     #[test]
@@ -853,36 +756,21 @@ mod tests {
 
     #[test]
     fn llama3_words() {
-        assert_eq!(
-            split(LLAMA3, "Hello world 12345"),
-            ["Hello", " world", " ", "123", "45"]
-        );
+        assert_eq!(split(LLAMA3, "Hello world 12345"), ["Hello", " world", " ", "123", "45"]);
         assert_eq!(split(LLAMA3, "I'M here\n\n"), ["I", "'M", " here", "\n\n"]);
         assert_eq!(split(QWEN2, "x 123"), ["x", " ", "1", "2", "3"]);
     }
 
     #[test]
     fn digit_groups_and_newlines() {
-        assert_eq!(
-            split(&[AFMOE_DIGITS_RE], "ab1234567c"),
-            ["ab1", "234", "567", "c"]
-        );
-        assert_eq!(
-            split(&[NEWLINES_RE], "a b\n\nc\n"),
-            ["a b", "\n\n", "c", "\n"]
-        );
+        assert_eq!(split(&[AFMOE_DIGITS_RE], "ab1234567c"), ["ab1", "234", "567", "c"]);
+        assert_eq!(split(&[NEWLINES_RE], "a b\n\nc\n"), ["a b", "\n\n", "c", "\n"]);
     }
 
     #[test]
     fn qwen2_collapsed_regex() {
-        assert_eq!(
-            split(QWEN2, "Hello 日本 123!"),
-            ["Hello", " 日本", " ", "1", "2", "3", "!"]
-        );
-        assert_eq!(
-            split(&[UFAKZEKA_RE], "Hello 日本 123!"),
-            ["Hello", " 日本", " ", "1", "2", "3", "!"]
-        );
+        assert_eq!(split(QWEN2, "Hello 日本 123!"), ["Hello", " 日本", " ", "1", "2", "3", "!"]);
+        assert_eq!(split(&[UFAKZEKA_RE], "Hello 日本 123!"), ["Hello", " 日本", " ", "1", "2", "3", "!"]);
     }
 
     #[test]
@@ -893,32 +781,11 @@ mod tests {
 
     #[test]
     fn every_supported_pre_compiles() {
-        for p in [
-            DEFAULT,
-            LLAMA3,
-            GPT2,
-            STARCODER,
-            QWEN2,
-            QWEN35,
-            FALCON,
-            DEEPSEEK_CODER,
-            DEEPSEEK3,
-            SPARK,
-            PORO,
-        ]
-        .into_iter()
-        .chain([
-            VIKING, TEKKEN, CHAMELEON, GPT4O, BAILING, SEED_CODER, EXAONE_MOE, JAIS2, UFAKZEKA,
-            LAGUNA,
-        ])
-        .chain([
-            MINICPM5,
-            TINY_AYA,
-            YOUTU,
-            GRANITE_EMB_MULTI,
-            AFMOE,
-            DEEPSEEK_LLM,
-        ]) {
+        for p in [DEFAULT, LLAMA3, GPT2, STARCODER, QWEN2, QWEN35, FALCON, DEEPSEEK_CODER, DEEPSEEK3, SPARK, PORO]
+            .into_iter()
+            .chain([VIKING, TEKKEN, CHAMELEON, GPT4O, BAILING, SEED_CODER, EXAONE_MOE, JAIS2, UFAKZEKA, LAGUNA])
+            .chain([MINICPM5, TINY_AYA, YOUTU, GRANITE_EMB_MULTI, AFMOE, DEEPSEEK_LLM])
+        {
             let pt = PreTokenizer::new(p).unwrap();
             let text = "Hello, World! It's 2024: naïve café 日本語 ½ x²  \n\tend";
             assert_eq!(pt.split(text).concat(), text, "{p:?}");

@@ -31,9 +31,7 @@ struct TrieNode {
 impl Specials {
     pub fn new(vocab: &Vocab) -> Specials {
         let mut order: Vec<u32> = (0..vocab.len() as u32)
-            .filter(|&id| {
-                vocab.attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
+            .filter(|&id| vocab.attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
         // llama.cpp's std::sort leaves equal lengths in unspecified order; ids
         // ascending is the deterministic choice.

@@ -28,9 +28,7 @@ impl PartialOrd for Bigram {
 impl Ord for Bigram {
     /// Highest score first; on a tie, the leftmost pair.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score
-            .total_cmp(&other.score)
-            .then_with(|| other.left.cmp(&self.left))
+        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -48,34 +46,18 @@ pub(crate) fn byte_fallback_ids(vocab: &Vocab, unk: Option<u32>) -> [Option<u32>
     for (b, slot) in ids.iter_mut().enumerate() {
         *slot = vocab
             .find(&format!("<0x{b:02X}>"))
-            .or_else(|| {
-                if b < 0x80 {
-                    vocab.find(std::str::from_utf8(&[b as u8]).unwrap())
-                } else {
-                    None
-                }
-            })
+            .or_else(|| if b < 0x80 { vocab.find(std::str::from_utf8(&[b as u8]).unwrap()) } else { None })
             .or(unk);
     }
     ids
 }
 
 /// Tokenizes `text` (spaces already escaped to U+2581), appending to `out`.
-pub(crate) fn tokenize(
-    vocab: &Vocab,
-    byte_ids: &[Option<u32>; 256],
-    text: &str,
-    out: &mut Vec<u32>,
-) {
+pub(crate) fn tokenize(vocab: &Vocab, byte_ids: &[Option<u32>; 256], text: &str, out: &mut Vec<u32>) {
     let mut syms: Vec<Sym> = Vec::with_capacity(text.len());
     for (i, c) in text.char_indices() {
         let n = syms.len() as i32;
-        syms.push(Sym {
-            start: i as u32,
-            len: c.len_utf8() as u32,
-            prev: n - 1,
-            next: n + 1,
-        });
+        syms.push(Sym { start: i as u32, len: c.len_utf8() as u32, prev: n - 1, next: n + 1 });
     }
     if let Some(last) = syms.last_mut() {
         last.next = -1;

@@ -37,15 +37,11 @@ struct Tables {
 
 fn class_ranges(pattern: &str) -> Vec<(u32, u32)> {
     use regex_syntax::hir::{Class, HirKind};
-    let hir = regex_syntax::Parser::new()
-        .parse(pattern)
-        .expect("built-in Unicode class parses");
+    let hir = regex_syntax::Parser::new().parse(pattern).expect("built-in Unicode class parses");
     match hir.kind() {
-        HirKind::Class(Class::Unicode(cls)) => cls
-            .ranges()
-            .iter()
-            .map(|r| (r.start() as u32, r.end() as u32))
-            .collect(),
+        HirKind::Class(Class::Unicode(cls)) => {
+            cls.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect()
+        }
         other => unreachable!("{pattern} parsed to {other:?}"),
     }
 }

@@ -161,14 +161,7 @@ impl Vocab {
             offsets.push(arena.len() as u32);
         }
         let bits = ((n.max(1) * 2).next_power_of_two().trailing_zeros()).max(4);
-        let mut v = Vocab {
-            arena,
-            offsets,
-            slots: vec![EMPTY; 1 << bits],
-            shift: 64 - bits,
-            scores,
-            attrs,
-        };
+        let mut v = Vocab { arena, offsets, slots: vec![EMPTY; 1 << bits], shift: 64 - bits, scores, attrs };
         let mask = v.slots.len() - 1;
         for id in 0..n as u32 {
             let text = v.text(id).as_bytes();
@@ -200,10 +193,7 @@ impl Vocab {
 
     #[inline]
     pub fn text(&self, id: u32) -> &str {
-        let (a, b) = (
-            self.offsets[id as usize] as usize,
-            self.offsets[id as usize + 1] as usize,
-        );
+        let (a, b) = (self.offsets[id as usize] as usize, self.offsets[id as usize + 1] as usize);
         &self.arena[a..b]
     }
 
@@ -237,12 +227,7 @@ mod tests {
     fn index_finds_every_token() {
         let texts: Vec<String> = (0..5000).map(|i| format!("t{i}")).collect();
         let n = texts.len();
-        let v = Vocab::new(
-            texts.iter().map(|s| s.as_str()),
-            vec![0.0; n],
-            vec![attr::NORMAL; n],
-        )
-        .unwrap();
+        let v = Vocab::new(texts.iter().map(|s| s.as_str()), vec![0.0; n], vec![attr::NORMAL; n]).unwrap();
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(v.find(t), Some(i as u32));
         }
@@ -252,9 +237,7 @@ mod tests {
     #[test]
     fn duplicates_are_refused() {
         let texts = ["a", "b", "a"];
-        let err = Vocab::new(texts.iter().copied(), vec![0.0; 3], vec![0; 3])
-            .err()
-            .unwrap();
+        let err = Vocab::new(texts.iter().copied(), vec![0.0; 3], vec![0; 3]).err().unwrap();
         assert_eq!(err, ("a".to_string(), 0, 2));
     }
 }

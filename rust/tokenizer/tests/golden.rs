@@ -18,11 +18,7 @@ fn load(name: &str) -> Option<Tokenizer> {
     let tok = Tokenizer::from_gguf(&file).unwrap();
     // Well under a second in release (about 60 ms for Gemma's 262k tokens);
     // the bound only catches a blow-up, with room for a busy test machine.
-    assert!(
-        t1.elapsed().as_secs_f64() < 3.0,
-        "{name}: tokenizer took {:?} to load",
-        t1.elapsed()
-    );
+    assert!(t1.elapsed().as_secs_f64() < 3.0, "{name}: tokenizer took {:?} to load", t1.elapsed());
     eprintln!(
         "{name}: {} tokens; GGUF header {:.1} ms, tokenizer {:.1} ms",
         tok.n_vocab(),
@@ -47,26 +43,20 @@ fn check(model_file: &str, golden_file: &str) {
             let want = ids(&t[key]);
             let got = tok.tokenize(text, false, parse_special);
             if got != want {
-                failures.push(format!(
-                    "{text:?} parse_special={parse_special}:\n  want {want:?}\n  got  {got:?}"
-                ));
+                failures.push(format!("{text:?} parse_special={parse_special}:\n  want {want:?}\n  got  {got:?}"));
                 continue;
             }
             // Decoding gives the text back: control tokens only appear when
             // parsed, and then render by their spelling.
             let back = tok.detokenize(&got, parse_special);
             if back != text {
-                failures.push(format!(
-                    "{text:?} parse_special={parse_special}: detokenizes to {back:?}"
-                ));
+                failures.push(format!("{text:?} parse_special={parse_special}: detokenizes to {back:?}"));
             }
             let mut stream = StreamDecoder::new(parse_special);
             let mut streamed: String = got.iter().map(|&id| stream.push(&tok, id)).collect();
             streamed.push_str(&stream.flush());
             if streamed != text {
-                failures.push(format!(
-                    "{text:?} parse_special={parse_special}: streams to {streamed:?}"
-                ));
+                failures.push(format!("{text:?} parse_special={parse_special}: streams to {streamed:?}"));
             }
         }
     }
@@ -77,32 +67,18 @@ fn check(model_file: &str, golden_file: &str) {
         let want = ids(&c["prompt_ids"]);
         let got = tok.tokenize(prompt, true, true);
         if got != want {
-            failures.push(format!(
-                "prompt {prompt:?}:\n  want {want:?}\n  got  {got:?}"
-            ));
+            failures.push(format!("prompt {prompt:?}:\n  want {want:?}\n  got  {got:?}"));
             continue;
         }
-        let bos = if tok.add_bos() {
-            tok.token_text(tok.bos().unwrap())
-        } else {
-            ""
-        };
+        let bos = if tok.add_bos() { tok.token_text(tok.bos().unwrap()) } else { "" };
         let back = tok.detokenize(&got, true);
         if back != format!("{bos}{prompt}") {
             failures.push(format!("prompt {prompt:?}: detokenizes to {back:?}"));
         }
     }
 
-    eprintln!(
-        "{model_file}: {}/{checked} tokenizations equal llama.cpp's",
-        checked - failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} differ from llama.cpp:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    eprintln!("{model_file}: {}/{checked} tokenizations equal llama.cpp's", checked - failures.len());
+    assert!(failures.is_empty(), "{} of {checked} differ from llama.cpp:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -149,13 +125,7 @@ fn gemma3_metadata() {
     // that decode back to it.
     let text = "\u{10FFFD}";
     let ids = tok.tokenize(text, false, false);
-    assert!(
-        ids.len() > 1
-            && ids
-                .iter()
-                .all(|&id| tok.token_type(id) == ember_tokenizer::TokenType::Byte),
-        "{ids:?}"
-    );
+    assert!(ids.len() > 1 && ids.iter().all(|&id| tok.token_type(id) == ember_tokenizer::TokenType::Byte), "{ids:?}");
     assert_eq!(tok.detokenize(&ids, false), text);
     // A character split across tokens streams out once whole.
     let mut d = tok.stream_decoder();

@@ -68,12 +68,8 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
 
 /// `h`'s metadata, with `key` set to `value`, as a tensor-less GGUF header.
 fn with_key(h: &GgufHeader, key: &str, value: Value) -> GgufHeader {
-    let mut kvs: Vec<(&str, &Value)> = h
-        .metadata
-        .iter()
-        .filter(|(k, _)| k != key && k != "general.alignment")
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
+    let mut kvs: Vec<(&str, &Value)> =
+        h.metadata.iter().filter(|(k, _)| k != key && k != "general.alignment").map(|(k, v)| (k.as_str(), v)).collect();
     kvs.push((key, &value));
     let mut out = b"GGUF".to_vec();
     out.extend_from_slice(&3u32.to_le_bytes());
@@ -88,20 +84,12 @@ fn with_key(h: &GgufHeader, key: &str, value: Value) -> GgufHeader {
 }
 
 fn data() -> Json {
-    let p = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/llama_cpp_fuzz.json"
-    );
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/llama_cpp_fuzz.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 fn strings(d: &Json) -> Vec<&str> {
-    d["strings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect()
+    d["strings"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect()
 }
 
 /// Compares one tokenizer's ids with the expected hashes, collecting differences.
@@ -136,24 +124,10 @@ fn every_pre_tokenizer_matches_llama_cpp() {
     for (pre, want) in d["bpe"].as_object().unwrap() {
         let h = with_key(&file, "tokenizer.ggml.pre", Value::String(pre.clone()));
         let tok = Tokenizer::from_gguf(&h).unwrap_or_else(|e| panic!("{pre}: {e}"));
-        checked += compare(
-            pre,
-            &texts,
-            want,
-            |s| tok.tokenize(s, false, false),
-            &mut failures,
-        );
+        checked += compare(pre, &texts, want, |s| tok.tokenize(s, false, false), &mut failures);
     }
-    eprintln!(
-        "{}/{checked} pre-tokenizer cases equal llama.cpp's",
-        checked - failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} differ from llama.cpp:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    eprintln!("{}/{checked} pre-tokenizer cases equal llama.cpp's", checked - failures.len());
+    assert!(failures.is_empty(), "{} differ from llama.cpp:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -166,35 +140,11 @@ fn sentencepiece_matches_llama_cpp() {
     let mut checked = 0;
     for (name, want) in d["spm"].as_object().unwrap() {
         let prefix = name.ends_with("+space_prefix");
-        let h = with_key(
-            &file,
-            "tokenizer.ggml.add_space_prefix",
-            Value::Bool(prefix),
-        );
+        let h = with_key(&file, "tokenizer.ggml.add_space_prefix", Value::Bool(prefix));
         let tok = Tokenizer::from_gguf(&h).unwrap();
-        checked += compare(
-            name,
-            &texts,
-            &want["plain"],
-            |s| tok.tokenize(s, false, false),
-            &mut failures,
-        );
-        checked += compare(
-            name,
-            &texts,
-            &want["special"],
-            |s| tok.tokenize(s, true, true),
-            &mut failures,
-        );
+        checked += compare(name, &texts, &want["plain"], |s| tok.tokenize(s, false, false), &mut failures);
+        checked += compare(name, &texts, &want["special"], |s| tok.tokenize(s, true, true), &mut failures);
     }
-    eprintln!(
-        "{}/{checked} SentencePiece cases equal llama.cpp's",
-        checked - failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} differ from llama.cpp:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    eprintln!("{}/{checked} SentencePiece cases equal llama.cpp's", checked - failures.len());
+    assert!(failures.is_empty(), "{} differ from llama.cpp:\n{}", failures.len(), failures.join("\n"));
 }

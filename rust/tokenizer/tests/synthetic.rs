@@ -95,8 +95,7 @@ fn byte_chars() -> Vec<char> {
     let mut out = Vec::new();
     let mut next = 256u32;
     for b in 0..256u32 {
-        let printable =
-            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let printable = (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
         out.push(if printable {
             char::from_u32(b).unwrap()
         } else {
@@ -125,12 +124,10 @@ fn bpe_parts() -> (Vec<String>, Vec<i32>, Vec<String>) {
     types[CTL as usize] = 3;
     types[UD as usize] = 4;
     types[EOS as usize] = 3;
-    let merges = [
-        "h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     (tokens, types, merges)
 }
 
@@ -151,31 +148,16 @@ fn bpe_tok() -> Tokenizer {
 }
 
 fn ids_of(tok: &Tokenizer, pieces: &[&str]) -> Vec<u32> {
-    pieces
-        .iter()
-        .map(|p| {
-            tok.token_id(p)
-                .unwrap_or_else(|| panic!("{p:?} not a token"))
-        })
-        .collect()
+    pieces.iter().map(|p| tok.token_id(p).unwrap_or_else(|| panic!("{p:?} not a token"))).collect()
 }
 
 #[test]
 fn bpe_merges_words() {
     let tok = bpe_tok();
-    assert_eq!(
-        tok.tokenize("hello world", false, false),
-        ids_of(&tok, &["hello", "Ġworld"])
-    );
+    assert_eq!(tok.tokenize("hello world", false, false), ids_of(&tok, &["hello", "Ġworld"]));
     // Partial merges stop where the table does.
-    assert_eq!(
-        tok.tokenize("help", false, false),
-        ids_of(&tok, &["he", "l", "p"])
-    );
-    assert_eq!(
-        tok.detokenize(&tok.tokenize("hello world", false, false), false),
-        "hello world"
-    );
+    assert_eq!(tok.tokenize("help", false, false), ids_of(&tok, &["he", "l", "p"]));
+    assert_eq!(tok.detokenize(&tok.tokenize("hello world", false, false), false), "hello world");
 }
 
 #[test]
@@ -183,18 +165,12 @@ fn parse_special_off_and_on() {
     let tok = bpe_tok();
     let text = "hello<|ctl|>hello";
     let plain = tok.tokenize(text, false, false);
-    assert_eq!(
-        plain,
-        ids_of(&tok, &["hello", "<", "|", "c", "t", "l", "|", ">", "hello"])
-    );
+    assert_eq!(plain, ids_of(&tok, &["hello", "<", "|", "c", "t", "l", "|", ">", "hello"]));
     let parsed = tok.tokenize(text, false, true);
     let hello = tok.token_id("hello").unwrap();
     assert_eq!(parsed, [hello, CTL, hello]);
     // User-defined tokens are matched either way, as in llama.cpp.
-    assert_eq!(
-        tok.tokenize("hello<ud>hello", false, false),
-        [hello, UD, hello]
-    );
+    assert_eq!(tok.tokenize("hello<ud>hello", false, false), [hello, UD, hello]);
     // Control tokens render only when asked.
     assert_eq!(tok.detokenize(&parsed, false), "hellohello");
     assert_eq!(tok.detokenize(&parsed, true), text);
@@ -226,10 +202,7 @@ fn bos_and_eos_follow_the_flags() {
     let hello = tok.token_id("hello").unwrap();
     assert_eq!(tok.tokenize("hello", true, false), [hello]);
     let tok = Tokenizer::from_gguf(
-        &bpe("gpt-2")
-            .bool("tokenizer.ggml.add_bos_token", true)
-            .bool("tokenizer.ggml.add_eos_token", true)
-            .header(),
+        &bpe("gpt-2").bool("tokenizer.ggml.add_bos_token", true).bool("tokenizer.ggml.add_eos_token", true).header(),
     )
     .unwrap();
     assert_eq!(tok.tokenize("hello", true, false), [CTL, hello, EOS]);
@@ -268,16 +241,8 @@ fn spm(extra: impl FnOnce(Gguf) -> Gguf) -> Tokenizer {
         tokens.push(format!("<0x{b:02X}>"));
         types.push(6);
     }
-    let pieces = [
-        ("▁", -1.0),
-        ("a", -2.0),
-        ("b", -2.0),
-        ("c", -2.0),
-        ("ab", -3.0),
-        ("bc", -1.5),
-        ("▁a", -4.0),
-        ("▁abc", -0.5),
-    ];
+    let pieces =
+        [("▁", -1.0), ("a", -2.0), ("b", -2.0), ("c", -2.0), ("ab", -3.0), ("bc", -1.5), ("▁a", -4.0), ("▁abc", -0.5)];
     let mut scores = vec![0.0; tokens.len()];
     for (p, s) in pieces {
         tokens.push(p.into());
@@ -316,19 +281,10 @@ fn spm_merges_by_score_with_byte_fallback() {
 
 #[test]
 fn spm_without_space_prefix() {
-    let tok = spm(|g| {
-        g.bool("tokenizer.ggml.add_space_prefix", false)
-            .bool("tokenizer.ggml.add_bos_token", false)
-    });
+    let tok = spm(|g| g.bool("tokenizer.ggml.add_space_prefix", false).bool("tokenizer.ggml.add_bos_token", false));
     let id = |s: &str| tok.token_id(s).unwrap();
-    assert_eq!(
-        tok.tokenize("ab c", true, false),
-        [id("ab"), id("▁"), id("c")]
-    );
-    assert_eq!(
-        tok.detokenize(&tok.tokenize("ab c", false, false), false),
-        "ab c"
-    );
+    assert_eq!(tok.tokenize("ab c", true, false), [id("ab"), id("▁"), id("c")]);
+    assert_eq!(tok.detokenize(&tok.tokenize("ab c", false, false), false), "ab c");
 }
 
 fn err(g: Gguf) -> TokenizerError {
@@ -336,9 +292,7 @@ fn err(g: Gguf) -> TokenizerError {
 }
 
 fn base() -> Gguf {
-    Gguf::default()
-        .str("tokenizer.ggml.model", "gpt2")
-        .str("tokenizer.ggml.pre", "gpt-2")
+    Gguf::default().str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "gpt-2")
 }
 
 #[test]
@@ -346,85 +300,41 @@ fn malformed_metadata_is_refused_with_the_key() {
     let (tokens, types, merges) = bpe_parts();
 
     let e = err(base().strs("tokenizer.ggml.merges", &merges));
-    assert!(
-        matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.tokens"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.tokens"), "{e}");
 
-    let e = err(base()
-        .u32s("tokenizer.ggml.tokens", &[1, 2, 3])
-        .strs("tokenizer.ggml.merges", &merges));
-    assert!(
-        matches!(&e, TokenizerError::BadEntry { key, index: 0, .. } if key == "tokenizer.ggml.tokens"),
-        "{e}"
-    );
+    let e = err(base().u32s("tokenizer.ggml.tokens", &[1, 2, 3]).strs("tokenizer.ggml.merges", &merges));
+    assert!(matches!(&e, TokenizerError::BadEntry { key, index: 0, .. } if key == "tokenizer.ggml.tokens"), "{e}");
 
     let e = err(base().strs("tokenizer.ggml.tokens", &tokens));
-    assert!(
-        matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.merges"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.merges"), "{e}");
 
-    let e = err(base()
-        .strs("tokenizer.ggml.tokens", &tokens)
-        .u32s("tokenizer.ggml.merges", &[7]));
-    assert!(
-        matches!(&e, TokenizerError::BadEntry { key, .. } if key == "tokenizer.ggml.merges"),
-        "{e}"
-    );
+    let e = err(base().strs("tokenizer.ggml.tokens", &tokens).u32s("tokenizer.ggml.merges", &[7]));
+    assert!(matches!(&e, TokenizerError::BadEntry { key, .. } if key == "tokenizer.ggml.merges"), "{e}");
 
     let mut bad = merges.clone();
     bad[3] = "hello".into();
-    let e = err(base()
-        .strs("tokenizer.ggml.tokens", &tokens)
-        .strs("tokenizer.ggml.merges", &bad));
-    assert!(
-        matches!(&e, TokenizerError::BadEntry { key, index: 3, .. } if key == "tokenizer.ggml.merges"),
-        "{e}"
-    );
+    let e = err(base().strs("tokenizer.ggml.tokens", &tokens).strs("tokenizer.ggml.merges", &bad));
+    assert!(matches!(&e, TokenizerError::BadEntry { key, index: 3, .. } if key == "tokenizer.ggml.merges"), "{e}");
 
-    let e = err(base()
-        .strs("tokenizer.ggml.tokens", &tokens)
-        .str("tokenizer.ggml.merges", "h e"));
-    assert!(
-        matches!(&e, TokenizerError::WrongType { key, .. } if key == "tokenizer.ggml.merges"),
-        "{e}"
-    );
+    let e = err(base().strs("tokenizer.ggml.tokens", &tokens).str("tokenizer.ggml.merges", "h e"));
+    assert!(matches!(&e, TokenizerError::WrongType { key, .. } if key == "tokenizer.ggml.merges"), "{e}");
 
     let e = err(base()
         .strs("tokenizer.ggml.tokens", &tokens)
         .strs("tokenizer.ggml.merges", &merges)
         .i32s("tokenizer.ggml.token_type", &types[..10]));
-    assert!(
-        matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.token_type"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.token_type"), "{e}");
 
     let e = err(base()
         .strs("tokenizer.ggml.tokens", &tokens)
         .strs("tokenizer.ggml.merges", &merges)
         .f32s("tokenizer.ggml.scores", &[0.0; 3]));
-    assert!(
-        matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.scores"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.scores"), "{e}");
 
     let mut dup = tokens.clone();
     dup[EOS as usize] = "hello".into();
-    let e = err(base()
-        .strs("tokenizer.ggml.tokens", &dup)
-        .strs("tokenizer.ggml.merges", &merges));
-    assert!(
-        matches!(
-            &e,
-            TokenizerError::DuplicateToken {
-                first: 259,
-                second: EOS,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    let e = err(base().strs("tokenizer.ggml.tokens", &dup).strs("tokenizer.ggml.merges", &merges));
+    assert!(matches!(&e, TokenizerError::DuplicateToken { first: 259, second: EOS, .. }), "{e}");
 
     // BOS asked for, but there is none (chatglm-bpe has no default BOS id).
     let e = err(Gguf::default()
@@ -433,18 +343,13 @@ fn malformed_metadata_is_refused_with_the_key() {
         .strs("tokenizer.ggml.tokens", &tokens)
         .strs("tokenizer.ggml.merges", &merges)
         .bool("tokenizer.ggml.add_bos_token", true));
-    assert!(
-        matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.add_bos_token"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Invalid { key, .. } if key == "tokenizer.ggml.add_bos_token"), "{e}");
 }
 
 #[test]
 fn unknown_models_and_pre_tokenizers_are_named() {
     let (tokens, _, merges) = bpe_parts();
-    let e = err(Gguf::default()
-        .str("tokenizer.ggml.model", "t5")
-        .strs("tokenizer.ggml.tokens", &tokens));
+    let e = err(Gguf::default().str("tokenizer.ggml.model", "t5").strs("tokenizer.ggml.tokens", &tokens));
     assert!(matches!(&e, TokenizerError::UnsupportedModel(m) if m == "t5"));
     assert!(e.to_string().contains("\"t5\""), "{e}");
 
@@ -461,16 +366,10 @@ fn unknown_models_and_pre_tokenizers_are_named() {
         .str("tokenizer.ggml.pre", "kimi-k2")
         .strs("tokenizer.ggml.tokens", &tokens)
         .strs("tokenizer.ggml.merges", &merges));
-    assert!(
-        matches!(&e, TokenizerError::UnsupportedPre(p) if p == "kimi-k2"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::UnsupportedPre(p) if p == "kimi-k2"), "{e}");
 
     let e = err(Gguf::default().strs("tokenizer.ggml.tokens", &tokens));
-    assert!(
-        matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.model"),
-        "{e}"
-    );
+    assert!(matches!(&e, TokenizerError::Missing { key } if key == "tokenizer.ggml.model"), "{e}");
 }
 
 #[test]
@@ -512,10 +411,6 @@ fn every_listed_pre_tokenizer_loads() {
     ] {
         let tok = Tokenizer::from_gguf(&bpe(pre).header()).unwrap_or_else(|e| panic!("{pre}: {e}"));
         let text = "hello world <|ctl|> 123, naïve 日本!";
-        assert_eq!(
-            tok.detokenize(&tok.tokenize(text, false, false), false),
-            text,
-            "{pre}"
-        );
+        assert_eq!(tok.detokenize(&tok.tokenize(text, false, false), false), text, "{pre}");
     }
 }

@@ -16,68 +16,43 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
     if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
         return None;
     }
-    let dir = std::env::var_os("EMBER_TEST_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default();
-            home.join(".cache/ember/models")
-        });
+    let dir = std::env::var_os("EMBER_TEST_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        home.join(".cache/ember/models")
+    });
     let p = dir.join(file);
-    assert!(p.is_file(), "test model {} is missing: run `python tests/fetch_test_models.py` (or set EMBER_TEST_MODELS)", p.display());
+    assert!(
+        p.is_file(),
+        "test model {} is missing: run `python tests/fetch_test_models.py` (or set EMBER_TEST_MODELS)",
+        p.display()
+    );
     Some(p)
 }
 
 /// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
 /// them), or `None` when model tests are skipped on purpose.
 /// Every tiny model `tests/fixtures/make_tiny_models.py` writes.
-pub const TINY_ARCHS: [&str; 8] = [
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "llama31",
-    "qwen3moe",
-    "gemma4",
-    "gemma4moe",
-];
+pub const TINY_ARCHS: [&str; 8] = ["llama", "qwen2", "qwen3", "gemma3", "llama31", "qwen3moe", "gemma4", "gemma4moe"];
 
 pub fn tiny_model(arch: &str) -> Option<PathBuf> {
     if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
         return None;
     }
-    let dir = std::env::var_os("EMBER_TINY_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/ember/tiny-models")
-        });
+    let dir = std::env::var_os("EMBER_TINY_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/ember/tiny-models")
+    });
     let p = dir.join(format!("tiny-{arch}.gguf"));
-    assert!(
-        p.is_file(),
-        "{} is missing: run `python tests/fixtures/make_tiny_models.py`",
-        p.display()
-    );
+    assert!(p.is_file(), "{} is missing: run `python tests/fixtures/make_tiny_models.py`", p.display());
     Some(p)
 }
 
 pub fn golden(file: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(file);
-    serde_json::from_str(
-        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-    )
-    .unwrap()
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(file);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
 /// Below this gap between llama.cpp's own top two logits, the reference's
@@ -106,23 +81,9 @@ impl Agreement {
     /// Adds one position: `ours` is the full logit row, `reference` a golden `positions` entry.
     pub fn add(&mut self, ours: &[f32], reference: &Value) {
         let top_ids = ids(&reference["top_ids"]);
-        let top: Vec<f64> = reference["top_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
-        let argmax = ours
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
-                if v > b.1 {
-                    (i, v)
-                } else {
-                    b
-                }
-            })
-            .0;
+        let top: Vec<f64> = reference["top_logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let argmax =
+            ours.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0;
         self.positions += 1;
         let equal = argmax as u32 == top_ids[0];
         self.argmax_equal += equal as usize;

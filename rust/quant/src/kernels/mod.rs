@@ -23,8 +23,7 @@ pub type DotFn = fn(k: usize, w_row: &[u8], act_row: &[u8]) -> f32;
 /// exactly what the [`DotFn`] of the same type gives for column `j` (at
 /// `acts[j * act_stride..]`), for `j < n <= MAX_DOT_COLS`, with the weight
 /// block's decoding shared by the columns.
-pub type DotColsFn =
-    fn(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]);
+pub type DotColsFn = fn(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]);
 
 /// The most columns one [`DotColsFn`] call takes.
 pub const MAX_DOT_COLS: usize = 4;

@@ -17,16 +17,8 @@ pub const MAX_TILE_COLS: usize = 4;
 /// [`crate::packed::quantize_act_row`]. Taking a run of groups per call keeps
 /// the dispatch and the bounds checks out of the per-row cost, which matters
 /// for short rows (a 640-wide head of 262,144 rows).
-pub type TileFn = fn(
-    k: usize,
-    w: &[u8],
-    rows: usize,
-    acts: &[u8],
-    act_stride: usize,
-    n: usize,
-    out: &mut [f32],
-    out_stride: usize,
-);
+pub type TileFn =
+    fn(k: usize, w: &[u8], rows: usize, acts: &[u8], act_stride: usize, n: usize, out: &mut [f32], out_stride: usize);
 
 /// Unpacks `groups` consecutive groups of rows of `k` elements (the bytes
 /// [`PackedFormat::pack_group`] wrote) into `dst`, in the format's unpacked
@@ -62,25 +54,14 @@ pub(crate) fn check_tile(
     out_stride: usize,
 ) -> usize {
     let act_bytes = crate::packed::act_row_bytes(k).expect("k is a whole number of blocks");
-    let gb = if unpacked {
-        fmt.unpacked_group_bytes(k)
-    } else {
-        fmt.group_bytes(k)
-    }
-    .unwrap();
+    let gb = if unpacked { fmt.unpacked_group_bytes(k) } else { fmt.group_bytes(k) }.unwrap();
     assert!((1..=MAX_TILE_COLS).contains(&n), "tile of {n} columns");
     assert!(
         rows == 0 || (out_stride >= rows || n == 1) && out.len() >= (n - 1) * out_stride + rows,
         "output too short"
     );
-    assert!(
-        w.len() >= rows.div_ceil(GROUP) * gb,
-        "weight groups too short"
-    );
-    assert!(
-        act_stride >= act_bytes && acts.len() >= (n - 1) * act_stride + act_bytes,
-        "activation rows too short"
-    );
+    assert!(w.len() >= rows.div_ceil(GROUP) * gb, "weight groups too short");
+    assert!(act_stride >= act_bytes && acts.len() >= (n - 1) * act_stride + act_bytes, "activation rows too short");
     gb
 }
 
@@ -99,13 +80,7 @@ pub(crate) fn col(k: usize, acts: &[u8], stride: usize, j: usize) -> Col<'_> {
     let nb = k / 32;
     let a = &acts[j * stride..];
     let f = 4 * nb;
-    Col {
-        d: &a[..f],
-        s: &a[f..2 * f],
-        dsum: &a[2 * f..3 * f],
-        hsum: &a[3 * f..4 * f],
-        qs: &a[4 * f..4 * f + 32 * nb],
-    }
+    Col { d: &a[..f], s: &a[f..2 * f], dsum: &a[2 * f..3 * f], hsum: &a[3 * f..4 * f], qs: &a[4 * f..4 * f + 32 * nb] }
 }
 
 /// Half `h` (0 or 1) of block `b`'s quant sums.
@@ -165,29 +140,16 @@ pub fn tile_q4_0(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q4_0.block_bytes();
-    each_dot(
-        PackedFormat::Q4_0,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for b in 0..k / 32 {
-                let blk = &g[b * bb..(b + 1) * bb];
-                let isum: i32 = (0..32)
-                    .map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32)
-                    .sum();
-                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
-                acc = f16_at(&blk[16..], r).mul_add(f32_at(c.dsum, b), acc);
-            }
-            acc
-        },
-    );
+    each_dot(PackedFormat::Q4_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+            acc = f16_at(&blk[16..], r).mul_add(f32_at(c.dsum, b), acc);
+        }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -202,29 +164,16 @@ pub fn tile_q4_1(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q4_1.block_bytes();
-    each_dot(
-        PackedFormat::Q4_1,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for b in 0..k / 32 {
-                let blk = &g[b * bb..(b + 1) * bb];
-                let isum: i32 = (0..32)
-                    .map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32)
-                    .sum();
-                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
-                acc = f16_at(&blk[16..], r).mul_add(f32_at(c.s, b), acc);
-            }
-            acc
-        },
-    );
+    each_dot(PackedFormat::Q4_1, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+            acc = f16_at(&blk[16..], r).mul_add(f32_at(c.s, b), acc);
+        }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -239,34 +188,22 @@ pub fn tile_q5_0(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q5_0.block_bytes();
-    each_dot(
-        PackedFormat::Q5_0,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for b in 0..k / 32 {
-                let blk = &g[b * bb..(b + 1) * bb];
-                let isum: i32 = (0..32)
-                    .map(|e| {
-                        let hi = (blk[16 + 4 * r + e % 4] >> (e / 4)) & 1;
-                        (nibble_at(&blk[48..], r, e) | hi << 4) as i32
-                            * c.qs[32 * b + e] as i8 as i32
-                    })
-                    .sum();
-                // The quants were stored offset by 16: take 16 d_y Σq_y back.
-                let t = (isum as f32).mul_add(f32_at(c.d, b), -16.0 * f32_at(c.dsum, b));
-                acc = f16_at(blk, r).mul_add(t, acc);
-            }
-            acc
-        },
-    );
+    each_dot(PackedFormat::Q5_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32)
+                .map(|e| {
+                    let hi = (blk[16 + 4 * r + e % 4] >> (e / 4)) & 1;
+                    (nibble_at(&blk[48..], r, e) | hi << 4) as i32 * c.qs[32 * b + e] as i8 as i32
+                })
+                .sum();
+            // The quants were stored offset by 16: take 16 d_y Σq_y back.
+            let t = (isum as f32).mul_add(f32_at(c.d, b), -16.0 * f32_at(c.dsum, b));
+            acc = f16_at(blk, r).mul_add(t, acc);
+        }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -281,31 +218,17 @@ pub fn tile_q8_0(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q8_0.block_bytes();
-    each_dot(
-        PackedFormat::Q8_0,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for b in 0..k / 32 {
-                let blk = &g[b * bb..(b + 1) * bb];
-                let isum: i32 = (0..32)
-                    .map(|e| {
-                        blk[16 + 32 * (e / 4) + 4 * r + e % 4] as i8 as i32
-                            * c.qs[32 * b + e] as i8 as i32
-                    })
-                    .sum();
-                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
-            }
-            acc
-        },
-    );
+    each_dot(PackedFormat::Q8_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for b in 0..k / 32 {
+            let blk = &g[b * bb..(b + 1) * bb];
+            let isum: i32 = (0..32)
+                .map(|e| blk[16 + 32 * (e / 4) + 4 * r + e % 4] as i8 as i32 * c.qs[32 * b + e] as i8 as i32)
+                .sum();
+            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+        }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -320,38 +243,22 @@ pub fn tile_q4_k(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q4_K.block_bytes();
-    each_dot(
-        PackedFormat::Q4_K,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for sb in 0..k / 256 {
-                let blk = &g[sb * bb..(sb + 1) * bb];
-                let (d, dmin) = (f16_at(blk, r), f16_at(&blk[16..], r));
-                for j in 0..8 {
-                    let b = 8 * sb + j;
-                    let regs = &blk[Q4_K_QUANTS + 128 * j..];
-                    let isum: i32 = (0..32)
-                        .map(|e| nibble_at(regs, r, e) as i32 * c.qs[32 * b + e] as i8 as i32)
-                        .sum();
-                    let (dx, mx) = (
-                        d * blk[32 + 8 * j + r] as f32,
-                        dmin * blk[96 + 8 * j + r] as f32,
-                    );
-                    acc = (dx * f32_at(c.d, b)).mul_add(isum as f32, acc);
-                    acc = (-mx).mul_add(f32_at(c.dsum, b), acc);
-                }
+    each_dot(PackedFormat::Q4_K, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for sb in 0..k / 256 {
+            let blk = &g[sb * bb..(sb + 1) * bb];
+            let (d, dmin) = (f16_at(blk, r), f16_at(&blk[16..], r));
+            for j in 0..8 {
+                let b = 8 * sb + j;
+                let regs = &blk[Q4_K_QUANTS + 128 * j..];
+                let isum: i32 = (0..32).map(|e| nibble_at(regs, r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+                let (dx, mx) = (d * blk[32 + 8 * j + r] as f32, dmin * blk[96 + 8 * j + r] as f32);
+                acc = (dx * f32_at(c.d, b)).mul_add(isum as f32, acc);
+                acc = (-mx).mul_add(f32_at(c.dsum, b), acc);
             }
-            acc
-        },
-    );
+        }
+        acc
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -366,43 +273,30 @@ pub fn tile_q6_k(
     out_stride: usize,
 ) {
     let bb = PackedFormat::Q6_K.block_bytes();
-    each_dot(
-        PackedFormat::Q6_K,
-        k,
-        w,
-        rows,
-        acts,
-        act_stride,
-        n,
-        out,
-        out_stride,
-        |g, r, c| {
-            let mut acc = 0.0f32;
-            for sb in 0..k / 256 {
-                let blk = &g[sb * bb..(sb + 1) * bb];
-                for j in 0..8 {
-                    let b = 8 * sb + j;
-                    let sub = &blk[Q6_K_QUANTS + 192 * j..];
-                    let mut isum = 0i32;
-                    for h in 0..2 {
-                        let sc = blk[16 + 8 * (2 * j + h) + r] as i8 as i32;
-                        let dot: i32 = (16 * h..16 * h + 16)
-                            .map(|e| {
-                                let hi =
-                                    (sub[128 + 32 * h + 4 * r + e % 4] >> (2 * ((e % 16) / 4))) & 3;
-                                (nibble_at(sub, r, e) | hi << 4) as i32
-                                    * c.qs[32 * b + e] as i8 as i32
-                            })
-                            .sum();
-                        // Unsigned quants: the -32 comes back through the half's sum.
-                        isum += sc * (dot - 32 * half_sum(c, b, h));
-                    }
-                    acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
+    each_dot(PackedFormat::Q6_K, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+        let mut acc = 0.0f32;
+        for sb in 0..k / 256 {
+            let blk = &g[sb * bb..(sb + 1) * bb];
+            for j in 0..8 {
+                let b = 8 * sb + j;
+                let sub = &blk[Q6_K_QUANTS + 192 * j..];
+                let mut isum = 0i32;
+                for h in 0..2 {
+                    let sc = blk[16 + 8 * (2 * j + h) + r] as i8 as i32;
+                    let dot: i32 = (16 * h..16 * h + 16)
+                        .map(|e| {
+                            let hi = (sub[128 + 32 * h + 4 * r + e % 4] >> (2 * ((e % 16) / 4))) & 3;
+                            (nibble_at(sub, r, e) | hi << 4) as i32 * c.qs[32 * b + e] as i8 as i32
+                        })
+                        .sum();
+                    // Unsigned quants: the -32 comes back through the half's sum.
+                    isum += sc * (dot - 32 * half_sum(c, b, h));
                 }
+                acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
             }
-            acc
-        },
-    );
+        }
+        acc
+    });
 }
 
 /// The scalar tile kernel for a repacked format.

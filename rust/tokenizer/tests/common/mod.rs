@@ -13,10 +13,7 @@ pub const GEMMA3: &str = "gemma-3-270m-q4_k_m.gguf";
 pub fn models_dir() -> PathBuf {
     match std::env::var_os("EMBER_TEST_MODELS") {
         Some(d) => PathBuf::from(d),
-        None => std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default()
-            .join(".cache/ember/models"),
+        None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/ember/models"),
     }
 }
 
@@ -47,19 +44,10 @@ pub fn model(name: &str) -> Option<PathBuf> {
 }
 
 pub fn golden(file: &str) -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/golden")
-        .join(file);
-    serde_json::from_str(
-        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-    )
-    .unwrap()
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden").join(file);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
 pub fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }

@@ -10,8 +10,8 @@ use ember_gguf::GgmlType;
 use half::f16;
 
 use crate::blocks::{
-    k_quants::k4_scales_mins, row_blocks, Block, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    k_quants::k4_scales_mins, row_blocks, Block, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 use crate::kernels::{DotColsFn, DotFn, MAX_DOT_COLS};
 
@@ -103,29 +103,13 @@ fn cols_blocks<'a, B: Block>(
     n: usize,
     out: &[f32],
 ) -> (&'a [B], [&'a [BlockQ8K]; MAX_DOT_COLS]) {
-    assert!(
-        (1..=MAX_DOT_COLS).contains(&n) && out.len() >= n,
-        "{n} columns"
-    );
+    assert!((1..=MAX_DOT_COLS).contains(&n) && out.len() >= n, "{n} columns");
     let x = row_blocks::<B>(w_row, k);
-    let y = std::array::from_fn(|j| {
-        if j < n {
-            row_blocks::<BlockQ8K>(&acts[j * act_stride..], k)
-        } else {
-            &[]
-        }
-    });
+    let y = std::array::from_fn(|j| if j < n { row_blocks::<BlockQ8K>(&acts[j * act_stride..], k) } else { &[] });
     (x, y)
 }
 
-fn q4_k_q8_k_cols(
-    k: usize,
-    w_row: &[u8],
-    acts: &[u8],
-    act_stride: usize,
-    n: usize,
-    out: &mut [f32],
-) {
+fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
     let (x, y) = cols_blocks::<BlockQ4K>(k, w_row, acts, act_stride, n, out);
     // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
     // column holds as many blocks as the row (row_blocks checked it).
@@ -147,14 +131,7 @@ fn q6_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     out[0]
 }
 
-fn q6_k_q8_k_cols(
-    k: usize,
-    w_row: &[u8],
-    acts: &[u8],
-    act_stride: usize,
-    n: usize,
-    out: &mut [f32],
-) {
+fn q6_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
     let (x, y) = cols_blocks::<BlockQ6K>(k, w_row, acts, act_stride, n, out);
     // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
     // column holds as many blocks as the row (row_blocks checked it).
@@ -393,11 +370,7 @@ unsafe fn f16_f16_impl(k: usize, w: *const u8, a: *const u8) -> f32 {
 /// every column's arithmetic runs in the same order whatever `N` is, so a
 /// column's result does not depend on its neighbours.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_q8_k_cols_impl<const N: usize>(
-    x: &[BlockQ4K],
-    y: &[&[BlockQ8K]; MAX_DOT_COLS],
-    out: &mut [f32],
-) {
+unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_m = [_mm_setzero_ps(); N];
@@ -412,10 +385,7 @@ unsafe fn q4_k_q8_k_cols_impl<const N: usize>(
             let d = _mm256_mul_ps(yd, xd);
             let dmin = _mm256_castps256_ps128(_mm256_mul_ps(yd, xdmin));
             let q8sums = _mm256_loadu_si256(std::ptr::addr_of!(yb.bsums).cast());
-            let q8s = _mm_hadd_epi16(
-                _mm256_castsi256_si128(q8sums),
-                _mm256_extracti128_si256::<1>(q8sums),
-            );
+            let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256::<1>(q8sums));
             let prod = _mm_madd_epi16(mins16, q8s);
             acc_m[j] = _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[j]);
             let q8 = yb.qs.as_ptr();
@@ -447,11 +417,7 @@ unsafe fn q4_k_q8_k_cols_impl<const N: usize>(
 /// applies; the -32 bias comes back as `32 Σ scale * bsum`, from the
 /// activation block's sums.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_q8_k_cols_impl<const N: usize>(
-    x: &[BlockQ6K],
-    y: &[&[BlockQ8K]; MAX_DOT_COLS],
-    out: &mut [f32],
-) {
+unsafe fn q6_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ6K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
     let mut acc = [_mm256_setzero_ps(); N];
@@ -475,21 +441,13 @@ unsafe fn q6_k_q8_k_cols_impl<const N: usize>(
 
             q[4 * j] = _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0);
             q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1);
-            q[4 * j + 2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15),
-                q4h_2,
-            );
-            q[4 * j + 3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15),
-                q4h_3,
-            );
+            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2);
+            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3);
             for i in 0..4 {
                 // Elements 0..16 of this chunk use scale 8j + 2i, 16..32 the next.
                 let s = 8 * j + 2 * i;
-                sc[4 * j + i] = _mm256_set_m128i(
-                    _mm_set1_epi16(xb.scales[s + 1] as i16),
-                    _mm_set1_epi16(xb.scales[s] as i16),
-                );
+                sc[4 * j + i] =
+                    _mm256_set_m128i(_mm_set1_epi16(xb.scales[s + 1] as i16), _mm_set1_epi16(xb.scales[s] as i16));
             }
         }
         for c in 0..N {
@@ -501,10 +459,7 @@ unsafe fn q6_k_q8_k_cols_impl<const N: usize>(
             let mut sumi = _mm256_setzero_si256();
             for t in 0..8 {
                 let q8v = _mm256_loadu_si256(q8.add(32 * t).cast());
-                sumi = _mm256_add_epi32(
-                    sumi,
-                    _mm256_madd_epi16(sc[t], _mm256_maddubs_epi16(q[t], q8v)),
-                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[t], _mm256_maddubs_epi16(q[t], q8v)));
             }
             let sumi = _mm256_sub_epi32(sumi, q8sclsub);
             acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[c]);

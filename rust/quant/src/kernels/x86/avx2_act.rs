@@ -23,32 +23,17 @@ unsafe fn block_amax(x: *const f32) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_quants(x: *const f32, id: __m256, q: *mut u8) -> (i32, i32) {
-    let v = [
-        _mm256_loadu_ps(x),
-        _mm256_loadu_ps(x.add(8)),
-        _mm256_loadu_ps(x.add(16)),
-        _mm256_loadu_ps(x.add(24)),
-    ];
-    let i = v.map(|v| {
-        _mm256_cvtps_epi32(_mm256_round_ps::<
-            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-        >(_mm256_mul_ps(v, id)))
-    });
+    let v = [_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(x.add(24))];
+    let i = v.map(|v| _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v, id))));
     let hsum = |a: __m256i| {
         let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
         _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
     };
-    let p = _mm256_packs_epi16(
-        _mm256_packs_epi32(i[0], i[1]),
-        _mm256_packs_epi32(i[2], i[3]),
-    );
+    let p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(q.cast(), p);
-    (
-        hsum(_mm256_add_epi32(i[0], i[1])),
-        hsum(_mm256_add_epi32(i[2], i[3])),
-    )
+    (hsum(_mm256_add_epi32(i[0], i[1])), hsum(_mm256_add_epi32(i[2], i[3])))
 }
 
 /// A whole activation row (`nb` blocks of `x`) in the tile kernels' layout

@@ -41,26 +41,11 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
         return None;
     }
     Some(match fmt {
-        PackedFormat::Q4_0 => UnpackedTile {
-            unpack: unpack_q4_1,
-            tile: q4_0_x,
-        },
-        PackedFormat::Q4_1 => UnpackedTile {
-            unpack: unpack_q4_1,
-            tile: q4_1_x,
-        },
-        PackedFormat::Q5_0 => UnpackedTile {
-            unpack: unpack_q5_0,
-            tile: q5_0_x,
-        },
-        PackedFormat::Q4_K => UnpackedTile {
-            unpack: unpack_q4_k,
-            tile: q4_k_x,
-        },
-        PackedFormat::Q6_K => UnpackedTile {
-            unpack: unpack_q6_k,
-            tile: q6_k_x,
-        },
+        PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_1, tile: q4_0_x },
+        PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: q4_1_x },
+        PackedFormat::Q5_0 => UnpackedTile { unpack: unpack_q5_0, tile: q5_0_x },
+        PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: q4_k_x },
+        PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: q6_k_x },
         PackedFormat::Q8_0 => return None,
     })
 }
@@ -85,36 +70,12 @@ macro_rules! dispatch {
             // kernel reads/writes.
             unsafe {
                 for g in 0..rows.div_ceil(GROUP) {
-                    let (w, o, lanes) = (
-                        w.add(g * gb),
-                        o.add(g * GROUP),
-                        (rows - g * GROUP).min(GROUP),
-                    );
+                    let (w, o, lanes) = (w.add(g * gb), o.add(g * GROUP), (rows - g * GROUP).min(GROUP));
                     match n {
-                        1 => store(
-                            &$impl::<1, $x>(k / 32, w, a, act_stride),
-                            o,
-                            out_stride,
-                            lanes,
-                        ),
-                        2 => store(
-                            &$impl::<2, $x>(k / 32, w, a, act_stride),
-                            o,
-                            out_stride,
-                            lanes,
-                        ),
-                        3 => store(
-                            &$impl::<3, $x>(k / 32, w, a, act_stride),
-                            o,
-                            out_stride,
-                            lanes,
-                        ),
-                        _ => store(
-                            &$impl::<4, $x>(k / 32, w, a, act_stride),
-                            o,
-                            out_stride,
-                            lanes,
-                        ),
+                        1 => store(&$impl::<1, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        2 => store(&$impl::<2, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        3 => store(&$impl::<3, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
+                        _ => store(&$impl::<4, $x>(k / 32, w, a, act_stride), o, out_stride, lanes),
                     }
                 }
             }
@@ -141,10 +102,7 @@ macro_rules! unpacker {
                 $fmt.group_bytes(k).expect("k is a whole number of blocks"),
                 $fmt.unpacked_group_bytes(k).expect("an unpacked layout"),
             );
-            assert!(
-                w.len() >= groups * gb && dst.len() >= groups * xb,
-                "unpacking {groups} groups"
-            );
+            assert!(w.len() >= groups * gb && dst.len() >= groups * xb, "unpacking {groups} groups");
             let blocks = groups * (k / $fmt.block_elems());
             // SAFETY: handed out only by `unpacked_tile` after `available()`;
             // both slices were checked to hold `groups` groups.
@@ -189,13 +147,7 @@ unsafe fn cols<const N: usize>(nb: usize, a: *const u8, stride: usize) -> [Col; 
     std::array::from_fn(|j| {
         let base = a.add(j * stride);
         let d = base.cast::<f32>();
-        Col {
-            d,
-            s: d.add(nb),
-            dsum: d.add(2 * nb),
-            hsum: base.add(12 * nb),
-            qs: base.add(16 * nb),
-        }
+        Col { d, s: d.add(nb), dsum: d.add(2 * nb), hsum: base.add(12 * nb), qs: base.add(16 * nb) }
     })
 }
 
@@ -237,17 +189,11 @@ unsafe fn bcast4(p: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn q4_regs<const X: bool>(regs: *const u8, p: usize) -> (__m256i, __m256i) {
     if X {
-        return (
-            _mm256_loadu_si256(regs.add(64 * p).cast()),
-            _mm256_loadu_si256(regs.add(64 * p + 32).cast()),
-        );
+        return (_mm256_loadu_si256(regs.add(64 * p).cast()), _mm256_loadu_si256(regs.add(64 * p + 32).cast()));
     }
     let m4 = _mm256_set1_epi8(0xF);
     let v = _mm256_loadu_si256(regs.add(32 * p).cast());
-    (
-        _mm256_and_si256(v, m4),
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-    )
+    (_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4))
 }
 
 /// Unpacks `blocks` blocks of 4-bit registers: each block's `head` bytes
@@ -307,11 +253,7 @@ unsafe fn q4_block<const N: usize, const X: bool>(
     }
     for j in 0..N {
         let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones));
-        acc[j] = _mm256_fmadd_ps(
-            _mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))),
-            isum,
-            acc[j],
-        );
+        acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*c[j].d.add(b))), isum, acc[j]);
         acc[j] = _mm256_fmadd_ps(mx, _mm256_set1_ps(*sums(&c[j]).add(b)), acc[j]);
     }
 }
@@ -376,23 +318,12 @@ unsafe fn q4_k_impl<const N: usize, const X: bool>(
     for sb in 0..nb / 8 {
         let blk = g.add(sb * bb);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
-        let neg_dmin = _mm256_sub_ps(
-            _mm256_setzero_ps(),
-            _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())),
-        );
+        let neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast())));
         for j in 0..8 {
             prefetch_ahead::<X>(blk.add(j * bb / 8), bb / 8);
             let dx = _mm256_mul_ps(d, bytes8(blk.add(32 + 8 * j)));
             let mx = _mm256_mul_ps(neg_dmin, bytes8(blk.add(96 + 8 * j)));
-            q4_block::<N, X>(
-                blk.add(Q4_K_QUANTS + sub * j),
-                dx,
-                mx,
-                8 * sb + j,
-                &c,
-                |c| c.dsum,
-                &mut acc,
-            );
+            q4_block::<N, X>(blk.add(Q4_K_QUANTS + sub * j), dx, mx, 8 * sb + j, &c, |c| c.dsum, &mut acc);
         }
     }
     acc
@@ -481,41 +412,26 @@ unsafe fn q6_regs<const X: bool>(sub: *const u8, pp: usize) -> [__m256i; 4] {
             m30,
         )
     };
-    let (plane_a, plane_b) = (
-        _mm256_loadu_si256(sub.add(128).cast()),
-        _mm256_loadu_si256(sub.add(160).cast()),
-    );
+    let (plane_a, plane_b) = (_mm256_loadu_si256(sub.add(128).cast()), _mm256_loadu_si256(sub.add(160).cast()));
     let v0 = _mm256_loadu_si256(sub.add(32 * pp).cast());
     let v1 = _mm256_loadu_si256(sub.add(32 * pp + 32).cast());
     [
         _mm256_or_si256(_mm256_and_si256(v0, m4), high(plane_a, pp)),
         _mm256_or_si256(_mm256_and_si256(v1, m4), high(plane_a, pp + 1)),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4),
-            high(plane_b, pp),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4),
-            high(plane_b, pp + 1),
-        ),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v0), m4), high(plane_b, pp)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v1), m4), high(plane_b, pp + 1)),
     ]
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_q6_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
-    let (bb, xb) = (
-        PackedFormat::Q6_K.block_bytes(),
-        block_bytes::<true>(PackedFormat::Q6_K),
-    );
+    let (bb, xb) = (PackedFormat::Q6_K.block_bytes(), block_bytes::<true>(PackedFormat::Q6_K));
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
         std::ptr::copy_nonoverlapping(s, d, Q6_K_QUANTS);
         for j in 0..8 {
             for pp in [0, 2] {
-                for (i, x) in q6_regs::<false>(s.add(Q6_K_QUANTS + 192 * j), pp)
-                    .into_iter()
-                    .enumerate()
-                {
+                for (i, x) in q6_regs::<false>(s.add(Q6_K_QUANTS + 192 * j), pp).into_iter().enumerate() {
                     _mm256_storeu_si256(d.add(Q6_K_QUANTS + 256 * j + 64 * pp + 32 * i).cast(), x);
                 }
             }
@@ -529,10 +445,7 @@ unsafe fn unpack_q6_k_impl(blocks: usize, src: *const u8, dst: *mut u8) {
 #[inline(always)]
 unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m256i, __m256i) {
     if X {
-        return (
-            _mm256_loadu_si256(blk.add(16 + 64 * p).cast()),
-            _mm256_loadu_si256(blk.add(16 + 64 * p + 32).cast()),
-        );
+        return (_mm256_loadu_si256(blk.add(16 + 64 * p).cast()), _mm256_loadu_si256(blk.add(16 + 64 * p + 32).cast()));
     }
     let (m4, bit4) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x10));
     // Bit g of each byte of `h` is the fifth bit of register g's element:
@@ -548,19 +461,13 @@ unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m25
     };
     let v = _mm256_loadu_si256(blk.add(48 + 32 * p).cast());
     let xl = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(hl, bit4));
-    let xh = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-        _mm256_and_si256(hh, bit4),
-    );
+    let xh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), _mm256_and_si256(hh, bit4));
     (xl, xh)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_q5_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
-    let (bb, xb) = (
-        PackedFormat::Q5_0.block_bytes(),
-        block_bytes::<true>(PackedFormat::Q5_0),
-    );
+    let (bb, xb) = (PackedFormat::Q5_0.block_bytes(), block_bytes::<true>(PackedFormat::Q5_0));
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
         std::ptr::copy_nonoverlapping(s, d, 16);
@@ -597,11 +504,7 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(
     for b in 0..nb {
         let blk = g.add(b * bb);
         prefetch_ahead::<X>(blk, bb);
-        let h = if X {
-            _mm256_setzero_si256()
-        } else {
-            _mm256_loadu_si256(blk.add(16).cast())
-        };
+        let h = if X { _mm256_setzero_si256() } else { _mm256_loadu_si256(blk.add(16).cast()) };
         let mut lo16 = [_mm256_setzero_si256(); N];
         let mut hi16 = [_mm256_setzero_si256(); N];
         for p in 0..4 {
@@ -615,10 +518,7 @@ unsafe fn q5_0_impl<const N: usize, const X: bool>(
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
             let (d, dsum) = (c[j].d, c[j].dsum);
-            let isum = _mm256_add_epi32(
-                _mm256_madd_epi16(lo16[j], ones),
-                _mm256_madd_epi16(hi16[j], ones),
-            );
+            let isum = _mm256_add_epi32(_mm256_madd_epi16(lo16[j], ones), _mm256_madd_epi16(hi16[j], ones));
             // The quants were stored offset by 16: take 16 d_y Σq_y back.
             let t = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(isum),
@@ -653,20 +553,13 @@ unsafe fn q8_0_impl<const N: usize, const X: bool>(
             let ax = _mm256_sign_epi8(x, x);
             for (s, c) in s32.iter_mut().zip(&c) {
                 let y = bcast4(c.qs.add(32 * b + 4 * r));
-                *s = _mm256_add_epi32(
-                    *s,
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones),
-                );
+                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones));
             }
         }
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
         for j in 0..N {
             let d = c[j].d;
-            acc[j] = _mm256_fmadd_ps(
-                _mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))),
-                _mm256_cvtepi32_ps(s32[j]),
-                acc[j],
-            );
+            acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, _mm256_set1_ps(*d.add(b))), _mm256_cvtepi32_ps(s32[j]), acc[j]);
         }
     }
     acc
