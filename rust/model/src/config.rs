@@ -533,8 +533,10 @@ impl Config {
                     }
                 }
                 (Some(_), Arch::Gemma4) => FfnShape::Dense { n_ff: nonzero(n_ff[il], "feed_forward_length", il)? },
-                // Experts are expert_feed_forward_length wide; files without it
-                // split feed_forward_length among the used experts (llama.cpp).
+                // llama's mixtures (Mixtral) make each expert feed_forward_length wide.
+                (Some(_), Arch::Llama) => FfnShape::Experts { n_ff_exp: nonzero(n_ff[il], "feed_forward_length", il)? },
+                // qwen3moe's experts are expert_feed_forward_length wide; files
+                // without it split feed_forward_length among the used experts.
                 (Some(m), _) => FfnShape::Experts { n_ff_exp: expert_width(n_ff_exp[il], n_ff[il], m)? },
             };
             let attn_scale = match opts.attn_scale {

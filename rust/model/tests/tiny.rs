@@ -112,6 +112,11 @@ fn tiny_llama31_matches_llama_cpp() {
 }
 
 #[test]
+fn tiny_llamamoe_matches_llama_cpp() {
+    tiny_parity_within("llamamoe", 0.03);
+}
+
+#[test]
 fn tiny_qwen3moe_matches_llama_cpp() {
     tiny_parity_within("qwen3moe", 0.03);
 }

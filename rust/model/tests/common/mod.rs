@@ -32,7 +32,20 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
 /// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
 /// them), or `None` when model tests are skipped on purpose.
 /// Every tiny model `tests/fixtures/make_tiny_models.py` writes.
-pub const TINY_ARCHS: [&str; 8] = ["llama", "qwen2", "qwen3", "gemma3", "llama31", "qwen3moe", "gemma4", "gemma4moe"];
+pub const TINY_ARCHS: [&str; 12] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "llama31",
+    "llamamoe",
+    "qwen3moe",
+    "gemma4",
+    "gemma4moe",
+    "phi3",
+    "phi3long",
+    "qwen3yarn",
+];
 
 pub fn tiny_model(arch: &str) -> Option<PathBuf> {
     if std::env::var("EMBER_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
