@@ -557,6 +557,30 @@ impl Config {
                 attn_scale,
             });
         }
+        // Keys that change the forward pass of the families that write them,
+        // which ember does not implement: a file that has one is refused,
+        // not run as if it had not.
+        for k in [
+            "attn_logit_softcapping",
+            "router_logit_softcapping",
+            "logit_scale",
+            "residual_scale",
+            "embedding_scale",
+            "attention.scale",
+            "attention.temperature_length",
+            "attention.temperature_scale",
+            "attention.key_length_mla",
+            "rope.dimension_sections",
+            "rope.scaling.yarn_log_multiplier",
+            "expert_shared_feed_forward_length",
+        ] {
+            if h.get(&key(k)).is_some() {
+                return Err(bad(k, format!("changes the {arch_name} forward pass in a way ember does not implement")));
+            }
+        }
+        if h.get(&key("attention.causal")).and_then(|v| v.as_bool()) == Some(false) {
+            return Err(bad("attention.causal", "false: ember runs causal attention only".into()));
+        }
         let n_embd_per_layer =
             if arch == Arch::Gemma4 { opt("embedding_length_per_layer_input")?.unwrap_or(0) } else { 0 };
         let logit_softcap = match h.get_f64_opt(&key("final_logit_softcapping"))? {

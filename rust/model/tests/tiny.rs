@@ -226,25 +226,47 @@ fn an_unread_tensor_is_a_load_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A file with a metadata key that changes its family's forward pass in a
+/// way ember does not implement fails to load, naming the key.
+#[test]
+fn an_unimplemented_metadata_key_is_a_load_error() {
+    let Some(path) = tiny_model("qwen3") else { return };
+    let dir = std::env::temp_dir().join(format!("ember-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("extra.gguf");
+    copy_gguf(&path, &out, "w.add_float32('qwen3.attn_logit_softcapping', 50.0)");
+    let err = Model::load(&out, LoadOptions::default()).err().expect("a key ember cannot honour");
+    let msg = err.to_string();
+    assert!(msg.contains("qwen3.attn_logit_softcapping") && msg.contains("does not implement"), "{msg}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Copies a GGUF file, adding one f32 tensor of `n` zeros named `name`.
 fn with_extra_tensor(src: &std::path::Path, dst: &std::path::Path, name: &str, n: usize) {
+    copy_gguf(src, dst, &format!("w.add_tensor({name:?}, np.zeros({n}, dtype=np.float32))"));
+}
+
+/// Copies a GGUF file through the `gguf` package, running the Python line
+/// `extra` (the writer is `w`) after the original's keys and tensors.
+fn copy_gguf(src: &std::path::Path, dst: &std::path::Path, extra: &str) {
+    let script = format!(
+        "import sys, numpy as np, gguf\n\
+         src, dst = sys.argv[1], sys.argv[2]\n\
+         r = gguf.GGUFReader(src)\n\
+         arch = r.fields['general.architecture'].contents()\n\
+         w = gguf.GGUFWriter(dst, arch)\n\
+         for f in r.fields.values():\n\
+         \x20   if f.name.startswith('GGUF.') or f.name == 'general.architecture': continue\n\
+         \x20   w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)\n\
+         for t in r.tensors:\n\
+         \x20   w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)\n\
+         {extra}\n\
+         w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()\n"
+    );
     let status = std::process::Command::new("python3")
         .arg("-c")
-        .arg(
-            "import sys, numpy as np, gguf\n\
-             src, dst, name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])\n\
-             r = gguf.GGUFReader(src)\n\
-             arch = r.fields['general.architecture'].contents()\n\
-             w = gguf.GGUFWriter(dst, arch)\n\
-             for f in r.fields.values():\n\
-             \x20   if f.name.startswith('GGUF.') or f.name == 'general.architecture': continue\n\
-             \x20   w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)\n\
-             for t in r.tensors:\n\
-             \x20   w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)\n\
-             w.add_tensor(name, np.zeros(n, dtype=np.float32))\n\
-             w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()\n",
-        )
-        .args([src.to_str().unwrap(), dst.to_str().unwrap(), name, &n.to_string()])
+        .arg(script)
+        .args([src.to_str().unwrap(), dst.to_str().unwrap()])
         .status()
         .expect("python3 with the gguf package (the test extras)");
     assert!(status.success(), "writing {}", dst.display());
