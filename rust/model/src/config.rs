@@ -473,8 +473,10 @@ impl Config {
             if n_used == 0 || n_used > n_expert {
                 return Err(bad("expert_used_count", format!("{n_used} of {n_expert} experts")));
             }
-            for k in ["expert_group_count", "expert_shared_count"] {
-                if opt(k)?.unwrap_or(0) > (k == "expert_group_count") as usize {
+            // Expert groups (one group is none) and shared experts by count
+            // (DeepSeek, Qwen2-MoE) change the routing; none of ember's families have them.
+            for (k, most) in [("expert_group_count", 1), ("expert_shared_count", 0)] {
+                if opt(k)?.unwrap_or(0) > most {
                     return Err(bad(k, "expert groups and shared experts by count are not supported".into()));
                 }
             }

@@ -615,8 +615,8 @@ fn activation(act: FfnActivation) -> impl Fn(&mut [f32], &[f32], &[f32]) + Sync 
 #[derive(Default)]
 struct MoeScratch {
     logits: Vec<f32>, // [t, n_expert]
-    /// (expert, weight) chosen for each row, `n_used` per row.
-    chosen: Vec<(u32, f32)>,
+    /// Experts in the order of one row's probabilities.
+    order: Vec<u32>,
     /// Rows that chose each expert, with their weights, grouped by expert.
     by_expert: Vec<Vec<(u32, f32)>>,
     xs: Vec<f32>, // [rows of one expert, n_embd] gathered inputs
@@ -635,10 +635,11 @@ impl MoeScratch {
         self.logits.resize(t * ne, 0.0);
         self.acts.invalidate();
         matmul(pool, router, self.acts.get(pool, router.input, x, t, e), t, &mut self.logits);
-        self.chosen.clear();
         self.by_expert.resize_with(ne, Vec::new);
         self.by_expert.iter_mut().for_each(Vec::clear);
-        let mut order: Vec<u32> = (0..ne as u32).collect();
+        let order = &mut self.order;
+        order.clear();
+        order.extend(0..ne as u32);
         for j in 0..t {
             let row = &mut self.logits[j * ne..(j + 1) * ne];
             let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -654,7 +655,6 @@ impl MoeScratch {
             let div = if m.norm_weights { total.max(6.103_515_6e-5) } else { 1.0 };
             for &i in top {
                 let wgt = row[i as usize] / div * m.weights_scale;
-                self.chosen.push((i, wgt));
                 self.by_expert[i as usize].push((j as u32, wgt));
             }
         }
