@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def ember(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -35,6 +36,22 @@ def test_info_reports_the_file_and_unread_tensors(gemma3_path, smollm2_path):
         assert needle in r.stdout, (needle, r.stdout)
     r = ember("info", "-m", str(smollm2_path))
     assert "architecture:   llama" in r.stdout and "chat template:  yes" in r.stdout
+
+
+def test_info_reports_mixtures_and_shared_caches():
+    """The per-layer shapes as ember reads them: a mixture's experts, and
+    Gemma 4's layers that read an earlier layer's cache (the tiny gemma4: 4
+    of its 6 layers keep a cache, three sliding of 2 heads of 16 and one
+    full of 1 head of 32, so a position costs 2 x (3 x 64 + 64) bytes)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+    import make_tiny_models
+
+    r = ember("info", "-m", str(make_tiny_models.ensure("qwen3moe")))
+    assert r.returncode == 0, r.stderr
+    assert "experts:        2 of 8 per token" in r.stdout, r.stdout
+    r = ember("info", "-m", str(make_tiny_models.ensure("gemma4")))
+    assert r.returncode == 0, r.stderr
+    assert "kv layers:      4 of 6" in r.stdout and "kv cache:       512 B per position" in r.stdout, r.stdout
 
 
 def test_a_file_ember_cannot_read_is_a_clear_error(tmp_path):
