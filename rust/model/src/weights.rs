@@ -363,13 +363,7 @@ fn repack(
             .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
         Ok((data, group_bytes))
     };
-    // A block the layout cannot hold exactly (a Q4_0 scale too large for
-    // its min as Q4_1's) takes the type's other layout.
-    let (format, (data, group_bytes)) = match (pack(format), PackedFormat::fallback(ty)) {
-        (Ok(done), _) => (format, done),
-        (Err(_), Some(other)) => (other, pack(other)?),
-        (Err(e), None) => return Err(e),
-    };
+    let (data, group_bytes) = pack(format)?;
     Ok(PackedRows {
         format,
         tile: ember_quant::tile_fn(format),

@@ -68,9 +68,11 @@ pub const GROUP: usize = 8;
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackedFormat {
-    /// Q4_1's layout holding Q4_0 rows: each block's min is `-8 d` (exact in
-    /// f16), met by the activation block's exact sum `d_y Σq_y` (not Q4_1's
-    /// f16-rounded one), so the result is Q4_0's integer arithmetic.
+    /// Scale per block; quants 0..15 read as `q - 8`, as many bytes as the
+    /// file's: the kernels make the block's min `-8 d` (exact in f32) and meet
+    /// it with the activation block's exact sum `d_y Σq_y`, so the result is
+    /// Q4_0's integer arithmetic. Unpacked, the scales are padded to 32 bytes
+    /// so that the quants stay aligned as Q4_1's do.
     Q4_0,
     /// Scale and min per block; quants 0..15.
     Q4_1,
@@ -91,9 +93,6 @@ impl PackedFormat {
     /// The repacked layout for a file type, where there is one.
     pub fn of(ty: GgmlType) -> Option<PackedFormat> {
         match ty {
-            // Q4_0's `d (q - 8)` is `d q + m` with `m = -8 d`, exact in f16
-            // (a power-of-two multiple) for any scale below 8188; a block with
-            // a larger one needs Q5_0's layout ([`PackedFormat::fallback`]).
             GgmlType::Q4_0 => Some(PackedFormat::Q4_0),
             GgmlType::Q4_1 => Some(PackedFormat::Q4_1),
             GgmlType::Q5_0 => Some(PackedFormat::Q5_0),
@@ -102,13 +101,6 @@ impl PackedFormat {
             GgmlType::Q6_K => Some(PackedFormat::Q6_K),
             _ => None,
         }
-    }
-
-    /// The layout to repack file type `ty` into when [`of`](Self::of)'s
-    /// cannot hold a block of it exactly: Q4_0's quants 0..15 read as `q - 8`
-    /// are Q5_0's 8..23 read as `q - 16`, the same scale and integer sums.
-    pub fn fallback(ty: GgmlType) -> Option<PackedFormat> {
-        (ty == GgmlType::Q4_0).then_some(PackedFormat::Q5_0)
     }
 
     pub fn ggml_type(self) -> GgmlType {
@@ -134,7 +126,9 @@ impl PackedFormat {
     pub const fn block_bytes(self) -> usize {
         match self {
             // d[8] f16, m[8] f16, 4 registers of nibble pairs
-            PackedFormat::Q4_0 | PackedFormat::Q4_1 => 32 + 128,
+            PackedFormat::Q4_1 => 32 + 128,
+            // d[8] f16, 4 registers of nibble pairs
+            PackedFormat::Q4_0 => 16 + 128,
             // d[8] f16, fifth bits (32 bytes), 4 registers of nibble pairs
             PackedFormat::Q5_0 => 16 + 32 + 128,
             // d[8] f16, 8 registers of bytes
@@ -191,7 +185,7 @@ impl PackedFormat {
     /// the layout's own or one that [`of`](Self::of) maps to it (Q4_0 into
     /// Q5_0's layout).
     pub fn pack_group_from(self, ty: GgmlType, k: usize, src: &[u8], dst: &mut [u8]) -> Result<(), QuantError> {
-        if PackedFormat::of(ty) != Some(self) && PackedFormat::fallback(ty) != Some(self) {
+        if PackedFormat::of(ty) != Some(self) {
             return Err(QuantError::Unsupported { ty, op: "repacking into this layout" });
         }
         let format = ty.name();
@@ -216,13 +210,8 @@ impl PackedFormat {
                 PackedFormat::Q4_0 => {
                     for (b, x) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
                         let blk = &mut dst[b * bb..(b + 1) * bb];
-                        let m = f16::from_f32(-8.0 * x.d.to_f32());
-                        if m.to_f32() != -8.0 * x.d.to_f32() {
-                            return Err(QuantError::Unsupported { ty, op: "a min of -8 times this scale, in f16" });
-                        }
                         put_f16(blk, r, x.d);
-                        put_f16(&mut blk[16..], r, m);
-                        put_nibble_regs(&mut blk[32..], r, &unpack_nibbles(&x.qs));
+                        put_nibble_regs(&mut blk[16..], r, &unpack_nibbles(&x.qs));
                     }
                 }
                 PackedFormat::Q4_1 => {
@@ -231,17 +220,6 @@ impl PackedFormat {
                         put_f16(blk, r, x.d);
                         put_f16(&mut blk[16..], r, x.m);
                         put_nibble_regs(&mut blk[32..], r, &unpack_nibbles(&x.qs));
-                    }
-                }
-                PackedFormat::Q5_0 if ty == GgmlType::Q4_0 => {
-                    for (b, x) in as_blocks::<BlockQ4_0>(row).iter().enumerate() {
-                        let blk = &mut dst[b * bb..(b + 1) * bb];
-                        put_f16(blk, r, x.d);
-                        let q5 = unpack_nibbles(&x.qs).map(|q| q + 8);
-                        for (e, q) in q5.iter().enumerate() {
-                            blk[16 + 4 * r + e % 4] |= (q >> 4) << (e / 4);
-                        }
-                        put_nibble_regs(&mut blk[48..], r, &q5.map(|q| q & 15));
                     }
                 }
                 PackedFormat::Q5_0 => {

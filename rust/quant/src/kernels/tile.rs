@@ -127,7 +127,7 @@ fn each_dot(
 // included), so the two agree bit for bit: per block, the scaled block sum,
 // then any per-block constant term (a min, an offset).
 
-/// Q4_0 rows in Q4_1's layout: the min `-8 d` meets the exact activation sum.
+/// Q4_0: the block's min `-8 d`, made from its scale, meets the exact activation sum.
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q4_0(
     k: usize,
@@ -144,9 +144,10 @@ pub fn tile_q4_0(
         let mut acc = 0.0f32;
         for b in 0..k / 32 {
             let blk = &g[b * bb..(b + 1) * bb];
-            let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
-            acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
-            acc = f16_at(&blk[16..], r).mul_add(f32_at(c.dsum, b), acc);
+            let isum: i32 = (0..32).map(|e| nibble_at(&blk[16..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            let d = f16_at(blk, r);
+            acc = (d * f32_at(c.d, b)).mul_add(isum as f32, acc);
+            acc = (d * -8.0).mul_add(f32_at(c.dsum, b), acc);
         }
         acc
     });

@@ -41,7 +41,7 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
         return None;
     }
     Some(match fmt {
-        PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_1, tile: q4_0_x },
+        PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_0, tile: q4_0_x },
         PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: q4_1_x },
         PackedFormat::Q5_0 => UnpackedTile { unpack: unpack_q5_0, tile: q5_0_x },
         PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: q4_k_x },
@@ -111,6 +111,7 @@ macro_rules! unpacker {
     };
 }
 
+unpacker!(unpack_q4_0, unpack_q4_0_impl, PackedFormat::Q4_0);
 unpacker!(unpack_q4_1, unpack_q4_1_impl, PackedFormat::Q4_1);
 unpacker!(unpack_q5_0, unpack_q5_0_impl, PackedFormat::Q5_0);
 unpacker!(unpack_q4_k, unpack_q4_k_impl, PackedFormat::Q4_K);
@@ -201,18 +202,31 @@ unsafe fn q4_regs<const X: bool>(regs: *const u8, p: usize) -> (__m256i, __m256i
 /// eight registers of bytes.
 #[inline(always)]
 unsafe fn unpack_q4(blocks: usize, head: usize, subs: usize, src: *const u8, dst: *mut u8) {
-    let (bb, xb) = (head + subs * 128, head + subs * 256);
+    unpack_q4_padded(blocks, head, head, subs, src, dst)
+}
+
+/// [`unpack_q4`] with the unpacked head `out_head` bytes long (the scales
+/// copied, the rest zero), so that the quants start aligned.
+#[inline(always)]
+unsafe fn unpack_q4_padded(blocks: usize, head: usize, out_head: usize, subs: usize, src: *const u8, dst: *mut u8) {
+    let (bb, xb) = (head + subs * 128, out_head + subs * 256);
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
         std::ptr::copy_nonoverlapping(s, d, head);
+        std::ptr::write_bytes(d.add(head), 0, out_head - head);
         for j in 0..subs {
             for p in 0..4 {
                 let (xl, xh) = q4_regs::<false>(s.add(head + 128 * j), p);
-                _mm256_storeu_si256(d.add(head + 256 * j + 64 * p).cast(), xl);
-                _mm256_storeu_si256(d.add(head + 256 * j + 64 * p + 32).cast(), xh);
+                _mm256_storeu_si256(d.add(out_head + 256 * j + 64 * p).cast(), xl);
+                _mm256_storeu_si256(d.add(out_head + 256 * j + 64 * p + 32).cast(), xh);
             }
         }
     }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q4_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+    unpack_q4_padded(blocks, 16, 32, 1, src, dst)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -258,8 +272,8 @@ unsafe fn q4_block<const N: usize, const X: bool>(
     }
 }
 
-/// Q4_0 rows in Q4_1's layout: as Q4_1, the min `-8 d` met by the
-/// activation block's exact sum instead of its f16-rounded one.
+/// Q4_0: as Q4_1, the min `-8 d` made from the scale (exact in f32) and met
+/// by the activation block's exact sum.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_impl<const N: usize, const X: bool>(
     nb: usize,
@@ -274,8 +288,8 @@ unsafe fn q4_0_impl<const N: usize, const X: bool>(
         let blk = g.add(b * bb);
         prefetch_ahead::<X>(blk, bb);
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
-        let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
-        q4_block::<N, X>(blk.add(32), dx, mx, b, &c, |c| c.dsum, &mut acc);
+        let mx = _mm256_mul_ps(dx, _mm256_set1_ps(-8.0));
+        q4_block::<N, X>(blk.add(if X { 32 } else { 16 }), dx, mx, b, &c, |c| c.dsum, &mut acc);
     }
     acc
 }
