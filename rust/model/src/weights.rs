@@ -188,6 +188,15 @@ impl<'a> Binder<'a> {
     }
 
     fn matrix_opt(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<Matrix>> {
+        let Some(ty) = self.tensor_2d(name, rows, cols)? else {
+            return Ok(None);
+        };
+        let data = self.tensor_bytes(name);
+        self.bind_rows(name, ty, rows, cols, data, self.repack).map(Some)
+    }
+
+    /// The type of 2-D tensor `name`, checked to be `rows` rows of `cols`, if the file has it.
+    fn tensor_2d(&self, name: &str, rows: usize, cols: usize) -> Result<Option<GgmlType>> {
         let Some(t) = self.file.tensor(name) else {
             return Ok(None);
         };
@@ -197,21 +206,13 @@ impl<'a> Binder<'a> {
                 problem: format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
             });
         }
-        let data = self.tensor_bytes(name);
-        self.bind_rows(name, t.ty, rows, cols, data, self.repack).map(Some)
+        Ok(Some(t.ty))
     }
 
     /// Rows `first..first + rows` of a 2-D tensor of `total` rows, as a
     /// matrix of its own (a fused tensor's parts).
     fn row_range(&mut self, name: &str, total: usize, cols: usize, first: usize, rows: usize) -> Result<Matrix> {
-        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != total {
-            return Err(ModelError::BadTensor {
-                name: name.to_string(),
-                problem: format!("shape {:?}, expected [{cols}, {total}]", t.dims),
-            });
-        }
-        let ty = t.ty;
+        let ty = self.tensor_2d(name, total, cols)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let row_bytes = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
         let data = self.tensor_bytes(name);
         let part = format!("{name}[{first}..{}]", first + rows);
@@ -221,15 +222,9 @@ impl<'a> Binder<'a> {
     /// A table whose rows are looked up, never multiplied: left in the
     /// mapping as the file stores it.
     fn lookup_table(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
-        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        if t.dims.len() > 2 || t.dims[0] as usize != cols || t.n_rows() != rows {
-            return Err(ModelError::BadTensor {
-                name: name.to_string(),
-                problem: format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
-            });
-        }
+        let ty = self.tensor_2d(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let data = self.tensor_bytes(name);
-        self.bind_rows(name, t.ty, rows, cols, data, false)
+        self.bind_rows(name, ty, rows, cols, data, false)
     }
 
     /// The experts of a 3-D tensor `[cols, rows, n_expert]`, one matrix each,

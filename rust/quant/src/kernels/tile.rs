@@ -139,20 +139,11 @@ pub fn tile_q4_0(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let bb = PackedFormat::Q4_0.block_bytes();
-    each_dot(PackedFormat::Q4_0, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
-        let mut acc = 0.0f32;
-        for b in 0..k / 32 {
-            let blk = &g[b * bb..(b + 1) * bb];
-            let isum: i32 = (0..32).map(|e| nibble_at(&blk[16..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
-            let d = f16_at(blk, r);
-            acc = (d * f32_at(c.d, b)).mul_add(isum as f32, acc);
-            acc = (d * -8.0).mul_add(f32_at(c.dsum, b), acc);
-        }
-        acc
-    });
+    let min = |blk: &[u8], r: usize| f16_at(blk, r) * -8.0;
+    tile_q4(PackedFormat::Q4_0, 16, min, |c| c.dsum, k, w, rows, acts, act_stride, n, out, out_stride);
 }
 
+/// Q4_1: the block's stored min meets the activation block's f16-rounded sum, as llama.cpp's Q8_1.
 #[allow(clippy::too_many_arguments)]
 pub fn tile_q4_1(
     k: usize,
@@ -164,14 +155,37 @@ pub fn tile_q4_1(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let bb = PackedFormat::Q4_1.block_bytes();
-    each_dot(PackedFormat::Q4_1, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
+    let min = |blk: &[u8], r: usize| f16_at(&blk[16..], r);
+    tile_q4(PackedFormat::Q4_1, 32, min, |c| c.s, k, w, rows, acts, act_stride, n, out, out_stride);
+}
+
+/// A 32-element block format of scale, min and nibbles (quants at byte
+/// `quants` of a block): per block the scaled integer sum, then the min
+/// times the activation sum `sums` gives.
+#[allow(clippy::too_many_arguments)]
+fn tile_q4(
+    fmt: PackedFormat,
+    quants: usize,
+    min: impl Fn(&[u8], usize) -> f32,
+    sums: for<'c> fn(&'c Col<'c>) -> &'c [u8],
+    k: usize,
+    w: &[u8],
+    rows: usize,
+    acts: &[u8],
+    act_stride: usize,
+    n: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let bb = fmt.block_bytes();
+    each_dot(fmt, k, w, rows, acts, act_stride, n, out, out_stride, |g, r, c| {
         let mut acc = 0.0f32;
         for b in 0..k / 32 {
             let blk = &g[b * bb..(b + 1) * bb];
-            let isum: i32 = (0..32).map(|e| nibble_at(&blk[32..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
+            let isum: i32 =
+                (0..32).map(|e| nibble_at(&blk[quants..], r, e) as i32 * c.qs[32 * b + e] as i8 as i32).sum();
             acc = (f16_at(blk, r) * f32_at(c.d, b)).mul_add(isum as f32, acc);
-            acc = f16_at(&blk[16..], r).mul_add(f32_at(c.s, b), acc);
+            acc = min(blk, r).mul_add(f32_at(sums(c), b), acc);
         }
         acc
     });

@@ -281,17 +281,8 @@ unsafe fn q4_0_impl<const N: usize, const X: bool>(
     a: *const u8,
     stride: usize,
 ) -> [__m256; N] {
-    let bb = block_bytes::<X>(PackedFormat::Q4_0);
-    let c = cols::<N>(nb, a, stride);
-    let mut acc = [_mm256_setzero_ps(); N];
-    for b in 0..nb {
-        let blk = g.add(b * bb);
-        prefetch_ahead::<X>(blk, bb);
-        let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
-        let mx = _mm256_mul_ps(dx, _mm256_set1_ps(-8.0));
-        q4_block::<N, X>(blk.add(if X { 32 } else { 16 }), dx, mx, b, &c, |c| c.dsum, &mut acc);
-    }
-    acc
+    let min = |_: *const u8, dx: __m256| _mm256_mul_ps(dx, _mm256_set1_ps(-8.0));
+    q4_scaled::<N, X>(PackedFormat::Q4_0, if X { 32 } else { 16 }, min, |c| c.dsum, nb, g, a, stride)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -301,15 +292,33 @@ unsafe fn q4_1_impl<const N: usize, const X: bool>(
     a: *const u8,
     stride: usize,
 ) -> [__m256; N] {
-    let bb = block_bytes::<X>(PackedFormat::Q4_1);
+    let min = |blk: *const u8, _: __m256| _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
+    q4_scaled::<N, X>(PackedFormat::Q4_1, 32, min, |c| c.s, nb, g, a, stride)
+}
+
+/// A 32-element block format of scale, min and nibbles (quants at byte
+/// `quants` of a block): the rows' min from the block (and the scale), met
+/// by the activation sum `sums` names.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn q4_scaled<const N: usize, const X: bool>(
+    fmt: PackedFormat,
+    quants: usize,
+    min: impl Fn(*const u8, __m256) -> __m256,
+    sums: impl Fn(&Col) -> *const f32,
+    nb: usize,
+    g: *const u8,
+    a: *const u8,
+    stride: usize,
+) -> [__m256; N] {
+    let bb = block_bytes::<X>(fmt);
     let c = cols::<N>(nb, a, stride);
     let mut acc = [_mm256_setzero_ps(); N];
     for b in 0..nb {
         let blk = g.add(b * bb);
         prefetch_ahead::<X>(blk, bb);
         let dx = _mm256_cvtph_ps(_mm_loadu_si128(blk.cast()));
-        let mx = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16).cast()));
-        q4_block::<N, X>(blk.add(32), dx, mx, b, &c, |c| c.s, &mut acc);
+        q4_block::<N, X>(blk.add(quants), dx, min(blk, dx), b, &c, &sums, &mut acc);
     }
     acc
 }
