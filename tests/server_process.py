@@ -127,3 +127,14 @@ def sse(body: bytes) -> list:
             data = block[6:]
             out.append(data if data == "[DONE]" else json.loads(data))
     return out
+
+
+def thought_and_answer(raw: bytes, stream: bool) -> tuple[str, str]:
+    """A chat completion's reasoning_content and content, whole or rebuilt
+    from a stream's deltas."""
+    if not stream:
+        m = json.loads(raw)["choices"][0]["message"]
+        return m.get("reasoning_content") or "", m.get("content") or ""
+    deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
+    return ("".join(d.get("reasoning_content") or "" for d in deltas),
+            "".join(d.get("content") or "" for d in deltas))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from server_process import ServerProcess, http, sse
+from server_process import ServerProcess, http, sse, thought_and_answer
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -60,13 +60,7 @@ def test_the_thought_channel_leaves_in_reasoning_content(server, stream):
             "chat_template_kwargs": {"enable_thinking": True}}
     status, _, raw = http(server.url + "/v1/chat/completions", body)
     assert status == 200, raw
-    if stream:
-        deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
-        reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
-        content = "".join(d.get("content") or "" for d in deltas)
-    else:
-        m = json.loads(raw)["choices"][0]["message"]
-        reasoning, content = m["reasoning_content"], m["content"]
+    reasoning, content = thought_and_answer(raw, stream)
     assert reasoning and "<|channel>" not in reasoning and "<channel|>" not in reasoning, reasoning
     assert content.startswith("The answer") and "<channel|>" not in content, content
 

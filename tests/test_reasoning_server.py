@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import thinking_model
-from server_process import ServerProcess, error_of, http, sse
+from server_process import ServerProcess, error_of, http, sse, thought_and_answer
 from thinking_model import ANSWER_ONLY, STEERED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
@@ -111,13 +111,7 @@ def test_a_budget_forces_the_close_after_n_tokens_of_thought(server):
                 "grammar": grammar, "stream": stream}
         status, _, raw = http(server.url + "/v1/chat/completions", body)
         assert status == 200, raw
-        if stream:
-            deltas = [e["choices"][0]["delta"] for e in sse(raw) if isinstance(e, dict) and e.get("choices")]
-            reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
-            content = "".join(d.get("content") or "" for d in deltas)
-        else:
-            m = json.loads(raw)["choices"][0]["message"]
-            reasoning, content = m["reasoning_content"], m["content"]
+        reasoning, content = thought_and_answer(raw, stream)
         # The first five tokens of the unbudgeted thought, then the forced close, then the answer.
         assert reasoning and free["reasoning_content"].startswith(reasoning) and len(reasoning) < 40, reasoning
         assert content and "</think>" not in content, content
