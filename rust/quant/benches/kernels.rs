@@ -2,7 +2,8 @@
 //! at decode sizes in GB/s of weights streamed, and a product over 64 columns
 //! (a prompt chunk) in GOP/s (two per multiply-add). Both the file-format dot
 //! kernels and, where the format has one, the repacked tile kernels, packed and
-//! (as a prompt runs them) over tiles unpacked once for every column group.
+//! (as a prompt runs them) over tiles unpacked once for every column group,
+//! at each SIMD level this CPU runs.
 //!
 //!     cargo bench -p ember-quant --bench kernels [-- ROWS COLS]
 
@@ -11,7 +12,9 @@ use std::time::Instant;
 
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat};
-use ember_quant::{activation_type, dot_fn, quantize_activation, tile_fn, unpacked_tile, MAX_TILE_COLS};
+use ember_quant::{
+    activation_type, dot_fn, quantize_activation, tile_fn_at, unpacked_tile_at, SimdLevel, MAX_TILE_COLS,
+};
 
 /// Random bytes with every f16 scale field made small and finite, by
 /// rewriting the file through a dequantize-free trick: scales live at known
@@ -72,7 +75,9 @@ fn main() {
     println!("{rows} x {k} weights, kernels: {}", ember_quant::simd_level());
     println!("| format | kernel | matvec GB/s | matvec ms | {cols} cols GOP/s |");
     println!("| --- | --- | ---: | ---: | ---: |");
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
+    for ty in
+        [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16]
+    {
         if ty.row_bytes(k as u64).is_none() {
             println!("| {} | - | rows of {k} are not whole blocks | | |", ty.name());
             continue;
@@ -114,37 +119,64 @@ fn main() {
         for c in 0..cols {
             quantize_act_row(&x[c * k..(c + 1) * k], &mut acts[c * stride..(c + 1) * stride]).unwrap();
         }
-        let tile = tile_fn(fmt);
-        let gb = fmt.group_bytes(k).unwrap();
-        let mv = time(|| {
-            tile(k, &pw, rows, &acts, stride, 1, &mut out, rows);
-            black_box(&out);
-        });
-        let mm = time(|| {
-            for r0 in (0..rows).step_by(32) {
-                for c0 in (0..cols).step_by(MAX_TILE_COLS) {
+        for level in SimdLevel::all_here().into_iter().filter(|&l| l != SimdLevel::Scalar) {
+            let tile = tile_fn_at(level, fmt).unwrap();
+            let gb = fmt.group_bytes(k).unwrap();
+            let mv = time(|| {
+                tile(k, &pw, rows, &acts, stride, 1, &mut out, rows);
+                black_box(&out);
+            });
+            let mm = time(|| {
+                for r0 in (0..rows).step_by(32) {
+                    for c0 in (0..cols).step_by(MAX_TILE_COLS) {
+                        let n_rows = 32.min(rows - r0);
+                        tile(
+                            k,
+                            &pw[r0 / 8 * gb..],
+                            n_rows,
+                            &acts[c0 * stride..],
+                            stride,
+                            MAX_TILE_COLS,
+                            &mut out[c0 * rows + r0..],
+                            rows,
+                        );
+                    }
+                }
+                black_box(&out);
+            });
+            println!(
+                "| {} | tile ({}) | {:.1} | {:.3} | {:.1} |",
+                ty.name(),
+                level.name(),
+                pw.len() as f64 / mv / 1e9,
+                mv * 1e3,
+                gop(mm)
+            );
+            // A prompt's way: each tile of 32 rows unpacked once, then met by every column group.
+            let Some(u) = unpacked_tile_at(level, fmt) else { continue };
+            let xb = fmt.unpacked_group_bytes(k).unwrap();
+            let mut buf = vec![0u8; 4 * xb];
+            let mm = time(|| {
+                for r0 in (0..rows).step_by(32) {
                     let n_rows = 32.min(rows - r0);
-                    tile(k, &pw[r0 / 8 * gb..], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
+                    let groups = n_rows.div_ceil(8);
+                    (u.unpack)(k, &pw[r0 / 8 * gb..], groups, &mut buf[..groups * xb]);
+                    for c0 in (0..cols).step_by(MAX_TILE_COLS) {
+                        (u.tile)(
+                            k,
+                            &buf[..groups * xb],
+                            n_rows,
+                            &acts[c0 * stride..],
+                            stride,
+                            MAX_TILE_COLS,
+                            &mut out[c0 * rows + r0..],
+                            rows,
+                        );
+                    }
                 }
-            }
-            black_box(&out);
-        });
-        println!("| {} | tile | {:.1} | {:.3} | {:.1} |", ty.name(), pw.len() as f64 / mv / 1e9, mv * 1e3, gop(mm));
-        // A prompt's way: each tile of 32 rows unpacked once, then met by every column group.
-        let Some(u) = unpacked_tile(fmt) else { continue };
-        let xb = fmt.unpacked_group_bytes(k).unwrap();
-        let mut buf = vec![0u8; 4 * xb];
-        let mm = time(|| {
-            for r0 in (0..rows).step_by(32) {
-                let n_rows = 32.min(rows - r0);
-                let groups = n_rows.div_ceil(8);
-                (u.unpack)(k, &pw[r0 / 8 * gb..], groups, &mut buf[..groups * xb]);
-                for c0 in (0..cols).step_by(MAX_TILE_COLS) {
-                    (u.tile)(k, &buf[..groups * xb], n_rows, &acts[c0 * stride..], stride, MAX_TILE_COLS, &mut out[c0 * rows + r0..], rows);
-                }
-            }
-            black_box(&out);
-        });
-        println!("| {} | unpacked tile | - | - | {:.1} |", ty.name(), gop(mm));
+                black_box(&out);
+            });
+            println!("| {} | unpacked tile ({}) | - | - | {:.1} |", ty.name(), level.name(), gop(mm));
+        }
     }
 }

@@ -44,7 +44,10 @@ mod quantize;
 pub use dequant::{can_dequantize, dequantize_row};
 pub use error::QuantError;
 pub use kernels::tile::{scalar_tile_fn, TileFn, UnpackFn, UnpackedTile, MAX_TILE_COLS};
-pub use kernels::{dot_cols_fn, dot_fn, scalar, scalar_dot_fn, simd_level, tile_fn, unpacked_tile, vec_dot, DotColsFn, DotFn, MAX_DOT_COLS};
+pub use kernels::{
+    dot_cols_fn, dot_fn, scalar, scalar_dot_fn, simd_level, tile_fn, tile_fn_at, unpacked_tile, unpacked_tile_at, vec_dot,
+    DotColsFn, DotFn, SimdLevel, MAX_DOT_COLS,
+};
 pub use quantize::{
     act_row_bytes, activation_type, quantize_activation, quantize_row_q8_0, quantize_row_q8_0_ref,
     quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_K, ActType,

@@ -10,8 +10,19 @@ use common::{random_row, Rng};
 use ember_gguf::GgmlType;
 use ember_quant::packed::{act_row_bytes, quantize_act_row, PackedFormat, GROUP};
 use ember_quant::{
-    quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, unpacked_tile, MAX_TILE_COLS,
+    quantize_row_q8_0, quantize_row_q8_1, scalar_dot_fn, scalar_tile_fn, tile_fn, tile_fn_at, unpacked_tile_at,
+    SimdLevel, MAX_TILE_COLS,
 };
+
+/// The SIMD levels this CPU runs: each is held to the scalar twins.
+fn simd_levels() -> Vec<SimdLevel> {
+    SimdLevel::all_here().into_iter().filter(|&l| l != SimdLevel::Scalar).collect()
+}
+
+/// Every SIMD level's packed tile kernel for `fmt`, with its name.
+fn simd_tiles(fmt: PackedFormat) -> Vec<(&'static str, ember_quant::TileFn)> {
+    simd_levels().into_iter().map(|l| (l.name(), tile_fn_at(l, fmt).unwrap())).collect()
+}
 
 const FORMATS: [PackedFormat; 6] = [
     PackedFormat::Q4_0,
@@ -93,10 +104,11 @@ fn magnitude(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     deq.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
 }
 
-/// The tile over unpacked groups, where this CPU has one for `fmt`: the
-/// packed groups unpacked into a fresh buffer, then met by the columns.
+/// The tile over unpacked groups at `level`, where it has one for `fmt`:
+/// the packed groups unpacked into a fresh buffer, then met by the columns.
 #[allow(clippy::too_many_arguments)]
 fn unpacked(
+    level: SimdLevel,
     fmt: PackedFormat,
     k: usize,
     packed: &[u8],
@@ -107,7 +119,7 @@ fn unpacked(
     out: &mut [f32],
     out_stride: usize,
 ) -> Option<()> {
-    let u = unpacked_tile(fmt)?;
+    let u = unpacked_tile_at(level, fmt)?;
     let groups = rows.div_ceil(GROUP);
     let mut buf = vec![0xA5u8; groups * fmt.unpacked_group_bytes(k).unwrap()];
     (u.unpack)(k, packed, groups, &mut buf);
@@ -115,8 +127,10 @@ fn unpacked(
     Some(())
 }
 
-/// 1, 8 (one whole group) and 13 rows (a padded second group).
-const ROWS: [usize; 3] = [1, 8, 13];
+/// 1, 8 (one whole group), 13 (a padded second group), 21 (a pair of
+/// groups and an odd one, as the VNNI level's unpacked layout pairs them)
+/// and 29 rows (two pairs, the second padded).
+const ROWS: [usize; 5] = [1, 8, 13, 21, 29];
 
 #[test]
 fn scalar_tiles_equal_file_format_kernels() {
@@ -152,41 +166,46 @@ fn scalar_tiles_equal_file_format_kernels() {
 #[test]
 fn simd_tiles_match_scalar_twins() {
     let mut rng = Rng::new(42);
-    for fmt in FORMATS {
-        let (best, scalar) = (tile_fn(fmt), scalar_tile_fn(fmt));
-        for &k in widths(fmt) {
-            for rows in ROWS {
-                let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
-                for n in 1..=MAX_TILE_COLS {
-                    let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.normals(k, 1.0)).collect();
-                    let stride = act_row_bytes(k).unwrap();
-                    let acts = packed_acts(&xs, k, stride);
-                    let out_stride = rows + 3;
-                    let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
-                    best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
-                    scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
-                    // The unpacked layout's kernel too, where there is one.
-                    let mut c = vec![f32::NAN; n * out_stride];
-                    let runs: Vec<(&str, &[f32])> =
-                        match unpacked(fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride) {
-                            Some(()) => vec![("packed", &a), ("unpacked", &c)],
-                            None => vec![("packed", &a)],
-                        };
-                    for (what, got) in runs {
-                        for j in 0..n {
-                            for r in 0..file.len() {
-                                let (x, y) = (got[j * out_stride + r], b[j * out_stride + r]);
-                                assert_eq!(
-                                    x.to_bits(),
-                                    y.to_bits(),
-                                    "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}",
-                                    ember_quant::simd_level()
+    #[cfg(target_arch = "x86_64")]
+    assert!(!is_x86_feature_detected!("avx2") || !simd_levels().is_empty(), "an AVX2 CPU runs a SIMD level");
+    for level in simd_levels() {
+        for fmt in FORMATS {
+            let (best, scalar) = (tile_fn_at(level, fmt).unwrap(), scalar_tile_fn(fmt));
+            for &k in widths(fmt) {
+                for rows in ROWS {
+                    let (file, packed) = random_matrix(fmt, rows, k, &mut rng);
+                    for n in 1..=MAX_TILE_COLS {
+                        let xs: Vec<Vec<f32>> = (0..n).map(|_| rng.normals(k, 1.0)).collect();
+                        let stride = act_row_bytes(k).unwrap();
+                        let acts = packed_acts(&xs, k, stride);
+                        let out_stride = rows + 3;
+                        let (mut a, mut b) = (vec![f32::NAN; n * out_stride], vec![f32::NAN; n * out_stride]);
+                        best(k, &packed, rows, &acts, stride, n, &mut a, out_stride);
+                        scalar(k, &packed, rows, &acts, stride, n, &mut b, out_stride);
+                        // The unpacked layout's kernel too, where there is one.
+                        let mut c = vec![f32::NAN; n * out_stride];
+                        let runs: Vec<(&str, &[f32])> =
+                            match unpacked(level, fmt, k, &packed, rows, &acts, stride, n, &mut c, out_stride) {
+                                Some(()) => vec![("packed", &a), ("unpacked", &c)],
+                                None => vec![("packed", &a)],
+                            };
+                        for (what, got) in runs {
+                            for j in 0..n {
+                                for r in 0..file.len() {
+                                    let (x, y) = (got[j * out_stride + r], b[j * out_stride + r]);
+                                    assert_eq!(
+                                        x.to_bits(),
+                                        y.to_bits(),
+                                        "{fmt:?} {what} ({}) k={k} rows={rows} n={n} row {r} col {j}: {x} vs {y}",
+                                        level.name()
+                                    );
+                                }
+                                assert!(
+                                    got[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()),
+                                    "{what} ({}) wrote past the rows",
+                                    level.name()
                                 );
                             }
-                            assert!(
-                                got[j * out_stride + rows..(j + 1) * out_stride].iter().all(|v| v.is_nan()),
-                                "{what} wrote past the rows"
-                            );
                         }
                     }
                 }
@@ -228,19 +247,26 @@ fn extreme_quants_do_not_overflow() {
                 (0..k).map(|i| if fmt == PackedFormat::Q8_0 && i % 2 == 1 { -sign } else { sign }).collect();
             let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
             let want = dot(k, &row, &file_act(fmt, &x));
-            for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+            for (level, tile) in simd_tiles(fmt).into_iter().chain([("scalar", scalar_tile_fn(fmt))]) {
                 let mut out = vec![0.0; rows];
                 tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
                 for v in out {
-                    assert!((v - want).abs() <= 1e-3 * want.abs().max(1.0), "{fmt:?} sign {sign}: {v} vs {want}");
+                    assert!(
+                        (v - want).abs() <= 1e-3 * want.abs().max(1.0),
+                        "{fmt:?} ({level}) sign {sign}: {v} vs {want}"
+                    );
                 }
             }
-            let mut out = vec![0.0; rows];
-            if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
-                assert!(
-                    out.iter().all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)),
-                    "{fmt:?} unpacked, sign {sign}: {out:?} vs {want}"
-                );
+            for level in simd_levels() {
+                let mut out = vec![0.0; rows];
+                let stride = act_row_bytes(k).unwrap();
+                if unpacked(level, fmt, k, &packed, rows, &acts, stride, 1, &mut out, rows).is_some() {
+                    assert!(
+                        out.iter().all(|v| (v - want).abs() <= 1e-3 * want.abs().max(1.0)),
+                        "{fmt:?} unpacked ({}), sign {sign}: {out:?} vs {want}",
+                        level.name()
+                    );
+                }
             }
         }
     }
@@ -292,22 +318,26 @@ fn extreme_k_quants_do_not_overflow() {
                 let x = vec![sign; k];
                 let acts = packed_acts(std::slice::from_ref(&x), k, act_row_bytes(k).unwrap());
                 let want = exact_dot(ty, &row, &x);
-                for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+                for (level, tile) in simd_tiles(fmt).into_iter().chain([("scalar", scalar_tile_fn(fmt))]) {
                     let mut out = vec![0.0; rows];
                     tile(k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows);
                     for v in out {
                         assert!(
                             (v - want).abs() <= 1e-4 * want.abs().max(1.0),
-                            "{fmt:?} variant {variant} sign {sign}: {v} vs {want}"
+                            "{fmt:?} ({level}) variant {variant} sign {sign}: {v} vs {want}"
                         );
                     }
                 }
-                let mut out = vec![0.0; rows];
-                if unpacked(fmt, k, &packed, rows, &acts, act_row_bytes(k).unwrap(), 1, &mut out, rows).is_some() {
-                    assert!(
-                        out.iter().all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)),
-                        "{fmt:?} unpacked, variant {variant} sign {sign}"
-                    );
+                for level in simd_levels() {
+                    let mut out = vec![0.0; rows];
+                    let stride = act_row_bytes(k).unwrap();
+                    if unpacked(level, fmt, k, &packed, rows, &acts, stride, 1, &mut out, rows).is_some() {
+                        assert!(
+                            out.iter().all(|v| (v - want).abs() <= 1e-4 * want.abs().max(1.0)),
+                            "{fmt:?} unpacked ({}), variant {variant} sign {sign}",
+                            level.name()
+                        );
+                    }
                 }
             }
         }
@@ -336,7 +366,7 @@ fn group_runs_equal_single_groups() {
         let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
         let stride = act_row_bytes(k).unwrap();
         let acts = packed_acts(&xs, k, stride);
-        for tile in [tile_fn(fmt), scalar_tile_fn(fmt)] {
+        for (level, tile) in simd_tiles(fmt).into_iter().chain([("scalar", scalar_tile_fn(fmt))]) {
             for n in 1..=MAX_TILE_COLS {
                 let out_stride = rows + 3;
                 let mut run = vec![f32::NAN; n * out_stride];
@@ -351,7 +381,7 @@ fn group_runs_equal_single_groups() {
                             assert_eq!(
                                 run[j * out_stride + r].to_bits(),
                                 one[j * GROUP + i].to_bits(),
-                                "{fmt:?} row {r} col {j}"
+                                "{fmt:?} ({level}) row {r} col {j}"
                             );
                         }
                     }
@@ -379,14 +409,16 @@ fn columns_are_independent_of_tile_width() {
             let xs: Vec<Vec<f32>> = (0..MAX_TILE_COLS).map(|_| rng.normals(k, 1.0)).collect();
             let stride = act_row_bytes(k).unwrap();
             let acts = packed_acts(&xs, k, stride);
-            let tile = tile_fn(fmt);
-            let mut wide = [0.0f32; MAX_TILE_COLS * 8];
-            tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut wide, rows);
-            for j in 0..MAX_TILE_COLS {
-                let mut one = [0.0f32; 8];
-                tile(k, &packed, rows, &acts[j * stride..], stride, 1, &mut one, rows);
-                for r in 0..rows {
-                    assert_eq!(one[r].to_bits(), wide[j * rows + r].to_bits(), "{fmt:?} k={k} row {r} col {j}");
+            for (level, tile) in simd_tiles(fmt).into_iter().chain([("scalar", scalar_tile_fn(fmt))]) {
+                let mut wide = [0.0f32; MAX_TILE_COLS * 8];
+                tile(k, &packed, rows, &acts, stride, MAX_TILE_COLS, &mut wide, rows);
+                for j in 0..MAX_TILE_COLS {
+                    let mut one = [0.0f32; 8];
+                    tile(k, &packed, rows, &acts[j * stride..], stride, 1, &mut one, rows);
+                    for r in 0..rows {
+                        let (a, b) = (one[r], wide[j * rows + r]);
+                        assert_eq!(a.to_bits(), b.to_bits(), "{fmt:?} ({level}) k={k} row {r} col {j}");
+                    }
                 }
             }
         }

@@ -31,9 +31,11 @@ pub const MAX_DOT_COLS: usize = 4;
 /// The multi-column kernel for `w` on this CPU, where there is one.
 pub fn dot_cols_fn(w: GgmlType) -> Option<DotColsFn> {
     match level() {
+        SimdLevel::Scalar => None,
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => x86::avx2::dot_cols_fn(w),
-        Level::Scalar => None,
+        _ => x86::avx2::dot_cols_fn(w),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
     }
 }
 
@@ -61,62 +63,109 @@ pub fn scalar_dot_fn(w: GgmlType) -> Option<DotFn> {
     })
 }
 
-/// The instruction set the kernels were chosen for, decided once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Level {
+/// An instruction set the kernels come in. Each level's kernels give the
+/// scalar twins' results (the tile kernels bit for bit); a higher level
+/// replaces only the kernels it has a faster form of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
     Scalar,
-    #[cfg(target_arch = "x86_64")]
+    /// AVX2 with FMA and F16C.
     Avx2,
+    /// AVX2's kernels, with the tile kernels' byte products in AVX-512 VNNI
+    /// (with AVX-512 F, BW and VL).
+    Avx512Vnni,
 }
 
-fn level() -> Level {
-    static LEVEL: OnceLock<Level> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if x86::avx2::available() {
-            return Level::Avx2;
+impl SimdLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512Vnni => "avx512vnni",
         }
-        Level::Scalar
-    })
+    }
+
+    /// Whether this CPU runs the level's kernels.
+    pub fn runs_here(self) -> bool {
+        match self {
+            SimdLevel::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => x86::avx2::available(),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Vnni => x86::tile::vnni_available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The levels this CPU runs, plainest first: what a test holds against
+    /// the scalar twins.
+    pub fn all_here() -> Vec<SimdLevel> {
+        [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter(|l| l.runs_here()).collect()
+    }
+}
+
+/// The level the kernels are chosen at: the highest this CPU runs, decided once.
+fn level() -> SimdLevel {
+    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
+    *LEVEL.get_or_init(|| *SimdLevel::all_here().last().expect("scalar runs everywhere"))
 }
 
 /// The fastest kernel for `w` on this CPU, or `None` when `w` has no dot
 /// product. Fetch it once per matrix; calling it is then a plain indirect call.
 pub fn dot_fn(w: GgmlType) -> Option<DotFn> {
     match level() {
+        SimdLevel::Scalar => scalar_dot_fn(w),
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => x86::avx2::dot_fn(w).or_else(|| scalar_dot_fn(w)),
-        Level::Scalar => scalar_dot_fn(w),
+        _ => x86::avx2::dot_fn(w).or_else(|| scalar_dot_fn(w)),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => scalar_dot_fn(w),
     }
 }
 
 /// The fastest tile kernel for a repacked format on this CPU.
 pub fn tile_fn(fmt: PackedFormat) -> TileFn {
-    match level() {
+    tile_fn_at(level(), fmt).unwrap_or_else(|| tile::scalar_tile_fn(fmt))
+}
+
+/// The tile kernel for a repacked format at `level`, or `None` where this
+/// CPU does not run that level.
+pub fn tile_fn_at(level: SimdLevel, fmt: PackedFormat) -> Option<TileFn> {
+    match level {
+        SimdLevel::Scalar => Some(tile::scalar_tile_fn(fmt)),
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => x86::avx2_tile::tile_fn(fmt).unwrap_or_else(|| tile::scalar_tile_fn(fmt)),
-        Level::Scalar => tile::scalar_tile_fn(fmt),
+        SimdLevel::Avx2 => x86::tile::tile_fn(fmt, false),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512Vnni => x86::tile::tile_fn(fmt, true),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
     }
 }
 
 /// The unpacking and tile kernel over unpacked rows for a repacked format,
 /// where this CPU has them and the format's quants are not bytes already.
 pub fn unpacked_tile(fmt: PackedFormat) -> Option<tile::UnpackedTile> {
-    match level() {
+    unpacked_tile_at(level(), fmt)
+}
+
+/// [`unpacked_tile`] at `level`; `None` at the scalar level too, whose
+/// kernels read the packed layout only.
+pub fn unpacked_tile_at(level: SimdLevel, fmt: PackedFormat) -> Option<tile::UnpackedTile> {
+    match level {
+        SimdLevel::Scalar => None,
         #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => x86::avx2_tile::unpacked_tile(fmt),
-        Level::Scalar => None,
+        SimdLevel::Avx2 => x86::tile::unpacked_tile(fmt, false),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512Vnni => x86::tile::unpacked_tile(fmt, true),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
     }
 }
 
-/// Name of the instruction set [`dot_fn`] picks kernels for ("avx2" or
+/// Name of the level the kernels were chosen at ("avx512vnni", "avx2" or
 /// "scalar"), for logs and benchmarks.
 pub fn simd_level() -> &'static str {
-    match level() {
-        #[cfg(target_arch = "x86_64")]
-        Level::Avx2 => "avx2",
-        Level::Scalar => "scalar",
-    }
+    level().name()
 }
 
 /// Dot product of a `k`-element weight row of type `w` with an activation row
@@ -127,16 +176,8 @@ pub fn simd_level() -> &'static str {
 /// When `w` has no kernel ([`dot_fn`] returns `None`) or a row is shorter
 /// than `k` elements. Exact row lengths are checked in debug builds.
 pub fn vec_dot(w: GgmlType, w_row: &[u8], act_row: &[u8], k: usize) -> f32 {
-    debug_assert_eq!(
-        Some(w_row.len() as u64),
-        w.row_bytes(k as u64),
-        "{w} weight row length"
-    );
-    debug_assert_eq!(
-        Some(act_row.len()),
-        act_row_bytes(activation_type(w), k),
-        "{w} activation row length"
-    );
+    debug_assert_eq!(Some(w_row.len() as u64), w.row_bytes(k as u64), "{w} weight row length");
+    debug_assert_eq!(Some(act_row.len()), act_row_bytes(activation_type(w), k), "{w} activation row length");
     let f = dot_fn(w).unwrap_or_else(|| panic!("no dot product kernel for {w}"));
     f(k, w_row, act_row)
 }

@@ -2,5 +2,6 @@
 //! seen to support its instruction set.
 
 pub(crate) mod avx2;
-pub(crate) mod avx2_tile;
 pub(crate) mod avx2_act;
+pub(crate) mod tile;
+pub(crate) mod tile16;
