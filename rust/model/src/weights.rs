@@ -353,6 +353,7 @@ fn repack(
     let pack = |format: PackedFormat| -> std::result::Result<(Vec<u8>, usize), ember_quant::QuantError> {
         let group_bytes = format.group_bytes(cols).expect("row width checked before");
         let mut data = vec![0u8; rows.div_ceil(GROUP) * group_bytes];
+        ask_for_huge_pages(&mut data);
         data.par_chunks_mut(group_bytes)
             .zip(src[..rows * row_bytes].par_chunks(GROUP * row_bytes))
             .try_for_each(|(dst, src)| format.pack_group_from(ty, cols, src, dst))?;
@@ -366,6 +367,24 @@ fn repack(
         group_bytes,
         data,
     })
+}
+
+/// Asks the kernel to back `buf` with huge pages where it can, before its
+/// first write: a decoded token streams every packed weight once, and with
+/// 4 KiB pages each 2 MiB of it costs 512 page walks.
+fn ask_for_huge_pages(buf: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (buf.as_ptr() as usize).next_multiple_of(HUGE);
+        let end = (buf.as_ptr() as usize + buf.len()) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside `buf`, which this call borrows
+            // mutably; MADV_HUGEPAGE changes how it is backed, not its bytes.
+            // A refusal (a kernel without transparent huge pages) leaves it as it is.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
 }
 
 /// Binds every tensor the architecture reads; `repack` rewrites the rows of
