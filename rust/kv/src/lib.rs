@@ -208,6 +208,10 @@ pub struct KvCache {
     n_ctx: usize,
     max_batch: usize,
     layers: Vec<LayerKv>,
+    /// The recurrent states of a hybrid model's other layers (f32, in the
+    /// layout their forward pass keeps), each the sum of every position held:
+    /// unlike keys and values they cannot be cut back to a shorter prefix.
+    states: Vec<Vec<f32>>,
     /// Positions held: 0..len.
     len: usize,
 }
@@ -230,7 +234,28 @@ impl KvCache {
                 LayerKv { shape, rows, k: Store::new(ty, rows * shape.k_width), v: Store::new(ty, rows * shape.v_width) }
             })
             .collect();
-        KvCache { ty, n_ctx, max_batch, layers, len: 0 }
+        KvCache { ty, n_ctx, max_batch, layers, states: Vec::new(), len: 0 }
+    }
+
+    /// The same cache with a recurrent state of `floats` f32 for each entry
+    /// (zero: nothing read yet).
+    pub fn with_states(mut self, floats: &[usize]) -> KvCache {
+        self.states = floats.iter().map(|&n| vec![0.0; n]).collect();
+        self
+    }
+
+    /// Recurrent state `i`, as the positions held left it.
+    pub fn state(&self, i: usize) -> &[f32] {
+        &self.states[i]
+    }
+
+    /// Recurrent state `i`, for the pass in progress to carry forward.
+    pub fn state_mut(&mut self, i: usize) -> &mut [f32] {
+        &mut self.states[i]
+    }
+
+    pub fn n_states(&self) -> usize {
+        self.states.len()
     }
 
     pub fn kv_type(&self) -> KvType {
@@ -254,7 +279,9 @@ impl KvCache {
     }
     /// Bytes the cache holds in memory.
     pub fn memory_bytes(&self) -> usize {
-        self.layers.iter().map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)).sum()
+        let kv: usize =
+            self.layers.iter().map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)).sum();
+        kv + self.states.iter().map(|s| 4 * s.len()).sum::<usize>()
     }
 
     /// Checks that `n` more positions fit, before a pass writes any of them.
@@ -320,6 +347,10 @@ impl KvCache {
     /// size, and only a restart from 0 avoids needing them.
     pub fn max_truncation(&self, n: usize) -> usize {
         let p = n.min(self.len);
+        // A recurrent state holds every position at once: it cannot lose the last few.
+        if !self.states.is_empty() && p < self.len {
+            return 0;
+        }
         for (il, l) in self.layers.iter().enumerate() {
             if let Some(w) = l.shape.window {
                 if (p + 1).saturating_sub(w) < self.oldest_kept(il, self.len) {
@@ -335,12 +366,16 @@ impl KvCache {
     /// holds what position `n` would need (the caller feeds the gap again).
     pub fn truncate(&mut self, n: usize) -> usize {
         let keep = self.max_truncation(n);
+        if keep == 0 {
+            self.clear();
+        }
         self.len = keep;
         keep
     }
 
     pub fn clear(&mut self) {
         self.len = 0;
+        self.states.iter_mut().for_each(|s| s.fill(0.0));
     }
 
     /// Serialises the held positions (with shapes, for checking on restore).
@@ -356,6 +391,11 @@ impl KvCache {
             }
             out.extend_from_slice(l.k.bytes());
             out.extend_from_slice(l.v.bytes());
+        }
+        // A hybrid's recurrent states follow (none: the format of a cache without them).
+        for st in &self.states {
+            out.extend_from_slice(&(st.len() as u64).to_le_bytes());
+            st.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
         out
     }
@@ -382,12 +422,22 @@ impl KvCache {
             let v = r.take(l.v.bytes().len())?;
             chunks.push((k, v));
         }
+        let mut states = Vec::with_capacity(self.states.len());
+        for st in &self.states {
+            if r.u()? != st.len() {
+                return Err(KvError::BadState("recurrent state sizes differ".into()));
+            }
+            states.push(r.take(4 * st.len())?);
+        }
         if r.pos != state.len() {
             return Err(KvError::BadState("trailing bytes".into()));
         }
         for (l, (k, v)) in self.layers.iter_mut().zip(chunks) {
             l.k.bytes_mut().copy_from_slice(k);
             l.v.bytes_mut().copy_from_slice(v);
+        }
+        for (st, bytes) in self.states.iter_mut().zip(states) {
+            st.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
         }
         self.len = len;
         Ok(())
@@ -473,6 +523,31 @@ mod tests {
         let mut row = vec![0.0; width];
         c.keys(il).widen(c.row_of(il, pos) * width, &mut row);
         row[0]
+    }
+
+    /// A recurrent state cannot be cut back: a shorter prefix is a restart
+    /// from nothing (the state zeroed), the whole held length is kept as it
+    /// is; the state survives a save and restore, and a cache whose states
+    /// differ in size refuses it.
+    #[test]
+    fn recurrent_states_restart_rather_than_rewind() {
+        let mut c = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 5]);
+        assert_eq!(c.memory_bytes(), KvCache::new(KvType::F16, 32, 4, &shapes()).memory_bytes() + 4 * 8);
+        fill(&mut c, 6);
+        c.state_mut(1).copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(c.max_truncation(9), 6);
+        assert_eq!(c.truncate(6), 6);
+        assert_eq!(c.state(1), [1.0, 2.0, 3.0, 4.0, 5.0]);
+        let saved = c.save_state();
+        let mut other = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 5]);
+        other.restore_state(&saved).unwrap();
+        assert_eq!((other.len(), other.state(1)), (6, &[1.0, 2.0, 3.0, 4.0, 5.0][..]));
+        let mut wrong = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 6]);
+        assert!(wrong.restore_state(&saved).is_err());
+        assert!(KvCache::new(KvType::F16, 32, 4, &shapes()).restore_state(&saved).is_err(), "a cache without states");
+        assert_eq!(c.max_truncation(5), 0);
+        assert_eq!(c.truncate(5), 0);
+        assert!(c.is_empty() && c.state(1).iter().all(|&v| v == 0.0));
     }
 
     /// Every span a reader can see, anywhere on the ring (wrapping or not),
