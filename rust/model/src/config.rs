@@ -9,6 +9,7 @@
 
 use ember_gguf::GgufHeader;
 
+use crate::delta_net::DeltaNet;
 use crate::error::{ModelError, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,11 +21,12 @@ pub enum Arch {
     Gemma3,
     Gemma4,
     Phi3,
+    Qwen35,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 7] =
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe, Arch::Gemma3, Arch::Gemma4, Arch::Phi3];
+    pub const ALL: [Arch; 8] =
+        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe, Arch::Gemma3, Arch::Gemma4, Arch::Phi3, Arch::Qwen35];
 
     pub fn parse(name: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == name)
@@ -38,6 +40,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma4 => "gemma4",
             Arch::Phi3 => "phi3",
+            Arch::Qwen35 => "qwen35",
         }
     }
 }
@@ -106,6 +109,12 @@ pub struct FamilyOptions {
     pub attn_scale: Option<f32>,
     /// `ffn_up` holds the gate's rows and then the up rows (phi3).
     pub fused_gate_up: bool,
+    /// Gated DeltaNet layers beside the attention layers, whose queries
+    /// carry a gate per head (`attn_q` rows: each head's query, then its
+    /// gate) that scales the attention output through a sigmoid (qwen35).
+    pub hybrid: bool,
+    /// The feed-forward block's input norm (qwen35 names it `post_attention_norm`).
+    pub ffn_norm: &'static str,
 }
 
 impl FamilyOptions {
@@ -124,6 +133,8 @@ impl FamilyOptions {
             shared_kv: false,
             attn_scale: None,
             fused_gate_up: false,
+            hybrid: false,
+            ffn_norm: "ffn_norm.weight",
         };
         match arch {
             Arch::Llama => FamilyOptions { rope: RopeStyle::Adjacent, ..base },
@@ -157,6 +168,9 @@ impl FamilyOptions {
             // Phi-3's sliding window is in its files but llama.cpp reads every
             // layer as full (its SWA is disabled there), so ember does too.
             Arch::Phi3 => FamilyOptions { fused_gate_up: true, ..base },
+            Arch::Qwen35 => {
+                FamilyOptions { qk_norm: true, hybrid: true, ffn_norm: "post_attention_norm.weight", ..base }
+            }
         }
     }
 }
@@ -206,13 +220,46 @@ pub enum KvSource {
     Own(usize),
     /// The layer writes none and reads those of an earlier layer's cache layer.
     Shared(usize),
+    /// A recurrent layer: no keys or values, its state at this index of the cache's states.
+    Recurrent(usize),
 }
 
 impl KvSource {
+    /// The cache layer an attention layer reads.
     pub fn cache_layer(self) -> usize {
         match self {
             KvSource::Own(i) | KvSource::Shared(i) => i,
+            KvSource::Recurrent(_) => unreachable!("a recurrent layer has no keys and values"),
         }
+    }
+}
+
+/// A gated DeltaNet layer's shape (qwen35): the projections' widths follow
+/// from the rule's heads, and its state is the convolution's last
+/// `d_conv - 1` inputs, then the rule's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaLayer {
+    pub net: DeltaNet,
+    pub d_conv: usize,
+}
+
+impl DeltaLayer {
+    pub fn key_dim(&self) -> usize {
+        self.net.n_k_heads * self.net.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.net.n_v_heads * self.net.head_dim
+    }
+    /// Channels of the convolution: queries, keys, values.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    pub fn conv_state_len(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim()
+    }
+    /// Floats of one sequence's state of this layer.
+    pub fn state_len(&self) -> usize {
+        self.conv_state_len() + self.net.state_len()
     }
 }
 
@@ -259,11 +306,23 @@ pub struct LayerConfig {
     pub kv: KvSource,
     pub ffn: FfnShape,
     pub attn_scale: f32,
+    /// Queries carry a gate per head (see [`FamilyOptions::hybrid`]).
+    pub attn_gate: bool,
+    /// A gated DeltaNet layer in place of attention.
+    pub delta: Option<DeltaLayer>,
 }
 
 impl LayerConfig {
     pub fn q_width(&self) -> usize {
         self.n_head * self.head_dim_k
+    }
+    /// Rows of the query projection: the queries, and their gates where the layer has them.
+    pub fn q_rows(&self) -> usize {
+        if self.attn_gate {
+            2 * self.q_width()
+        } else {
+            self.q_width()
+        }
     }
     pub fn k_width(&self) -> usize {
         self.n_head_kv * self.head_dim_k
@@ -506,6 +565,15 @@ impl Config {
             None => vec![0; n_layer],
         };
 
+        // Hybrids: which layers are gated DeltaNet, and its shape.
+        let (recurrent, delta) =
+            if opts.hybrid { hybrid_layers(h, arch_name, n_layer)? } else { (vec![false; n_layer], None) };
+        if opts.hybrid {
+            check_rope_sections(h, arch_name, n_rot)?;
+        }
+        let n_layer_kv = n_layer_kv - recurrent.iter().filter(|&&r| r).count();
+        let (mut n_own, mut n_states) = (0, 0);
+
         let mut layers = Vec::with_capacity(n_layer);
         for il in 0..n_layer {
             let swa = is_swa[il];
@@ -514,8 +582,12 @@ impl Config {
             if rot > hk || rot % 2 != 0 {
                 return Err(bad("rope.dimension_count", format!("{rot} for heads of {hk} (layer {il})")));
             }
-            let kv = if il < n_layer_kv {
-                KvSource::Own(il)
+            let kv = if recurrent[il] {
+                n_states += 1;
+                KvSource::Recurrent(n_states - 1)
+            } else if n_own < n_layer_kv {
+                n_own += 1;
+                KvSource::Own(n_own - 1)
             } else {
                 let src = (0..n_layer_kv).rev().find(|&j| is_swa[j] == swa).ok_or_else(|| {
                     bad(
@@ -557,6 +629,8 @@ impl Config {
                 kv,
                 ffn,
                 attn_scale,
+                attn_gate: opts.hybrid && !recurrent[il],
+                delta: if recurrent[il] { delta } else { None },
             });
         }
         // Keys that change the forward pass of the families that write them,
@@ -576,6 +650,10 @@ impl Config {
             "rope.scaling.yarn_log_multiplier",
             "expert_shared_feed_forward_length",
         ] {
+            // The hybrids' sections were checked to come to plain rope above.
+            if opts.hybrid && k == "rope.dimension_sections" {
+                continue;
+            }
             if h.get(&key(k)).is_some() {
                 return Err(bad(k, format!("changes the {arch_name} forward pass in a way ember does not implement")));
             }
@@ -620,7 +698,7 @@ impl Config {
     pub fn max_widths(&self) -> MaxWidths {
         let mut m = MaxWidths::default();
         for l in &self.layers {
-            m.q = m.q.max(l.q_width());
+            m.q = m.q.max(l.q_rows());
             m.k = m.k.max(l.k_width());
             m.v = m.v.max(l.v_width());
             m.att = m.att.max(l.att_width());
@@ -634,6 +712,11 @@ impl Config {
     /// Whether layer `il` uses the sliding window.
     pub fn is_swa_layer(&self, il: usize) -> bool {
         self.layers[il].is_swa()
+    }
+
+    /// Floats of each recurrent layer's state of one sequence, in state order.
+    pub fn state_lens(&self) -> Vec<usize> {
+        self.layers.iter().filter_map(|l| l.delta.map(|d| d.state_len())).collect()
     }
 
     /// f16 key and value bytes one position costs across the layers that hold a cache.
@@ -651,6 +734,96 @@ pub struct MaxWidths {
     pub ff: usize,
     pub ff_exp: usize,
     pub half_rot: usize,
+}
+
+/// Which of a hybrid's layers are gated DeltaNet (`attention.recurrent_layers`,
+/// one per layer, as llama.cpp's converter writes it; else every layer but
+/// each `full_attention_interval`th, by default 4), and the rule's shape
+/// from the `ssm.*` keys.
+fn hybrid_layers(h: &GgufHeader, arch: &str, n_layer: usize) -> Result<(Vec<bool>, Option<DeltaLayer>)> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let bad = |k: &str, problem: String| ModelError::BadMetadata { key: key(k), problem };
+    let recurrent: Vec<bool> = match h.get(&key("attention.recurrent_layers")) {
+        Some(v) => {
+            let k = "attention.recurrent_layers";
+            let items = v.as_array().ok_or_else(|| bad(k, "not an array".into()))?;
+            if items.len() != n_layer {
+                return Err(bad(k, format!("{} entries for {n_layer} layers", items.len())));
+            }
+            items
+                .iter()
+                .map(|x| {
+                    x.as_bool().or_else(|| x.as_u64().map(|n| n != 0)).ok_or_else(|| bad(k, "not booleans".into()))
+                })
+                .collect::<Result<_>>()?
+        }
+        None => {
+            let every = match h.get_u64_opt(&key("full_attention_interval"))? {
+                None => 4,
+                Some(n) if n > 0 && n < 1 << 16 => n as usize,
+                Some(n) => return Err(bad("full_attention_interval", format!("{n} is out of range"))),
+            };
+            (0..n_layer).map(|il| (il + 1) % every != 0).collect()
+        }
+    };
+    let get = |k: &str| -> Result<usize> {
+        match h.get_u64_opt(&key(k))? {
+            Some(v) if v > 0 && v < 1 << 20 => Ok(v as usize),
+            Some(v) => Err(bad(k, format!("{v} is out of range"))),
+            None => Err(bad(k, "missing".into())),
+        }
+    };
+    let (d_conv, inner, d_state, n_v, n_k) = (
+        get("ssm.conv_kernel")?,
+        get("ssm.inner_size")?,
+        get("ssm.state_size")?,
+        get("ssm.time_step_rank")?,
+        get("ssm.group_count")?,
+    );
+    if inner != d_state * n_v {
+        return Err(bad("ssm.inner_size", format!("{inner} is not {d_state} (state_size) x {n_v} (time_step_rank)")));
+    }
+    if n_v % n_k != 0 {
+        return Err(bad("ssm.group_count", format!("{n_v} value heads are not a multiple of {n_k} key heads")));
+    }
+    let delta = DeltaLayer { net: DeltaNet { n_k_heads: n_k, n_v_heads: n_v, head_dim: d_state }, d_conv };
+    Ok((recurrent, Some(delta)))
+}
+
+/// qwen35's rope is llama.cpp's interleaved multi-section rope: rotated pair
+/// `i` turns with the position component its section names (pairs past the
+/// sections take a fourth component). Text gives every component but the
+/// fourth the token's position, and the fourth 0; so where every pair falls
+/// in the first three sections it is plain rope over halves, which is what
+/// ember runs. A layout that sends a pair to the fourth is refused.
+fn check_rope_sections(h: &GgufHeader, arch: &str, n_rot: usize) -> Result<()> {
+    let k = format!("{arch}.rope.dimension_sections");
+    let bad = |problem: String| ModelError::BadMetadata { key: k.clone(), problem };
+    let v = h.get(&k).ok_or_else(|| bad("missing".into()))?;
+    let items = v.as_array().ok_or_else(|| bad("not an array".into()))?;
+    let s: Vec<usize> = items
+        .iter()
+        .map(|x| x.as_u64().or_else(|| x.as_i64().filter(|&n| n >= 0).map(|n| n as u64)).map(|n| n as usize))
+        .collect::<Option<_>>()
+        .filter(|s: &Vec<usize>| s.len() == 4)
+        .ok_or_else(|| bad("not four non-negative integers".into()))?;
+    let total: usize = s.iter().sum();
+    if total == 0 {
+        return Err(bad("all sections empty".into()));
+    }
+    for pair in 0..n_rot / 2 {
+        let sector = pair % total;
+        let covered = (sector.is_multiple_of(3) && sector < 3 * s[0])
+            || (sector % 3 == 1 && sector < 3 * s[1])
+            || (sector % 3 == 2 && sector < 3 * s[2]);
+        if !covered {
+            return Err(bad(format!(
+                "{s:?} leaves rotated pair {pair} of {} on the fourth position component, which ember does not implement",
+                n_rot / 2
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn nonzero(n: usize, what: &str, il: usize) -> Result<usize> {

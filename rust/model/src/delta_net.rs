@@ -43,7 +43,17 @@ impl DeltaNet {
     /// One token: `q`, `k` (`n_k_heads * head_dim`, normalised), `v`
     /// (`n_v_heads * head_dim`), per value head its log decay `gate` (<= 0)
     /// and `beta`; `out` gets `n_v_heads * head_dim`.
-    pub fn step(&self, state: &mut [f32], q: &[f32], k: &[f32], v: &[f32], gate: &[f32], beta: &[f32], out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        state: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        gate: &[f32],
+        beta: &[f32],
+        out: &mut [f32],
+    ) {
         let d = self.head_dim;
         let scale = 1.0 / (d as f32).sqrt();
         for h in 0..self.n_v_heads {
@@ -201,7 +211,7 @@ pub fn conv_silu(w: &[f32], d_conv: usize, channels: usize, state: &mut [f32], x
         for c in 0..channels {
             let taps = &w[c * d_conv..(c + 1) * d_conv];
             let s: f32 = (0..d_conv).map(|i| input(state, r, i, c) * taps[i]).sum();
-            out[r * channels + c] = crate::ops::silu(s);
+            out[r * channels + c] = s / (1.0 + (-s).exp());
         }
     }
     // The new state: the last `keep` of (state, x).
@@ -386,7 +396,10 @@ mod tests {
                 dn.chunks(&mut state, t, chunk, &c.q, &c.k, qk, &c.v, vw, &c.gate, &c.beta, &mut out, vw, &mut sc);
                 let off_out = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 let off_state = state.iter().zip(&step_state).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-                assert!(off_out < 2e-5 && off_state < 2e-5, "t={t} chunk {chunk}: outputs {off_out}, state {off_state}");
+                assert!(
+                    off_out < 2e-5 && off_state < 2e-5,
+                    "t={t} chunk {chunk}: outputs {off_out}, state {off_state}"
+                );
             }
         }
     }
@@ -412,7 +425,7 @@ mod tests {
                         }
                     })
                     .sum();
-                crate::ops::silu(s)
+                s / (1.0 + (-s).exp())
             })
             .collect();
         for split in [0, 1, 2, 5, 11] {

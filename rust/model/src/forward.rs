@@ -9,12 +9,13 @@
 use ember_kv::{KvCache, KvType, LayerShape};
 
 use crate::attention::{attention_many, AttnPart, AttnShape};
-use crate::config::{Config, FfnActivation, KvSource, MoeConfig};
+use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, MoeConfig};
+use crate::delta_net::{self, ChunkScratch};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
-use crate::weights::{DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
+use crate::weights::{DeltaNetWeights, DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
 use crate::Model;
 
 /// Which positions of a pass need logits.
@@ -28,6 +29,10 @@ pub enum Logits {
     /// pooled from. A pass of its own sequence only.
     Hidden,
 }
+
+/// Tokens of a prompt the gated delta rule reads as one chunk (llama.cpp's
+/// chunked form uses 64).
+const DELTA_CHUNK: usize = 64;
 
 /// Per-pass working memory, sized for the largest batch seen.
 #[derive(Default)]
@@ -48,6 +53,18 @@ struct Scratch {
     /// and the table rows of the pass's tokens they start from.
     per_layer: Vec<f32>,
     per_layer_tok: Vec<f32>,
+    /// Attention layers' query gates (qwen35): [t, widest q].
+    qgate: Vec<f32>,
+    /// Gated DeltaNet layers: the projections before the convolution, after
+    /// it, the output norm's gate, the rule's output [t, widths], and per
+    /// value head the write strength and the log decay [t, n_v_heads].
+    dn_mixed: Vec<f32>,
+    dn_conv: Vec<f32>,
+    dn_z: Vec<f32>,
+    dn_out: Vec<f32>,
+    dn_beta: Vec<f32>,
+    dn_gate: Vec<f32>,
+    dn_chunks: ChunkScratch,
     acts: Acts,
     moe: MoeScratch,
     /// Position and token of each row of the pass.
@@ -66,7 +83,17 @@ impl Scratch {
         let m = c.max_widths();
         let n_ropes = c.ropes.len();
         let per_layer = c.n_layer * c.n_embd_per_layer;
-        let sizes: [(&mut Vec<f32>, usize); 13] = [
+        let delta = c.layers.iter().find_map(|l| l.delta);
+        let (conv, value, heads) = delta.map_or((0, 0, 0), |d| (d.conv_dim(), d.value_dim(), d.net.n_v_heads));
+        let gated = c.layers.iter().any(|l| l.attn_gate);
+        let sizes: [(&mut Vec<f32>, usize); 20] = [
+            (&mut self.qgate, if gated { m.q } else { 0 }),
+            (&mut self.dn_mixed, conv),
+            (&mut self.dn_conv, conv),
+            (&mut self.dn_z, value),
+            (&mut self.dn_out, value),
+            (&mut self.dn_beta, heads),
+            (&mut self.dn_gate, heads),
             (&mut self.x, c.n_embd),
             (&mut self.h, c.n_embd.max(c.n_embd_per_layer)),
             (&mut self.q, m.q),
@@ -164,12 +191,14 @@ impl Model {
         }
         let c = &self.config;
         // Layers that read an earlier layer's keys and values store none.
-        let shapes: Vec<LayerShape> = c.layers[..c.n_layer_kv]
+        let shapes: Vec<LayerShape> = c
+            .layers
             .iter()
+            .filter(|l| matches!(l.kv, KvSource::Own(_)))
             .map(|l| LayerShape { k_width: l.k_width(), v_width: l.v_width(), window: l.window })
             .collect();
         Session {
-            cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes),
+            cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes).with_states(&c.state_lens()),
             scratch: Scratch::default(),
             logits: Vec::new(),
         }
@@ -318,128 +347,158 @@ impl Model {
             let last = il + 1 == w.layers.len();
             let (hk, hv) = (lc.head_dim_k, lc.head_dim_v);
             let (qw, kw, vw, aw) = (lc.q_width(), lc.k_width(), lc.v_width(), lc.att_width());
-            // Attention block.
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
-            sc.acts.invalidate();
-            // One dispatch for the three: a decoded token pays for each fork/join.
-            match (&l.wk, &l.wv) {
-                (Some(wk), Some(wv)) => {
-                    let [aq, ak, av] = sc.acts.get_many(pool, [l.wq.input, wk.input, wv.input], &sc.h, t, e);
-                    matmul_many(
-                        pool,
-                        t,
-                        [
-                            Product { w: &l.wq, acts: aq, out: &mut sc.q },
-                            Product { w: wk, acts: ak, out: &mut sc.k },
-                            Product { w: wv, acts: av, out: &mut sc.v },
-                        ],
-                    );
-                }
-                (Some(wk), None) => {
-                    let [aq, ak] = sc.acts.get_many(pool, [l.wq.input, wk.input], &sc.h, t, e);
-                    matmul_many(
-                        pool,
-                        t,
-                        [Product { w: &l.wq, acts: aq, out: &mut sc.q }, Product { w: wk, acts: ak, out: &mut sc.k }],
-                    );
-                    // Values are the keys before their norm (gemma4's attention_k_eq_v).
-                    sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
-                }
-                (None, _) => matmul(pool, &l.wq, sc.acts.get(pool, l.wq.input, &sc.h, t, e), t, &mut sc.q),
-            }
-            let own = l.wk.is_some();
-            for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
-                if let Some(b) = bias {
-                    buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
-                }
-            }
-            let half = c.ropes[lc.rope].n_rot / 2;
-            let table = lc.rope * t * max_half;
-            let (cos, sin) = (&sc.cos[table..], &sc.sin[table..]);
-            let rope_rows = |buf: &mut Vec<f32>, norm: &Option<Vec<f32>>, width: usize| {
-                pool.rows_mut(&mut buf[..t * width], width, |j, row| {
-                    let at = j * max_half;
-                    for head in row.chunks_mut(hk) {
-                        if let Some(n) = norm {
-                            ops::rms_norm_inplace(head, n, c.rms_eps);
-                        }
-                        ops::rope_apply(head, c.opts.rope, &cos[at..at + half], &sin[at..at + half]);
+            if let (Some(d), Some(dw), KvSource::Recurrent(si)) = (lc.delta, &l.delta, lc.kv) {
+                // Gated DeltaNet block: every row carries the state forward,
+                // so the last layer narrows to the wanted rows only after it.
+                self.delta_block(d, dw, si, sc, seqs, t);
+                if last && n_out < t {
+                    if n_out == 0 {
+                        break;
                     }
-                });
-            };
-            rope_rows(&mut sc.q, &l.q_norm, qw);
-            if own {
-                rope_rows(&mut sc.k, &l.k_norm, kw);
-                if c.opts.value_norm {
-                    pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
-                        row.chunks_mut(hv).for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
+                    for (at, &r) in sc.out_rows.iter().enumerate() {
+                        sc.x.copy_within(r * e..(r + 1) * e, at * e);
+                        sc.o.copy_within(r * e..(r + 1) * e, at * e);
+                    }
+                    t = n_out;
+                }
+            } else {
+                // Attention block.
+                let wq = l.wq.as_ref().expect("an attention layer has queries");
+                sc.acts.invalidate();
+                // One dispatch for the three: a decoded token pays for each fork/join.
+                match (&l.wk, &l.wv) {
+                    (Some(wk), Some(wv)) => {
+                        let [aq, ak, av] = sc.acts.get_many(pool, [wq.input, wk.input, wv.input], &sc.h, t, e);
+                        matmul_many(
+                            pool,
+                            t,
+                            [
+                                Product { w: wq, acts: aq, out: &mut sc.q },
+                                Product { w: wk, acts: ak, out: &mut sc.k },
+                                Product { w: wv, acts: av, out: &mut sc.v },
+                            ],
+                        );
+                    }
+                    (Some(wk), None) => {
+                        let [aq, ak] = sc.acts.get_many(pool, [wq.input, wk.input], &sc.h, t, e);
+                        matmul_many(
+                            pool,
+                            t,
+                            [Product { w: wq, acts: aq, out: &mut sc.q }, Product { w: wk, acts: ak, out: &mut sc.k }],
+                        );
+                        // Values are the keys before their norm (gemma4's attention_k_eq_v).
+                        sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
+                    }
+                    (None, _) => matmul(pool, wq, sc.acts.get(pool, wq.input, &sc.h, t, e), t, &mut sc.q),
+                }
+                if lc.attn_gate {
+                    split_query_gates(&mut sc.q, &mut sc.qgate, t, lc.n_head, hk);
+                }
+                let own = l.wk.is_some();
+                for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
+                    if let Some(b) = bias {
+                        buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+                    }
+                }
+                let half = c.ropes[lc.rope].n_rot / 2;
+                let table = lc.rope * t * max_half;
+                let (cos, sin) = (&sc.cos[table..], &sc.sin[table..]);
+                let rope_rows = |buf: &mut Vec<f32>, norm: &Option<Vec<f32>>, width: usize| {
+                    pool.rows_mut(&mut buf[..t * width], width, |j, row| {
+                        let at = j * max_half;
+                        for head in row.chunks_mut(hk) {
+                            if let Some(n) = norm {
+                                ops::rms_norm_inplace(head, n, c.rms_eps);
+                            }
+                            ops::rope_apply(head, c.opts.rope, &cos[at..at + half], &sin[at..at + half]);
+                        }
+                    });
+                };
+                rope_rows(&mut sc.q, &l.q_norm, qw);
+                if own {
+                    rope_rows(&mut sc.k, &l.k_norm, kw);
+                    if c.opts.value_norm {
+                        pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
+                            row.chunks_mut(hv).for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
+                        });
+                    }
+                }
+                let cache_layer = lc.kv.cache_layer();
+                let shape = AttnShape {
+                    n_head: lc.n_head,
+                    n_head_kv: lc.n_head_kv,
+                    head_dim_k: hk,
+                    head_dim_v: hv,
+                    scale: lc.attn_scale,
+                    window: lc.window,
+                };
+                if let KvSource::Own(ci) = lc.kv {
+                    let mut r0 = 0;
+                    for q in seqs.iter_mut() {
+                        let (n, start) = (q.tokens.len(), q.cache.len());
+                        for j in 0..n {
+                            let r = r0 + j;
+                            q.cache.write(ci, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
+                        }
+                        r0 += n;
+                    }
+                }
+                // Every row's key and value are in the cache now. In the last
+                // layer a row whose logits nobody wants changes nothing more, so
+                // only the wanted rows' queries attend, and the rows after
+                // attention are those alone, in order (`out_rows`).
+                if last && n_out < t {
+                    if n_out == 0 {
+                        break;
+                    }
+                    let pw = c.n_layer * c.n_embd_per_layer;
+                    for (at, &r) in sc.out_rows.iter().enumerate() {
+                        sc.x.copy_within(r * e..(r + 1) * e, at * e);
+                        sc.per_layer.copy_within(r * pw..(r + 1) * pw, at * pw);
+                    }
+                }
+                let mut parts = Vec::with_capacity(seqs.len());
+                let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
+                for q in seqs.iter() {
+                    let n = q.tokens.len();
+                    let (qs, qr) = q_rest.split_at(n * qw);
+                    q_rest = qr;
+                    // The queries that attend: all of them, or the wanted ones of the last layer.
+                    let (first, m) = match q.want {
+                        _ if !last => (0, n),
+                        Logits::None => continue,
+                        Logits::Last => (n - 1, 1),
+                        Logits::All | Logits::Hidden => (0, n),
+                    };
+                    let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
+                    out_rest = or;
+                    parts.push(AttnPart {
+                        cache: &*q.cache,
+                        q: &qs[first * qw..],
+                        start: q.cache.len() + first,
+                        t: m,
+                        out: os,
                     });
                 }
-            }
-            let cache_layer = lc.kv.cache_layer();
-            let shape = AttnShape {
-                n_head: lc.n_head,
-                n_head_kv: lc.n_head_kv,
-                head_dim_k: hk,
-                head_dim_v: hv,
-                scale: lc.attn_scale,
-                window: lc.window,
-            };
-            if let KvSource::Own(ci) = lc.kv {
-                let mut r0 = 0;
-                for q in seqs.iter_mut() {
-                    let (n, start) = (q.tokens.len(), q.cache.len());
-                    for j in 0..n {
-                        let r = r0 + j;
-                        q.cache.write(ci, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
-                    }
-                    r0 += n;
+                attention_many(pool, cache_layer, &shape, &mut parts);
+                drop(parts);
+                if last {
+                    t = n_out;
                 }
-            }
-            // Every row's key and value are in the cache now. In the last
-            // layer a row whose logits nobody wants changes nothing more, so
-            // only the wanted rows' queries attend, and the rows after
-            // attention are those alone, in order (`out_rows`).
-            if last && n_out < t {
-                if n_out == 0 {
-                    break;
+                if lc.attn_gate {
+                    // The wanted rows only, in the last layer (`out_rows`).
+                    let (gates, rows) = (&sc.qgate, &sc.out_rows);
+                    let narrowed = last && t == n_out && n_out < sc.pos.len();
+                    pool.rows_mut(&mut sc.att[..t * aw], aw, |j, row| {
+                        let g = if narrowed { rows[j] } else { j };
+                        row.iter_mut().zip(&gates[g * qw..(g + 1) * qw]).for_each(|(v, &z)| *v *= sigmoid(z));
+                    });
                 }
-                let pw = c.n_layer * c.n_embd_per_layer;
-                for (at, &r) in sc.out_rows.iter().enumerate() {
-                    sc.x.copy_within(r * e..(r + 1) * e, at * e);
-                    sc.per_layer.copy_within(r * pw..(r + 1) * pw, at * pw);
-                }
+                let wo = l.wo.as_ref().expect("an attention layer has an output");
+                sc.acts.invalidate();
+                matmul(pool, wo, sc.acts.get(pool, wo.input, &sc.att, t, aw), t, &mut sc.o);
             }
-            let mut parts = Vec::with_capacity(seqs.len());
-            let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
-            for q in seqs.iter() {
-                let n = q.tokens.len();
-                let (qs, qr) = q_rest.split_at(n * qw);
-                q_rest = qr;
-                // The queries that attend: all of them, or the wanted ones of the last layer.
-                let (first, m) = match q.want {
-                    _ if !last => (0, n),
-                    Logits::None => continue,
-                    Logits::Last => (n - 1, 1),
-                    Logits::All | Logits::Hidden => (0, n),
-                };
-                let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
-                out_rest = or;
-                parts.push(AttnPart {
-                    cache: &*q.cache,
-                    q: &qs[first * qw..],
-                    start: q.cache.len() + first,
-                    t: m,
-                    out: os,
-                });
-            }
-            attention_many(pool, cache_layer, &shape, &mut parts);
-            drop(parts);
-            if last {
-                t = n_out;
-            }
-            sc.acts.invalidate();
-            matmul(pool, &l.wo, sc.acts.get(pool, l.wo.input, &sc.att, t, aw), t, &mut sc.o);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
 
             // Feed-forward block: dense, a mixture, or both side by side.
@@ -537,6 +596,85 @@ impl Model {
             q.logits.extend_from_slice(&sc.logits[at * c.n_vocab..(at + rows) * c.n_vocab]);
             at += rows;
         }
+    }
+
+    /// A gated DeltaNet layer over the `t` rows of `sc.h` (normed), into
+    /// `sc.o`: the projections for all sequences at once, then per sequence
+    /// its convolution and its rule (a decoded token one step, a prompt in
+    /// chunks) carrying its own state (`si` of its cache's states), then
+    /// the gated output norm and the output projection.
+    fn delta_block(
+        &self,
+        d: DeltaLayer,
+        dw: &DeltaNetWeights,
+        si: usize,
+        sc: &mut Scratch,
+        seqs: &mut [Seq<'_>],
+        t: usize,
+    ) {
+        let (pool, c) = (&self.pool, &self.config);
+        let e = c.n_embd;
+        let (cd, vd, kd, nv, hd) = (d.conv_dim(), d.value_dim(), d.key_dim(), d.net.n_v_heads, d.net.head_dim);
+        sc.acts.invalidate();
+        let [a_qkv, a_z, a_beta, a_alpha] =
+            sc.acts.get_many(pool, [dw.qkv.input, dw.z.input, dw.beta.input, dw.alpha.input], &sc.h, t, e);
+        matmul_many(
+            pool,
+            t,
+            [
+                Product { w: &dw.qkv, acts: a_qkv, out: &mut sc.dn_mixed },
+                Product { w: &dw.z, acts: a_z, out: &mut sc.dn_z },
+                Product { w: &dw.beta, acts: a_beta, out: &mut sc.dn_beta },
+                Product { w: &dw.alpha, acts: a_alpha, out: &mut sc.dn_gate },
+            ],
+        );
+        for r in 0..t {
+            for h in 0..nv {
+                let b = &mut sc.dn_beta[r * nv + h];
+                *b = sigmoid(*b);
+                let g = &mut sc.dn_gate[r * nv + h];
+                *g = delta_net::softplus(*g + dw.dt_bias[h]) * dw.a[h];
+            }
+        }
+        let mut r0 = 0;
+        for q in seqs.iter_mut() {
+            let n = q.tokens.len();
+            let state = q.cache.state_mut(si);
+            let (conv_state, rule_state) = state.split_at_mut(d.conv_state_len());
+            let rows = r0 * cd..(r0 + n) * cd;
+            delta_net::conv_silu(
+                &dw.conv,
+                d.d_conv,
+                cd,
+                conv_state,
+                &sc.dn_mixed[rows.clone()],
+                n,
+                &mut sc.dn_conv[rows.clone()],
+            );
+            for row in sc.dn_conv[rows.clone()].chunks_mut(cd) {
+                row[..2 * kd].chunks_mut(hd).for_each(|head| delta_net::l2_norm(head, c.rms_eps));
+            }
+            let x = &sc.dn_conv[rows];
+            let (gate, beta) = (&sc.dn_gate[r0 * nv..(r0 + n) * nv], &sc.dn_beta[r0 * nv..(r0 + n) * nv]);
+            let out = &mut sc.dn_out[r0 * vd..(r0 + n) * vd];
+            if n == 1 {
+                d.net.step(rule_state, &x[..kd], &x[kd..2 * kd], &x[2 * kd..], gate, beta, out);
+            } else {
+                let (qs, ks, vs) = (x, &x[kd..], &x[2 * kd..]);
+                d.net.chunks(rule_state, n, DELTA_CHUNK, qs, ks, cd, vs, cd, gate, beta, out, vd, &mut sc.dn_chunks);
+            }
+            r0 += n;
+        }
+        let (z, norm, eps) = (&sc.dn_z, &dw.norm, c.rms_eps);
+        pool.rows_mut(&mut sc.dn_out[..t * vd], vd, |j, row| {
+            for (h, head) in row.chunks_mut(hd).enumerate() {
+                ops::rms_norm_inplace(head, norm, eps);
+                let zh = &z[j * vd + h * hd..j * vd + (h + 1) * hd];
+                head.iter_mut().zip(zh).for_each(|(v, &g)| *v *= g * sigmoid(g));
+            }
+        });
+        sc.acts.invalidate();
+        matmul(pool, &dw.out, sc.acts.get(pool, dw.out.input, &sc.dn_out, t, vd), t, &mut sc.o);
     }
 
     /// `o = down(act(gate h) * up h)` over the `t` rows of `sc.h`.
@@ -747,6 +885,27 @@ impl MoeScratch {
             }
         }
     }
+}
+
+/// Each row of `q` holds per head its query, then its gate (qwen35's
+/// `attn_q`): the gates go to `gates` and the queries close up in `q`.
+fn split_query_gates(q: &mut [f32], gates: &mut [f32], t: usize, n_head: usize, hd: usize) {
+    let qw = n_head * hd;
+    for r in 0..t {
+        for h in 0..n_head {
+            let src = r * 2 * qw + h * 2 * hd;
+            gates[r * qw + h * hd..r * qw + (h + 1) * hd].copy_from_slice(&q[src + hd..src + 2 * hd]);
+        }
+        // Forward, so every query moves before anything overwrites it.
+        for h in 0..n_head {
+            let src = r * 2 * qw + h * 2 * hd;
+            q.copy_within(src..src + hd, r * qw + h * hd);
+        }
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 fn norm_rows(pool: &Pool, x: &[f32], w: &[f32], eps: f32, out: &mut [f32], width: usize, t: usize) {

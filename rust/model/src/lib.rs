@@ -6,8 +6,7 @@
 //! a conversation lives in a [`Session`], so one model serves many sequences.
 
 mod attention;
-#[allow(dead_code)] // the qwen35 forward pass that drives it is the next step
-mod delta_net;
+pub mod delta_net;
 pub mod batch;
 pub mod bench;
 pub mod config;

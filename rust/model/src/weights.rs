@@ -14,7 +14,7 @@ use ember_gguf::{GgmlType, GgufFile};
 use ember_quant::packed::{PackedFormat, GROUP};
 use ember_quant::{ActType, DotColsFn, DotFn, TileFn, UnpackedTile};
 
-use crate::config::{Arch, Config, FfnShape, KvSource, RopeFactors, RouterInput};
+use crate::config::{Arch, Config, DeltaLayer, FfnShape, KvSource, RopeFactors, RouterInput};
 use crate::error::{ModelError, Result};
 
 /// A weight matrix in the file's layout: `rows` output features, each a row of
@@ -91,7 +91,8 @@ impl Matrix {
 /// One transformer block. Shapes are written as (rows = outputs, cols = inputs).
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>, // [n_embd]
-    pub wq: Matrix,          // (n_head * head_dim_k, n_embd)
+    /// Queries (and their gates, qwen35); a gated DeltaNet layer has none of the attention weights.
+    pub wq: Option<Matrix>, // (q_rows, n_embd)
     /// Keys and values; a layer that reads an earlier layer's cache has none.
     pub wk: Option<Matrix>, // (n_head_kv * head_dim_k, n_embd)
     /// Without it (gemma4), values are the keys before their norm.
@@ -101,15 +102,31 @@ pub struct LayerWeights {
     pub bv: Option<Vec<f32>>, // [n_head_kv * head_dim_v]
     pub q_norm: Option<Vec<f32>>, // [head_dim_k] (qwen3, gemma)
     pub k_norm: Option<Vec<f32>>, // [head_dim_k]
-    pub wo: Matrix,          // (n_embd, n_head * head_dim_v)
+    pub wo: Option<Matrix>,  // (n_embd, n_head * head_dim_v)
+    pub delta: Option<DeltaNetWeights>,
     pub post_attn_norm: Option<Vec<f32>>, // [n_embd] (gemma)
-    pub ffn_norm: Vec<f32>,  // [n_embd]
+    pub ffn_norm: Vec<f32>,               // [n_embd]
     pub ffn: Option<DenseFfn>,
     pub experts: Option<Experts>,
     pub post_ffn_norm: Option<Vec<f32>>, // [n_embd] (gemma)
     pub per_layer: Option<PerLayerInput>,
     /// The whole residual stream multiplied by this after the block (gemma4).
     pub out_scale: Option<f32>,
+}
+
+/// A gated DeltaNet layer (qwen35): its input projections, the convolution's
+/// taps, the decay and write-strength terms, the gated output norm.
+pub struct DeltaNetWeights {
+    pub qkv: Matrix,       // (conv_dim, n_embd): queries, keys, values before the convolution
+    pub z: Matrix,         // (value_dim, n_embd): the output norm's gate
+    pub beta: Matrix,      // (n_v_heads, n_embd)
+    pub alpha: Matrix,     // (n_v_heads, n_embd)
+    pub conv: Vec<f32>,    // [conv_dim][d_conv]
+    pub dt_bias: Vec<f32>, // [n_v_heads]
+    /// `-exp(A_log)`, as the converter stores it.
+    pub a: Vec<f32>, // [n_v_heads]
+    pub norm: Vec<f32>,    // [head_dim]
+    pub out: Matrix,       // (n_embd, value_dim)
 }
 
 /// A gated feed-forward: `down(act(gate x) * up x)`.
@@ -400,7 +417,18 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         let n = |s: &str| format!("blk.{il}.{s}");
         let (hk, hv) = (l.head_dim_k, l.head_dim_v);
         let own_kv = matches!(l.kv, KvSource::Own(_));
-        let (wq, wk, wv, bq, bk, bv) = attention_inputs(&mut b, c, il)?;
+        let attention = l.delta.is_none();
+        let (wq, wk, wv, bq, bk, bv) = match l.delta {
+            None => {
+                let (q, k, v, bq, bk, bv) = attention_inputs(&mut b, c, il)?;
+                (Some(q), k, v, bq, bk, bv)
+            }
+            Some(_) => (None, None, None, None, None, None),
+        };
+        let delta = match l.delta {
+            Some(d) => Some(delta_net(&mut b, c, il, d)?),
+            None => None,
+        };
         if own_kv && wv.is_none() && hv != hk {
             return Err(ModelError::BadTensor {
                 name: n("attn_v.weight"),
@@ -432,11 +460,12 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
             bq,
             bk,
             bv,
-            q_norm: b.vector_if(c.opts.qk_norm, &n("attn_q_norm.weight"), hk)?,
+            q_norm: b.vector_if(c.opts.qk_norm && attention, &n("attn_q_norm.weight"), hk)?,
             k_norm: b.vector_if(c.opts.qk_norm && own_kv, &n("attn_k_norm.weight"), hk)?,
-            wo: b.matrix(&n("attn_output.weight"), e, l.att_width())?,
+            wo: if attention { Some(b.matrix(&n("attn_output.weight"), e, l.att_width())?) } else { None },
+            delta,
             post_attn_norm: b.vector_if(post, &n("post_attention_norm.weight"), e)?,
-            ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
+            ffn_norm: b.vector(&n(c.opts.ffn_norm), e)?,
             ffn,
             experts,
             post_ffn_norm: b.vector_if(post, &n("post_ffw_norm.weight"), e)?,
@@ -479,7 +508,7 @@ fn attention_inputs(b: &mut Binder, c: &Config, il: usize) -> Result<AttentionIn
     let l = &c.layers[il];
     let n = |s: &str| format!("blk.{il}.{s}");
     let e = c.n_embd;
-    let (q, k, v) = (l.q_width(), l.k_width(), l.v_width());
+    let (q, k, v) = (l.q_rows(), l.k_width(), l.v_width());
     let own_kv = matches!(l.kv, KvSource::Own(_));
     let fused = n("attn_qkv.weight");
     if own_kv && b.file.tensor(&fused).is_some() {
@@ -503,6 +532,31 @@ fn attention_inputs(b: &mut Binder, c: &Config, il: usize) -> Result<AttentionIn
     let bk = if own_kv { b.vector_opt(&n("attn_k.bias"), k)? } else { None };
     let bv = if own_kv { b.vector_opt(&n("attn_v.bias"), v)? } else { None };
     Ok((b.matrix(&n("attn_q.weight"), q, e)?, wk, wv, b.vector_opt(&n("attn_q.bias"), q)?, bk, bv))
+}
+
+fn delta_net(b: &mut Binder, c: &Config, il: usize, d: DeltaLayer) -> Result<DeltaNetWeights> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let (e, nv, conv_dim) = (c.n_embd, d.net.n_v_heads, d.conv_dim());
+    let conv = n("ssm_conv1d.weight");
+    if let Some(t) = b.file.tensor(&conv) {
+        if t.dims[..] != [d.d_conv as u64, conv_dim as u64] {
+            return Err(ModelError::BadTensor {
+                name: conv,
+                problem: format!("shape {:?}, expected [{}, {conv_dim}]", t.dims, d.d_conv),
+            });
+        }
+    }
+    Ok(DeltaNetWeights {
+        qkv: b.matrix(&n("attn_qkv.weight"), conv_dim, e)?,
+        z: b.matrix(&n("attn_gate.weight"), d.value_dim(), e)?,
+        beta: b.matrix(&n("ssm_beta.weight"), nv, e)?,
+        alpha: b.matrix(&n("ssm_alpha.weight"), nv, e)?,
+        conv: b.vector(&conv, conv_dim * d.d_conv)?,
+        dt_bias: b.vector(&n("ssm_dt.bias"), nv)?,
+        a: b.vector(&n("ssm_a"), nv)?,
+        norm: b.vector(&n("ssm_norm.weight"), d.net.head_dim)?,
+        out: b.matrix(&n("ssm_out.weight"), e, d.value_dim())?,
+    })
 }
 
 fn dense_ffn(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<DenseFfn> {

@@ -113,10 +113,20 @@ fn only_the_wanted_rows_finish_the_last_layer() {
 
         let mut last = model.new_session(64, 16, KvType::F16);
         assert!(same_bits(model.forward(&mut last, &prompt, Logits::Last).unwrap(), &want), "{arch}: last only");
+        // A recurrent state read as 8 + 5 tokens was summed in other chunks
+        // than one read as 13: the split agrees to rounding, not to the bit.
+        let recurrent = model.config.layers.iter().any(|l| l.delta.is_some());
+        let split_agrees = |got: &[f32], want: &[f32]| {
+            if recurrent {
+                got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-3)
+            } else {
+                same_bits(got, want)
+            }
+        };
         let mut split = model.new_session(64, 16, KvType::F16);
         assert!(model.forward(&mut split, &prompt[..8], Logits::None).unwrap().is_empty(), "{arch}: no logits wanted");
         assert!(
-            same_bits(model.forward(&mut split, &prompt[8..], Logits::Last).unwrap(), &want),
+            split_agrees(model.forward(&mut split, &prompt[8..], Logits::Last).unwrap(), &want),
             "{arch}: none, then last"
         );
 
@@ -128,11 +138,13 @@ fn only_the_wanted_rows_finish_the_last_layer() {
         model.forward(&mut again, &prompt, Logits::Last).unwrap();
         model.forward(&mut again, &[next], Logits::Last).unwrap();
         assert!(model.forward(&mut again, &[next], Logits::None).unwrap().is_empty(), "{arch}: stale logits");
-        for (name, s) in [("last only", &mut last), ("none, then last", &mut split)] {
-            assert!(
-                same_bits(model.forward(s, &[next], Logits::Last).unwrap(), &cont),
-                "{arch}: continuing after {name}"
-            );
-        }
+        assert!(
+            same_bits(model.forward(&mut last, &[next], Logits::Last).unwrap(), &cont),
+            "{arch}: continuing after last only"
+        );
+        assert!(
+            split_agrees(model.forward(&mut split, &[next], Logits::Last).unwrap(), &cont),
+            "{arch}: continuing after none, then last"
+        );
     }
 }

@@ -148,12 +148,32 @@ fn tiny_qwen3yarn_matches_llama_cpp() {
     tiny_parity_within("qwen3yarn", 0.03);
 }
 
+/// Qwen3.5's hybrid: three gated DeltaNet layers (the last one too) and a
+/// gated attention layer; the 40 tokens are read in one pass, so the delta
+/// rule runs in chunks.
+#[test]
+fn tiny_qwen35_matches_llama_cpp() {
+    tiny_parity_within("qwen35", 0.03);
+}
+
+/// The same hybrid with F32 matrices: nothing is quantized on the way, so
+/// ember's chunked rule and llama.cpp's token-by-token kernel meet closely.
+#[test]
+fn tiny_qwen35_in_f32_matches_llama_cpp() {
+    tiny_parity_within("qwen35f32", 0.005);
+}
+
 /// Prefill and decode are the same code in every family: a prompt fed in
 /// chunks of 7 (crossing windows of 8) and fed one token at a time give the
 /// same logits.
 #[test]
 fn every_family_reads_a_prompt_as_it_decodes() {
-    for arch in TINY_ARCHS {
+    // A hybrid reads a prompt's recurrent part in chunks of the delta rule
+    // and decodes it a step at a time: the two sum in other orders, and in
+    // "qwen35" the 8-bit activations of its quantized matrices turn that
+    // rounding into a few hundredths of a logit. Its F32 twin holds the
+    // invariant instead.
+    for arch in TINY_ARCHS.into_iter().filter(|&a| a != "qwen35") {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let ids = ids(&fixture(arch)["input_ids"]);

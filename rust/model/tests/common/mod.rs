@@ -32,7 +32,7 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
 /// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
 /// them), or `None` when model tests are skipped on purpose.
 /// Every tiny model `tests/fixtures/make_tiny_models.py` writes.
-pub const TINY_ARCHS: [&str; 12] = [
+pub const TINY_ARCHS: [&str; 14] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -45,6 +45,8 @@ pub const TINY_ARCHS: [&str; 12] = [
     "phi3",
     "phi3long",
     "qwen3yarn",
+    "qwen35",
+    "qwen35f32",
 ];
 
 pub fn tiny_model(arch: &str) -> Option<PathBuf> {
