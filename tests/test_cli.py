@@ -54,6 +54,20 @@ def test_info_reports_mixtures_and_shared_caches():
     assert "kv layers:      4 of 6" in r.stdout and "kv cache:       512 B per position" in r.stdout, r.stdout
 
 
+def test_info_reports_a_hybrids_recurrent_layers():
+    """The tiny qwen35: three gated DeltaNet layers, each with a state of
+    3 x 128 convolution inputs and 4 heads of 16 x 16 (1,408 floats), and one
+    attention layer of 2 key/value heads of 16: 2 x (32 + 32) bytes a position."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+    import make_tiny_models
+
+    r = ember("info", "-m", str(make_tiny_models.ensure("qwen35")))
+    assert r.returncode == 0, r.stderr
+    assert "recurrent:      3 of 4 layers keep a state" in r.stdout, r.stdout
+    assert "16.5 KiB per sequence" in r.stdout and "kv cache:       128 B per position" in r.stdout, r.stdout
+    assert "kv layers:" not in r.stdout, r.stdout
+
+
 def test_a_file_ember_cannot_read_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 24)

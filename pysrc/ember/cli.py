@@ -147,8 +147,12 @@ def cmd_info(a: argparse.Namespace) -> int:
     print(f"weights:        every tensor is read by the {arch} forward pass")
     if c["n_expert"]:
         print(f"experts:        {c['n_expert_used']} of {c['n_expert']} per token")
-    if c["n_layer_kv"] < c["n_layer"]:
+    n_shared = c["n_layer"] - c["n_layer_kv"] - c["n_layer_recurrent"]
+    if n_shared:
         print(f"kv layers:      {c['n_layer_kv']} of {c['n_layer']} (the others read an earlier layer's cache)")
+    if c["n_layer_recurrent"]:
+        print(f"recurrent:      {c['n_layer_recurrent']} of {c['n_layer']} layers keep a state instead of keys and values, "
+              f"{_human_bytes(c['recurrent_state_bytes'])} per sequence")
     print(f"kv cache:       {_human_bytes(c['kv_bytes_per_position'])} per position (f16)")
     return 0
 

@@ -271,6 +271,9 @@ impl Model {
         d.set_item("rope_base", c.ropes[0].base)?;
         d.set_item("n_layer_kv", c.n_layer_kv)?;
         d.set_item("kv_bytes_per_position", c.kv_bytes_per_position())?;
+        let states = c.state_lens();
+        d.set_item("n_layer_recurrent", states.len())?;
+        d.set_item("recurrent_state_bytes", 4 * states.iter().sum::<usize>())?;
         d.set_item("n_expert", c.moe.as_ref().map_or(0, |m| m.n_expert))?;
         d.set_item("n_expert_used", c.moe.as_ref().map_or(0, |m| m.n_used))?;
         d.set_item("n_embd_per_layer", c.n_embd_per_layer)?;
