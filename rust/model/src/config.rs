@@ -22,11 +22,21 @@ pub enum Arch {
     Gemma4,
     Phi3,
     Qwen35,
+    Qwen35Moe,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 8] =
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe, Arch::Gemma3, Arch::Gemma4, Arch::Phi3, Arch::Qwen35];
+    pub const ALL: [Arch; 9] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::Gemma3,
+        Arch::Gemma4,
+        Arch::Phi3,
+        Arch::Qwen35,
+        Arch::Qwen35Moe,
+    ];
 
     pub fn parse(name: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| a.name() == name)
@@ -41,6 +51,7 @@ impl Arch {
             Arch::Gemma4 => "gemma4",
             Arch::Phi3 => "phi3",
             Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 }
@@ -168,7 +179,7 @@ impl FamilyOptions {
             // Phi-3's sliding window is in its files but llama.cpp reads every
             // layer as full (its SWA is disabled there), so ember does too.
             Arch::Phi3 => FamilyOptions { fused_gate_up: true, ..base },
-            Arch::Qwen35 => {
+            Arch::Qwen35 | Arch::Qwen35Moe => {
                 FamilyOptions { qk_norm: true, hybrid: true, ffn_norm: "post_attention_norm.weight", ..base }
             }
         }
@@ -560,6 +571,7 @@ impl Config {
             None if moe.is_some() => vec![0; n_layer],
             None => return Err(bad("feed_forward_length", "missing".into())),
         };
+        let n_ff_shared = if arch == Arch::Qwen35Moe { opt("expert_shared_feed_forward_length")? } else { None };
         let n_ff_exp = match h.get(&key("expert_feed_forward_length")) {
             Some(_) => per_layer(h, &key("expert_feed_forward_length"), n_layer, None)?,
             None => vec![0; n_layer],
@@ -607,6 +619,11 @@ impl Config {
                     }
                 }
                 (Some(_), Arch::Gemma4) => FfnShape::Dense { n_ff: nonzero(n_ff[il], "feed_forward_length", il)? },
+                // qwen35moe: a shared expert beside the mixture, behind a sigmoid gate.
+                (Some(m), Arch::Qwen35Moe) => FfnShape::DenseAndExperts {
+                    n_ff: nonzero(n_ff_shared.unwrap_or(n_ff[il]), "expert_shared_feed_forward_length", il)?,
+                    n_ff_exp: expert_width(n_ff_exp[il], n_ff[il], m)?,
+                },
                 // llama's mixtures (Mixtral) make each expert feed_forward_length wide.
                 (Some(_), Arch::Llama) => FfnShape::Experts { n_ff_exp: nonzero(n_ff[il], "feed_forward_length", il)? },
                 // qwen3moe's experts are expert_feed_forward_length wide; files
@@ -650,8 +667,11 @@ impl Config {
             "rope.scaling.yarn_log_multiplier",
             "expert_shared_feed_forward_length",
         ] {
-            // The hybrids' sections were checked to come to plain rope above.
-            if opts.hybrid && k == "rope.dimension_sections" {
+            // The hybrids' sections were checked to come to plain rope above,
+            // and qwen35moe's shared expert is read.
+            if opts.hybrid && k == "rope.dimension_sections"
+                || arch == Arch::Qwen35Moe && k == "expert_shared_feed_forward_length"
+            {
                 continue;
             }
             if h.get(&key(k)).is_some() {

@@ -508,7 +508,19 @@ impl Model {
             }
             if let Some(x) = &l.experts {
                 let m = c.moe.as_ref().expect("experts in a model with a mixture");
-                if l.ffn.is_some() {
+                if let Some(g) = &l.shared_gate {
+                    // A shared expert (qwen35moe, in `o`), scaled by its gate,
+                    // beside the mixture.
+                    let h = &sc.h;
+                    pool.rows_mut(&mut sc.o[..t * e], e, |j, row| {
+                        let z: f32 = h[j * e..(j + 1) * e].iter().zip(g).map(|(a, b)| a * b).sum();
+                        let s = sigmoid(z);
+                        row.iter_mut().for_each(|v| *v *= s);
+                    });
+                    sc.moe.route(pool, &x.router, &sc.h, t, e, m);
+                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
+                    sc.o[..t * e].iter_mut().zip(&sc.o2[..t * e]).for_each(|(a, b)| *a += b);
+                } else if l.ffn.is_some() {
                     // Beside a dense block (gemma4): each normed on its own,
                     // the router reading the scaled residual.
                     if let Some(n) = &x.post_norm_dense {

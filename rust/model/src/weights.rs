@@ -109,6 +109,9 @@ pub struct LayerWeights {
     pub ffn: Option<DenseFfn>,
     pub experts: Option<Experts>,
     pub post_ffn_norm: Option<Vec<f32>>, // [n_embd] (gemma)
+    /// qwen35moe: the dense block is a shared expert whose output is scaled
+    /// by `sigmoid(gate · x)` of the block's normed input.
+    pub shared_gate: Option<Vec<f32>>, // [n_embd]
     pub per_layer: Option<PerLayerInput>,
     /// The whole residual stream multiplied by this after the block (gemma4).
     pub out_scale: Option<f32>,
@@ -439,10 +442,15 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
         let (ffn, experts) = match l.ffn {
             FfnShape::Dense { n_ff } => (Some(dense_ffn(&mut b, c, il, n_ff)?), None),
             FfnShape::Experts { n_ff_exp } => (None, Some(experts(&mut b, c, il, n_ff_exp)?)),
+            FfnShape::DenseAndExperts { n_ff, n_ff_exp } if c.arch == Arch::Qwen35Moe => {
+                (Some(shared_expert(&mut b, c, il, n_ff)?), Some(experts(&mut b, c, il, n_ff_exp)?))
+            }
             FfnShape::DenseAndExperts { n_ff, n_ff_exp } => {
                 (Some(dense_ffn(&mut b, c, il, n_ff)?), Some(experts(&mut b, c, il, n_ff_exp)?))
             }
         };
+        let shared_gate =
+            b.vector_if(c.arch == Arch::Qwen35Moe && ffn.is_some(), &n("ffn_gate_inp_shexp.weight"), e)?;
         let per_layer = if c.n_embd_per_layer > 0 {
             Some(PerLayerInput {
                 gate: b.matrix(&n("inp_gate.weight"), c.n_embd_per_layer, e)?,
@@ -469,6 +477,7 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
             ffn,
             experts,
             post_ffn_norm: b.vector_if(post, &n("post_ffw_norm.weight"), e)?,
+            shared_gate,
             per_layer,
             out_scale: b.vector_opt(&n("layer_output_scale.weight"), 1)?.map(|v| v[0]),
         });
@@ -559,6 +568,17 @@ fn delta_net(b: &mut Binder, c: &Config, il: usize, d: DeltaLayer) -> Result<Del
     })
 }
 
+/// qwen35moe's shared expert, a gated feed-forward of its own names.
+fn shared_expert(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<DenseFfn> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let e = c.n_embd;
+    Ok(DenseFfn {
+        gate: b.matrix(&n("ffn_gate_shexp.weight"), n_ff, e)?,
+        up: b.matrix(&n("ffn_up_shexp.weight"), n_ff, e)?,
+        down: b.matrix(&n("ffn_down_shexp.weight"), e, n_ff)?,
+    })
+}
+
 fn dense_ffn(b: &mut Binder, c: &Config, il: usize, n_ff: usize) -> Result<DenseFfn> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let e = c.n_embd;
@@ -594,7 +614,8 @@ fn experts(b: &mut Binder, c: &Config, il: usize, n_ff_exp: usize) -> Result<Exp
             b.experts(&n("ffn_up_exps.weight"), n_expert, n_ff_exp, e, None)?,
         )
     };
-    let beside_dense = matches!(c.layers[il].ffn, FfnShape::DenseAndExperts { .. });
+    // gemma4 norms the mixture beside its dense block on its own.
+    let beside_dense = matches!(c.layers[il].ffn, FfnShape::DenseAndExperts { .. }) && c.arch == Arch::Gemma4;
     Ok(Experts {
         router: b.matrix(&n("ffn_gate_inp.weight"), n_expert, e)?,
         gate,

@@ -163,6 +163,13 @@ fn tiny_qwen35_in_f32_matches_llama_cpp() {
     tiny_parity_within("qwen35f32", 0.005);
 }
 
+/// Qwen3.5's mixture: the layer kinds from full_attention_interval alone,
+/// experts beside a shared expert behind its sigmoid gate.
+#[test]
+fn tiny_qwen35moe_matches_llama_cpp() {
+    tiny_parity_within("qwen35moe", 0.03);
+}
+
 /// Prefill and decode are the same code in every family: a prompt fed in
 /// chunks of 7 (crossing windows of 8) and fed one token at a time give the
 /// same logits.
@@ -170,10 +177,10 @@ fn tiny_qwen35_in_f32_matches_llama_cpp() {
 fn every_family_reads_a_prompt_as_it_decodes() {
     // A hybrid reads a prompt's recurrent part in chunks of the delta rule
     // and decodes it a step at a time: the two sum in other orders, and in
-    // "qwen35" the 8-bit activations of its quantized matrices turn that
+    // "qwen35" and "qwen35moe" the 8-bit activations of quantized matrices turn that
     // rounding into a few hundredths of a logit. Its F32 twin holds the
     // invariant instead.
-    for arch in TINY_ARCHS.into_iter().filter(|&a| a != "qwen35") {
+    for arch in TINY_ARCHS.into_iter().filter(|&a| !["qwen35", "qwen35moe"].contains(&a)) {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let ids = ids(&fixture(arch)["input_ids"]);

@@ -32,7 +32,7 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
 /// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
 /// them), or `None` when model tests are skipped on purpose.
 /// Every tiny model `tests/fixtures/make_tiny_models.py` writes.
-pub const TINY_ARCHS: [&str; 14] = [
+pub const TINY_ARCHS: [&str; 15] = [
     "llama",
     "qwen2",
     "qwen3",
@@ -47,6 +47,7 @@ pub const TINY_ARCHS: [&str; 14] = [
     "qwen3yarn",
     "qwen35",
     "qwen35f32",
+    "qwen35moe",
 ];
 
 pub fn tiny_model(arch: &str) -> Option<PathBuf> {
