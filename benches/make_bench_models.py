@@ -13,6 +13,11 @@ Shapes (scaled to fit this kind of machine where the real model would not):
   qwen3moe-a3b  Qwen3-30B-A3B's layer (2048 wide, 32 query and 4 key/value
                 heads of 128, experts 768 wide, 8 used) with 64 experts and
                 12 layers instead of 128 and 48: about 2 GB at Q4_0
+  qwen35-0.8b   Qwen3.5-0.8B: 24 layers of 1024, every fourth gated
+                attention (8 query and 2 key/value heads of 256, rope on a
+                quarter), the others gated DeltaNet (16 key and 16 value
+                heads of 128, a convolution of 4), tied embeddings over
+                Gemma 3's 262,144 tokens (the real model has 248,320)
 
 Quantized blocks are written directly: random quants under one small scale
 (every f16 scale field set, so no block is inf or NaN), which takes seconds
@@ -191,7 +196,73 @@ def qwen3moe_a3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     m("output.weight", "output", nv, e)
 
 
-SHAPES = {"gemma4-e2b": ("gemma4", gemma4_e2b), "qwen3moe-a3b": ("qwen3moe", qwen3moe_a3b)}
+def qwen35_0_8b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
+    n_layer, e, n_head, n_kv, hd, n_ff = 24, 1024, 8, 2, 256, 3584
+    d_state, n_k_heads, n_v_heads, d_conv = 128, 16, 16, 4
+    key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
+    recurrent = [(il + 1) % 4 != 0 for il in range(n_layer)]
+    w.add_context_length(262144)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(10000000.0)
+    w.add_rope_dimension_count(hd // 4)
+    w.add_rope_dimension_sections([11, 11, 10, 0])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_k_heads)
+    w.add_array("qwen35.attention.recurrent_layers", recurrent)
+    vocab = tiny.load_vocab("gemma3")
+    tiny.write_vocab(w, vocab, None)
+    nv = len(vocab["tokens"])
+
+    def m(name, kind, rows, cols):
+        ty = mix(kind)
+        w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
+
+    def vec(name, values):
+        w.add_tensor(name, np.asarray(values, dtype=np.float32))
+
+    m("token_embd.weight", "output", nv, e)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        vec(p + "attn_norm.weight", np.ones(e))
+        if recurrent[il]:
+            m(p + "attn_qkv.weight", "attn_q", 2 * key_dim + value_dim, e)
+            m(p + "attn_gate.weight", "attn_q", value_dim, e)
+            vec(p + "ssm_conv1d.weight", rng.standard_normal((2 * key_dim + value_dim, d_conv)) * 0.3)
+            vec(p + "ssm_dt.bias", np.zeros(n_v_heads))
+            vec(p + "ssm_a", -rng.uniform(0.5, 2.0, n_v_heads))
+            m(p + "ssm_beta.weight", "attn_k", n_v_heads, e)
+            m(p + "ssm_alpha.weight", "attn_k", n_v_heads, e)
+            vec(p + "ssm_norm.weight", np.ones(d_state))
+            m(p + "ssm_out.weight", "attn_o", e, value_dim)
+        else:
+            m(p + "attn_q.weight", "attn_q", 2 * n_head * hd, e)
+            m(p + "attn_k.weight", "attn_k", n_kv * hd, e)
+            m(p + "attn_v.weight", "attn_v", n_kv * hd, e)
+            vec(p + "attn_q_norm.weight", np.ones(hd))
+            vec(p + "attn_k_norm.weight", np.ones(hd))
+            m(p + "attn_output.weight", "attn_o", e, n_head * hd)
+        vec(p + "post_attention_norm.weight", np.ones(e))
+        m(p + "ffn_gate.weight", "ffn_gate", n_ff, e)
+        m(p + "ffn_up.weight", "ffn_up", n_ff, e)
+        m(p + "ffn_down.weight", "ffn_down", e, n_ff)
+    vec("output_norm.weight", np.ones(e))
+
+
+SHAPES = {
+    "gemma4-e2b": ("gemma4", gemma4_e2b),
+    "qwen3moe-a3b": ("qwen3moe", qwen3moe_a3b),
+    "qwen35-0.8b": ("qwen35", qwen35_0_8b),
+}
 
 
 def main() -> int:

@@ -55,32 +55,43 @@ impl DeltaNet {
         out: &mut [f32],
     ) {
         let d = self.head_dim;
+        for (h, (m, o)) in state.chunks_mut(d * d).zip(out.chunks_mut(d)).enumerate() {
+            self.step_head(h, m, q, k, &v[h * d..(h + 1) * d], gate[h], beta[h], o);
+        }
+    }
+
+    /// [`step`](Self::step) for value head `h` alone: its state `m`
+    /// (`head_dim`²), its value `v` and output `out` (`head_dim`); `q` and
+    /// `k` hold every key head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_head(
+        &self,
+        h: usize,
+        m: &mut [f32],
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        gate: f32,
+        beta: f32,
+        out: &mut [f32],
+    ) {
+        let d = self.head_dim;
         let scale = 1.0 / (d as f32).sqrt();
-        for h in 0..self.n_v_heads {
-            let kh = self.k_head(h);
-            let (qh, kk) = (&q[kh * d..(kh + 1) * d], &k[kh * d..(kh + 1) * d]);
-            let m = &mut state[h * d * d..(h + 1) * d * d];
-            let decay = gate[h].exp();
-            for j in 0..d {
-                let row = &mut m[j * d..(j + 1) * d];
-                row.iter_mut().for_each(|x| *x *= decay);
-                let mk: f32 = row.iter().zip(kk).map(|(a, b)| a * b).sum();
-                let w = (v[h * d + j] - mk) * beta[h];
-                row.iter_mut().zip(kk).for_each(|(x, b)| *x += b * w);
-                out[h * d + j] = row.iter().zip(qh).map(|(a, b)| a * b).sum::<f32>() * scale;
-            }
+        let kh = self.k_head(h);
+        let (qh, kk) = (&q[kh * d..(kh + 1) * d], &k[kh * d..(kh + 1) * d]);
+        let decay = gate.exp();
+        for (j, row) in m.chunks_mut(d).enumerate() {
+            row.iter_mut().for_each(|x| *x *= decay);
+            let w = (v[j] - dot(row, kk)) * beta;
+            row.iter_mut().zip(kk).for_each(|(x, b)| *x += b * w);
+            out[j] = dot(row, qh) * scale;
         }
     }
 
     /// `t` tokens at once (rows of `step`'s inputs, `qk_stride` and
     /// `v_stride` floats apart; `gate` and `beta` rows of `n_v_heads`), in
-    /// chunks of at most `chunk` tokens. With `Γ_t` the chunk's decay up to
-    /// token `t` (`exp` of the summed gates) and `M0` the state at its start,
-    /// each token's `w_t = beta_t (v_t - Γ_t M0 k_t - Σ_{s<t} (Γ_t/Γ_s)
-    /// (k_s·k_t) w_s)` (forward substitution), then `o_t = (Γ_t M0 q_t +
-    /// Σ_{s<=t} (Γ_t/Γ_s) (k_s·q_t) w_s) / sqrt(d)` and the state at the
-    /// chunk's end `Γ_C M0 + Σ_s (Γ_C/Γ_s) w_s k_sᵀ`. The ratios are taken
-    /// as `exp` of differences of summed gates, which cannot overflow.
+    /// chunks of at most `chunk` tokens: [`chunks_head`](Self::chunks_head)
+    /// for every head, into rows of `out` `out_stride` apart.
     #[allow(clippy::too_many_arguments)]
     pub fn chunks(
         &self,
@@ -98,69 +109,89 @@ impl DeltaNet {
         out_stride: usize,
         scratch: &mut ChunkScratch,
     ) {
+        let d = self.head_dim;
+        let mut head_out = vec![0.0f32; t * d];
+        for (h, m) in state.chunks_mut(d * d).enumerate() {
+            let io = TokenRows { q, k, qk_stride, v, v_stride, gate, beta };
+            self.chunks_head(h, m, t, chunk, &io, &mut head_out, scratch);
+            for (s, o) in head_out.chunks(d).enumerate() {
+                out[s * out_stride + h * d..s * out_stride + (h + 1) * d].copy_from_slice(o);
+            }
+        }
+    }
+
+    /// Value head `h`'s part of [`chunks`](Self::chunks): its state `m`, its
+    /// outputs to `out` (`t` rows of `head_dim`). With `Γ_t` the chunk's
+    /// decay up to token `t` (`exp` of the summed gates) and `M0` the state
+    /// at its start, each token's `w_t = beta_t (v_t - Γ_t M0 k_t - Σ_{s<t}
+    /// (Γ_t/Γ_s) (k_s·k_t) w_s)` (forward substitution), then `o_t = (Γ_t M0
+    /// q_t + Σ_{s<=t} (Γ_t/Γ_s) (k_s·q_t) w_s) / sqrt(d)` and the state at
+    /// the chunk's end `Γ_C M0 + Σ_s (Γ_C/Γ_s) w_s k_sᵀ`. The ratios are
+    /// taken as `exp` of differences of summed gates, which cannot overflow.
+    #[allow(clippy::too_many_arguments)]
+    pub fn chunks_head(
+        &self,
+        h: usize,
+        m: &mut [f32],
+        t: usize,
+        chunk: usize,
+        io: &TokenRows<'_>,
+        out: &mut [f32],
+        sc: &mut ChunkScratch,
+    ) {
         assert!(chunk > 0);
         let mut t0 = 0;
         while t0 < t {
             let n = chunk.min(t - t0);
-            for h in 0..self.n_v_heads {
-                self.chunk_head(state, h, t0, n, q, k, qk_stride, v, v_stride, gate, beta, out, out_stride, scratch);
-            }
+            self.chunk_head(h, m, t0, n, io, &mut out[t0 * self.head_dim..], sc);
             t0 += n;
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn chunk_head(
         &self,
-        state: &mut [f32],
         h: usize,
+        m0: &mut [f32],
         t0: usize,
         n: usize,
-        q: &[f32],
-        k: &[f32],
-        qk_stride: usize,
-        v: &[f32],
-        v_stride: usize,
-        gate: &[f32],
-        beta: &[f32],
+        io: &TokenRows<'_>,
         out: &mut [f32],
-        out_stride: usize,
         sc: &mut ChunkScratch,
     ) {
         let (d, nv) = (self.head_dim, self.n_v_heads);
         let kh = self.k_head(h);
         let scale = 1.0 / (d as f32).sqrt();
-        let m0 = &mut state[h * d * d..(h + 1) * d * d];
-        let key = |s: usize| &k[(t0 + s) * qk_stride + kh * d..][..d];
-        let query = |s: usize| &q[(t0 + s) * qk_stride + kh * d..][..d];
-        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let key = |s: usize| &io.k[(t0 + s) * io.qk_stride + kh * d..][..d];
+        let query = |s: usize| &io.q[(t0 + s) * io.qk_stride + kh * d..][..d];
         sc.cum.clear();
         let mut acc = 0.0f32;
         for s in 0..n {
-            acc += gate[(t0 + s) * nv + h];
+            acc += io.gate[(t0 + s) * nv + h];
             sc.cum.push(acc);
         }
         // w, row by row: the state's part first, then the earlier tokens'.
         sc.w.resize(n * d, 0.0);
         for s in 0..n {
             let (ks, g) = (key(s), sc.cum[s].exp());
-            let b = beta[(t0 + s) * nv + h];
-            for j in 0..d {
-                sc.w[s * d + j] = v[(t0 + s) * v_stride + h * d + j] - g * dot(&m0[j * d..(j + 1) * d], ks);
+            let b = io.beta[(t0 + s) * nv + h];
+            let v = &io.v[(t0 + s) * io.v_stride + h * d..][..d];
+            for (j, row) in m0.chunks(d).enumerate() {
+                sc.w[s * d + j] = v[j] - g * dot(row, ks);
             }
+            let (done, rest) = sc.w.split_at_mut(s * d);
+            let ws = &mut rest[..d];
             for r in 0..s {
                 let c = (sc.cum[s] - sc.cum[r]).exp() * dot(key(r), ks);
-                let (done, row) = sc.w.split_at_mut(s * d);
-                row[..d].iter_mut().zip(&done[r * d..(r + 1) * d]).for_each(|(x, y)| *x -= c * y);
+                ws.iter_mut().zip(&done[r * d..(r + 1) * d]).for_each(|(x, y)| *x -= c * y);
             }
-            sc.w[s * d..(s + 1) * d].iter_mut().for_each(|x| *x *= b);
+            ws.iter_mut().for_each(|x| *x *= b);
         }
         // Outputs, from the state at the chunk's start and the chunk's w.
         for s in 0..n {
             let (qs, g) = (query(s), sc.cum[s].exp());
-            let o = &mut out[(t0 + s) * out_stride + h * d..][..d];
-            for (j, x) in o.iter_mut().enumerate() {
-                *x = g * dot(&m0[j * d..(j + 1) * d], qs);
+            let o = &mut out[s * d..(s + 1) * d];
+            for (x, row) in o.iter_mut().zip(m0.chunks(d)) {
+                *x = g * dot(row, qs);
             }
             for r in 0..=s {
                 let c = (sc.cum[s] - sc.cum[r]).exp() * dot(key(r), qs);
@@ -175,12 +206,39 @@ impl DeltaNet {
         for r in 0..n {
             let c = (last - sc.cum[r]).exp();
             let kr = key(r);
-            for j in 0..d {
+            for (j, row) in m0.chunks_mut(d).enumerate() {
                 let wj = c * sc.w[r * d + j];
-                m0[j * d..(j + 1) * d].iter_mut().zip(kr).for_each(|(x, y)| *x += wj * y);
+                row.iter_mut().zip(kr).for_each(|(x, y)| *x += wj * y);
             }
         }
     }
+}
+
+/// A run of tokens' inputs to the rule: rows of queries and keys
+/// `qk_stride` floats apart (every key head), of values `v_stride` apart
+/// (every value head), and per token a row of `n_v_heads` gates and betas.
+pub struct TokenRows<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub qk_stride: usize,
+    pub v: &'a [f32],
+    pub v_stride: usize,
+    pub gate: &'a [f32],
+    pub beta: &'a [f32],
+}
+
+/// A dot product in eight running sums, which the compiler keeps in vector
+/// registers (one sum would be a chain of dependent scalar adds).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let mut acc = [0.0f32; 8];
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Working memory of [`DeltaNet::chunks`], reused across calls.

@@ -11,6 +11,11 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
+
+thread_local! {
+    /// Each pool thread's working memory for the delta rule's chunks.
+    static DELTA_SCRATCH: std::cell::RefCell<ChunkScratch> = std::cell::RefCell::new(ChunkScratch::default());
+}
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
@@ -64,7 +69,8 @@ struct Scratch {
     dn_out: Vec<f32>,
     dn_beta: Vec<f32>,
     dn_gate: Vec<f32>,
-    dn_chunks: ChunkScratch,
+    /// The rule's outputs, per sequence head by head, before they go to `dn_out`.
+    dn_heads: Vec<f32>,
     acts: Acts,
     moe: MoeScratch,
     /// Position and token of each row of the pass.
@@ -86,7 +92,8 @@ impl Scratch {
         let delta = c.layers.iter().find_map(|l| l.delta);
         let (conv, value, heads) = delta.map_or((0, 0, 0), |d| (d.conv_dim(), d.value_dim(), d.net.n_v_heads));
         let gated = c.layers.iter().any(|l| l.attn_gate);
-        let sizes: [(&mut Vec<f32>, usize); 20] = [
+        let sizes: [(&mut Vec<f32>, usize); 21] = [
+            (&mut self.dn_heads, value),
             (&mut self.qgate, if gated { m.q } else { 0 }),
             (&mut self.dn_mixed, conv),
             (&mut self.dn_conv, conv),
@@ -648,6 +655,11 @@ impl Model {
                 *g = delta_net::softplus(*g + dw.dt_bias[h]) * dw.a[h];
             }
         }
+        // Each sequence's convolution, then the rule for every (sequence,
+        // value head) at once: the heads' states are disjoint, and each
+        // writes its outputs head-major into its sequence's rows of
+        // `dn_heads`.
+        let mut spans = Vec::with_capacity(seqs.len());
         let mut r0 = 0;
         for q in seqs.iter_mut() {
             let n = q.tokens.len();
@@ -663,19 +675,55 @@ impl Model {
                 n,
                 &mut sc.dn_conv[rows.clone()],
             );
-            for row in sc.dn_conv[rows.clone()].chunks_mut(cd) {
+            for row in sc.dn_conv[rows].chunks_mut(cd) {
                 row[..2 * kd].chunks_mut(hd).for_each(|head| delta_net::l2_norm(head, c.rms_eps));
             }
-            let x = &sc.dn_conv[rows];
-            let (gate, beta) = (&sc.dn_gate[r0 * nv..(r0 + n) * nv], &sc.dn_beta[r0 * nv..(r0 + n) * nv]);
-            let out = &mut sc.dn_out[r0 * vd..(r0 + n) * vd];
-            if n == 1 {
-                d.net.step(rule_state, &x[..kd], &x[kd..2 * kd], &x[2 * kd..], gate, beta, out);
-            } else {
-                let (qs, ks, vs) = (x, &x[kd..], &x[2 * kd..]);
-                d.net.chunks(rule_state, n, DELTA_CHUNK, qs, ks, cd, vs, cd, gate, beta, out, vd, &mut sc.dn_chunks);
-            }
+            spans.push((r0, n, SyncPtr(rule_state.as_mut_ptr())));
             r0 += n;
+        }
+        let (x, gate, beta) = (&sc.dn_conv, &sc.dn_gate, &sc.dn_beta);
+        let heads_out = SyncPtr(sc.dn_heads.as_mut_ptr());
+        pool.for_each(spans.len() * nv, |i| {
+            let ((r0, n, state), h) = (&spans[i / nv], i % nv);
+            let (r0, n) = (*r0, *n);
+            // SAFETY: item i alone touches head h of this sequence's state
+            // and its rows' head-h block of `dn_heads`.
+            let m = unsafe { std::slice::from_raw_parts_mut(state.get().add(h * hd * hd), hd * hd) };
+            let o = unsafe { std::slice::from_raw_parts_mut(heads_out.get().add(r0 * vd + h * n * hd), n * hd) };
+            let x = &x[r0 * cd..(r0 + n) * cd];
+            let (gate, beta) = (&gate[r0 * nv..(r0 + n) * nv], &beta[r0 * nv..(r0 + n) * nv]);
+            if n == 1 {
+                d.net.step_head(
+                    h,
+                    m,
+                    &x[..kd],
+                    &x[kd..2 * kd],
+                    &x[2 * kd + h * hd..2 * kd + (h + 1) * hd],
+                    gate[h],
+                    beta[h],
+                    o,
+                );
+            } else {
+                let io = delta_net::TokenRows {
+                    q: x,
+                    k: &x[kd..],
+                    qk_stride: cd,
+                    v: &x[2 * kd..],
+                    v_stride: cd,
+                    gate,
+                    beta,
+                };
+                DELTA_SCRATCH.with_borrow_mut(|sc| d.net.chunks_head(h, m, n, DELTA_CHUNK, &io, o, sc));
+            }
+        });
+        for &(r0, n, _) in &spans {
+            for h in 0..nv {
+                for s in 0..n {
+                    let from = r0 * vd + h * n * hd + s * hd;
+                    let to = (r0 + s) * vd + h * hd;
+                    sc.dn_out[to..to + hd].copy_from_slice(&sc.dn_heads[from..from + hd]);
+                }
+            }
         }
         let (z, norm, eps) = (&sc.dn_z, &dw.norm, c.rms_eps);
         pool.rows_mut(&mut sc.dn_out[..t * vd], vd, |j, row| {
