@@ -11,17 +11,17 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
-
-thread_local! {
-    /// Each pool thread's working memory for the delta rule's chunks.
-    static DELTA_SCRATCH: std::cell::RefCell<ChunkScratch> = std::cell::RefCell::new(ChunkScratch::default());
-}
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
 use crate::weights::{DeltaNetWeights, DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
 use crate::Model;
+
+thread_local! {
+    /// Each pool thread's working memory for the delta rule's chunks.
+    static DELTA_SCRATCH: std::cell::RefCell<ChunkScratch> = std::cell::RefCell::new(ChunkScratch::default());
+}
 
 /// Which positions of a pass need logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

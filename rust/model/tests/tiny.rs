@@ -268,6 +268,31 @@ fn an_unimplemented_metadata_key_is_a_load_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A hybrid whose rope sections send a rotated pair to the fourth position
+/// component (which text leaves at 0 and ember does not implement), or
+/// whose DeltaNet widths disagree, is refused, naming the key.
+#[test]
+fn a_hybrid_ember_cannot_run_as_written_is_refused() {
+    let Some(path) = tiny_model("qwen35") else { return };
+    let dir = std::env::temp_dir().join(format!("ember-hybrid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("changed.gguf");
+    for (key, line, needle) in [
+        (
+            "qwen35.rope.dimension_sections",
+            "w.add_rope_dimension_sections([1, 0, 0, 1])",
+            "fourth position component",
+        ),
+        ("qwen35.ssm.inner_size", "w.add_ssm_inner_size(48)", "is not 16 (state_size) x 4"),
+    ] {
+        copy_gguf_without(&path, &out, key, line);
+        let err = Model::load(&out, LoadOptions::default()).err().expect("a hybrid ember cannot run");
+        let msg = err.to_string();
+        assert!(msg.contains(key) && msg.contains(needle), "{msg}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Copies a GGUF file, adding one f32 tensor of `n` zeros named `name`.
 fn with_extra_tensor(src: &std::path::Path, dst: &std::path::Path, name: &str, n: usize) {
     copy_gguf(src, dst, &format!("w.add_tensor({name:?}, np.zeros({n}, dtype=np.float32))"));
@@ -276,6 +301,11 @@ fn with_extra_tensor(src: &std::path::Path, dst: &std::path::Path, name: &str, n
 /// Copies a GGUF file through the `gguf` package, running the Python line
 /// `extra` (the writer is `w`) after the original's keys and tensors.
 fn copy_gguf(src: &std::path::Path, dst: &std::path::Path, extra: &str) {
+    copy_gguf_without(src, dst, "", extra)
+}
+
+/// [`copy_gguf`] leaving out the key `skip` (which `extra` may write anew).
+fn copy_gguf_without(src: &std::path::Path, dst: &std::path::Path, skip: &str, extra: &str) {
     let script = format!(
         "import sys, numpy as np, gguf\n\
          src, dst = sys.argv[1], sys.argv[2]\n\
@@ -283,7 +313,7 @@ fn copy_gguf(src: &std::path::Path, dst: &std::path::Path, extra: &str) {
          arch = r.fields['general.architecture'].contents()\n\
          w = gguf.GGUFWriter(dst, arch)\n\
          for f in r.fields.values():\n\
-         \x20   if f.name.startswith('GGUF.') or f.name == 'general.architecture': continue\n\
+         \x20   if f.name.startswith('GGUF.') or f.name in ('general.architecture', {skip:?}): continue\n\
          \x20   w.add_key_value(f.name, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)\n\
          for t in r.tensors:\n\
          \x20   w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)\n\
