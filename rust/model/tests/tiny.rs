@@ -278,11 +278,7 @@ fn a_hybrid_ember_cannot_run_as_written_is_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("changed.gguf");
     for (key, line, needle) in [
-        (
-            "qwen35.rope.dimension_sections",
-            "w.add_rope_dimension_sections([1, 0, 0, 1])",
-            "fourth position component",
-        ),
+        ("qwen35.rope.dimension_sections", "w.add_rope_dimension_sections([1, 0, 0, 1])", "fourth position component"),
         ("qwen35.ssm.inner_size", "w.add_ssm_inner_size(48)", "is not 16 (state_size) x 4"),
     ] {
         copy_gguf_without(&path, &out, key, line);
