@@ -1139,6 +1139,25 @@ def test_call_grammar_gemma_optional_members():
     assert g.accepts(f"<|tool_call>call:f{{c:{q}x{q}}}<tool_call|>")
 
 
+def test_call_grammar_coder_values_keep_their_string_constraints():
+    """Qwen3-Coder's (and Qwen3.5's) XML framing writes string values raw:
+    their enum, const and lengths still hold."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "short": {"type": "string", "minLength": 2, "maxLength": 4},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "kind": {"const": "fixed"},
+    }, "required": ["short", "unit", "kind"]}}}]
+    g = Gbnf(tc.call_grammar(tc.QWEN3_CODER, tools, "f", False, json_rules))
+
+    def call(short, unit, kind="fixed"):
+        return (f"<tool_call>\n<function=f>\n<parameter=short>\n{short}\n</parameter>\n<parameter=unit>\n{unit}"
+                f"\n</parameter>\n<parameter=kind>\n{kind}\n</parameter>\n</function>\n</tool_call>")
+
+    assert g.accepts(call("ab", "c")) and g.accepts(call("abcd", "f"))
+    for bad in [call("a", "c"), call("abcde", "c"), call("ab", "k"), call("ab", "c", "other")]:
+        assert not g.accepts(bad), bad
+
+
 def test_plan_grammar():
     plan = tc.validate_tools(TOOLS, {"type": "function", "function": {"name": "get_time"}}, False)
     grammar = plan.grammar(tc.HERMES, json_rules)

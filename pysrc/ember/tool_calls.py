@@ -1486,7 +1486,7 @@ def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: S
     for j, (key, sub) in enumerate(props):
         p = f"{base}-p{j}-{_rule_part(key)}"
         if _is_text_schema(sub):
-            value = "[^<]*"  # free text; no "<", so it cannot run into the closing tag
+            value = _raw_text_rule(sub)
         else:
             value = f"{p}-value"
             rules.append(schema_rules(_with_defs(sub if isinstance(sub, Mapping) else {}, params), value))
@@ -1496,6 +1496,25 @@ def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: S
     head = _lit(f"<tool_call>\n<function={name}>\n")
     rules.insert(0, f"{base} ::= {' '.join([head, *seq, _lit('</function>' + chr(10) + '</tool_call>')])}")
     return rules
+
+
+def _raw_text_rule(schema: Any) -> str:
+    """A string parameter's value as Qwen3-Coder's framing writes it: raw
+    text up to the closing tag (no "<", so it cannot run into it), held to
+    the schema's string enum, const and lengths (in characters, as JSON
+    Schema counts them)."""
+    if not isinstance(schema, Mapping):
+        return "[^<]*"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        return "( " + " | ".join(_lit(v) for v in enum) + " )"
+    if isinstance(schema.get("const"), str):
+        return _lit(schema["const"])
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    if schema.get("type") == "string" and (_is_count(lo) or _is_count(hi)):
+        lo = lo if _is_count(lo) else 0
+        return f"[^<]{{{lo},{hi}}}" if _is_count(hi) else f"[^<]{{{lo},}}"
+    return "[^<]*"
 
 
 def _members_in_order(prefix: str, items: list[tuple[str, bool]], sep: str) -> tuple[list[str], str]:

@@ -1,0 +1,73 @@
+"""Qwen3.5's chat template (tests/fixtures/Qwen3.5-4B.chat_template.jinja,
+as llama.cpp ships it in models/templates) served on the tiny random-weight
+qwen35 hybrid. Random weights write nothing sensible, so a grammar steers
+the output through a thought and an answer, and a forced tool choice makes
+the constrained decoder write a call in the template's XML framing: these
+tests show the template's thinking default, the thought split and the call
+framing on the chat routes, not the model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from server_process import ServerProcess, http, thought_and_answer
+
+jsonschema = pytest.importorskip("jsonschema")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "fixtures"))
+import make_tiny_models  # noqa: E402
+
+TEMPLATE = HERE / "fixtures" / "Qwen3.5-4B.chat_template.jinja"
+CHAT = [{"role": "user", "content": "Why is the sky blue?"}]
+#: The template opens the thought; the model closes it, then answers.
+THOUGHT = r'''root ::= [a-z ]{1,8} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
+LOOKUP = {"type": "function", "function": {
+    "name": "lookup", "description": "Looks a word up.",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string", "maxLength": 8}},
+                   "required": ["q"], "additionalProperties": False}}}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess(make_tiny_models.ensure("qwen35"), "--chat-template-file", str(TEMPLATE)) as s:
+        yield s
+
+
+def post(server, path: str, body: dict) -> dict:
+    status, _, raw = http(server.url + path, body)
+    assert status == 200, raw
+    return json.loads(raw)
+
+
+def test_thinking_is_on_unless_the_request_turns_it_off(server):
+    on = post(server, "/apply-template", {"messages": CHAT})["prompt"]
+    off = post(server, "/apply-template", {"messages": CHAT, "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
+    assert on.endswith("<|im_start|>assistant\n<think>\n"), on
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), off
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_thought_leaves_in_reasoning_content(server, stream):
+    body = {"messages": CHAT, "grammar": THOUGHT, "max_tokens": 60, "temperature": 0, "stream": stream}
+    status, _, raw = http(server.url + "/v1/chat/completions", body)
+    assert status == 200, raw
+    reasoning, content = thought_and_answer(raw, stream)
+    assert reasoning and "</think>" not in reasoning, reasoning
+    assert content.startswith("The answer") and "</think>" not in content, content
+
+
+def test_a_forced_call_is_written_in_the_xml_framing_and_read_back(server):
+    body = {"messages": CHAT, "tools": [LOOKUP], "tool_choice": "required", "max_tokens": 80, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": False}}
+    prompt = post(server, "/apply-template", {"messages": CHAT, "tools": [LOOKUP]})["prompt"]
+    assert "<function=example_function_name>" in prompt and '"name": "lookup"' in prompt, prompt
+    c = post(server, "/v1/chat/completions", body)["choices"][0]
+    call = c["message"]["tool_calls"][0]["function"]
+    assert c["finish_reason"] == "tool_calls" and call["name"] == "lookup", c
+    jsonschema.validate(json.loads(call["arguments"]), LOOKUP["function"]["parameters"])
+    assert "<function=" not in (c["message"].get("content") or "")
