@@ -80,6 +80,16 @@ class ServerProcess:
         self.stop()
         raise RuntimeError("the server never became healthy:\n" + "\n".join(self.lines))
 
+    def saw(self, text: str, timeout: float = 10.0) -> bool:
+        """Whether a line holding `text` was printed, waiting for it a while:
+        a request's log line is written after its reply is sent."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in line for line in self.lines):
+                return True
+            time.sleep(0.02)
+        return False
+
     def stop(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

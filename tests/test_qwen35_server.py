@@ -4,7 +4,9 @@ make_tiny_models.py). A slot of it holds keys and values for the attention
 layer and a recurrent state for the others. The state sums every token it
 has read, so a prompt that extends what the slot holds reads only its new
 tokens, while one that parts from it earlier cannot cut the state back and
-reads from zero: these tests hold the counts and the tokens to that."""
+reads from zero when no checkpoint stands at or before the parting
+(test_qwen35_checkpoints.py holds the checkpoints): these tests hold the
+counts and the tokens to that."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from ember.errors import EmberError
 from ember import _native
 from ember.model import Completion, CompletionBuilder, Model, Piece
 
-__all__ = ["Engine", "GenerationRequest", "Job", "EngineOverloaded", "EngineStopped"]
+__all__ = ["Checkpoints", "Engine", "GenerationRequest", "Job", "EngineOverloaded", "EngineStopped"]
 
 
 class EngineOverloaded(EmberError):
@@ -64,6 +64,8 @@ class Job:
         self.waited = False
         #: prompt tokens the slot already held, once placed
         self.n_cached: int | None = None
+        #: how the prompt met what the slot held (for the log line)
+        self.resume: str | None = None
 
     def cancel(self) -> None:
         """Stops the job: before it starts, it never reaches the model; after,
@@ -112,6 +114,46 @@ class Job:
         return done
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """How a hybrid model's slots checkpoint their recurrent states
+    (llama-server's --ctx-checkpoints and --checkpoint-min-step,
+    --ctx-checkpoints-interval as ik_llama.cpp spells it)."""
+
+    #: at most this many per slot (0: none)
+    count: int = 32
+    #: a long prompt is checkpointed every this many positions (0: never)
+    interval: int = 1024
+    #: interval checkpoints keep at least this far from any other
+    min_step: int = 0
+    #: the free host memory (0: unknown); they take half of it at most
+    free_bytes: int = 0
+
+    def reserved(self, each: int, slots: int) -> int:
+        return self.count * each * slots
+
+    def granted(self, each: int, slots: int, host_budget: int) -> tuple["Checkpoints", str | None]:
+        """The count that fits, and why it is fewer than asked (None when
+        not): every slot's checkpoints come out of the host prompt cache's
+        budget, and out of half the free memory at most."""
+        if self.count == 0:
+            return self, None
+        limits = []
+        if 0 < host_budget < 2**60:
+            limits.append((host_budget, f"the host prompt cache's {host_budget / 2**20:.0f} MiB"))
+        if self.free_bytes:
+            limits.append((self.free_bytes // 2, f"half the free memory ({self.free_bytes / 2**20:.0f} MiB)"))
+        if not limits:
+            return self, None
+        limit, where = min(limits)
+        fits = limit // (each * slots)
+        if fits >= self.count:
+            return self, None
+        why = (f"{self.count} per slot would take {self.reserved(each, slots) / 2**20:.0f} MiB, "
+               f"more than {where}")
+        return Checkpoints(int(fits), self.interval, self.min_step, self.free_bytes), why
+
+
 _STOP = object()
 
 #: How long one pass may take while it reads a prompt chunk beside other
@@ -139,7 +181,7 @@ def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
 
 class Engine:
     def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None,
-                 host_cache_bytes: int = 0):
+                 host_cache_bytes: int = 0, checkpoints: Checkpoints | None = None):
         self.model = model
         self.queue_depth = queue_depth
         self.n_slots = max(1, slots)
@@ -147,6 +189,15 @@ class Engine:
         self.slot_ctx = max(1, model.n_ctx // self.n_slots)
         self.chunk = chunk or model.max_batch
         self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
+        #: what the slots' checkpoints were granted, and why fewer than asked (None: as asked)
+        self.checkpoints, self.checkpoints_cut = Checkpoints(count=0), None
+        host_cache_bytes = max(0, host_cache_bytes)
+        if checkpoints is not None and self.batcher.checkpoint_bytes:
+            self.checkpoints, self.checkpoints_cut = checkpoints.granted(
+                self.batcher.checkpoint_bytes, self.n_slots, host_cache_bytes)
+            host_cache_bytes -= self.checkpoints.reserved(self.batcher.checkpoint_bytes, self.n_slots)
+            c = self.checkpoints
+            self.batcher.set_checkpoints(c.count, c.interval, c.min_step)
         self.batcher.set_host_cache(max(0, host_cache_bytes))
         self._jobs: queue.Queue = queue.Queue()
         # Not a daemon: the interpreter must not finalize while this thread is
@@ -252,7 +303,7 @@ class Engine:
             job._deliver(e)
             self.n_processed += 1
             return
-        job.slot, job.n_cached = slot, build.done.n_cached
+        job.slot, job.n_cached, job.resume = slot, build.done.n_cached, build.resume
         self._active[slot] = (job, build)
         job._mark_started()
 

@@ -104,6 +104,8 @@ class CompletionBuilder:
         self.t_start = t_start
         self.t_read: float | None = None
         self.pieces: list[str] = []
+        #: how the prompt met what its slot held (a batcher's line), if it held anything
+        self.resume: str | None = None
         self.done = Completion(text="", n_prompt=n_prompt, n_cached=n_cached, finish_reason="length")
 
     def prompt_read(self) -> None:
@@ -385,10 +387,13 @@ class Model:
         """Places a completion in a slot of ``batcher`` (``options`` are the
         keywords of `stream_completion`); the batcher's steps then draw its
         tokens, which the returned builder turns into `Piece`s and the `Completion`."""
+        hints = list(options.pop("checkpoint_hints", ()))
         ids, stops, native = self._prepare(prompt, max_tokens, **options)
         t0 = time.perf_counter()
-        n_cached = batcher.start(slot, ids, native)
-        return CompletionBuilder(stops, len(ids), n_cached, options.get("n_probs", 0), t0)
+        n_cached, resume = batcher.start(slot, ids, native, hints)
+        build = CompletionBuilder(stops, len(ids), n_cached, options.get("n_probs", 0), t0)
+        build.resume = resume
+        return build
 
     def _prepare(self, prompt: str | Sequence[int], max_tokens: int, *, stop: str | Sequence[str] | None = None,
                  add_special: bool = True, parse_special: bool = False, logit_bias: dict[int, float] | None = None,

@@ -159,7 +159,8 @@ def _gen_log(g: "Generation") -> str:
     where = ""
     if job is not None and job.slot is not None:
         where = f"slot {job.slot}{' after waiting for one' if job.waited else ''}, "
-    return (f"{where}prompt {n_prompt} ({g.n_cached} cached) in {p_s:.2f}s ({rate(n_read, p_s)}), "
+    resume = f" [{job.resume}]" if job is not None and job.resume else ""
+    return (f"{where}prompt {n_prompt} ({g.n_cached} cached{resume}) in {p_s:.2f}s ({rate(n_read, p_s)}), "
             f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
 
 
@@ -214,6 +215,15 @@ async def _middleware(request: web.Request, handler):
             resp = error_response(err, envelope=envelope)
     _log_request(request, resp, t0, state)
     return resp
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _log_request(request, resp, t0, state: ServerState) -> None:
@@ -308,6 +318,13 @@ class Generation:
             raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})", param="prompt")
         if max_tokens < 0:  # -1: until the context is full, which the engine reports as "context"
             max_tokens = n_ctx
+        next_text = options.pop("checkpoint_next_text", None)
+        if next_text is not None:
+            # The chat layer's next turn, rendered: where its tokens leave
+            # this prompt's is where the slot keeps a checkpoint.
+            parting = _shared_prefix(prompt, model.chat_text_ids(next_text))
+            if parting > 0:
+                options["checkpoint_hints"] = [parting]
         self.prompt = prompt
         self.max_tokens = max_tokens
         self.options = options
@@ -467,16 +484,46 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
         from ember.engine import measure_chunk
 
+        from ember.engine import Checkpoints
+        from ember.server.cli import _mem_available
+
         host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
+        checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
+                                  _mem_available() or 0)
         engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model),
-                        host_cache_bytes=host)
+                        host_cache_bytes=host, checkpoints=checkpoints)
         engine.start()
+        _say_checkpoints(state, engine)
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
         msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)
         _post(loop, _loaded, app, None, None, None, msg)
         return
     if not _post(loop, _loaded, app, model, engine, template, None):
         engine.close()  # the server stopped while the model loaded: nobody will use it
+
+
+def _say_checkpoints(state: ServerState, engine) -> None:
+    """The start line of a hybrid model's checkpoints: their size, how many,
+    where they are taken, and why fewer than asked when memory would not
+    hold them."""
+    each = engine.batcher.checkpoint_bytes
+    if not each:
+        return
+    c, asked = engine.checkpoints, state.opts.ctx_checkpoints
+    size = f"{each / 2**20:.1f} MiB each (a slot's recurrent states)"
+    if c.count == 0:
+        why = f": {engine.checkpoints_cut}" if engine.checkpoints_cut else " (--ctx-checkpoints 0)"
+        state.log(f"ember: checkpoints: none{why}; a prompt that parts from what its slot holds is read from the start")
+        return
+    where = "where a prompt parts from what its slot held, where the next chat turn will part"
+    if c.interval:
+        where += f", and every {c.interval} positions of a long prompt"
+        if c.min_step:
+            where += f" (at least {c.min_step} from any other)"
+    total = c.reserved(each, engine.n_slots) / 2**20
+    cut = f", not the {asked} asked: {engine.checkpoints_cut}" if engine.checkpoints_cut else ""
+    state.log(f"ember: checkpoints: up to {c.count} per slot{cut}; {size}, {total:.0f} MiB for every slot, counted "
+              f"in the host prompt cache; taken {where}")
 
 
 def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> bool:

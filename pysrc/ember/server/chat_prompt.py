@@ -149,10 +149,10 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
     except InvalidRequestError as e:
         raise field_error(e)
 
-    def render(msgs, tools):
+    def render(msgs, tools, generation_prompt=add_generation_prompt):
         try:
             return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs,
-                                     template=state.template, add_generation_prompt=add_generation_prompt)
+                                     template=state.template, add_generation_prompt=generation_prompt)
         except InvalidRequestError as e:  # a template variable the request may not set
             raise field_error(e) from None
 
@@ -212,5 +212,23 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
     elif fmt is not None and rr.budget >= 0:
         close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
         opts["thought_budget"] = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
+    if add_generation_prompt and prefill is None and _checkpointing(state):
+        # Where the next turn will part from this prompt: templates rewrite
+        # the reply's turn once it is history (Qwen3.5 drops its thought),
+        # so a hybrid's slot is checkpointed there (see the engine's hints).
+        try:
+            opts["checkpoint_next_text"] = render(messages + _NEXT_TURN, tools, generation_prompt=False)
+        except (TemplateError, ApiError):
+            pass  # a template that cannot render the next turn gives no hint
     shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
     return text, shaper
+
+
+#: A stand-in for the reply and the user's next message, rendered after the
+#: conversation to find where the next turn's prompt parts from this one's.
+_NEXT_TURN = [{"role": "assistant", "content": "Next"}, {"role": "user", "content": "Next"}]
+
+
+def _checkpointing(state: ServerState) -> bool:
+    engine = state.engine
+    return engine is not None and engine.checkpoints.count > 0 and engine.batcher.checkpoint_bytes > 0

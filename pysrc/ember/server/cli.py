@@ -67,6 +67,14 @@ _FLAGS = [
           "a quarter of the free memory, at most 8192)"),
     _Flag("cache-reuse", ("--cache-reuse",), int, "LLAMA_ARG_CACHE_REUSE",
           "min chunk to reuse from the cache by shifting it (0 only: ember reuses the shared prefix)", 0),
+    _Flag("ctx-checkpoints", ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), int, "LLAMA_ARG_CTX_CHECKPOINTS",
+          "checkpoints of a hybrid model's recurrent states kept per slot, so a prompt that parts from what the "
+          "slot holds resumes from the newest one before the parting (default 32, llama-server's; 0: none)", 32),
+    _Flag("ctx-checkpoints-interval", ("--ctx-checkpoints-interval",), int, None,
+          "a long prompt of a hybrid model is checkpointed every N positions (default 1024; 0: never)", 1024),
+    _Flag("checkpoint-min-step", ("-cms", "--checkpoint-min-step"), int, "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT",
+          "interval checkpoints keep at least N positions from any other, and a full list drops one that close "
+          "first (default 0: no minimum)", 0),
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
@@ -395,6 +403,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         shown = {0: "off", -1: "no limit"}.get(cache_ram, f"{cache_ram} MiB")
         lines.append(f"host prompt cache: {shown} (from {sources['cache-ram']})")
 
+    for name in ("ctx-checkpoints", "ctx-checkpoints-interval", "checkpoint-min-step"):
+        if values[name] < 0:
+            raise bad(name, "must be 0 or more")
+
     slot_path = values["slot-save-path"]
     if slot_path is not None:
         if not Path(slot_path).expanduser().is_dir():
@@ -424,7 +436,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
         threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
-        embeddings=bool(values["embeddings"]), pooling=pooling,
+        embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
+        checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
     )
     return opts, lines
 

@@ -224,12 +224,19 @@ async def slots(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     engine = state.engine
     out = []
+    each = engine.batcher.checkpoint_bytes
     for i in range(engine.n_slots):
-        out.append({
+        slot = {
             "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
             "is_processing": engine.batcher.is_busy(i), "n_cached_tokens": engine.batcher.cached_tokens(i),
             "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
-        })
+        }
+        if each:  # a hybrid's recurrent state, and the copies of it the slot keeps
+            cks = engine.batcher.checkpoints(i)
+            slot["recurrent_state_bytes"] = each
+            slot["checkpoints"] = {"max": engine.checkpoints.count, "bytes": each * len(cks),
+                                   "held": [{"pos": p, "taken": why} for p, why in cks]}
+        out.append(slot)
     return json_response(out)
 
 

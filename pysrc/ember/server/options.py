@@ -39,3 +39,9 @@ class ServerOptions:
     embeddings: bool = False
     #: how embeddings are pooled: "none", "mean", "cls" or "last"; None: the file's own
     pooling: str | None = None
+    #: checkpoints of a hybrid's recurrent states per slot (llama-server's --ctx-checkpoints)
+    ctx_checkpoints: int = 32
+    #: a long prompt is checkpointed every this many positions (0: never)
+    checkpoint_interval: int = 1024
+    #: interval checkpoints keep at least this far from any other (--checkpoint-min-step)
+    checkpoint_min_step: int = 0

@@ -13,6 +13,9 @@
 use half::f16;
 use thiserror::Error;
 
+mod checkpoint;
+pub use checkpoint::{hash_tokens, Checkpoint, CheckpointPolicy, Checkpoints, RestoreRefused, Taken, CHECKPOINT_GRID};
+
 #[derive(Debug, Error, PartialEq)]
 pub enum KvError {
     #[error("the context is full: {needed} positions needed, the cache holds {capacity}")]
@@ -346,11 +349,17 @@ impl KvCache {
     /// Full layers always do; a ring has overwritten positions older than its
     /// size, and only a restart from 0 avoids needing them.
     pub fn max_truncation(&self, n: usize) -> usize {
-        let p = n.min(self.len);
         // A recurrent state holds every position at once: it cannot lose the last few.
-        if !self.states.is_empty() && p < self.len {
+        if !self.states.is_empty() && n < self.len {
             return 0;
         }
+        self.max_rewind(n)
+    }
+
+    /// [`max_truncation`](Self::max_truncation) for the keys and values alone:
+    /// how far they can be cut back when a checkpoint supplies the states.
+    fn max_rewind(&self, n: usize) -> usize {
+        let p = n.min(self.len);
         for (il, l) in self.layers.iter().enumerate() {
             if let Some(w) = l.shape.window {
                 if (p + 1).saturating_sub(w) < self.oldest_kept(il, self.len) {
@@ -366,6 +375,18 @@ impl KvCache {
     /// holds what position `n` would need (the caller feeds the gap again).
     pub fn truncate(&mut self, n: usize) -> usize {
         let keep = self.max_truncation(n);
+        if keep == 0 {
+            self.clear();
+        }
+        self.len = keep;
+        keep
+    }
+
+    /// Cuts the keys and values back to positions `0..n`, leaving the
+    /// recurrent states for a checkpoint to replace. Returns the length kept
+    /// (0, with the cache cleared, when a ring no longer holds what `n` needs).
+    fn rewind(&mut self, n: usize) -> usize {
+        let keep = self.max_rewind(n);
         if keep == 0 {
             self.clear();
         }

@@ -10,8 +10,10 @@
 
 use std::sync::Arc;
 
+use ember_kv::{CheckpointPolicy, Checkpoints, RestoreRefused, Taken, CHECKPOINT_GRID};
+
 use crate::error::{ModelError, Result};
-use crate::forward::{Logits, SeqPass, Workspace};
+use crate::forward::{Logits, SeqPass, Snapshot, Workspace};
 use crate::generate::{Draws, GenerateParams, Slot, Step};
 use crate::{KvType, Model};
 
@@ -29,6 +31,8 @@ struct Active {
     pending: Vec<u32>,
     n_prompt: usize,
     n_cached: usize,
+    /// Positions of the prompt where its read takes a checkpoint, in order.
+    plan: Vec<(usize, Taken)>,
 }
 
 struct SlotState {
@@ -37,6 +41,17 @@ struct SlotState {
     /// Step counter when the slot last finished or started, for choosing
     /// the one unused the longest.
     last_used: u64,
+    /// Copies of a hybrid's recurrent states along the tokens held.
+    checkpoints: Checkpoints,
+}
+
+impl SlotState {
+    /// Forgets what the slot holds.
+    fn forget(&mut self) {
+        self.slot.session.cache.clear();
+        self.slot.tokens.clear();
+        self.checkpoints.clear();
+    }
 }
 
 /// What one slot's request did in a step.
@@ -62,11 +77,30 @@ pub struct Batcher {
     /// oldest first.
     host: Vec<HostEntry>,
     host_budget: usize,
+    checkpoints: CheckpointPolicy,
 }
 
 struct HostEntry {
     tokens: Vec<u32>,
     state: Vec<u8>,
+    checkpoints: Checkpoints,
+}
+
+impl HostEntry {
+    fn bytes(&self) -> usize {
+        self.state.len() + self.checkpoints.bytes()
+    }
+}
+
+/// What one busy slot feeds in a pass, and the checkpoints its read takes
+/// inside it.
+struct Feed {
+    slot: usize,
+    tokens: Vec<u32>,
+    /// The prompt's last tokens, or a drawn one: the pass gives its logits.
+    last: bool,
+    snapshots: Vec<Snapshot>,
+    takens: Vec<Taken>,
 }
 
 /// Shorter conversations are cheaper to read again than to keep.
@@ -82,11 +116,64 @@ pub struct PassPart {
 }
 
 /// How a request was placed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Started {
     pub slot: usize,
     /// Prompt positions reused from the slot's cache.
     pub n_cached: usize,
+    pub resume: Resume,
+}
+
+/// How a prompt met what its slot held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resume {
+    /// Nothing held was shared (or the request asked for no caching).
+    Fresh,
+    /// The prompt continues what the slot held, or keys and values alone
+    /// are cut back to where it parts.
+    Kept,
+    /// A hybrid's prompt parted at `parted`: the checkpoint at `pos` was
+    /// restored, and the read goes on from there.
+    Restored { parted: usize, pos: usize, taken: Taken },
+    /// A hybrid's prompt parted at `parted`, and no checkpoint at or
+    /// before it read these tokens: the read starts from zero.
+    NoCheckpoint { parted: usize },
+    /// The checkpoint at `pos` was refused: the read starts from zero.
+    Refused { parted: usize, pos: usize, why: RestoreRefused },
+}
+
+impl std::fmt::Display for Resume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resume::Fresh => write!(f, "read from the start"),
+            Resume::Kept => write!(f, "prefix kept"),
+            Resume::Restored { parted, pos, taken } => {
+                write!(f, "parted at {parted}: restored the checkpoint at {pos} ({})", taken.name())
+            }
+            Resume::NoCheckpoint { parted } => {
+                write!(f, "parted at {parted}: no checkpoint at or before it, read from the start")
+            }
+            Resume::Refused { parted, pos, why } => {
+                write!(f, "parted at {parted}: the checkpoint at {pos} was refused ({why}), read from the start")
+            }
+        }
+    }
+}
+
+fn shared(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Positions of `prompt` a slot holding `tokens` (a hybrid's, when
+/// `checkpoints` is `Some`) can keep: its shared prefix (less the last
+/// token, which is read again for its logits), or for a hybrid that parts
+/// from what it holds, the newest checkpoint at or before the parting.
+fn reusable(tokens: &[u32], checkpoints: Option<&Checkpoints>, prompt: &[u32]) -> usize {
+    let want = shared(tokens, prompt).min(prompt.len().saturating_sub(1));
+    match checkpoints {
+        Some(cks) if want < tokens.len() => cks.newest_for(prompt, want).map_or(0, |c| c.pos()),
+        _ => want,
+    }
 }
 
 impl Batcher {
@@ -95,7 +182,12 @@ impl Batcher {
     pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Batcher {
         let chunk = chunk.max(1);
         let slots = (0..n_slots.max(1))
-            .map(|_| SlotState { slot: Slot::new(model.new_session(n_ctx, chunk, kv)), active: None, last_used: 0 })
+            .map(|_| SlotState {
+                slot: Slot::new(model.new_session(n_ctx, chunk, kv)),
+                active: None,
+                last_used: 0,
+                checkpoints: Checkpoints::default(),
+            })
             .collect();
         Batcher {
             model,
@@ -106,7 +198,45 @@ impl Batcher {
             last_pass: Vec::new(),
             host: Vec::new(),
             host_budget: 0,
+            checkpoints: CheckpointPolicy::default(),
         }
+    }
+
+    /// Where and how many checkpoints each slot of a hybrid keeps (none
+    /// until set). Lowering the count drops what no longer fits.
+    pub fn set_checkpoints(&mut self, policy: CheckpointPolicy) {
+        self.checkpoints = policy;
+        for st in &mut self.slots {
+            st.checkpoints.fit(&policy);
+        }
+        for e in &mut self.host {
+            e.checkpoints.fit(&policy);
+        }
+    }
+
+    pub fn checkpoint_policy(&self) -> CheckpointPolicy {
+        self.checkpoints
+    }
+
+    /// Bytes of one checkpoint: every recurrent state of a slot (0 for a
+    /// model without them).
+    pub fn checkpoint_bytes(&self) -> usize {
+        4 * self.model.config.state_lens().iter().sum::<usize>()
+    }
+
+    /// Where slot `slot`'s checkpoints stand, and why each was taken.
+    pub fn checkpoints(&self, slot: usize) -> Vec<(usize, Taken)> {
+        self.slots[slot].checkpoints.iter().map(|c| (c.pos(), c.taken())).collect()
+    }
+
+    /// Damages checkpoint `i` of slot `slot` (for tests of the checksum).
+    #[doc(hidden)]
+    pub fn damage_checkpoint(&mut self, slot: usize, i: usize) {
+        self.slots[slot].checkpoints.damage(i);
+    }
+
+    fn hybrid(&self) -> bool {
+        self.checkpoint_bytes() > 0
     }
 
     pub fn n_slots(&self) -> usize {
@@ -145,13 +275,17 @@ impl Batcher {
 
     /// Places a request in free slot `slot`: its prompt is read over the next
     /// steps, from where it parts from the slot's cache (from the start
-    /// without `cache_prompt`).
+    /// without `cache_prompt`). A hybrid's read takes checkpoints where the
+    /// prompt parted from what the slot held, at the `hints` (positions where
+    /// the caller expects the next request to part), and at the policy's
+    /// interval.
     pub fn start(
         &mut self,
         slot: usize,
         prompt: &[u32],
         params: GenerateParams,
         cache_prompt: bool,
+        hints: &[usize],
     ) -> Result<Started> {
         let n_vocab = self.model.config.n_vocab;
         let st = self.slots.get_mut(slot).ok_or_else(|| ModelError::Invalid(format!("no slot {slot}")))?;
@@ -172,24 +306,103 @@ impl Batcher {
         if cache_prompt {
             self.swap_with_host(slot, prompt);
         }
+        let hybrid = self.hybrid();
         let st = &mut self.slots[slot];
-        let n_cached = if cache_prompt {
-            st.slot.reuse_prefix(prompt)
+        let (n_cached, resume, parted) = if !cache_prompt {
+            st.forget();
+            (0, Resume::Fresh, None)
+        } else if hybrid {
+            Self::resume_hybrid(st, prompt)
         } else {
-            st.slot.session.cache.clear();
-            st.slot.tokens.clear();
-            0
+            let n = st.slot.reuse_prefix(prompt);
+            (n, if n > 0 { Resume::Kept } else { Resume::Fresh }, None)
         };
         st.slot.tokens = prompt[..n_cached].to_vec();
+        let plan = if hybrid { self.plan(slot, prompt, n_cached, parted, hints) } else { Vec::new() };
+        let st = &mut self.slots[slot];
         st.active = Some(Active {
             draws,
             to_read: prompt[n_cached..].to_vec(),
             pending: Vec::new(),
             n_prompt: prompt.len(),
             n_cached,
+            plan,
         });
         st.last_used = self.steps;
-        Ok(Started { slot, n_cached })
+        Ok(Started { slot, n_cached, resume })
+    }
+
+    /// Where a hybrid's slot resumes `prompt`: it continues what the slot
+    /// holds, or restores the newest checkpoint at or before where the two
+    /// part, or reads from zero. Returns the positions kept, how, and where
+    /// the prompt parted from what was held (if it did).
+    fn resume_hybrid(st: &mut SlotState, prompt: &[u32]) -> (usize, Resume, Option<usize>) {
+        let held = st.slot.tokens.len();
+        let want = shared(&st.slot.tokens, prompt).min(prompt.len() - 1);
+        if want == held {
+            let n = st.slot.reuse_prefix(prompt);
+            return (n, if n > 0 { Resume::Kept } else { Resume::Fresh }, None);
+        }
+        // What the slot held past the parting is another conversation's.
+        st.checkpoints.drop_after(want);
+        let Some(ck) = st.checkpoints.newest_for(prompt, want) else {
+            st.slot.session.cache.clear();
+            st.slot.tokens.clear();
+            let resume = if want > 0 { Resume::NoCheckpoint { parted: want } } else { Resume::Fresh };
+            return (0, resume, Some(want));
+        };
+        let (pos, taken) = (ck.pos(), ck.taken());
+        match st.checkpoints.restore(ck, &mut st.slot.session.cache, prompt) {
+            Ok(()) => (pos, Resume::Restored { parted: want, pos, taken }, Some(want)),
+            Err(why) => {
+                st.slot.session.cache.clear();
+                st.slot.tokens.clear();
+                st.checkpoints.drop_after(pos - 1);
+                (0, Resume::Refused { parted: want, pos, why }, Some(want))
+            }
+        }
+    }
+
+    /// The checkpoints slot `slot`'s read of `prompt` from position `from`
+    /// takes: where it parted from what the slot held, at the caller's
+    /// hints, and every `interval` positions counted from the checkpoint it
+    /// resumed at (on the grid the delta rule's chunks lie on, so that
+    /// resuming from one repeats a read from zero exactly).
+    fn plan(
+        &self,
+        slot: usize,
+        prompt: &[u32],
+        from: usize,
+        parted: Option<usize>,
+        hints: &[usize],
+    ) -> Vec<(usize, Taken)> {
+        let policy = self.checkpoints;
+        if policy.max == 0 {
+            return Vec::new();
+        }
+        let len = prompt.len();
+        let mut plan: Vec<(usize, Taken)> = Vec::new();
+        plan.extend(parted.filter(|&p| p > from).map(|p| (p, Taken::Parted)));
+        plan.extend(hints.iter().filter(|&&h| h > from && h <= len).map(|&h| (h, Taken::Hint)));
+        let existing = &self.slots[slot].checkpoints;
+        if policy.interval > 0 {
+            let mut base = existing.last_at_or_before(from);
+            loop {
+                let at = (base + policy.interval).next_multiple_of(CHECKPOINT_GRID);
+                if at >= len {
+                    break;
+                }
+                let near = |p: usize| p.abs_diff(at) < policy.min_step;
+                let crowded = plan.iter().any(|&(p, _)| near(p)) || existing.iter().any(|c| near(c.pos()));
+                if at > from && !crowded {
+                    plan.push((at, Taken::Interval));
+                }
+                base = at;
+            }
+        }
+        plan.sort_by_key(|&(p, _)| p);
+        plan.dedup_by_key(|&mut (p, _)| p);
+        plan
     }
 
     /// Bytes the host prompt cache may hold (0: none; the default).
@@ -200,38 +413,45 @@ impl Batcher {
 
     /// Conversations held in the host prompt cache, and their bytes.
     pub fn host_cache_usage(&self) -> (usize, usize) {
-        (self.host.len(), self.host.iter().map(|e| e.state.len()).sum())
+        (self.host.len(), self.host.iter().map(HostEntry::bytes).sum())
     }
 
     /// Before slot `slot` takes `prompt`: if the conversation it holds is
-    /// about to be cut back by most of its length, keep it in the host cache;
-    /// and if the host cache holds a longer prefix of `prompt` than the slot
-    /// does, bring that one into the slot instead of reading it again.
+    /// about to be cut back by most of its length, keep it (with its
+    /// checkpoints) in the host cache; and if the host cache holds a
+    /// conversation the slot would keep more of than its own, bring that one
+    /// into the slot instead of reading it again.
     fn swap_with_host(&mut self, slot: usize, prompt: &[u32]) {
         if self.host_budget == 0 {
             return;
         }
-        let shared = |tokens: &[u32]| tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let held = &self.slots[slot].slot.tokens;
-        let kept_here = shared(held);
-        let best = (0..self.host.len()).max_by_key(|&i| shared(&self.host[i].tokens));
-        let from_host =
-            best.map(|i| (i, shared(&self.host[i].tokens))).filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
+        let hybrid = self.hybrid();
+        let keeps = |tokens: &[u32], cks: &Checkpoints| reusable(tokens, hybrid.then_some(cks), prompt);
+        let st = &self.slots[slot];
+        let kept_here = keeps(&st.slot.tokens, &st.checkpoints);
+        let best = (0..self.host.len()).max_by_key(|&i| keeps(&self.host[i].tokens, &self.host[i].checkpoints));
+        let from_host = best
+            .map(|i| (i, keeps(&self.host[i].tokens, &self.host[i].checkpoints)))
+            .filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
         // The slot's conversation would lose most of itself: keep it.
-        if held.len() >= MIN_HOST_PREFIX && kept_here * 2 < held.len() {
-            let state = self.slots[slot].slot.session.cache.save_state();
-            let tokens = held.clone();
+        let held = st.slot.tokens.len();
+        if held >= MIN_HOST_PREFIX && kept_here * 2 < held {
+            let st = &mut self.slots[slot];
+            let state = st.slot.session.cache.save_state();
+            let tokens = st.slot.tokens.clone();
+            // The slot keeps its own: the new prompt may resume from one.
+            let checkpoints = st.checkpoints.clone();
             self.host.retain(|e| e.tokens != tokens);
-            self.host.push(HostEntry { tokens, state });
+            self.host.push(HostEntry { tokens, state, checkpoints });
         }
         if let Some((i, _)) = from_host {
             let entry = self.host.remove(i);
             let st = &mut self.slots[slot];
             if st.slot.session.cache.restore_state(&entry.state).is_ok() {
                 st.slot.tokens = entry.tokens;
+                st.checkpoints = entry.checkpoints;
             } else {
-                st.slot.session.cache.clear();
-                st.slot.tokens.clear();
+                st.forget();
             }
         }
         self.trim_host();
@@ -239,9 +459,9 @@ impl Batcher {
 
     /// Drops the oldest conversations until the host cache fits its budget.
     fn trim_host(&mut self) {
-        let mut total: usize = self.host.iter().map(|e| e.state.len()).sum();
+        let mut total: usize = self.host.iter().map(HostEntry::bytes).sum();
         while total > self.host_budget && !self.host.is_empty() {
-            total -= self.host.remove(0).state.len();
+            total -= self.host.remove(0).bytes();
         }
     }
 
@@ -305,11 +525,12 @@ impl Batcher {
         let st = &mut self.slots[slot];
         st.slot.session.cache.restore_state(&state[kv_at..]).map_err(|e| bad(&e.to_string()))?;
         if st.slot.session.cache.len() != tokens.len() {
-            st.slot.session.cache.clear();
-            st.slot.tokens.clear();
+            st.forget();
             return Err(bad("tokens and cache disagree"));
         }
         st.slot.tokens = tokens;
+        // Checkpoints are not saved: those held were another conversation's.
+        st.checkpoints.clear();
         st.last_used = self.steps;
         Ok(n)
     }
@@ -319,8 +540,7 @@ impl Batcher {
         self.idle_slot(slot)?;
         let st = &mut self.slots[slot];
         let n = st.slot.tokens.len();
-        st.slot.tokens.clear();
-        st.slot.session.cache.clear();
+        st.forget();
         Ok(n)
     }
 
@@ -363,18 +583,23 @@ impl Batcher {
         self.steps += 1;
         let mut events = Vec::new();
         let chunk = self.chunk;
-        // What each busy slot feeds in this pass.
-        let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        // What each busy slot feeds in this pass, and the checkpoints its
+        // read takes inside it.
+        let mut feeds: Vec<Feed> = Vec::new();
+        let state_floats = self.checkpoint_bytes() / 4;
         self.last_pass.clear();
         for (i, st) in self.slots.iter_mut().enumerate() {
             let Some(a) = st.active.as_mut() else {
                 continue;
             };
             let prompt = a.pending.is_empty();
+            let pos = st.slot.session.cache.len();
             let (tokens, last) = if !prompt {
                 (std::mem::take(&mut a.pending), true)
             } else {
-                let n = a.to_read.len().min(chunk);
+                // Passes end where a read from zero's would: on multiples of
+                // the chunk, whatever position this read resumed at.
+                let n = a.to_read.len().min(chunk - pos % chunk);
                 let rest = a.to_read.split_off(n);
                 let tokens = std::mem::replace(&mut a.to_read, rest);
                 (tokens, a.to_read.is_empty())
@@ -384,8 +609,15 @@ impl Batcher {
                 events.push((i, SlotEvent::Failed(e.into())));
                 continue;
             }
+            let (mut snapshots, mut takens) = (Vec::new(), Vec::new());
+            if prompt {
+                for &(at, taken) in a.plan.iter().take_while(|&&(at, _)| at < pos + tokens.len()) {
+                    snapshots.push(Snapshot { at: at - pos, states: vec![0.0; state_floats] });
+                    takens.push(taken);
+                }
+            }
             self.last_pass.push(PassPart { slot: i, tokens: tokens.len(), prompt });
-            feeds.push((i, tokens, last));
+            feeds.push(Feed { slot: i, tokens, last, snapshots, takens });
         }
         if feeds.is_empty() {
             return events;
@@ -393,32 +625,43 @@ impl Batcher {
         let mut parts: Vec<SeqPass<'_>> = Vec::with_capacity(feeds.len());
         let mut rest: &mut [SlotState] = &mut self.slots;
         let mut base = 0;
-        for (i, tokens, last) in &feeds {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
+        for f in &mut feeds {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(f.slot - base);
             let (this, tail) = tail.split_first_mut().expect("slot index in range");
             rest = tail;
-            base = i + 1;
+            base = f.slot + 1;
             parts.push(SeqPass {
                 session: &mut this.slot.session,
-                tokens,
-                want: if *last { Logits::Last } else { Logits::None },
+                tokens: &f.tokens,
+                want: if f.last { Logits::Last } else { Logits::None },
+                snapshots: &mut f.snapshots,
             });
         }
         if let Err(e) = self.model.forward_batch(&mut self.ws, &mut parts) {
             // Checked per slot above; a failure here is not one request's.
             drop(parts);
-            for (i, ..) in &feeds {
-                self.slots[*i].active = None;
-                self.slots[*i].slot.session.cache.clear();
-                self.slots[*i].slot.tokens.clear();
-                events.push((*i, SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}")))));
+            for f in &feeds {
+                self.slots[f.slot].active = None;
+                self.slots[f.slot].forget();
+                events.push((f.slot, SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}")))));
             }
             return events;
         }
         drop(parts);
-        for (i, tokens, last) in feeds {
+        for Feed { slot: i, tokens, last, snapshots, takens } in feeds {
             let st = &mut self.slots[i];
+            let from = st.slot.tokens.len();
             st.slot.tokens.extend_from_slice(&tokens);
+            let a = st.active.as_mut().expect("a fed slot is busy");
+            for (snap, taken) in snapshots.into_iter().zip(takens) {
+                let held = &st.slot.tokens[..from + snap.at];
+                st.checkpoints.insert(held, snap.states, taken, &self.checkpoints);
+                a.plan.remove(0);
+            }
+            if let Some(&(_, taken)) = a.plan.first().filter(|&&(at, _)| at == st.slot.tokens.len()) {
+                st.checkpoints.take(&st.slot.session.cache, &st.slot.tokens, taken, &self.checkpoints);
+                a.plan.remove(0);
+            }
             if !last {
                 continue;
             }

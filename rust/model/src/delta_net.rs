@@ -132,14 +132,16 @@ impl DeltaNet {
     }
 
     /// `t` tokens at once (rows of `step`'s inputs, `qk_stride` and
-    /// `v_stride` floats apart; `gate` and `beta` rows of `n_v_heads`), in
-    /// chunks of at most `chunk` tokens: [`chunks_head`](Self::chunks_head)
-    /// for every head, into rows of `out` `out_stride` apart.
+    /// `v_stride` floats apart; `gate` and `beta` rows of `n_v_heads`), the
+    /// first at position `first`, in chunks that end at multiples of `chunk`:
+    /// [`chunks_head`](Self::chunks_head) for every head, into rows of `out`
+    /// `out_stride` apart.
     #[allow(clippy::too_many_arguments)]
     pub fn chunks(
         &self,
         state: &mut [f32],
         t: usize,
+        first: usize,
         chunk: usize,
         q: &[f32],
         k: &[f32],
@@ -156,7 +158,7 @@ impl DeltaNet {
         let mut head_out = vec![0.0f32; t * d];
         for (h, m) in state.chunks_mut(d * d).enumerate() {
             let io = TokenRows { q, k, qk_stride, v, v_stride, gate, beta };
-            self.chunks_head(h, m, t, chunk, &io, &mut head_out, scratch);
+            self.chunks_head(h, m, t, first, chunk, &io, &mut head_out, scratch);
             for (s, o) in head_out.chunks(d).enumerate() {
                 out[s * out_stride + h * d..s * out_stride + (h + 1) * d].copy_from_slice(o);
             }
@@ -172,11 +174,16 @@ impl DeltaNet {
     /// the chunk's end `Γ_C M0 + Σ_s (Γ_C/Γ_s) w_s k_sᵀ`. The ratios are
     /// taken as `exp` of differences of summed gates, which cannot overflow.
     #[allow(clippy::too_many_arguments)]
+    ///
+    /// The chunks lie on a grid of absolute positions (`first` is the first
+    /// token's), not on where this call starts: a read resumed from a state
+    /// at a grid position does the same arithmetic as one read from zero.
     pub fn chunks_head(
         &self,
         h: usize,
         m: &mut [f32],
         t: usize,
+        first: usize,
         chunk: usize,
         io: &TokenRows<'_>,
         out: &mut [f32],
@@ -187,13 +194,13 @@ impl DeltaNet {
         return flushing_subnormals(|| {
             if wide() {
                 // SAFETY: the CPU has AVX2 and FMA.
-                unsafe { self.chunks_head_avx2(h, m, t, chunk, io, out, sc) }
+                unsafe { self.chunks_head_avx2(h, m, t, first, chunk, io, out, sc) }
             } else {
-                self.chunks_head_any(h, m, t, chunk, io, out, sc)
+                self.chunks_head_any(h, m, t, first, chunk, io, out, sc)
             }
         });
         #[cfg(not(target_arch = "x86_64"))]
-        self.chunks_head_any(h, m, t, chunk, io, out, sc)
+        self.chunks_head_any(h, m, t, first, chunk, io, out, sc)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -204,12 +211,13 @@ impl DeltaNet {
         h: usize,
         m: &mut [f32],
         t: usize,
+        first: usize,
         chunk: usize,
         io: &TokenRows<'_>,
         out: &mut [f32],
         sc: &mut ChunkScratch,
     ) {
-        self.chunks_head_any(h, m, t, chunk, io, out, sc)
+        self.chunks_head_any(h, m, t, first, chunk, io, out, sc)
     }
 
     #[inline(always)]
@@ -219,6 +227,7 @@ impl DeltaNet {
         h: usize,
         m: &mut [f32],
         t: usize,
+        first: usize,
         chunk: usize,
         io: &TokenRows<'_>,
         out: &mut [f32],
@@ -226,7 +235,7 @@ impl DeltaNet {
     ) {
         let mut t0 = 0;
         while t0 < t {
-            let n = chunk.min(t - t0);
+            let n = (chunk - (first + t0) % chunk).min(t - t0);
             self.chunk_head(h, m, t0, n, io, &mut out[t0 * self.head_dim..], sc);
             t0 += n;
         }
@@ -313,6 +322,21 @@ pub struct TokenRows<'a> {
     pub beta: &'a [f32],
 }
 
+impl<'a> TokenRows<'a> {
+    /// The rows from token `rows` on (`n_v_heads` gates and betas a token).
+    pub fn skip(&self, rows: usize, n_v_heads: usize) -> TokenRows<'a> {
+        TokenRows {
+            q: &self.q[rows * self.qk_stride..],
+            k: &self.k[rows * self.qk_stride..],
+            qk_stride: self.qk_stride,
+            v: &self.v[rows * self.v_stride..],
+            v_stride: self.v_stride,
+            gate: &self.gate[rows * n_v_heads..],
+            beta: &self.beta[rows * n_v_heads..],
+        }
+    }
+}
+
 /// A dot product in sixteen running sums, which the compiler keeps in
 /// vector registers (one sum would be a chain of dependent scalar adds).
 /// Every lane adds in the same order at any vector width, so the AVX2 build
@@ -392,14 +416,23 @@ pub fn conv_silu(w: &[f32], d_conv: usize, channels: usize, state: &mut [f32], x
             out[r * channels + c] = s / (1.0 + (-s).exp());
         }
     }
-    // The new state: the last `keep` of (state, x).
     let mut next = vec![0.0f32; keep * channels];
-    for (i, row) in next.chunks_mut(channels).enumerate() {
-        for (c, v) in row.iter_mut().enumerate() {
-            *v = input(state, t, i, c);
-        }
-    }
+    conv_state_after(state, x, channels, t, &mut next);
     state.copy_from_slice(&next);
+}
+
+/// The convolution's state after the first `t` rows of `x` were fed to
+/// `state`: the last `d_conv - 1` rows of (state, x), into `out`.
+pub fn conv_state_after(state: &[f32], x: &[f32], channels: usize, t: usize, out: &mut [f32]) {
+    let keep = state.len() / channels;
+    for (i, row) in out.chunks_mut(channels).enumerate() {
+        let at = t + i;
+        row.copy_from_slice(if at < keep {
+            &state[at * channels..(at + 1) * channels]
+        } else {
+            &x[(at - keep) * channels..(at - keep + 1) * channels]
+        });
+    }
 }
 
 /// `x / sqrt(Σx² + eps)`: llama.cpp's L2 norm of the queries and keys
@@ -567,19 +600,52 @@ mod tests {
                     &mut want[s * vw..(s + 1) * vw],
                 );
             }
-            for chunk in [1, 5, 16, 100] {
+            for (chunk, first) in [(1, 0), (5, 0), (5, 3), (16, 0), (16, 9), (100, 0), (100, 99)] {
                 let mut state = c.state.clone();
                 let mut out = vec![f32::NAN; t * vw];
                 let mut sc = ChunkScratch::default();
-                dn.chunks(&mut state, t, chunk, &c.q, &c.k, qk, &c.v, vw, &c.gate, &c.beta, &mut out, vw, &mut sc);
+                dn.chunks(
+                    &mut state, t, first, chunk, &c.q, &c.k, qk, &c.v, vw, &c.gate, &c.beta, &mut out, vw, &mut sc,
+                );
                 let off_out = out.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 let off_state = state.iter().zip(&step_state).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
                 assert!(
                     off_out < 2e-5 && off_state < 2e-5,
-                    "t={t} chunk {chunk}: outputs {off_out}, state {off_state}"
+                    "t={t} chunk {chunk} from {first}: outputs {off_out}, state {off_state}"
                 );
             }
         }
+    }
+
+    /// A run cut at a grid position and resumed from the state it left is the
+    /// same arithmetic as the run in one call, bit for bit; cut elsewhere it
+    /// is only close (which is why a checkpoint off the grid restores
+    /// within rounding, and one on it exactly).
+    #[test]
+    fn a_run_resumed_on_the_grid_is_the_same_run() {
+        let (t, chunk, first) = (50usize, 16usize, 5usize);
+        let c = case(21, t);
+        let (dn, d) = (c.dn, c.dn.head_dim);
+        let (qk, vw) = (dn.n_k_heads * d, dn.n_v_heads * d);
+        let run = |cut: usize| {
+            let mut state = c.state.clone();
+            let mut out = vec![f32::NAN; t * vw];
+            let mut sc = ChunkScratch::default();
+            for (a, b) in [(0, cut), (cut, t)] {
+                let (q, k, v) = (&c.q[a * qk..], &c.k[a * qk..], &c.v[a * vw..]);
+                let (g, be) = (&c.gate[a * dn.n_v_heads..], &c.beta[a * dn.n_v_heads..]);
+                let o = &mut out[a * vw..b * vw];
+                dn.chunks(&mut state, b - a, first + a, chunk, q, k, qk, v, vw, g, be, o, vw, &mut sc);
+            }
+            (out, state)
+        };
+        let whole = run(t);
+        // Position first + 27 = 32 is on the grid.
+        assert_eq!(run(27), whole);
+        let off_grid = run(20);
+        assert_ne!(off_grid, whole, "a cut off the grid was expected to change the rounding");
+        let off = off_grid.0.iter().zip(&whole.0).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(off < 2e-5, "a cut off the grid moved an output by {off}");
     }
 
     /// The convolution fed in pieces equals it over the whole run from a zero

@@ -143,6 +143,18 @@ pub struct SeqPass<'a> {
     pub session: &'a mut Session,
     pub tokens: &'a [u32],
     pub want: Logits,
+    /// Copies of a hybrid's recurrent states to take inside the pass, in
+    /// order (usually none).
+    pub snapshots: &'a mut [Snapshot],
+}
+
+/// A hybrid sequence's recurrent states after the first `at` tokens of a
+/// pass (0 < `at` < the pass's tokens), taken without changing the pass's
+/// own arithmetic: the delta rule's chunk that `at` falls in is summed again
+/// on a copy up to `at`. Every state, one after another in the cache's order.
+pub struct Snapshot {
+    pub at: usize,
+    pub states: Vec<f32>,
 }
 
 /// What the pass needs of one sequence.
@@ -151,6 +163,7 @@ struct Seq<'a> {
     logits: &'a mut Vec<f32>,
     tokens: &'a [u32],
     want: Logits,
+    snapshots: &'a mut [Snapshot],
 }
 
 impl Session {
@@ -216,7 +229,7 @@ impl Model {
     pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
         self.check_pass(&s.cache, tokens)?;
         let Session { cache, scratch, logits } = s;
-        self.pass(scratch, &mut [Seq { cache, logits, tokens, want }]);
+        self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [] }]);
         Ok(&s.logits)
     }
 
@@ -237,7 +250,7 @@ impl Model {
             .iter_mut()
             .map(|sp| {
                 let Session { cache, logits, .. } = &mut *sp.session;
-                Seq { cache, logits, tokens: sp.tokens, want: sp.want }
+                Seq { cache, logits, tokens: sp.tokens, want: sp.want, snapshots: &mut *sp.snapshots }
             })
             .collect();
         if !parts.is_empty() {
@@ -660,12 +673,23 @@ impl Model {
         // writes its outputs head-major into its sequence's rows of
         // `dn_heads`.
         let mut spans = Vec::with_capacity(seqs.len());
+        // Per sequence, the snapshots inside this pass: where, and this
+        // layer's rule state in each.
+        let mut snaps: Vec<Vec<(usize, SyncPtr<f32>)>> = Vec::with_capacity(seqs.len());
         let mut r0 = 0;
         for q in seqs.iter_mut() {
-            let n = q.tokens.len();
+            let (n, first) = (q.tokens.len(), q.cache.len());
+            let offset: usize = (0..si).map(|i| q.cache.state(i).len()).sum();
             let state = q.cache.state_mut(si);
             let (conv_state, rule_state) = state.split_at_mut(d.conv_state_len());
             let rows = r0 * cd..(r0 + n) * cd;
+            let mut here = Vec::new();
+            for s in q.snapshots.iter_mut().filter(|s| s.at > 0 && s.at < n) {
+                let (conv, rule) = s.states[offset..offset + d.state_len()].split_at_mut(d.conv_state_len());
+                delta_net::conv_state_after(conv_state, &sc.dn_mixed[rows.clone()], cd, s.at, conv);
+                here.push((s.at, SyncPtr(rule.as_mut_ptr())));
+            }
+            snaps.push(here);
             delta_net::conv_silu(
                 &dw.conv,
                 d.d_conv,
@@ -678,14 +702,15 @@ impl Model {
             for row in sc.dn_conv[rows].chunks_mut(cd) {
                 row[..2 * kd].chunks_mut(hd).for_each(|head| delta_net::l2_norm(head, c.rms_eps));
             }
-            spans.push((r0, n, SyncPtr(rule_state.as_mut_ptr())));
+            spans.push((r0, n, first, SyncPtr(rule_state.as_mut_ptr())));
             r0 += n;
         }
         let (x, gate, beta) = (&sc.dn_conv, &sc.dn_gate, &sc.dn_beta);
         let heads_out = SyncPtr(sc.dn_heads.as_mut_ptr());
         pool.for_each(spans.len() * nv, |i| {
-            let ((r0, n, state), h) = (&spans[i / nv], i % nv);
-            let (r0, n) = (*r0, *n);
+            let ((r0, n, first, state), h) = (&spans[i / nv], i % nv);
+            let (r0, n, first) = (*r0, *n, *first);
+            let snaps = &snaps[i / nv];
             // SAFETY: item i alone touches head h of this sequence's state
             // and its rows' head-h block of `dn_heads`.
             let m = unsafe { std::slice::from_raw_parts_mut(state.get().add(h * hd * hd), hd * hd) };
@@ -713,10 +738,51 @@ impl Model {
                     gate,
                     beta,
                 };
-                DELTA_SCRATCH.with_borrow_mut(|sc| d.net.chunks_head(h, m, n, DELTA_CHUNK, &io, o, sc));
+                DELTA_SCRATCH.with_borrow_mut(|sc| {
+                    // Up to each snapshot's chunk on the grid, the pass's own
+                    // run (cut only on the grid, which changes nothing);
+                    // from there to the snapshot, a copy.
+                    let mut done = 0;
+                    for (at, rule) in snaps.iter() {
+                        let at = *at;
+                        let cut = ((first + at) / DELTA_CHUNK * DELTA_CHUNK).saturating_sub(first).max(done);
+                        if cut > done {
+                            let io = io.skip(done, nv);
+                            d.net.chunks_head(
+                                h,
+                                m,
+                                cut - done,
+                                first + done,
+                                DELTA_CHUNK,
+                                &io,
+                                &mut o[done * hd..],
+                                sc,
+                            );
+                            done = cut;
+                        }
+                        // SAFETY: item i alone touches head h of this snapshot's rule state.
+                        let copy = unsafe { std::slice::from_raw_parts_mut(rule.get().add(h * hd * hd), hd * hd) };
+                        copy.copy_from_slice(m);
+                        let mut discard = vec![0.0; (at - cut) * hd];
+                        d.net.chunks_head(
+                            h,
+                            copy,
+                            at - cut,
+                            first + cut,
+                            DELTA_CHUNK,
+                            &io.skip(cut, nv),
+                            &mut discard,
+                            sc,
+                        );
+                    }
+                    if done < n {
+                        let io = io.skip(done, nv);
+                        d.net.chunks_head(h, m, n - done, first + done, DELTA_CHUNK, &io, &mut o[done * hd..], sc);
+                    }
+                });
             }
         });
-        for &(r0, n, _) in &spans {
+        for &(r0, n, ..) in &spans {
             for h in 0..nv {
                 for s in 0..n {
                     let from = r0 * vd + h * n * hd + s * hd;

@@ -29,7 +29,7 @@ use ember_tokenizer::Tokenizer;
 pub use config::{Arch, Config, FamilyOptions};
 pub use ember_kv::KvType;
 pub use error::{ModelError, Result};
-pub use forward::{Logits, SeqPass, Session, Workspace};
+pub use forward::{Logits, SeqPass, Session, Snapshot, Workspace};
 pub use generate::{GenerateParams, Generation, Slot, Step, StopReason};
 
 #[derive(Default)]

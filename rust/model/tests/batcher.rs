@@ -52,7 +52,7 @@ fn side_by_side_answers_equal_answers_alone() {
         for (i, p) in prompts.iter().enumerate() {
             let slot = b.choose_slot(p).unwrap();
             assert_eq!(slot, i, "empty slots are taken in order");
-            b.start(slot, p, greedy(max[i]), true).unwrap();
+            b.start(slot, p, greedy(max[i]), true, &[]).unwrap();
         }
         let mut got = vec![Vec::new(); 4];
         let mut finished = 0;
@@ -79,10 +79,10 @@ fn a_long_prompt_does_not_stall_a_decoding_slot() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
     let mut b = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
-    b.start(0, &tokens(4, 0, n_vocab), greedy(20), true).unwrap();
+    b.start(0, &tokens(4, 0, n_vocab), greedy(20), true, &[]).unwrap();
     b.step(); // slot 0 reads its prompt and draws
     let long = tokens(60, 1, n_vocab);
-    b.start(1, &long, greedy(2), true).unwrap();
+    b.start(1, &long, greedy(2), true, &[]).unwrap();
     // Eight chunks of 8 read slot 1's prompt; slot 0 draws at every one of them.
     for step in 0..7 {
         let ev = b.step();
@@ -101,7 +101,7 @@ fn slots_are_chosen_as_llama_server_chooses() {
     let conv_a = tokens(30, 0, n_vocab);
     let conv_b = tokens(30, 1, n_vocab);
     for (slot, p) in [(0, &conv_a), (1, &conv_b)] {
-        b.start(slot, p, greedy(1), true).unwrap();
+        b.start(slot, p, greedy(1), true, &[]).unwrap();
         while b.any_busy() {
             b.step();
         }
@@ -110,11 +110,11 @@ fn slots_are_chosen_as_llama_server_chooses() {
     let mut more_b = conv_b.clone();
     more_b.extend(tokens(5, 2, n_vocab));
     assert_eq!(b.choose_slot(&more_b), Some(1));
-    assert_eq!(b.start(1, &more_b, greedy(1), true).unwrap().n_cached, 30);
+    assert_eq!(b.start(1, &more_b, greedy(1), true, &[]).unwrap().n_cached, 30);
     // A stranger takes the empty slot while one exists...
     let stranger = tokens(12, 3, n_vocab);
     assert_eq!(b.choose_slot(&stranger), Some(2));
-    b.start(2, &stranger, greedy(1), true).unwrap();
+    b.start(2, &stranger, greedy(1), true, &[]).unwrap();
     while b.any_busy() {
         b.step();
     }
@@ -122,10 +122,10 @@ fn slots_are_chosen_as_llama_server_chooses() {
     assert_eq!(b.choose_slot(&tokens(12, 4, n_vocab)), Some(0));
     // No free slot: none.
     for s in 0..3 {
-        b.start(s, &tokens(3, 5, n_vocab), greedy(4), false).unwrap();
+        b.start(s, &tokens(3, 5, n_vocab), greedy(4), false, &[]).unwrap();
     }
     assert_eq!(b.choose_slot(&conv_a), None);
-    assert!(b.start(0, &conv_a, greedy(1), true).is_err(), "a busy slot refuses");
+    assert!(b.start(0, &conv_a, greedy(1), true, &[]).is_err(), "a busy slot refuses");
 }
 
 #[test]
@@ -133,11 +133,11 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
     let mut b = Batcher::new(model.clone(), 1, 16, 8, KvType::F16);
-    assert!(b.start(0, &[], greedy(1), true).is_err());
-    assert!(b.start(0, &[n_vocab as u32], greedy(1), true).is_err());
-    assert!(b.start(0, &tokens(17, 0, n_vocab), greedy(1), true).is_err(), "longer than the slot");
+    assert!(b.start(0, &[], greedy(1), true, &[]).is_err());
+    assert!(b.start(0, &[n_vocab as u32], greedy(1), true, &[]).is_err());
+    assert!(b.start(0, &tokens(17, 0, n_vocab), greedy(1), true, &[]).is_err(), "longer than the slot");
     // Fills the context: the last draw says so.
-    b.start(0, &tokens(10, 0, n_vocab), greedy(50), true).unwrap();
+    b.start(0, &tokens(10, 0, n_vocab), greedy(50), true, &[]).unwrap();
     let mut last = None;
     while b.any_busy() {
         for (_, ev) in b.step() {
@@ -147,13 +147,13 @@ fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
         }
     }
     assert_eq!(last, Some(ember_model::StopReason::ContextFull));
-    b.start(0, &tokens(4, 1, n_vocab), greedy(50), false).unwrap();
+    b.start(0, &tokens(4, 1, n_vocab), greedy(50), false, &[]).unwrap();
     b.step();
     b.cancel(0);
     assert!(!b.any_busy() && b.step().is_empty());
     assert_eq!(b.cached_tokens(0).len(), 4, "the cache keeps what was fed");
     // max_tokens 0 reads the prompt and ends without a draw.
-    b.start(0, &tokens(4, 1, n_vocab), greedy(0), true).unwrap();
+    b.start(0, &tokens(4, 1, n_vocab), greedy(0), true, &[]).unwrap();
     let ev = b.step();
     assert!(matches!(ev.as_slice(), [(0, SlotEvent::Done)]), "{ev:?}");
 }
@@ -176,7 +176,7 @@ fn a_saved_slot_of_another_family_is_refused_by_name() {
         return;
     };
     let mut a = Batcher::new(g4.clone(), 1, 128, 8, KvType::F16);
-    a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true).unwrap();
+    a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true, &[]).unwrap();
     while a.any_busy() {
         a.step();
     }
@@ -192,7 +192,7 @@ fn saved_slot_round_trip(arch: &str) {
     let n_vocab = model.config.n_vocab;
     let prompt = tokens(20, 0, n_vocab);
     let mut a = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
-    a.start(1, &prompt, greedy(5), true).unwrap();
+    a.start(1, &prompt, greedy(5), true, &[]).unwrap();
     while a.any_busy() {
         a.step();
     }
@@ -201,7 +201,7 @@ fn saved_slot_round_trip(arch: &str) {
     let mut more = a.cached_tokens(1).to_vec();
     more.extend(tokens(3, 1, n_vocab));
     let continue_in = |b: &mut Batcher, slot: usize| -> (usize, Vec<u32>) {
-        let n_cached = b.start(slot, &more, greedy(6), true).unwrap().n_cached;
+        let n_cached = b.start(slot, &more, greedy(6), true, &[]).unwrap().n_cached;
         let mut out = Vec::new();
         while b.any_busy() {
             for (_, ev) in b.step() {
@@ -227,7 +227,7 @@ fn saved_slot_round_trip(arch: &str) {
     assert!(b.restore_slot(0, &state[..state.len() - 1]).is_err(), "truncated");
     assert!(b.restore_slot(0, b"not a slot").is_err());
     assert!(b.restore_slot(5, &state).is_err(), "no such slot");
-    b.start(0, &tokens(3, 2, n_vocab), greedy(50), true).unwrap();
+    b.start(0, &tokens(3, 2, n_vocab), greedy(50), true, &[]).unwrap();
     assert!(b.save_slot(0).is_err() && b.erase_slot(0).is_err(), "a busy slot is left alone");
 }
 
@@ -239,7 +239,7 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     let Some(model) = tiny("gemma3") else { return };
     let n_vocab = model.config.n_vocab;
     let run = |b: &mut Batcher, prompt: &[u32]| -> (usize, Vec<u32>) {
-        let n_cached = b.start(0, prompt, greedy(4), true).unwrap().n_cached;
+        let n_cached = b.start(0, prompt, greedy(4), true, &[]).unwrap().n_cached;
         let mut out = Vec::new();
         while b.any_busy() {
             for (_, ev) in b.step() {

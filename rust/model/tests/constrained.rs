@@ -137,7 +137,7 @@ fn batcher_and_lone_generation_agree_under_a_grammar() {
         .collect();
     let mut b = Batcher::new(model.clone(), 3, 256, 64, KvType::F16);
     for (i, p) in prompts.iter().enumerate() {
-        b.start(i, p, params(&a, 0.9, i as u64), false).unwrap();
+        b.start(i, p, params(&a, 0.9, i as u64), false, &[]).unwrap();
     }
     let mut together = vec![Vec::new(); 3];
     while b.any_busy() {
@@ -161,7 +161,7 @@ fn forced_runs_are_fed_in_one_pass() {
     );
     let prompt = model.tokenizer.tokenize("A person:", true, false);
     let mut b = Batcher::new(model.clone(), 1, 256, 64, KvType::F16);
-    b.start(0, &prompt, params(&a, 0.0, 0), false).unwrap();
+    b.start(0, &prompt, params(&a, 0.0, 0), false, &[]).unwrap();
     let (mut passes, mut ids, mut text) = (0, Vec::new(), String::new());
     while b.any_busy() {
         passes += 1;

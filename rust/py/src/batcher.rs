@@ -3,7 +3,8 @@
 
 use std::sync::Mutex;
 
-use ember_model::batch::{Batcher as Inner, SlotEvent};
+use ember_kv::CheckpointPolicy;
+use ember_model::batch::{Batcher as Inner, Resume, SlotEvent};
 use ember_model::StopReason;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -78,10 +79,44 @@ impl Batcher {
     }
 
     /// Places a request in free slot `slot`; returns the prompt positions
-    /// reused from its cache. The prompt is read by the next steps.
-    fn start(&self, slot: usize, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<usize> {
+    /// reused from its cache, and how they were (a line for the log; None
+    /// when nothing was held). The prompt is read by the next steps; a
+    /// hybrid's read takes a checkpoint at each of `hints`.
+    #[pyo3(signature = (slot, ids, options, hints = Vec::new()))]
+    fn start(
+        &self,
+        slot: usize,
+        ids: Vec<u32>,
+        options: &GenerateOptions,
+        hints: Vec<usize>,
+    ) -> PyResult<(usize, Option<String>)> {
         let params = options.params_for(self.n_vocab)?;
-        self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt).map(|s| s.n_cached).map_err(map_err)
+        let started =
+            self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt, &hints).map_err(map_err)?;
+        let note = (started.resume != Resume::Fresh || started.n_cached > 0).then(|| started.resume.to_string());
+        Ok((started.n_cached, note))
+    }
+
+    /// How many checkpoints of its recurrent states each slot keeps, every
+    /// how many positions of a long prompt, and how far apart at least.
+    fn set_checkpoints(&self, max: usize, interval: usize, min_step: usize) {
+        self.inner.lock().unwrap().set_checkpoints(CheckpointPolicy { max, interval, min_step });
+    }
+
+    /// Bytes of one checkpoint (every recurrent state of a slot; 0 for a
+    /// model without them).
+    #[getter]
+    fn checkpoint_bytes(&self) -> usize {
+        self.inner.lock().unwrap().checkpoint_bytes()
+    }
+
+    /// Slot `slot`'s checkpoints: (position, why it was taken).
+    fn checkpoints(&self, slot: usize) -> PyResult<Vec<(usize, &'static str)>> {
+        let b = self.inner.lock().unwrap();
+        if slot >= b.n_slots() {
+            return Err(InvalidRequestError::new_err(format!("no slot {slot}")));
+        }
+        Ok(b.checkpoints(slot).into_iter().map(|(p, t)| (p, t.name())).collect())
     }
 
     /// What went into the last pass: (slot, tokens, whether they were prompt).
@@ -130,7 +165,9 @@ impl Batcher {
             .map(|(slot, ev)| match ev {
                 SlotEvent::Step(s) => (slot, Some(s.token), s.text, s.stop.map(stop_name), s.logprob, s.top, None),
                 SlotEvent::Done => (slot, None, String::new(), Some("length"), None, Vec::new(), None),
-                SlotEvent::Failed(e) => (slot, None, String::new(), None, None, Vec::new(), Some(map_err(e).into_value(py).into_any())),
+                SlotEvent::Failed(e) => {
+                    (slot, None, String::new(), None, None, Vec::new(), Some(map_err(e).into_value(py).into_any()))
+                }
             })
             .collect()
     }
