@@ -1158,6 +1158,16 @@ def test_call_grammar_coder_values_keep_their_string_constraints():
         assert not g.accepts(bad), bad
 
 
+def test_call_grammar_coder_refuses_a_pattern_it_cannot_hold_raw_text_to():
+    """A pattern or format on a raw-text value is not silently dropped: the
+    grammar is refused (a watched call goes unwatched, a forced one is a 400)."""
+    for key, value in (("pattern", "^[a-z]+$"), ("format", "date")):
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "day": {"type": "string", key: value}}}}}]
+        with pytest.raises(tc.ToolRequestError, match=f"f.day: a {key} cannot be held"):
+            tc.call_grammar(tc.QWEN3_CODER, tools, "f", False, json_rules)
+
+
 def test_plan_grammar():
     plan = tc.validate_tools(TOOLS, {"type": "function", "function": {"name": "get_time"}}, False)
     grammar = plan.grammar(tc.HERMES, json_rules)

@@ -1486,7 +1486,7 @@ def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: S
     for j, (key, sub) in enumerate(props):
         p = f"{base}-p{j}-{_rule_part(key)}"
         if _is_text_schema(sub):
-            value = _raw_text_rule(sub)
+            value = _raw_text_rule(sub, f"{name}.{key}")
         else:
             value = f"{p}-value"
             rules.append(schema_rules(_with_defs(sub if isinstance(sub, Mapping) else {}, params), value))
@@ -1498,13 +1498,19 @@ def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: S
     return rules
 
 
-def _raw_text_rule(schema: Any) -> str:
+def _raw_text_rule(schema: Any, where: str) -> str:
     """A string parameter's value as Qwen3-Coder's framing writes it: raw
     text up to the closing tag (no "<", so it cannot run into it), held to
     the schema's string enum, const and lengths (in characters, as JSON
-    Schema counts them)."""
+    Schema counts them). A pattern or format it cannot hold raw text to is
+    refused, as any schema outside the call grammar's subset is: a watched
+    call is then parsed unwatched, a forced one refused."""
     if not isinstance(schema, Mapping):
         return "[^<]*"
+    for key in ("pattern", "format"):
+        if key in schema and not ("enum" in schema or "const" in schema):
+            raise ToolRequestError(f"{where}: a {key} cannot be held in this template's call framing, which writes "
+                                   "the value as raw text")
     enum = schema.get("enum")
     if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
         return "( " + " | ".join(_lit(v) for v in enum) + " )"
