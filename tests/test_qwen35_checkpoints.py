@@ -170,3 +170,33 @@ def test_the_village_reads_each_later_turn_from_where_the_sheet_ends(model_path)
         assert later["cache_n"] == len(SHEET) and later["prompt_n"] == 24, later
     with serve(model_path, "--ctx-checkpoints", "0") as s:
         assert all(x["cache_n"] == 0 for x in village(s, 1)[1:])
+
+
+def test_the_start_line_gives_a_checkpoints_size_and_cuts_the_count_to_the_budget(model_path):
+    """Every slot's checkpoints come out of the host prompt cache's budget: a
+    budget of 1 MiB holds 31 per slot of the tiny model's two slots, not the
+    32 asked, and the start line says so and why."""
+    with ServerProcess(model_path, "-np", "2", "--cache-ram", "1") as s:
+        status, _, raw = http(s.url + "/slots")
+        slots = json.loads(raw)
+        each = slots[0]["recurrent_state_bytes"]
+        fits = 2**20 // (2 * each)
+        assert 0 < fits < 32, each
+        assert all(sl["checkpoints"]["max"] == fits for sl in slots)
+        assert s.saw(f"checkpoints: up to {fits} per slot, not the 32 asked: 32 per slot would take "
+                     f"{32 * 2 * each / 2**20:.1f} MiB, more than the host prompt cache's 1 MiB")
+        assert s.saw(f"{each / 1024:.1f} KiB each (a slot's recurrent states)")
+
+
+def test_checkpoints_granted_count_against_the_budget_and_the_free_memory():
+    from ember.engine import Checkpoints
+
+    asked = Checkpoints(count=32, free_bytes=10 * 2**30)
+    assert asked.granted(2**20, 4, 8 * 2**30) == (asked, None)
+    cut, why = asked.granted(2**20, 4, 64 * 2**20)
+    assert cut.count == 16 and "more than the host prompt cache's 64 MiB" in why
+    # With no budget (the host cache off) or none to speak of (no limit), half the free memory bounds them.
+    for budget in (0, 2**62):
+        cut, why = Checkpoints(count=32, free_bytes=2**30).granted(2**20, 64, budget)
+        assert cut.count == 8 and "half the free memory (1024 MiB)" in why
+    assert Checkpoints(count=0).granted(2**20, 4, 0) == (Checkpoints(count=0), None)

@@ -324,6 +324,21 @@ def test_cache_ram_default_and_flag(smollm2_path):
         _parse(["-m", str(smollm2_path), "--cache-ram", "-2"])
 
 
+def test_checkpoint_flags_reach_the_options_in_llama_servers_spellings(smollm2_path):
+    opts, _ = _parse(["-m", str(smollm2_path)])
+    assert (opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step) == (32, 1024, 0)
+    opts, _ = _parse(["-m", str(smollm2_path), "-ctxcp", "4", "--ctx-checkpoints-interval", "256", "-cms", "128"])
+    assert (opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step) == (4, 256, 128)
+    opts, _ = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_CTX_CHECKPOINTS": "0",
+                                                  "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT": "64"})
+    assert (opts.ctx_checkpoints, opts.checkpoint_min_step) == (0, 64)
+    opts, _ = _parse(["-m", str(smollm2_path), "--swa-checkpoints", "2"])
+    assert opts.ctx_checkpoints == 2
+    for flag in ("--ctx-checkpoints", "--ctx-checkpoints-interval", "--checkpoint-min-step"):
+        with pytest.raises(OptionError, match=f"{flag} -1: must be 0 or more"):
+            _parse(["-m", str(smollm2_path), flag, "-1"])
+
+
 def test_cache_types_reach_the_options(smollm2_path):
     opts, lines = _parse(["-m", str(smollm2_path)])
     assert opts.kv_type == "f16" and "KV cache: f16 keys and values" in lines

@@ -149,7 +149,7 @@ class Checkpoints:
         fits = limit // (each * slots)
         if fits >= self.count:
             return self, None
-        why = (f"{self.count} per slot would take {self.reserved(each, slots) / 2**20:.0f} MiB, "
+        why = (f"{self.count} per slot would take {self.reserved(each, slots) / 2**20:.1f} MiB, "
                f"more than {where}")
         return Checkpoints(int(fits), self.interval, self.min_step, self.free_bytes), why
 

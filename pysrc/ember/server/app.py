@@ -510,7 +510,7 @@ def _say_checkpoints(state: ServerState, engine) -> None:
     if not each:
         return
     c, asked = engine.checkpoints, state.opts.ctx_checkpoints
-    size = f"{each / 2**20:.1f} MiB each (a slot's recurrent states)"
+    size = f"{_bytes(each)} each (a slot's recurrent states)"
     if c.count == 0:
         why = f": {engine.checkpoints_cut}" if engine.checkpoints_cut else " (--ctx-checkpoints 0)"
         state.log(f"ember: checkpoints: none{why}; a prompt that parts from what its slot holds is read from the start")
@@ -520,10 +520,14 @@ def _say_checkpoints(state: ServerState, engine) -> None:
         where += f", and every {c.interval} positions of a long prompt"
         if c.min_step:
             where += f" (at least {c.min_step} from any other)"
-    total = c.reserved(each, engine.n_slots) / 2**20
+    total = _bytes(c.reserved(each, engine.n_slots))
     cut = f", not the {asked} asked: {engine.checkpoints_cut}" if engine.checkpoints_cut else ""
-    state.log(f"ember: checkpoints: up to {c.count} per slot{cut}; {size}, {total:.0f} MiB for every slot, counted "
+    state.log(f"ember: checkpoints: up to {c.count} per slot{cut}; {size}, {total} for every slot, counted "
               f"in the host prompt cache; taken {where}")
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> bool:
