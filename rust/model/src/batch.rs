@@ -214,10 +214,6 @@ impl Batcher {
         }
     }
 
-    pub fn checkpoint_policy(&self) -> CheckpointPolicy {
-        self.checkpoints
-    }
-
     /// Bytes of one checkpoint: every recurrent state of a slot (0 for a
     /// model without them).
     pub fn checkpoint_bytes(&self) -> usize {

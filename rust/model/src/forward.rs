@@ -271,8 +271,9 @@ impl Model {
         Ok(())
     }
 
-    /// Feeds any number of tokens in passes of at most `max_batch`; returns the
-    /// logits of every position (`Logits::All`) or of the last one.
+    /// Feeds any number of tokens in passes of at most `max_batch`, ending on
+    /// its multiples as a read from zero's do; returns the logits of every
+    /// position (`Logits::All`) or of the last one.
     pub fn prefill(&self, s: &mut Session, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         let step = s.cache.max_batch();
         s.cache.reserve(0)?;
@@ -284,9 +285,11 @@ impl Model {
             .into());
         }
         let mut all = Vec::new();
-        let n_chunks = tokens.len().div_ceil(step);
-        for (i, chunk) in tokens.chunks(step).enumerate() {
-            let last = i + 1 == n_chunks;
+        let mut rest = tokens;
+        while !rest.is_empty() {
+            let (chunk, tail) = rest.split_at(rest.len().min(step - s.cache.len() % step));
+            rest = tail;
+            let last = rest.is_empty();
             let w = match want {
                 Logits::All | Logits::Hidden => want,
                 Logits::Last if last => Logits::Last,

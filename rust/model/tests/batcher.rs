@@ -42,7 +42,7 @@ fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {
 
 #[test]
 fn side_by_side_answers_equal_answers_alone() {
-    for arch in ["llama", "gemma3", "qwen3moe", "gemma4"] {
+    for arch in ["llama", "gemma3", "qwen3moe", "gemma4", "qwen35", "qwen35moe"] {
         let Some(model) = tiny(arch) else { return };
         let n_vocab = model.config.n_vocab;
         let prompts: Vec<Vec<u32>> =

@@ -274,3 +274,29 @@ fn the_host_cache_keeps_a_conversations_checkpoints() {
     assert_eq!(got.resume, Resume::Restored { parted: 100, pos: 64, taken: Taken::Interval });
     assert_eq!(got.draws, fresh(&model, &second, &[]).draws);
 }
+
+/// Two slots reading their prompts in the same passes each take their own
+/// checkpoints inside those passes, and each resumes from its own.
+#[test]
+fn slots_read_side_by_side_take_and_resume_their_own_checkpoints() {
+    let Some(model) = tiny("qwen35f32") else { return };
+    let n = model.config.n_vocab;
+    let prompts = [tokens(200, 11, n), tokens(170, 12, n)];
+    let mut b = batcher(&model, POLICY);
+    for (slot, p) in prompts.iter().enumerate() {
+        b.start(slot, p, greedy(3), true, &[150 - 40 * slot]).unwrap();
+    }
+    while b.any_busy() {
+        for (s, ev) in b.step() {
+            assert!(!matches!(ev, SlotEvent::Failed(_)), "slot {s} failed");
+        }
+    }
+    assert_eq!(positions(&b, 0), [64, 128, 150, 192]);
+    assert_eq!(positions(&b, 1), [64, 110, 128]);
+    for (slot, at) in [(0, 150), (1, 110)] {
+        let next = parted(&prompts[slot], at, 20 + slot as u32, at + 30, n);
+        let got = ask(&mut b, slot, &next, &[]);
+        assert_eq!(got.resume, Resume::Restored { parted: at, pos: at, taken: Taken::Hint }, "slot {slot}");
+        assert!(close(&got, &fresh(&model, &next, &[]), 1e-4), "slot {slot}");
+    }
+}

@@ -24,6 +24,10 @@ fn tiny_parity(arch: &str) {
 /// here; their bound is tight enough that a mixture weighed a little wrong
 /// (a per-expert scale dropped) fails it.
 fn tiny_parity_within(arch: &str, max_mean_diff: f64) {
+    tiny_parity_in_passes(arch, 7, max_mean_diff);
+}
+
+fn tiny_parity_in_passes(arch: &str, pass: usize, max_mean_diff: f64) {
     let Some(path) = tiny_model(arch) else { return };
     let model = Model::load(
         &path,
@@ -34,11 +38,11 @@ fn tiny_parity_within(arch: &str, max_mean_diff: f64) {
     let f = fixture(arch);
     let ids = ids(&f["input_ids"]);
     let n_vocab = model.config.n_vocab;
-    // Prompt read in passes of 7 tokens, so the sliding-window ring wraps
-    // mid-pass; the context llama.cpp read it with, where the fixture says
-    // (LongRoPE's factors depend on it).
+    // Prompt read in passes of `pass` tokens (7: the sliding-window ring
+    // wraps mid-pass); the context llama.cpp read it with, where the fixture
+    // says (LongRoPE's factors depend on it).
     let n_ctx = f["n_ctx"].as_u64().map_or(ids.len(), |n| n as usize);
-    let mut s = model.new_session(n_ctx, 7, KvType::F16);
+    let mut s = model.new_session(n_ctx, pass, KvType::F16);
     let logits = model.prefill(&mut s, &ids, Logits::All).unwrap();
     let mut agreement = Agreement::default();
     for row in f["positions"].as_array().unwrap() {
@@ -149,18 +153,22 @@ fn tiny_qwen3yarn_matches_llama_cpp() {
 }
 
 /// Qwen3.5's hybrid: three gated DeltaNet layers (the last one too) and a
-/// gated attention layer; the 40 tokens are read in one pass, so the delta
-/// rule runs in chunks.
+/// gated attention layer, over 200 tokens (llama.cpp read them in one batch,
+/// its delta rule in chunks of 64): read in passes of 7, and in passes of
+/// 100, where the rule runs whole chunks of 64 and partial ones across the
+/// passes' ends.
 #[test]
 fn tiny_qwen35_matches_llama_cpp() {
     tiny_parity_within("qwen35", 0.03);
+    tiny_parity_in_passes("qwen35", 100, 0.03);
 }
 
 /// The same hybrid with F32 matrices: nothing is quantized on the way, so
-/// ember's chunked rule and llama.cpp's token-by-token kernel meet closely.
+/// ember's chunked rule and llama.cpp's meet closely.
 #[test]
 fn tiny_qwen35_in_f32_matches_llama_cpp() {
     tiny_parity_within("qwen35f32", 0.005);
+    tiny_parity_in_passes("qwen35f32", 100, 0.005);
 }
 
 /// Qwen3.5's mixture: the layer kinds from full_attention_interval alone,
@@ -168,6 +176,7 @@ fn tiny_qwen35_in_f32_matches_llama_cpp() {
 #[test]
 fn tiny_qwen35moe_matches_llama_cpp() {
     tiny_parity_within("qwen35moe", 0.03);
+    tiny_parity_in_passes("qwen35moe", 100, 0.03);
 }
 
 /// Prefill and decode are the same code in every family: a prompt fed in
@@ -185,9 +194,10 @@ fn every_family_reads_a_prompt_as_it_decodes() {
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let ids = ids(&fixture(arch)["input_ids"]);
         let n_vocab = model.config.n_vocab;
-        let mut a = model.new_session(64, 7, KvType::F16);
+        let n_ctx = ids.len().max(64);
+        let mut a = model.new_session(n_ctx, 7, KvType::F16);
         let batched = model.prefill(&mut a, &ids, Logits::All).unwrap();
-        let mut b = model.new_session(64, 7, KvType::F16);
+        let mut b = model.new_session(n_ctx, 7, KvType::F16);
         let mut max_diff = 0f32;
         for (i, &t) in ids.iter().enumerate() {
             let row = model.forward(&mut b, &[t], Logits::Last).unwrap();
