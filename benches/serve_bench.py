@@ -177,17 +177,21 @@ def prompt(clients: int, rnd: int, client: int) -> str:
             f"mentioning the number {1000 + 37 * k} once.\n\n")
 
 
+def post(url: str, route: str, body: dict, timeout: float = 600) -> dict:
+    """The JSON reply of one request; a refusal is a RuntimeError naming the route."""
+    req = urllib.request.Request(url + route, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{route} answered {e.code}: {e.read()[:300]!r}") from None
+
+
 def complete(url: str, text: str, n_gen: int) -> int:
     """Completion tokens of one greedy /v1/completions request."""
     body = {"prompt": text, "max_tokens": n_gen, "temperature": 0, "ignore_eos": True, "stream": False}
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            reply = json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise RuntimeError(f"/v1/completions answered {e.code}: {e.read()[:300]!r}") from None
-    return int(reply["usage"]["completion_tokens"])
+    return int(post(url, "/v1/completions", body)["usage"]["completion_tokens"])
 
 
 def run_round(url: str, clients: int, rnd: int, n_gen: int) -> tuple[float, int, float]:

@@ -23,14 +23,11 @@ is built as serve_bench.py builds it. Not a test: it takes minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,13 +65,7 @@ def now(who: int, rnd: int) -> str:
 
 def ask(url: str, text: str, n_gen: int) -> dict:
     body = {"prompt": text, "n_predict": n_gen, "temperature": 0, "cache_prompt": True, "stream": False}
-    req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=1800) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise RuntimeError(f"/completion answered {e.code}: {e.read()[:300]!r}") from None
+    return serve_bench.post(url, "/completion", body, timeout=1800)
 
 
 def village(name: str, url: str, a: argparse.Namespace) -> dict:

@@ -4,13 +4,9 @@
 
 mod common;
 
-use common::{tiny_model, TINY_ARCHS};
+use common::{tiny_model, tokens, TINY_ARCHS};
 
 use ember_model::{KvType, LoadOptions, Logits, Model, SeqPass, Session, Workspace};
-
-fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
-}
 
 fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32

@@ -4,30 +4,15 @@
 
 mod common;
 
+use common::{tiny, tokens};
+
 use std::sync::Arc;
 
 use ember_model::batch::{Batcher, SlotEvent};
-use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Model};
-use ember_sample::SamplingParams;
-
-fn tiny(arch: &str) -> Option<Arc<Model>> {
-    common::tiny_model(arch).map(|p| Arc::new(Model::load(p, LoadOptions::default()).unwrap()))
-}
-
-fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
-}
+use ember_model::{GenerateParams, Generation, KvType, Model};
 
 fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams {
-        max_tokens,
-        ignore_eos: true,
-        n_probs: 0,
-        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
-        grammar: None,
-        grammar_trigger: None,
-        thought_budget: None,
-    }
+    common::greedy(max_tokens, 0)
 }
 
 fn alone(model: &Arc<Model>, prompt: &[u32], max_tokens: usize) -> Vec<u32> {

@@ -6,33 +6,18 @@
 
 mod common;
 
+use common::{tiny, tokens};
+
 use std::sync::Arc;
 
 use ember_kv::{CheckpointPolicy, RestoreRefused, Taken};
 use ember_model::batch::{Batcher, Resume, SlotEvent};
-use ember_model::{GenerateParams, KvType, LoadOptions, Model};
-use ember_sample::SamplingParams;
-
-fn tiny(arch: &str) -> Option<Arc<Model>> {
-    common::tiny_model(arch).map(|p| Arc::new(Model::load(p, LoadOptions::default()).unwrap()))
-}
-
-fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
-}
+use ember_model::{GenerateParams, KvType, Model};
 
 /// Greedy draws with their log-probabilities: equal logits give equal
 /// figures to the bit, and other rounding almost surely does not.
 fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams {
-        max_tokens,
-        ignore_eos: true,
-        n_probs: 4,
-        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
-        grammar: None,
-        grammar_trigger: None,
-        thought_budget: None,
-    }
+    common::greedy(max_tokens, 4)
 }
 
 const POLICY: CheckpointPolicy = CheckpointPolicy { max: 8, interval: 64, min_step: 0 };

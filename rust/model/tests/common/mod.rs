@@ -4,7 +4,10 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use ember_model::{GenerateParams, LoadOptions, Model};
+use ember_sample::SamplingParams;
 use serde_json::Value;
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -160,5 +163,29 @@ impl Agreement {
         assert!(self.decided_rate() >= 0.97, "{r}");
         assert!(self.argmax_rate() >= 0.90, "{r}");
         assert!(self.mean_abs_diff() < max_mean_diff, "{r}");
+    }
+}
+
+/// A tiny model loaded (see [`tiny_model`]).
+pub fn tiny(arch: &str) -> Option<Arc<Model>> {
+    tiny_model(arch).map(|p| Arc::new(Model::load(p, LoadOptions::default()).unwrap()))
+}
+
+/// `n` prompt tokens of the vocabulary's first `n_vocab`, another run for each `salt`.
+pub fn tokens(n: usize, salt: u32, n_vocab: usize) -> Vec<u32> {
+    (0..n as u32).map(|i| (3 + i * 37 + salt * 211) % n_vocab as u32).collect()
+}
+
+/// Greedy draws of `max_tokens` (the end of generation ignored), each with
+/// the log-probabilities of the `n_probs` most likely tokens.
+pub fn greedy(max_tokens: usize, n_probs: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        ignore_eos: true,
+        n_probs,
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+        grammar: None,
+        grammar_trigger: None,
+        thought_budget: None,
     }
 }
