@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ember.errors import TemplateError
-from ember.server.app import ServerState
+from ember.server.state import ServerState
 from ember.server.chat_output import ChatShaper
 from ember.server.errors import ApiError
 from ember.server.wire import ChatRequest, sampling_options

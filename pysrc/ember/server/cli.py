@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ember.server import machine
 from ember.server.options import ServerOptions
 
 __all__ = ["OptionError", "build_parser", "main", "parse_options", "serve"]
@@ -161,44 +162,6 @@ def _read_config(path: str) -> dict[str, Any]:
     return out
 
 
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _physical_cores() -> int:
-    # Mirrors the Rust engine's choice for threads=0, so the start line names
-    # the number it will really use.
-    try:
-        logical = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        logical = os.cpu_count() or 1
-    cores: set[tuple[str, str]] = set()
-    try:
-        phys = core = None
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in list(fh) + [""]:
-                if not line.strip():
-                    if phys is not None and core is not None:
-                        cores.add((phys, core))
-                    phys = core = None
-                    continue
-                k, _, v = line.partition(":")
-                if k.strip() == "physical id":
-                    phys = v.strip()
-                elif k.strip() == "core id":
-                    core = v.strip()
-    except OSError:
-        pass
-    return min(len(cores), logical) if cores else logical
-
-
 def kv_bytes_per_position(info: Mapping[str, Any]) -> int | None:
     """f16 K and V bytes one position costs across the layers that keep a
     cache, from `_native.inspect`'s reading of the header (per-layer head
@@ -336,7 +299,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
 
     requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * max(values["parallel"], 1)
-    ctx = _choose_ctx(requested, info, _mem_available() if mem_available is None else mem_available, lines,
+    ctx = _choose_ctx(requested, info, machine.mem_available() if mem_available is None else mem_available, lines,
                       kv_scale=_CACHE_TYPE_SCALE[kv_type])
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
 
@@ -351,7 +314,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     if threads:
         lines.append(f"threads: {threads} (from {sources['threads']})")
     else:
-        lines.append(f"threads: {_physical_cores()} (the physical cores)")
+        lines.append(f"threads: {machine.physical_cores()} (the physical cores)")
 
     if values["n-predict"] >= 0:
         lines.append(f"max tokens per request: {values['n-predict']} unless the request asks for fewer or more")
@@ -394,7 +357,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     cache_ram = values["cache-ram"]
     if cache_ram is None:
-        avail = _mem_available() if mem_available is None else mem_available
+        avail = machine.mem_available() if mem_available is None else mem_available
         cache_ram = min(8192, (avail or 0) // 4 // 2**20)
         lines.append(f"host prompt cache: {cache_ram} MiB (a quarter of the free memory, at most 8192; --cache-ram)")
     elif cache_ram < -1:

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from ember.errors import InvalidRequestError
 from ember.server import wire
-from ember.server.app import ServerState, json_response, read_body
+from ember.server.http import json_response, read_body
+from ember.server.state import ServerState
 from ember.server.errors import ApiError, exceed_context
 
 __all__ = ["add_routes"]

@@ -14,7 +14,9 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_output import end_reason
 from ember.server.chat_prompt import chat_prompt
-from ember.server.app import Generation, ServerState, finite, json_response, read_body, stream_error, sse_send, sse_start
+from ember.server.generation import Generation
+from ember.server.http import finite, json_response, read_body, sse_send, sse_start, stream_error
+from ember.server.state import ServerState
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]

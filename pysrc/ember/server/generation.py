@@ -1,0 +1,166 @@
+"""One request's passage through the engine, as a route sees it: the
+prompt's checks, the submission, the events with the client watched, and
+the figures its reply and the log line give."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from ember.model import Completion
+from ember.server.errors import ApiError, exceed_context, from_engine_error
+from ember.server.state import ServerState
+
+__all__ = ["ClientGone", "Generation"]
+
+
+class ClientGone(Exception):
+    """The peer closed the connection: the job was cancelled."""
+
+
+class Generation:
+    """One request's job in the engine, seen by its handler: prompt checks,
+    submission, events with the client watched, and the stats the log line and
+    /metrics read. Use as ``async with``: leaving early cancels the job."""
+
+    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, options: dict,
+                 slot: int | None = None):
+        from ember.engine import GenerationRequest
+
+        self.request = request
+        self.state: ServerState = request.app["state"]
+        model = self.state.model
+        if not prompt:
+            raise ApiError(400, "prompt: empty", param="prompt")
+        n_ctx = self.state.slot_ctx
+        if len(prompt) >= n_ctx:
+            raise exceed_context(len(prompt), n_ctx)
+        bad = next((t for t in prompt if not 0 <= t < model.n_vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})", param="prompt")
+        if max_tokens < 0:  # -1: until the context is full, which the engine reports as "context"
+            max_tokens = n_ctx
+        next_text = options.pop("checkpoint_next_text", None)
+        if next_text is not None:
+            # The chat layer's next turn, rendered: where its tokens leave
+            # this prompt's is where the slot keeps a checkpoint.
+            parting = _shared_prefix(prompt, model.chat_text_ids(next_text))
+            if parting > 0:
+                options["checkpoint_hints"] = [parting]
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.options = options
+        self.completion: Completion | None = None
+        self.cancelled = False
+        self.n_drawn = 0
+        self.t0 = time.perf_counter()
+        self._req = GenerationRequest(prompt, max_tokens, options, slot)
+        self.job = None
+        self._watch: asyncio.Task | None = None
+        self._stream = None
+        self._first = None
+
+    async def __aenter__(self) -> "Generation":
+        try:
+            self.job = self.state.engine.submit(self._req)
+        except Exception as e:
+            raise from_engine_error(e)
+        self.request["generation"] = self
+        self._watch = asyncio.get_running_loop().create_task(self._watch_client())
+        return self
+
+    async def __aexit__(self, et, ev, tb) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self.completion is None:
+            self.cancelled = et is None or issubclass(et, (ClientGone, asyncio.CancelledError, ConnectionError))
+            self.job.cancel()
+        else:
+            m = self.state.metrics
+            m.requests += 1
+            m.prompt_tokens += self.completion.n_prompt
+            m.prompt_seconds += self.completion.prompt_ms / 1e3
+            m.predicted_tokens += len(self.completion.tokens)
+            m.predicted_seconds += self.completion.gen_ms / 1e3
+        if isinstance(ev, ClientGone):
+            raise ConnectionResetError("client gone") from None
+
+    async def _watch_client(self) -> None:
+        # aiohttp need not cancel a handler whose peer left; a queued job would then
+        # wait for the model, so the connection is watched while nothing is written.
+        while True:
+            await asyncio.sleep(0.2)
+            t = self.request.transport
+            if t is None or t.is_closing():
+                self.job.abandon(ClientGone())
+                return
+
+    async def whole(self) -> Completion:
+        """Runs the job to its end and returns its completion, for a reply
+        answered whole (its pieces are in the completion's text)."""
+        async with self:
+            async for _ in self.events():
+                pass
+        return self.completion
+
+    async def first_event(self) -> None:
+        """Waits for the job's first event (it comes once the prompt is read):
+        a stream starts only after, so a request the engine refuses is still
+        answered with a status and its error envelope, not a stream event."""
+        self._stream = self._events()
+        self._first = await anext(self._stream)
+
+    async def events(self):
+        """The job's pieces and completion; engine errors raised as ApiErrors."""
+        stream = self._stream or self._events()
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for ev in stream:
+            yield ev
+
+    async def _events(self):
+        try:
+            async for ev in self.job.events():
+                if isinstance(ev, Completion):
+                    self.completion = ev
+                else:
+                    if ev.token is not None:
+                        self.n_drawn += 1
+                yield ev
+        except ClientGone:
+            raise
+        except Exception as e:
+            raise from_engine_error(e, n_prompt=len(self.prompt), n_ctx=self.state.slot_ctx)
+
+    @property
+    def n_cached(self) -> int:
+        return self.completion.n_cached if self.completion else 0
+
+    def timings(self) -> dict:
+        # As llama-server: prompt_n counts the prompt tokens read, cache_n those reused.
+        c = self.completion
+        n_p, n_g = len(self.prompt) - self.n_cached, len(c.tokens) if c else self.n_drawn
+        p_ms, g_ms = (c.prompt_ms, c.gen_ms) if c else (0.0, 0.0)
+        return {
+            "cache_n": self.n_cached,
+            "prompt_n": n_p,
+            "prompt_ms": p_ms,
+            "prompt_per_token_ms": p_ms / n_p if n_p else 0.0,
+            "prompt_per_second": n_p * 1e3 / p_ms if p_ms > 0 else 0.0,
+            "predicted_n": n_g,
+            "predicted_ms": g_ms,
+            "predicted_per_token_ms": g_ms / n_g if n_g else 0.0,
+            "predicted_per_second": n_g * 1e3 / g_ms if g_ms > 0 else 0.0,
+        }
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

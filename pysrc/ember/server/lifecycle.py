@@ -1,0 +1,153 @@
+"""The server's life: the model loaded on a thread of its own behind a
+listening socket (with the start lines of what it was granted), /health and
+/shutdown, and the engine closed at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import threading
+import warnings
+
+from aiohttp import web
+
+from ember.engine import CHUNK_TARGET_S
+from ember.server.errors import ApiError
+from ember.server.http import json_response
+from ember.server.state import ServerState, unavailable
+
+__all__ = ["health", "on_cleanup", "on_startup", "shutdown"]
+
+
+def _is_loopback(remote: str | None) -> bool:
+    if not remote:
+        return False
+    try:
+        return ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+async def health(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if state.phase != "ready" or state.closing:
+        raise unavailable(state)
+    return json_response({"status": "ok"})
+
+
+async def shutdown(request: web.Request) -> web.Response:
+    if not _is_loopback(request.remote):
+        raise ApiError(403, "shutdown is accepted only from this machine (a loopback address)")
+    if request.headers.get("Origin"):
+        # A web page's request: a browser on this machine is loopback too, and any page could send it.
+        raise ApiError(403, "shutdown is not accepted from a web page (the request carries an Origin)")
+    stop = request.app.get("request_shutdown")
+    if stop is None:
+        raise ApiError(501, "this server was started without a way to shut it down")
+    stop(f"POST /shutdown from {request.remote}")
+    return json_response({"status": "shutting down"})
+
+
+def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Application) -> None:
+    try:
+        from ember.engine import Engine
+        from ember.model import Model
+
+        opts = state.opts
+        template = None
+        if opts.chat_template_file:
+            with open(opts.chat_template_file, encoding="utf-8") as f:
+                template = f.read()
+        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
+        from ember.engine import measure_chunk
+
+        from ember.engine import Checkpoints
+        from ember.server.machine import mem_available
+
+        host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
+        checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
+                                  mem_available() or 0)
+        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model),
+                        host_cache_bytes=host, checkpoints=checkpoints)
+        engine.start()
+        _say_checkpoints(state, engine)
+    except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
+        msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)
+        _post(loop, _loaded, app, None, None, None, msg)
+        return
+    if not _post(loop, _loaded, app, model, engine, template, None):
+        engine.close()  # the server stopped while the model loaded: nobody will use it
+
+
+def _say_checkpoints(state: ServerState, engine) -> None:
+    """The start line of a hybrid model's checkpoints: their size, how many,
+    where they are taken, and why fewer than asked when memory would not
+    hold them."""
+    each = engine.batcher.checkpoint_bytes
+    if not each:
+        return
+    c, asked = engine.checkpoints, state.opts.ctx_checkpoints
+    size = f"{_bytes(each)} each (a slot's recurrent states)"
+    if c.count == 0:
+        why = f": {engine.checkpoints_cut}" if engine.checkpoints_cut else " (--ctx-checkpoints 0)"
+        state.log(f"ember: checkpoints: none{why}; a prompt that parts from what its slot holds is read from the start")
+        return
+    where = "where a prompt parts from what its slot held, where the next chat turn will part"
+    if c.interval:
+        where += f", and every {c.interval} positions of a long prompt"
+        if c.min_step:
+            where += f" (at least {c.min_step} from any other)"
+    total = _bytes(c.reserved(each, engine.n_slots))
+    cut = f", not the {asked} asked: {engine.checkpoints_cut}" if engine.checkpoints_cut else ""
+    state.log(f"ember: checkpoints: up to {c.count} per slot{cut}; {size}, {total} for every slot, counted "
+              f"in the host prompt cache; taken {where}")
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> bool:
+    """Runs `fn(*args)` on the loop; False when the loop has already closed."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+        return True
+    except RuntimeError:
+        return False
+
+
+def _loaded(app: web.Application, model, engine, template, error: str | None) -> None:
+    state: ServerState = app["state"]
+    if error is not None:
+        # The runner says it once it sees the event, and exits non-zero.
+        state.phase, state.load_error = "failed", error
+        app["load_failed"].set()
+        return
+    state.model, state.engine, state.template = model, engine, template
+    # The runner reads them from the app once the load is done; aiohttp frowns on
+    # changing a started app, but these keys are set exactly once, by design.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        app["model"], app["engine"] = model, engine
+    state.phase = "ready"
+    slots = f"{engine.n_slots} slots of {engine.slot_ctx} positions" if engine.n_slots > 1 else f"context {engine.slot_ctx}"
+    state.log(f"ember: model {state.model_id()} loaded ({slots}; prompts read {engine.chunk} tokens per pass, "
+              f"so a pass beside other conversations stays near {CHUNK_TARGET_S * 1e3:.0f} ms)")
+    app["ready"].set()
+    if state.closing:
+        engine.close(0)
+
+
+async def on_startup(app: web.Application) -> None:
+    loop = asyncio.get_running_loop()
+    # Not a daemon, for the reason the engine thread is not one: exit waits
+    # for the load to return rather than killing it inside the model.
+    t = threading.Thread(target=_load, args=(app["state"], loop, app), name="ember-load", daemon=False)
+    t.start()
+
+
+async def on_cleanup(app: web.Application) -> None:
+    state: ServerState = app["state"]
+    state.closing = True
+    if state.engine is not None:
+        await asyncio.get_running_loop().run_in_executor(None, state.engine.close, 5.0)

@@ -1,0 +1,90 @@
+"""What every part of the server reads: the options it was started with,
+the model and engine once loaded, the phase of the load, and the counters
+behind /metrics; and which error envelope a path answers in."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ember.server.errors import ApiError
+from ember.server.options import ServerOptions
+
+__all__ = ["ANTHROPIC_PREFIX", "OLLAMA_PREFIX", "Metrics", "ServerState", "envelope", "unavailable"]
+
+
+# Anthropic's Messages routes and Ollama's answer errors in their own envelopes.
+ANTHROPIC_PREFIX = "/v1/messages"
+
+
+OLLAMA_PREFIX = "/api/"
+
+
+def envelope(path: str) -> str:
+    if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
+        return "anthropic"
+    return "ollama" if path.startswith(OLLAMA_PREFIX) else "llama"
+
+
+@dataclass
+class Metrics:
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    predicted_tokens: int = 0
+    predicted_seconds: float = 0.0
+    requests: int = 0
+
+
+@dataclass
+class ServerState:
+    opts: ServerOptions
+    log: Callable[[str], None]
+    model: object = None
+    engine: object = None
+    phase: str = "loading"  # "loading" | "ready" | "failed"
+    load_error: str | None = None
+    template: str | None = None
+    started: float = field(default_factory=time.time)
+    metrics: Metrics = field(default_factory=Metrics)
+    closing: bool = False
+    #: the tool-call framing of each chat template in use, found once
+    framings: dict = field(default_factory=dict)
+    #: the model as Ollama's routes describe it (entry, file metadata), read once
+    ollama_model: tuple | None = None
+    #: embedding passes run one at a time (each beside the engine's passes)
+    embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def body_limit(self) -> int:
+        if self.opts.body_limit is not None:
+            return self.opts.body_limit
+        # Room for a prompt that fills the context, at a generous 16 bytes a token, plus the envelope.
+        n_ctx = self.model.n_ctx if self.model is not None else (self.opts.ctx_size or 8192)
+        return 64 * 1024 + 16 * n_ctx
+
+    @property
+    def slot_ctx(self) -> int:
+        """Positions one request may fill: the context cut among the slots."""
+        return self.engine.slot_ctx if self.engine is not None else self.model.n_ctx
+
+    def model_id(self) -> str:
+        if self.opts.alias:
+            return self.opts.alias
+        if self.model is not None:
+            return self.model.name
+        return _stem(self.opts.model or "ember")
+
+
+def _stem(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).stem
+
+
+def unavailable(state: ServerState) -> ApiError:
+    if state.phase == "failed":
+        return ApiError(503, f"the model failed to load: {state.load_error}")
+    if state.closing:
+        return ApiError(503, "the server is shutting down")
+    return ApiError(503, "Loading model")
