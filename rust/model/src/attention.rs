@@ -23,7 +23,6 @@
 //! split: a token gets the same attention alone, in a prompt, or in a batch.
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
 
 use ember_kv::{KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::f16;
@@ -57,19 +56,10 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Whether the F16C/AVX2 conversions and vector loops below can run, checked once.
+/// Whether the F16C/AVX2 conversions and vector loops below run: the level
+/// ember runs at has them (see `ember_quant::level`).
 fn simd() -> bool {
-    static SIMD: OnceLock<bool> = OnceLock::new();
-    *SIMD.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    ember_quant::level() >= ember_quant::SimdLevel::Avx2
 }
 
 /// Query row budget of one item: its outputs and f16 queries stay around 16 KiB each.

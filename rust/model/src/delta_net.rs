@@ -379,10 +379,11 @@ fn flushing_subnormals<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Whether the rule runs in its AVX2 build here.
+/// Whether the rule runs in its AVX2 build: the level ember runs at has it
+/// (see `ember_quant::level`).
 #[cfg(target_arch = "x86_64")]
 fn wide() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    ember_quant::level() >= ember_quant::SimdLevel::Avx2
 }
 
 /// Working memory of [`DeltaNet::chunks`], reused across calls.

@@ -60,6 +60,8 @@ pub struct Model {
 
 impl Model {
     pub fn load(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Model> {
+        // A kernel level ember cannot honour (EMBER_SIMD) is refused before anything runs.
+        ember_quant::checked_level().map_err(ModelError::Invalid)?;
         let file = Arc::new(GgufFile::open(path)?);
         let config = Config::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;

@@ -115,9 +115,9 @@ mod avx {
 
     use super::*;
 
+    /// The level ember runs at has AVX2, FMA and F16C (see `ember_quant::level`).
     pub(super) fn available() -> bool {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        ember_quant::level() >= ember_quant::SimdLevel::Avx2
     }
 
     #[inline]
@@ -152,11 +152,6 @@ mod avx {
             i += 8;
         }
         exp_shifted_scalar(&mut row[i..], shift);
-    }
-
-    pub(super) fn f16c() -> bool {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| is_x86_feature_detected!("f16c"))
     }
 
     /// [`gelu_table`] on eight lanes: rounded to f16 as `f16::from_f32`
@@ -227,7 +222,7 @@ pub fn gelu_table(x: f32) -> f32 {
 /// in vectors (the per-element conversions cost more than the lookup).
 pub fn gelu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if avx::available() && avx::f16c() {
+    if avx::available() {
         // SAFETY: the CPU has the features `avx` and F16C need.
         return unsafe { avx::gelu_mul(out, g, u, gelu_f16_table()) };
     }

@@ -45,7 +45,7 @@ pub use dequant::{can_dequantize, dequantize_row};
 pub use error::QuantError;
 pub use kernels::tile::{scalar_tile_fn, TileFn, UnpackFn, UnpackedTile, MAX_TILE_COLS};
 pub use kernels::{
-    dot_cols_fn, dot_fn, scalar, scalar_dot_fn, simd_level, tile_fn, tile_fn_at, unpacked_tile, unpacked_tile_at, vec_dot,
+    checked_level, dot_cols_fn, dot_fn, level, scalar, scalar_dot_fn, simd_level, tile_fn, tile_fn_at, unpacked_tile, unpacked_tile_at, vec_dot,
     DotColsFn, DotFn, SimdLevel, MAX_DOT_COLS,
 };
 pub use quantize::{

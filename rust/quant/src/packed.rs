@@ -365,7 +365,7 @@ pub fn act_row_bytes(k: usize) -> Option<usize> {
 pub fn quantize_act_row(x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let (nb, head, qs) = act_row_parts(x, out)?;
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::x86::avx2::available() {
+    if crate::kernels::level() >= crate::SimdLevel::Avx2 {
         // SAFETY: AVX2/FMA/F16C checked above; `act_row_parts` checked that
         // `x` holds `nb` blocks, `head` 16 bytes and `qs` 32 bytes a block.
         unsafe { crate::kernels::x86::avx2_act::quantize_row(x.as_ptr(), nb, head.as_mut_ptr(), qs.as_mut_ptr()) };

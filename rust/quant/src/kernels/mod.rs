@@ -105,10 +105,37 @@ impl SimdLevel {
     }
 }
 
-/// The level the kernels are chosen at: the highest this CPU runs, decided once.
-fn level() -> SimdLevel {
-    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
-    *LEVEL.get_or_init(|| *SimdLevel::all_here().last().expect("scalar runs everywhere"))
+impl SimdLevel {
+    pub fn parse(name: &str) -> Option<SimdLevel> {
+        [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().find(|l| l.name() == name)
+    }
+}
+
+/// The level every SIMD choice in ember is made at, decided once: the highest
+/// this CPU runs, or the one `EMBER_SIMD` names (`scalar`, `avx2`,
+/// `avx512vnni`), so a plainer path can be exercised on any machine. A
+/// value that names no level, or one this CPU does not run, is an error,
+/// never a silent choice of another.
+pub fn checked_level() -> Result<SimdLevel, String> {
+    static LEVEL: OnceLock<Result<SimdLevel, String>> = OnceLock::new();
+    LEVEL
+        .get_or_init(|| {
+            let best = *SimdLevel::all_here().last().expect("scalar runs everywhere");
+            let Some(asked) = std::env::var_os("EMBER_SIMD") else { return Ok(best) };
+            let asked = asked.to_string_lossy().trim().to_ascii_lowercase();
+            match SimdLevel::parse(&asked) {
+                None => Err(format!("EMBER_SIMD={asked}: expected scalar, avx2 or avx512vnni")),
+                Some(l) if !l.runs_here() => Err(format!("EMBER_SIMD={asked}: this CPU does not run it")),
+                Some(l) => Ok(l),
+            }
+        })
+        .clone()
+}
+
+/// [`checked_level`], for the kernels' choices (a model load checks it first,
+/// so a bad `EMBER_SIMD` is refused there).
+pub fn level() -> SimdLevel {
+    checked_level().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The fastest kernel for `w` on this CPU, or `None` when `w` has no dot
