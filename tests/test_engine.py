@@ -94,3 +94,39 @@ def test_engine_errors_reach_the_caller(engine, smollm2):
 
     with pytest.raises(Exception, match="out of range"):
         asyncio.run(go())
+
+
+def test_tasks_run_on_the_engine_thread_between_passes(engine, smollm2):
+    """The engine is the model's one owner: a task (an embedding, a slot
+    file, a snapshot) runs on its thread, between two passes of a generation
+    in progress, not after it; what it raises reaches the caller."""
+    import threading
+
+    def fail():
+        raise ValueError("the task's own error")
+
+    async def go():
+        long = engine.submit(greedy(smollm2, "Once upon a time", 5000, ignore_eos=True))
+        await long.started.wait()
+        where = await asyncio.wait_for(engine.call(lambda: threading.current_thread().name), timeout=10)
+        snap = await asyncio.wait_for(engine.call(engine.snapshot), timeout=10)
+        with pytest.raises(ValueError, match="the task's own error"):
+            await engine.call(fail)
+        vector = await asyncio.wait_for(engine.call(lambda: smollm2.embed("hi", pooling="mean")), timeout=30)
+        long.cancel()
+        return where, snap, vector
+
+    where, snap, vector = asyncio.run(go())
+    assert where == "ember-engine"
+    assert snap["busy"] == 1 and snap["slots"][0]["busy"]
+    assert len(vector) == smollm2.n_embd
+
+
+def test_a_task_after_close_is_refused(engine):
+    engine.close(timeout=10)
+
+    async def go():
+        await engine.call(lambda: 1)
+
+    with pytest.raises(EngineStopped):
+        asyncio.run(go())

@@ -21,6 +21,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Sequence
 
@@ -156,6 +157,34 @@ class Checkpoints:
 
 _STOP = object()
 
+
+class _Task:
+    """Work the engine thread runs between passes, for a caller on an event loop."""
+
+    def __init__(self, fn, args: tuple, loop: asyncio.AbstractEventLoop):
+        self.fn, self.args, self._loop = fn, args, loop
+        self.future: asyncio.Future = loop.create_future()
+
+    def run(self) -> None:
+        try:
+            result = self.fn(*self.args)
+        except Exception as e:  # the caller's to handle, as a call of its own would be
+            self._deliver(e)
+            return
+        self._settle(lambda: self.future.set_result(result))
+
+    def _deliver(self, exc: BaseException) -> None:
+        self._settle(lambda: self.future.set_exception(exc))
+
+    def _settle(self, how) -> None:
+        def settle():
+            if not self.future.done():
+                how()
+        try:
+            self._loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop is closed: nobody is waiting
+            pass
+
 #: How long one pass may take while it reads a prompt chunk beside other
 #: conversations' tokens: their next token waits that long at most.
 CHUNK_TARGET_S = 0.15
@@ -189,17 +218,22 @@ class Engine:
         self.slot_ctx = max(1, model.n_ctx // self.n_slots)
         self.chunk = chunk or model.max_batch
         self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
+        #: bytes of one checkpoint of a slot's recurrent states (0: the model has none)
+        self.checkpoint_bytes = self.batcher.checkpoint_bytes
         #: what the slots' checkpoints were granted, and why fewer than asked (None: as asked)
         self.checkpoints, self.checkpoints_cut = Checkpoints(count=0), None
         host_cache_bytes = max(0, host_cache_bytes)
-        if checkpoints is not None and self.batcher.checkpoint_bytes:
+        if checkpoints is not None and self.checkpoint_bytes:
             self.checkpoints, self.checkpoints_cut = checkpoints.granted(
-                self.batcher.checkpoint_bytes, self.n_slots, host_cache_bytes)
-            host_cache_bytes -= self.checkpoints.reserved(self.batcher.checkpoint_bytes, self.n_slots)
+                self.checkpoint_bytes, self.n_slots, host_cache_bytes)
+            host_cache_bytes -= self.checkpoints.reserved(self.checkpoint_bytes, self.n_slots)
             c = self.checkpoints
             self.batcher.set_checkpoints(c.count, c.interval, c.min_step)
         self.batcher.set_host_cache(max(0, host_cache_bytes))
+        #: what was submitted: jobs and tasks, in arrival order
         self._jobs: queue.Queue = queue.Queue()
+        #: jobs taken from the queue, waiting for a slot (engine thread only)
+        self._line: deque[Job] = deque()
         # Not a daemon: the interpreter must not finalize while this thread is
         # inside the model (a daemon thread re-entering a finalizing
         # interpreter is killed by a forced unwind, which aborts the process).
@@ -219,7 +253,7 @@ class Engine:
         self._thread.start()
 
     def waiting(self) -> int:
-        return self._jobs.qsize() + len(self._deferred)
+        return self._jobs.qsize() + len(self._line) + len(self._deferred)
 
     @property
     def n_busy(self) -> int:
@@ -240,6 +274,24 @@ class Engine:
         self._jobs.put(job)
         return job
 
+    async def call(self, fn, *args):
+        """Runs ``fn(*args)`` on the engine thread between two passes and
+        returns what it returns (or raises what it raises): the engine is the
+        model's one owner, so embeddings, slot files and snapshots of its
+        state go through it as tasks, as llama-server's do."""
+        if self._closing:
+            raise EngineStopped("the server is shutting down")
+        task = _Task(fn, args, asyncio.get_running_loop())
+        self._jobs.put(task)
+        return await task.future
+
+    def snapshot(self) -> dict:
+        """What /metrics and /slots read, taken on the engine thread (through `call`)."""
+        b = self.batcher
+        return {"busy": self.n_busy, "waiting": self.waiting(), "kv_tokens": self.kv_tokens,
+                "slots": [{"busy": b.is_busy(i), "cached": b.cached_tokens(i), "checkpoints": b.checkpoints(i)}
+                          for i in range(self.n_slots)]}
+
     def close(self, timeout: float | None = None) -> None:
         """Takes no more work; the requests in progress end before their next
         token, the waiting ones are cancelled."""
@@ -249,39 +301,51 @@ class Engine:
                 job = self._jobs.get_nowait()
             except queue.Empty:
                 break
-            if job is not _STOP:
+            if isinstance(job, Job):
                 job.cancel()
+            if job is not _STOP:
                 job._deliver(EngineStopped("the server is shutting down"))
+        for job in list(self._line):
+            job.cancel()
         for job, _ in list(self._active.values()):
             job.cancel()
         self._jobs.put(_STOP)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    def _take(self, timeout: float) -> bool:
+        """Takes what was submitted, waiting up to ``timeout`` for the first:
+        tasks run at once, jobs join the line. False once told to stop."""
+        while True:
+            try:
+                item = self._jobs.get(timeout=timeout) if timeout > 0 else self._jobs.get_nowait()
+            except queue.Empty:
+                return True
+            timeout = 0.0
+            if item is _STOP:
+                return False
+            if isinstance(item, _Task):
+                item.run()
+            else:
+                self._line.append(item)
+
     def _admit(self) -> bool:
         """Places waiting requests in free slots; False once told to stop."""
-        was_idle, joined = not self._active, False
+        idle = not self._active and not self._line and not self._deferred
+        if not self._take(0.25 if idle else 0.0):
+            return False
+        if idle and self._line and not self._take(JOIN_WAIT_S):
+            # Requests sent together arrive a little apart: the first pass
+            # waits a moment for the others to join it.
+            return False
         # A job that asked for a busy slot takes it as soon as it frees, before
         # newer jobs; it holds back none of the jobs behind it meanwhile.
         for job in list(self._deferred):
             if job.cancelled or job.request.slot not in self._active:
                 self._deferred.remove(job)
                 self._place(job, job.request.slot)
-        while len(self._active) < self.n_slots:
-            try:
-                if not self._active:
-                    job = self._jobs.get(timeout=0.25)
-                elif was_idle and not joined:
-                    # Requests sent together arrive a little apart: the first
-                    # pass waits a moment for the others to join it.
-                    joined = True
-                    job = self._jobs.get(timeout=JOIN_WAIT_S)
-                else:
-                    job = self._jobs.get_nowait()
-            except queue.Empty:
-                return bool(self._active) or threading.main_thread().is_alive()
-            if job is _STOP:
-                return False
+        while len(self._active) < self.n_slots and self._line:
+            job = self._line.popleft()
             if job.cancelled:
                 continue
             want = job.request.slot
@@ -289,7 +353,7 @@ class Engine:
                 self._deferred.append(job)
                 continue
             self._place(job, want if want is not None else self.batcher.choose_slot(job.request.prompt))
-        return True
+        return bool(self._active or self._line or self._deferred) or threading.main_thread().is_alive()
 
     def _place(self, job: Job, slot: int) -> None:
         """Starts `job` in free slot `slot` (a cancelled job is only counted)."""
@@ -349,10 +413,18 @@ class Engine:
                 self.busy = bool(self._active)
                 _deliver_pass(deliveries)
         finally:
-            for job in [j for j, _ in self._active.values()] + self._deferred:
+            for job in [j for j, _ in self._active.values()] + self._deferred + list(self._line):
                 job._deliver(EngineStopped("the server is shutting down"))
             self._active.clear()
             self._deferred.clear()
+            self._line.clear()
+            while True:
+                try:
+                    item = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, (Job, _Task)):
+                    item._deliver(EngineStopped("the server is shutting down"))
             self.busy = False
             self.kv_tokens = 0
 

@@ -231,4 +231,4 @@ _NEXT_TURN = [{"role": "assistant", "content": "Next"}, {"role": "user", "conten
 
 def _checkpointing(state: ServerState) -> bool:
     engine = state.engine
-    return engine is not None and engine.checkpoints.count > 0 and engine.batcher.checkpoint_bytes > 0
+    return engine is not None and engine.checkpoints.count > 0 and engine.checkpoint_bytes > 0

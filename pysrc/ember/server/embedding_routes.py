@@ -10,18 +10,17 @@ operation at a time, so the two interleave without sharing any state."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any, Union
 
 import msgspec
 from aiohttp import web
 
-from ember.errors import InvalidRequestError
+from ember.errors import EmberError, InvalidRequestError
 from ember.server import wire
 from ember.server.http import json_response, read_body
 from ember.server.state import ServerState
-from ember.server.errors import ApiError, exceed_context
+from ember.server.errors import ApiError, exceed_context, from_engine_error
 
 __all__ = ["add_routes"]
 
@@ -110,21 +109,21 @@ MAX_INPUTS = 2048
 
 
 async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:
-    """Each input's embedding, computed off the event loop. Embedding passes
-    run one at a time beside the engine's (the worker pool interleaves the
-    two), and a client that leaves stops its remaining inputs."""
+    """Each input's embedding, computed by the engine between its passes (it
+    is the model's one owner); a client that leaves stops its remaining
+    inputs."""
     state: ServerState = request.app["state"]
-    loop = asyncio.get_running_loop()
     out = []
     for ids in inputs:
         if request.transport is None or request.transport.is_closing():
             raise ConnectionResetError("client gone")
-        async with state.embed_lock:
-            try:
-                out.append(await loop.run_in_executor(
-                    None, lambda ids=ids: state.model.embed(ids, pooling=pooling, normalize=normalize)))
-            except InvalidRequestError as e:
-                raise ApiError(400, str(e)) from None
+        try:
+            out.append(await state.engine.call(lambda ids=ids: state.model.embed(ids, pooling=pooling,
+                                                                                  normalize=normalize)))
+        except InvalidRequestError as e:
+            raise ApiError(400, str(e)) from None
+        except EmberError as e:
+            raise from_engine_error(e) from None
     return out
 
 

@@ -83,7 +83,7 @@ def _say_checkpoints(state: ServerState, engine) -> None:
     """The start line of a hybrid model's checkpoints: their size, how many,
     where they are taken, and why fewer than asked when memory would not
     hold them."""
-    each = engine.batcher.checkpoint_bytes
+    each = engine.checkpoint_bytes
     if not each:
         return
     c, asked = engine.checkpoints, state.opts.ctx_checkpoints

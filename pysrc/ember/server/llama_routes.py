@@ -197,7 +197,7 @@ async def metrics(request: web.Request) -> web.Response:
         raise ApiError(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                        type="not_supported_error")
     s = state.metrics
-    engine = state.engine
+    snap = await state.engine.call(state.engine.snapshot)
     rows = [
         ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.prompt_tokens),
         ("prompt_seconds_total", "counter", "Prompt process time", s.prompt_seconds),
@@ -207,11 +207,11 @@ async def metrics(request: web.Request) -> web.Response:
          s.prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0),
         ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
          s.predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0),
-        ("requests_processing", "gauge", "Number of requests processing.", engine.n_busy),
-        ("requests_deferred", "gauge", "Number of requests deferred.", engine.waiting()),
-        ("kv_cache_tokens", "gauge", "KV-cache tokens.", engine.kv_tokens),
+        ("requests_processing", "gauge", "Number of requests processing.", snap["busy"]),
+        ("requests_deferred", "gauge", "Number of requests deferred.", snap["waiting"]),
+        ("kv_cache_tokens", "gauge", "KV-cache tokens.", snap["kv_tokens"]),
         ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-         engine.kv_tokens / state.model.n_ctx if state.model is not None else 0.0),
+         snap["kv_tokens"] / state.model.n_ctx if state.model is not None else 0.0),
     ]
     lines = []
     for name, kind, help_, value in rows:
@@ -226,15 +226,16 @@ async def slots(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     engine = state.engine
     out = []
-    each = engine.batcher.checkpoint_bytes
-    for i in range(engine.n_slots):
+    each = engine.checkpoint_bytes
+    snap = await engine.call(engine.snapshot)
+    for i, held in enumerate(snap["slots"]):
         slot = {
             "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
-            "is_processing": engine.batcher.is_busy(i), "n_cached_tokens": engine.batcher.cached_tokens(i),
+            "is_processing": held["busy"], "n_cached_tokens": held["cached"],
             "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
         }
         if each:  # a hybrid's recurrent state, and the copies of it the slot keeps
-            cks = engine.batcher.checkpoints(i)
+            cks = held["checkpoints"]
             slot["recurrent_state_bytes"] = each
             slot["checkpoints"] = {"max": engine.checkpoints.count, "bytes": each * len(cks),
                                    "held": [{"pos": p, "taken": why} for p, why in cks]}
@@ -245,11 +246,12 @@ async def slots(request: web.Request) -> web.Response:
 _SLOT_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
-async def _on_slot(fn, *args):
-    """Runs a slot operation off the event loop; its refusals (a busy slot, a
-    state of another model) are the client's 400s, not internal errors."""
+async def _on_slot(engine, fn, *args):
+    """Runs a slot operation on the engine thread, between passes (the engine
+    is the model's one owner); its refusals (a busy slot, a state of another
+    model) are the client's 400s, not internal errors."""
     try:
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return await engine.call(fn, *args)
     except EmberError as e:
         raise from_engine_error(e) from None
 
@@ -267,7 +269,7 @@ async def slot_action(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     t0 = time.perf_counter()
     if action == "erase":
-        n = await _on_slot(engine.batcher.erase_slot, slot)
+        n = await _on_slot(engine, engine.batcher.erase_slot, slot)
         return json_response({"id_slot": slot, "n_erased": n})
     if action not in ("save", "restore"):
         raise ApiError(400, f"action: expected save, restore or erase, got {action!r}", param="action")
@@ -283,7 +285,7 @@ async def slot_action(request: web.Request) -> web.Response:
                        param="filename")
     path = Path(state.opts.slot_save_path) / filename
     if action == "save":
-        data, n = await _on_slot(engine.batcher.save_slot, slot)
+        data, n = await _on_slot(engine, engine.batcher.save_slot, slot)
         await loop.run_in_executor(None, path.write_bytes, data)
         return json_response({"id_slot": slot, "filename": filename, "n_saved": n, "n_written": len(data),
                               "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
@@ -291,7 +293,7 @@ async def slot_action(request: web.Request) -> web.Response:
         data = await loop.run_in_executor(None, path.read_bytes)
     except OSError as e:
         raise ApiError(400, f"filename: cannot read {filename!r} ({e.strerror or e})", param="filename") from None
-    n = await _on_slot(engine.batcher.restore_slot, slot, data)
+    n = await _on_slot(engine, engine.batcher.restore_slot, slot, data)
     return json_response({"id_slot": slot, "filename": filename, "n_restored": n, "n_read": len(data),
                           "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
 

@@ -4,7 +4,6 @@ behind /metrics; and which error envelope a path answers in."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -53,8 +52,6 @@ class ServerState:
     framings: dict = field(default_factory=dict)
     #: the model as Ollama's routes describe it (entry, file metadata), read once
     ollama_model: tuple | None = None
-    #: embedding passes run one at a time (each beside the engine's passes)
-    embed_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def body_limit(self) -> int:
         if self.opts.body_limit is not None:
