@@ -9,6 +9,7 @@ import traceback
 
 from aiohttp import web
 
+from ember.chat.errors import ModelOutputError
 from ember.model import Completion
 from ember.server.errors import ApiError, error_response, from_engine_error
 from ember.server.generation import Generation
@@ -99,7 +100,8 @@ async def middleware(request: web.Request, handler):
         _log_request(request, resp, t0, state)
         return resp if resp is not None else web.Response(status=499)
     except Exception as e:
-        state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
+        if not isinstance(e, ModelOutputError):  # the model's doing, not a bug: no traceback
+            state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
         err = from_engine_error(e)
         stream = request.get("sse")
         if stream is not None and stream.prepared:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.chat_output import end_reason
+from ember.chat.output import end_reason
 from ember.server.chat_prompt import chat_prompt
 from ember.server.generation import Generation
 from ember.server.http import finite, json_response, read_body, sse_send, sse_start, stream_error

@@ -28,7 +28,7 @@ from ember.server import wire
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, sse_send, sse_start, stream_error
 from ember.server.state import ServerState
-from ember.server.chat_output import ChatShaper, end_reason
+from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, translated_prompt
 from ember.server.errors import ApiError
 

@@ -1,6 +1,7 @@
-"""What a chat reply's text becomes on the wire: thought split from answer
+"""What a chat reply's text becomes: thought split from answer
 (`reasoning_content` vs `content`) and, when tools were offered, calls parsed
-out of the answer (`tool_calls`), whether streamed or whole.
+out of the answer (`tool_calls`), whether streamed or whole; the same for
+the server's routes and `ember.Model.chat`.
 
 The text flows through two stages: the reasoning splitter first (a thought
 comes before the answer), then the tool-call parser over the answer. Each
@@ -12,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.chat.errors import ModelOutputError
 from ember.reasoning import ReasoningFormat, ReasoningSplitter
-from ember.server.errors import ApiError
 
 __all__ = ["ChatShaper", "end_reason"]
 
@@ -95,7 +96,7 @@ class ChatShaper:
             if isinstance(ev, ToolCallError):
                 # The model left a call it had begun, or broke its markup:
                 # what it meant cannot be told, and guessing would be worse.
-                raise ApiError(500, f"the model's tool call {ev.name or ev.index} is malformed: {ev.message}")
+                raise ModelOutputError(f"the model's tool call {ev.name or ev.index} is malformed: {ev.message}")
             if isinstance(ev, ContentDelta):
                 self.content.append(ev.text)
             delta = openai_delta(ev)

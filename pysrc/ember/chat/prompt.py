@@ -1,0 +1,178 @@
+"""A chat request's prompt, as every chat-shaped API and `ember.Model.chat`
+build it: the messages through the chat template with the tools the template
+(or the generic framing) presents, a forced or watched call's grammar, the
+thought the template may leave open and what the request asked of it, and
+the shaper the reply goes through. Free of HTTP: what it refuses is a
+`ChatError` naming the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ember.chat.errors import ChatError
+from ember.chat.output import ChatShaper
+from ember.errors import InvalidRequestError, TemplateError
+
+__all__ = ["ChatPrompt", "ChatSettings", "build_prompt"]
+
+
+@dataclass
+class ChatSettings:
+    """What a chat request asks beside its messages, in the chat route's terms."""
+
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    chat_template_kwargs: Any = None
+    reasoning_effort: Any = None
+    reasoning_budget: Any = None
+    reasoning_format: Any = None
+    #: the request holds its answer to a grammar already (a schema, a JSON
+    #: object, a GBNF grammar)
+    constrained: bool = False
+    #: that grammar is the client's own GBNF, which may write the thought
+    client_grammar: bool = False
+
+
+@dataclass
+class ChatPrompt:
+    """The prompt's text, the reply's shaper, and what the generation needs
+    beyond the request's own options."""
+
+    text: str
+    shaper: ChatShaper
+    #: a forced call's grammar, or a watched one's with its trigger
+    grammar: Any = None
+    grammar_trigger: str | None = None
+    #: (budget, opener, closer, close ids, in thought) when the thought has a budget
+    thought_budget: tuple | None = None
+    #: the next turn rendered after this conversation, when asked for (where
+    #: it parts from this prompt is where a hybrid's slot keeps a checkpoint)
+    next_turn: str | None = None
+
+
+#: A stand-in for the reply and the user's next message, rendered after the
+#: conversation to find where the next turn's prompt parts from this one's.
+_NEXT_TURN = [{"role": "assistant", "content": "Next"}, {"role": "user", "content": "Next"}]
+
+
+def _reasoning(s: ChatSettings):
+    from ember.reasoning import resolve_reasoning_request
+
+    try:
+        return resolve_reasoning_request({
+            "chat_template_kwargs": s.chat_template_kwargs, "reasoning_effort": s.reasoning_effort,
+            "reasoning_budget": s.reasoning_budget, "reasoning_format": s.reasoning_format})
+    except InvalidRequestError as e:
+        raise ChatError(str(e)) from None
+
+
+def _schema_error(tools, e: Exception) -> ChatError:
+    """The tool whose parameters schema the call grammar could not use (each
+    compiled alone to find it), or all of them."""
+    from ember.structured import compile_grammar
+
+    for i, t in enumerate(tools):
+        try:
+            compile_grammar(json_schema=t["function"].get("parameters") or {})
+        except InvalidRequestError as own:
+            where = f"tools[{i}].function.parameters"
+            return ChatError(f"{where}: the schema cannot be used: {own}", param=where)
+    return ChatError(f"tools: a parameters schema cannot be used: {e}")
+
+
+def build_prompt(model, messages: list[dict], settings: ChatSettings, *, template: str | None = None,
+                 framings: dict | None = None, add_generation_prompt: bool = True,
+                 next_turn: bool = False) -> ChatPrompt:
+    """The prompt of `messages` for `model` (its own chat template, or
+    `template`). `framings` caches each template's tool-call framing across
+    calls. With `next_turn`, the next turn is rendered too (see `ChatPrompt`)."""
+    from ember.reasoning import detect_reasoning, starts_in_thought
+    from ember.structured import compile_grammar, json_schema_rules
+    from ember.tool_calls import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
+                                  detect_framing, normalize_tool_messages, validate_tools)
+
+    rr = _reasoning(settings)
+    try:
+        plan = validate_tools(settings.tools, settings.tool_choice, settings.parallel_tool_calls)
+        messages = normalize_tool_messages(messages)
+    except InvalidRequestError as e:
+        raise ChatError(str(e)) from None
+
+    def render(msgs, tools, generation_prompt=add_generation_prompt):
+        try:
+            return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs,
+                                     template=template, add_generation_prompt=generation_prompt)
+        except InvalidRequestError as e:  # a template variable the request may not set
+            raise ChatError(str(e)) from None
+
+    out = ChatPrompt(text="", shaper=ChatShaper())
+    # A JSON answer cannot hold a thought: one the prompt opened is closed
+    # first. A GBNF grammar is the client's own and may write the thought.
+    json_answer = settings.constrained and not settings.client_grammar
+    tools, stream = plan.template_tools, None
+    if tools:
+        key = template if template is not None else model.chat_template
+        cache = framings if framings is not None else {}
+        if key not in cache:
+            cache[key] = detect_framing(render)
+        framing = cache[key]
+        if framing is GENERIC:
+            messages, tools = apply_generic_tools(messages, plan.tools, parallel=plan.parallel), None
+        if plan.parse:
+            stream = ToolCallStream(framing, plan.tools)
+        if plan.forced:
+            if settings.constrained:
+                raise ChatError("tool_choice: a forced call cannot be combined with response_format, "
+                                "json_schema or grammar")
+            try:
+                out.grammar = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
+            except InvalidRequestError as e:
+                raise _schema_error(plan.tools, e) from None
+            json_answer = True  # the call starts at once: an open thought is closed first
+        elif plan.parse and not settings.constrained and (trigger := call_trigger(framing)):
+            # A watched call: the reply is free until the model writes the
+            # call's opener, and from there the call is held to the tools'
+            # schemas, so it is always whole. A schema outside the subset
+            # leaves the calls parsed but unwatched.
+            try:
+                g = compile_grammar(grammar=call_grammar(framing, plan.tools, None, plan.parallel, json_schema_rules))
+            except InvalidRequestError:
+                g = None
+            # Llama 3's calls may also open bare, so its grammar does not start at the tag.
+            if g is not None and g.accepts_prefix(trigger.encode()):
+                out.grammar, out.grammar_trigger = g, trigger
+    # A conversation ending in the assistant's own words asks for them to be
+    # continued (llama-server's assistant prefill, Anthropic's too): the turn
+    # is opened as for a reply and those words written into it.
+    prefill = None
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    if add_generation_prompt and len(messages) > 1 and last.get("role") == "assistant" and not last.get("tool_calls"):
+        prefill, messages = last.get("content") or "", messages[:-1]
+    try:
+        text = render(messages, tools)
+    except TemplateError as e:
+        raise ChatError(f"messages: the chat template failed: {e}") from None
+    source = template if template is not None else (model.chat_template or "")
+    fmt = detect_reasoning(source, text) if rr.split else None
+    in_thought = starts_in_thought(fmt, text)
+    if prefill:
+        if fmt is not None and in_thought:
+            text += fmt.close  # the words are the answer: the thought the prompt opened is over
+            in_thought = False
+        text += prefill
+    if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
+        text += fmt.close
+        in_thought = False
+    elif fmt is not None and rr.budget >= 0:
+        close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
+        out.thought_budget = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
+    if next_turn and add_generation_prompt and prefill is None:
+        try:
+            out.next_turn = render(messages + _NEXT_TURN, tools, generation_prompt=False)
+        except (TemplateError, ChatError):
+            pass  # a template that cannot render the next turn gives no hint
+    out.text = text
+    out.shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
+    return out
