@@ -76,3 +76,17 @@ def test_find_cycle_finds_one():
 def test_no_module_imports_one_that_imports_it_back():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_chat_core_needs_nothing_of_the_server():
+    """`ember.chat` is what the server and `ember.Model.chat` both run: none
+    of it, at any depth of its imports, reaches `ember.server`."""
+    g = import_graph()
+    seen, todo = set(), [m for m in g if m == "ember.chat" or m.startswith("ember.chat.")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += g.get(m, ())
+    assert not [m for m in seen if m.startswith("ember.server")], sorted(seen)
+    assert "ember.chat.prompt" in seen and "ember.tool_calls" in seen

@@ -117,7 +117,8 @@ def test_chat_uses_the_template_and_one_bos(smollm2, gemma3):
     ids = gemma3.chat_prompt_ids(msgs)
     assert ids[0] == gemma3._native.bos_id and ids[1] != gemma3._native.bos_id
     assert gemma3.render_chat(msgs).endswith("<start_of_turn>model\n")
-    assert isinstance(smollm2.chat(msgs, 8, temperature=0), str)
+    reply = smollm2.chat(msgs, 8, temperature=0)
+    assert reply["role"] == "assistant" and isinstance(reply["content"], str) and reply["content"]
 
 
 def test_bad_inputs_raise_named_errors(smollm2):

@@ -129,7 +129,7 @@ def test_greedy_matches_model(server, smollm2):
     assert got["content"] == want.text
     r = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
         model="any", messages=CHAT, max_tokens=10, temperature=0)
-    assert r.choices[0].message.content == smollm2.chat(CHAT, 10, temperature=0)
+    assert r.choices[0].message.content == smollm2.chat(CHAT, 10, temperature=0)["content"]
 
 
 # -- llama-server routes ----------------------------------------------------------

@@ -80,8 +80,11 @@ def _chat_loop(model, a: argparse.Namespace) -> int:
         messages.append({"role": "user", "content": line})
         reply = []
         try:
-            for piece in model.chat(messages, a.n_predict, stream=True, **_sampling(a)):
-                reply.append(piece)
+            for delta in model.chat(messages, a.n_predict, stream=True, **_sampling(a)):
+                # The thought is shown as it comes; only the answer joins the conversation.
+                piece = delta.get("reasoning_content") or delta.get("content") or ""
+                if delta.get("content"):
+                    reply.append(delta["content"])
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         except KeyboardInterrupt:

@@ -183,6 +183,23 @@ def _grammar(grammar, json_schema):
     return compile_grammar(grammar=grammar, json_schema=json_schema)
 
 
+def _answer_schema(response_format) -> dict | bool | None:
+    """The schema an OpenAI-shaped `response_format` holds the answer to
+    (True: any JSON value; None: free text)."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return response_format.get("schema", True)
+    if kind == "json_schema":
+        inner = response_format.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
+        if not isinstance(schema, (dict, bool)):
+            raise InvalidRequestError("response_format.json_schema: expected an object carrying the schema")
+        return schema
+    raise InvalidRequestError('response_format: expected {"type": "text" | "json_object" | "json_schema", ...}')
+
+
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
@@ -222,6 +239,8 @@ class Model:
         #: most tokens one forward pass reads
         self.max_batch = max_batch
         self._template: str | None = self._native.metadata("tokenizer.chat_template")
+        #: the tool-call framing of each chat template used, found once (see `chat`)
+        self._framings: dict = {}
 
     # -- facts ---------------------------------------------------------------
     @property
@@ -448,10 +467,45 @@ class Model:
         )
 
     def chat(self, messages: list[dict], max_tokens: int = 128, *, stream: bool = False, tools=None,
-             chat_template_kwargs: dict | None = None, **kwargs):
-        """Answers a conversation: the reply text, or a stream of its pieces."""
-        prompt = self.chat_prompt_ids(messages, tools=tools, chat_template_kwargs=chat_template_kwargs)
-        return self.generate(prompt, max_tokens, stream=stream, **kwargs)
+             tool_choice=None, parallel_tool_calls=None, response_format: dict | None = None,
+             chat_template_kwargs: dict | None = None, reasoning_effort=None, reasoning_budget=None,
+             reasoning_format=None, **kwargs):
+        """Answers a conversation as the server's chat route does, through the
+        same chat core: the reply as a message (`content`, `reasoning_content`
+        when the template thinks, `tool_calls` when tools were offered, each
+        call's `function.name` and `function.arguments`), or with `stream`
+        the deltas of those fields as the route sends them. `kwargs` are
+        `generate`'s (sampling, stop, grammar, json_schema...)."""
+        from ember.chat import ChatSettings, build_prompt, end_reason
+
+        if response_format is not None:
+            kwargs["json_schema"] = _answer_schema(response_format)
+            if kwargs["json_schema"] is None:
+                del kwargs["json_schema"]
+        settings = ChatSettings(
+            tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+            chat_template_kwargs=chat_template_kwargs, reasoning_effort=reasoning_effort,
+            reasoning_budget=reasoning_budget, reasoning_format=reasoning_format,
+            constrained=kwargs.get("grammar") is not None or kwargs.get("json_schema") is not None,
+            client_grammar=kwargs.get("grammar") is not None)
+        p = build_prompt(self, messages, settings, framings=self._framings)
+        if p.grammar is not None:
+            kwargs["grammar"] = p.grammar
+            if p.grammar_trigger is not None:
+                kwargs["grammar_trigger"] = p.grammar_trigger
+        if p.thought_budget is not None:
+            kwargs["thought_budget"] = p.thought_budget
+        ids = self.chat_text_ids(p.text)
+        shaper = p.shaper
+        if not stream:
+            shaper.read_whole(self.complete(ids, max_tokens, **kwargs))
+            return shaper.message()
+
+        def deltas():
+            for ev in self.stream_completion(ids, max_tokens, **kwargs):
+                yield from shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(end_reason(ev))
+
+        return deltas()
 
     def chat_prompt_ids(self, messages: list[dict], **render_kwargs) -> list[int]:
         """Token ids of a rendered conversation: control tokens parsed, BOS by the
