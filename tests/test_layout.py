@@ -63,8 +63,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_the_imports_it_must():
     g = import_graph()
-    assert "ember.server.state" in g["ember.server.openai_routes"]
-    assert "ember.server.openai_routes" in g["ember.server.app"]
+    assert "ember.server.state" in g["ember.server.protocols.openai"]
+    assert "ember.server.protocols" in g["ember.server.app"]
     assert "ember._native" in g["ember.model"]
 
 

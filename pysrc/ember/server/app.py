@@ -1,5 +1,5 @@
 """The HTTP application `ember serve` runs, composed: the middleware, the
-server's life (lifecycle.py) and the routes of every API.
+server's life (lifecycle.py) and the routes of every API (protocols/).
 Everything the routes share lives in the modules below them: state.py,
 http.py, generation.py, errors.py."""
 
@@ -11,8 +11,7 @@ from typing import Callable
 
 from aiohttp import web
 
-from ember.server import (anthropic_routes, embedding_routes, llama_routes, ollama_routes, openai_routes,
-                          responses_routes)
+from ember.server.protocols import PROTOCOLS
 from ember.server.lifecycle import health, on_cleanup, on_startup, shutdown
 from ember.server.middleware import allow_origin, middleware
 from ember.server.options import ServerOptions
@@ -37,12 +36,8 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/shutdown", shutdown)
-    openai_routes.add_routes(app)
-    anthropic_routes.add_routes(app)
-    responses_routes.add_routes(app)
-    embedding_routes.add_routes(app)
-    ollama_routes.add_routes(app)
-    llama_routes.add_routes(app)
+    for protocol in PROTOCOLS:
+        protocol.add_routes(app)
     app.on_response_prepare.append(allow_origin)
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)

@@ -34,7 +34,7 @@ from ember.server.http import json_response, read_body, stream_error
 from ember.server.state import ServerState
 from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, relocated, translated_prompt
-from ember.server.embedding_routes import MAX_INPUTS, embed_each, pooling_of, require_embeddings
+from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
