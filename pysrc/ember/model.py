@@ -489,12 +489,7 @@ class Model:
             constrained=kwargs.get("grammar") is not None or kwargs.get("json_schema") is not None,
             client_grammar=kwargs.get("grammar") is not None)
         p = build_prompt(self, messages, settings, framings=self._framings)
-        if p.grammar is not None:
-            kwargs["grammar"] = p.grammar
-            if p.grammar_trigger is not None:
-                kwargs["grammar_trigger"] = p.grammar_trigger
-        if p.thought_budget is not None:
-            kwargs["thought_budget"] = p.thought_budget
+        kwargs.update(p.generation_options())
         ids = self.chat_text_ids(p.text)
         shaper = p.shaper
         if not stream:

@@ -51,6 +51,17 @@ class ChatPrompt:
     #: it parts from this prompt is where a hybrid's slot keeps a checkpoint)
     next_turn: str | None = None
 
+    def generation_options(self) -> dict:
+        """The generation keywords the prompt adds to the request's own."""
+        out: dict = {}
+        if self.grammar is not None:
+            out["grammar"] = self.grammar
+            if self.grammar_trigger is not None:
+                out["grammar_trigger"] = self.grammar_trigger
+        if self.thought_budget is not None:
+            out["thought_budget"] = self.thought_budget
+        return out
+
 
 #: A stand-in for the reply and the user's next message, rendered after the
 #: conversation to find where the next turn's prompt parts from this one's.

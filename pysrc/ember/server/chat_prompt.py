@@ -13,7 +13,7 @@ from ember.server.errors import ApiError
 from ember.server.state import ServerState
 from ember.server.wire import ChatRequest, sampling_options
 
-__all__ = ["Origin", "chat_prompt", "chat_text", "field_error", "relocated", "translated_prompt"]
+__all__ = ["Origin", "chat_prompt", "chat_text", "relocated", "translated_prompt"]
 
 
 @dataclass
@@ -55,12 +55,6 @@ def relocated(e: ApiError, origins: list[Origin], renames: list[tuple[re.Pattern
     name = msg.split(":", 1)[0]
     return ApiError(e.status, msg, type=e.type, param=name if " " not in name else e.param, extra=e.extra,
                     headers=e.headers)
-
-
-def field_error(e: Exception) -> ApiError:
-    """A 400 for an error whose message starts with the field it is about."""
-    field = str(e).split(":", 1)[0].split(".", 1)[0].split("[", 1)[0]
-    return ApiError(400, str(e), param=field)
 
 
 def translated_prompt(state: ServerState, chat: ChatRequest, messages: list[dict], origins: list[Origin],
@@ -105,12 +99,7 @@ def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: 
                          add_generation_prompt=add_generation_prompt, next_turn=_checkpointing(state))
     except ChatError as e:
         raise ApiError(400, str(e), param=e.param) from None
-    if p.grammar is not None:
-        opts["grammar"] = p.grammar
-        if p.grammar_trigger is not None:
-            opts["grammar_trigger"] = p.grammar_trigger
-    if p.thought_budget is not None:
-        opts["thought_budget"] = p.thought_budget
+    opts.update(p.generation_options())
     if p.next_turn is not None:
         opts["checkpoint_next_text"] = p.next_turn
     return p.text, p.shaper
