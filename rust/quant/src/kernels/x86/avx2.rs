@@ -3,6 +3,7 @@
 //! from ggml's x86 kernels, plus F16 (whose scalar form pays for a software
 //! f16 conversion per element). Integer results per block are identical to
 //! the scalar twins; only the order of the f32 accumulation differs.
+#![allow(non_snake_case)] // the twins' names keep the formats' spelling (q4_K), as scalar.rs does
 
 use std::arch::x86_64::*;
 
@@ -30,53 +31,53 @@ pub(crate) fn dot_fn(w: GgmlType) -> Option<DotFn> {
         return None;
     }
     Some(match w {
-        GgmlType::Q4_0 => q4_0_q8_0,
-        GgmlType::Q4_1 => q4_1_q8_1,
-        GgmlType::Q5_0 => q5_0_q8_0,
-        GgmlType::Q5_1 => q5_1_q8_1,
-        GgmlType::Q8_0 => q8_0_q8_0,
-        GgmlType::Q4_K => q4_k_q8_k,
-        GgmlType::Q6_K => q6_k_q8_k,
-        GgmlType::F16 => f16_f16,
+        GgmlType::Q4_0 => vec_dot_q4_0_q8_0,
+        GgmlType::Q4_1 => vec_dot_q4_1_q8_1,
+        GgmlType::Q5_0 => vec_dot_q5_0_q8_0,
+        GgmlType::Q5_1 => vec_dot_q5_1_q8_1,
+        GgmlType::Q8_0 => vec_dot_q8_0_q8_0,
+        GgmlType::Q4_K => vec_dot_q4_K_q8_K,
+        GgmlType::Q6_K => vec_dot_q6_K_q8_K,
+        GgmlType::F16 => vec_dot_f16_f16,
         _ => return None,
     })
 }
 
-fn q4_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q4_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q4_0_q8_0_impl(x, y) }
+    unsafe { vec_dot_q4_0_q8_0_impl(x, y) }
 }
 
-fn q4_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q4_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q4_1_q8_1_impl(x, y) }
+    unsafe { vec_dot_q4_1_q8_1_impl(x, y) }
 }
 
-fn q5_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q5_1_q8_1(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q5_1_q8_1_impl(x, y) }
+    unsafe { vec_dot_q5_1_q8_1_impl(x, y) }
 }
 
-fn q5_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q5_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q5_0_q8_0_impl(x, y) }
+    unsafe { vec_dot_q5_0_q8_0_impl(x, y) }
 }
 
-fn q8_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q8_0_q8_0(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q8_0_q8_0_impl(x, y) }
+    unsafe { vec_dot_q8_0_q8_0_impl(x, y) }
 }
 
-fn q4_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q4_K_q8_K(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     let mut out = [0.0f32];
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q4_k_q8_k_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
+    unsafe { vec_dot_q4_K_q8_K_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
     out[0]
 }
 
@@ -87,8 +88,8 @@ pub(crate) fn dot_cols_fn(w: GgmlType) -> Option<DotColsFn> {
         return None;
     }
     match w {
-        GgmlType::Q4_K => Some(q4_k_q8_k_cols),
-        GgmlType::Q6_K => Some(q6_k_q8_k_cols),
+        GgmlType::Q4_K => Some(vec_dot_q4_K_q8_K_cols),
+        GgmlType::Q6_K => Some(vec_dot_q6_K_q8_K_cols),
         _ => None,
     }
 }
@@ -109,47 +110,47 @@ fn cols_blocks<'a, B: Block>(
     (x, y)
 }
 
-fn q4_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+fn vec_dot_q4_K_q8_K_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
     let (x, y) = cols_blocks::<BlockQ4K>(k, w_row, acts, act_stride, n, out);
     // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
     // column holds as many blocks as the row (row_blocks checked it).
     unsafe {
         match n {
-            1 => q4_k_q8_k_cols_impl::<1>(x, &y, out),
-            2 => q4_k_q8_k_cols_impl::<2>(x, &y, out),
-            3 => q4_k_q8_k_cols_impl::<3>(x, &y, out),
-            _ => q4_k_q8_k_cols_impl::<4>(x, &y, out),
+            1 => vec_dot_q4_K_q8_K_cols_impl::<1>(x, &y, out),
+            2 => vec_dot_q4_K_q8_K_cols_impl::<2>(x, &y, out),
+            3 => vec_dot_q4_K_q8_K_cols_impl::<3>(x, &y, out),
+            _ => vec_dot_q4_K_q8_K_cols_impl::<4>(x, &y, out),
         }
     }
 }
 
-fn q6_k_q8_k(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_q6_K_q8_K(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (x, y) = (row_blocks(w_row, k), row_blocks(act_row, k));
     let mut out = [0.0f32];
     // SAFETY: handed out only by `dot_fn` after `available()`.
-    unsafe { q6_k_q8_k_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
+    unsafe { vec_dot_q6_K_q8_K_cols_impl::<1>(x, &[y, &[], &[], &[]], &mut out) };
     out[0]
 }
 
-fn q6_k_q8_k_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
+fn vec_dot_q6_K_q8_K_cols(k: usize, w_row: &[u8], acts: &[u8], act_stride: usize, n: usize, out: &mut [f32]) {
     let (x, y) = cols_blocks::<BlockQ6K>(k, w_row, acts, act_stride, n, out);
     // SAFETY: handed out only by `dot_cols_fn` after `available()`; every
     // column holds as many blocks as the row (row_blocks checked it).
     unsafe {
         match n {
-            1 => q6_k_q8_k_cols_impl::<1>(x, &y, out),
-            2 => q6_k_q8_k_cols_impl::<2>(x, &y, out),
-            3 => q6_k_q8_k_cols_impl::<3>(x, &y, out),
-            _ => q6_k_q8_k_cols_impl::<4>(x, &y, out),
+            1 => vec_dot_q6_K_q8_K_cols_impl::<1>(x, &y, out),
+            2 => vec_dot_q6_K_q8_K_cols_impl::<2>(x, &y, out),
+            3 => vec_dot_q6_K_q8_K_cols_impl::<3>(x, &y, out),
+            _ => vec_dot_q6_K_q8_K_cols_impl::<4>(x, &y, out),
         }
     }
 }
 
-fn f16_f16(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
+fn vec_dot_f16_f16(k: usize, w_row: &[u8], act_row: &[u8]) -> f32 {
     let (w, a) = (&w_row[..2 * k], &act_row[..2 * k]);
     // SAFETY: handed out only by `dot_fn` after `available()`; both slices
     // hold exactly k f16 values.
-    unsafe { f16_f16_impl(k, w.as_ptr(), a.as_ptr()) }
+    unsafe { vec_dot_f16_f16_impl(k, w.as_ptr(), a.as_ptr()) }
 }
 
 // ---- helpers (ggml's names) ----
@@ -252,7 +253,7 @@ unsafe fn mul_sum_i8_pairs_float(x: __m256i, y: __m256i) -> __m256 {
 // ---- 32-element formats against Q8_0 / Q8_1 ----
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_q8_0_impl(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+unsafe fn vec_dot_q4_0_q8_0_impl(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let d = _mm256_mul_ps(fp16x8(x.d), fp16x8(y.d));
@@ -266,7 +267,7 @@ unsafe fn q4_0_q8_0_impl(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
 /// The min term `m s` takes one scalar FMA per block, the activation block
 /// carrying `s = dy Σ qy` precomputed (Q8_1), as ggml's AVX2 kernel.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_1_impl(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+unsafe fn vec_dot_q4_1_q8_1_impl(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
@@ -279,10 +280,10 @@ unsafe fn q4_1_q8_1_impl(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
 }
 
-/// As [`q4_1_q8_1_impl`], the fifth bit ORed in as 0x10: the quants stay
+/// As [`vec_dot_q4_1_q8_1_impl`], the fifth bit ORed in as 0x10: the quants stay
 /// unsigned (0..32), so `maddubs` applies directly.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1_q8_1_impl(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+unsafe fn vec_dot_q5_1_q8_1_impl(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
@@ -298,7 +299,7 @@ unsafe fn q5_1_q8_1_impl(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_q8_0_impl(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+unsafe fn vec_dot_q5_0_q8_0_impl(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let d = _mm256_mul_ps(fp16x8(x.d), fp16x8(y.d));
@@ -315,7 +316,7 @@ unsafe fn q5_0_q8_0_impl(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_q8_0_impl(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+unsafe fn vec_dot_q8_0_q8_0_impl(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let d = _mm256_mul_ps(fp16x8(x.d), fp16x8(y.d));
@@ -338,7 +339,7 @@ unsafe fn load_f16x8(p: *const u8) -> __m256 {
 /// Four independent accumulators of eight, as ggml's F16 dot on AVX2, so the
 /// FMA latency is hidden.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_f16_impl(k: usize, w: *const u8, a: *const u8) -> f32 {
+unsafe fn vec_dot_f16_f16_impl(k: usize, w: *const u8, a: *const u8) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i + 32 <= k {
@@ -370,7 +371,7 @@ unsafe fn f16_f16_impl(k: usize, w: *const u8, a: *const u8) -> f32 {
 /// every column's arithmetic runs in the same order whatever `N` is, so a
 /// column's result does not depend on its neighbours.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
+unsafe fn vec_dot_q4_K_q8_K_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0xF);
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_m = [_mm_setzero_ps(); N];
@@ -417,7 +418,7 @@ unsafe fn q4_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ4K], y: &[&[BlockQ8K]; 
 /// applies; the -32 bias comes back as `32 Σ scale * bsum`, from the
 /// activation block's sums.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_q8_k_cols_impl<const N: usize>(x: &[BlockQ6K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
+unsafe fn vec_dot_q6_K_q8_K_cols_impl<const N: usize>(x: &[BlockQ6K], y: &[&[BlockQ8K]; MAX_DOT_COLS], out: &mut [f32]) {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
     let mut acc = [_mm256_setzero_ps(); N];
