@@ -11,6 +11,7 @@ from aiohttp import web
 
 from ember.model import Completion
 from ember.server.errors import ApiError, exceed_context, from_engine_error
+from ember.server.http import sse_start, stream_error
 from ember.server.state import ServerState
 
 __all__ = ["ClientGone", "Generation"]
@@ -96,6 +97,23 @@ class Generation:
             if t is None or t.is_closing():
                 self.job.abandon(ClientGone())
                 return
+
+    async def stream(self, request: web.Request, write, envelope: str = "llama") -> web.StreamResponse:
+        """The job's reply as server-sent events, as every streaming route
+        sends one: the first event awaited before the headers (a request the
+        engine refuses is still answered with its status), the stream
+        started, the route's `write(resp)` sending its items, an error met
+        on the way sent as the stream's next item (in the path's envelope),
+        then the end."""
+        async with self:
+            await self.first_event()
+            resp = await sse_start(request)
+            try:
+                await write(resp)
+            except ApiError as e:
+                await stream_error(resp, e, envelope)
+        await resp.write_eof()
+        return resp
 
     async def whole(self) -> Completion:
         """Runs the job to its end and returns its completion, for a reply

@@ -21,7 +21,7 @@ from aiohttp import web
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send, sse_start, stream_error
+from ember.server.http import json_response, read_body, sse_send
 from ember.server.state import ANTHROPIC_PREFIX, ServerState
 from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, translated_prompt
@@ -451,39 +451,33 @@ async def messages(request: web.Request) -> web.StreamResponse:
                               "stop_sequence": c.stop_string if reason == "stop_sequence" else None,
                               "usage": _usage(gen, gen.n_cached, len(c.tokens))})
 
-    async with gen:
-        await gen.first_event()
-        resp = await sse_start(request)
+    async def write(resp) -> None:
         blocks = _BlockStream(show_thought)
 
         async def send(items) -> None:
             for kind, data in items:
                 await sse_send(resp, data, event=kind)
 
-        try:
-            n_cached = gen.job.n_cached or 0
-            await send([("message_start", {"type": "message_start", "message": {
-                **head, "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": _usage(gen, n_cached, 0)}}), ("ping", {"type": "ping"})])
-            async for ev in gen.events():
-                if isinstance(ev, Piece):
-                    for d in shaper.feed(ev.text):
-                        await send(blocks.feed(d))
-                elif isinstance(ev, Completion):
-                    for d in shaper.finish(end_reason(ev)):
-                        await send(blocks.feed(d))
-                    await send(blocks.close())
-                    reason = _stop_reason(ev, shaper.called)
-                    await send([("message_delta", {
-                        "type": "message_delta",
-                        "delta": {"stop_reason": reason,
-                                  "stop_sequence": ev.stop_string if reason == "stop_sequence" else None},
-                        "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
-                        ("message_stop", {"type": "message_stop"})])
-        except ApiError as e:
-            await stream_error(resp, e, "anthropic")
-    await resp.write_eof()
-    return resp
+        n_cached = gen.job.n_cached or 0
+        await send([("message_start", {"type": "message_start", "message": {
+            **head, "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": _usage(gen, n_cached, 0)}}), ("ping", {"type": "ping"})])
+        async for ev in gen.events():
+            if isinstance(ev, Piece):
+                for d in shaper.feed(ev.text):
+                    await send(blocks.feed(d))
+            elif isinstance(ev, Completion):
+                for d in shaper.finish(end_reason(ev)):
+                    await send(blocks.feed(d))
+                await send(blocks.close())
+                reason = _stop_reason(ev, shaper.called)
+                await send([("message_delta", {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason,
+                              "stop_sequence": ev.stop_string if reason == "stop_sequence" else None},
+                    "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
+                    ("message_stop", {"type": "message_stop"})])
+    return await gen.stream(request, write, envelope="anthropic")
 
 
 async def count_tokens(request: web.Request) -> web.Response:

@@ -16,7 +16,7 @@ from ember.errors import EmberError
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.generation import Generation
-from ember.server.http import finite, json_response, read_body, sse_send, sse_start, stream_error
+from ember.server.http import finite, json_response, read_body, sse_send
 from ember.server.state import ServerState
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
@@ -106,27 +106,21 @@ async def completion(request: web.Request) -> web.StreamResponse:
                     probs.append(_probs(model, ev, req.n_probs))
         return json_response(final(gen.completion, gen.completion.text, probs))
 
-    async with gen:
-        await gen.first_event()
-        resp = await sse_start(request)
-        try:
-            async for ev in gen.events():
-                if isinstance(ev, Piece):
-                    if not ev.text and not (req.n_probs and ev.token is not None):
-                        continue
-                    chunk = {"index": 0, "content": ev.text,
-                             "tokens": [ev.token] if req.return_tokens and ev.token is not None else [],
-                             "stop": False, "id_slot": gen.job.slot, "tokens_predicted": gen.n_drawn,
-                             "tokens_evaluated": len(prompt)}
-                    if req.n_probs and ev.token is not None:
-                        chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs)]
-                    await sse_send(resp, chunk)
-                elif isinstance(ev, Completion):
-                    await sse_send(resp, final(ev, "", None))
-        except ApiError as e:
-            await stream_error(resp, e)
-    await resp.write_eof()
-    return resp
+    async def write(resp) -> None:
+        async for ev in gen.events():
+            if isinstance(ev, Piece):
+                if not ev.text and not (req.n_probs and ev.token is not None):
+                    continue
+                chunk = {"index": 0, "content": ev.text,
+                         "tokens": [ev.token] if req.return_tokens and ev.token is not None else [],
+                         "stop": False, "id_slot": gen.job.slot, "tokens_predicted": gen.n_drawn,
+                         "tokens_evaluated": len(prompt)}
+                if req.n_probs and ev.token is not None:
+                    chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs)]
+                await sse_send(resp, chunk)
+            elif isinstance(ev, Completion):
+                await sse_send(resp, final(ev, "", None))
+    return await gen.stream(request, write)
 
 
 async def tokenize(request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ from ember.server import wire
 from ember.chat.output import end_reason
 from ember.server.chat_prompt import chat_prompt
 from ember.server.generation import Generation
-from ember.server.http import finite, json_response, read_body, sse_send, sse_start, stream_error
+from ember.server.http import finite, json_response, read_body, sse_send
 from ember.server.state import ServerState
 from ember.server.errors import ApiError
 
@@ -104,30 +104,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": {"content": lp} if lp else None,
                                      "finish_reason": finish}], **extra}
 
-    async with gen:
-        await gen.first_event()
-        resp = await sse_start(request)
-        try:
-            await sse_send(resp, chunk({"role": "assistant", "content": ""}))
-            async for ev in gen.events():
-                if isinstance(ev, Piece):
-                    lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
-                    deltas = shaper.feed(ev.text)
-                    if lp and not deltas:
-                        deltas = [{"content": ""}]
-                    for i, d in enumerate(deltas):
-                        await sse_send(resp, chunk(d, lp if i == 0 else None))
-                elif isinstance(ev, Completion):
-                    for d in shaper.finish(end_reason(ev)):
-                        await sse_send(resp, chunk(d))
-                    await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
-            if include_usage:
-                await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
-            await resp.write(b"data: [DONE]\n\n")
-        except ApiError as e:
-            await stream_error(resp, e)
-    await resp.write_eof()
-    return resp
+    async def write(resp) -> None:
+        await sse_send(resp, chunk({"role": "assistant", "content": ""}))
+        async for ev in gen.events():
+            if isinstance(ev, Piece):
+                lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
+                deltas = shaper.feed(ev.text)
+                if lp and not deltas:
+                    deltas = [{"content": ""}]
+                for i, d in enumerate(deltas):
+                    await sse_send(resp, chunk(d, lp if i == 0 else None))
+            elif isinstance(ev, Completion):
+                for d in shaper.finish(end_reason(ev)):
+                    await sse_send(resp, chunk(d))
+                await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
+        if include_usage:
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+        await resp.write(b"data: [DONE]\n\n")
+    return await gen.stream(request, write)
 
 
 def _completion_prompt(model, prompt) -> list[int]:
@@ -204,31 +198,25 @@ async def completions(request: web.Request) -> web.StreamResponse:
             "usage": _usage(gen), "timings": gen.timings()})
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    async with gen:
-        await gen.first_event()
-        resp = await sse_start(request)
-        try:
-            if echo:
-                await sse_send(resp, {**base, "choices": [{"text": echo, "index": 0, "logprobs": None, "finish_reason": None}]})
-            async for ev in gen.events():
-                if isinstance(ev, Piece):
-                    n = len(lps.tokens) if lps else 0
-                    if lps is not None and ev.token is not None:
-                        lps.add(ev)
-                    if ev.text or (lps and len(lps.tokens) > n):
-                        await sse_send(resp, {**base, "choices": [{
-                            "text": ev.text, "index": 0, "logprobs": lps.body(n) if lps else None, "finish_reason": None}]})
-                elif isinstance(ev, Completion):
+    async def write(resp) -> None:
+        if echo:
+            await sse_send(resp, {**base, "choices": [{"text": echo, "index": 0, "logprobs": None, "finish_reason": None}]})
+        async for ev in gen.events():
+            if isinstance(ev, Piece):
+                n = len(lps.tokens) if lps else 0
+                if lps is not None and ev.token is not None:
+                    lps.add(ev)
+                if ev.text or (lps and len(lps.tokens) > n):
                     await sse_send(resp, {**base, "choices": [{
-                        "text": "", "index": 0, "logprobs": None,
-                        "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}], "timings": gen.timings()})
-            if include_usage:
-                await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
-            await resp.write(b"data: [DONE]\n\n")
-        except ApiError as e:
-            await stream_error(resp, e)
-    await resp.write_eof()
-    return resp
+                        "text": ev.text, "index": 0, "logprobs": lps.body(n) if lps else None, "finish_reason": None}]})
+            elif isinstance(ev, Completion):
+                await sse_send(resp, {**base, "choices": [{
+                    "text": "", "index": 0, "logprobs": None,
+                    "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}], "timings": gen.timings()})
+        if include_usage:
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+        await resp.write(b"data: [DONE]\n\n")
+    return await gen.stream(request, write)
 
 
 async def models(request: web.Request) -> web.Response:

@@ -26,7 +26,7 @@ from aiohttp import web
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send, sse_start, stream_error
+from ember.server.http import json_response, read_body, sse_send
 from ember.server.state import ServerState
 from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, translated_prompt
@@ -445,9 +445,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         items.close(item_status(c))
         return json_response(finished(c)[1]["response"])
 
-    async with gen:
-        await gen.first_event()
-        resp = await sse_start(request)
+    async def write(resp) -> None:
         seq = 0
 
         async def send(events) -> None:
@@ -456,20 +454,16 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 await sse_send(resp, {"type": kind, "sequence_number": seq, **data}, event=kind)
                 seq += 1
 
-        try:
-            start = {**head, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None}
-            await send([("response.created", {"response": start}), ("response.in_progress", {"response": start})])
-            async for ev in gen.events():
-                if isinstance(ev, Piece):
-                    await send(take(shaper.feed(ev.text)))
-                elif isinstance(ev, Completion):
-                    await send(take(shaper.finish(end_reason(ev))))
-                    await send(items.close(item_status(ev)))
-                    await send([finished(ev)])
-        except ApiError as e:
-            await stream_error(resp, e)
-    await resp.write_eof()
-    return resp
+        start = {**head, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None}
+        await send([("response.created", {"response": start}), ("response.in_progress", {"response": start})])
+        async for ev in gen.events():
+            if isinstance(ev, Piece):
+                await send(take(shaper.feed(ev.text)))
+            elif isinstance(ev, Completion):
+                await send(take(shaper.finish(end_reason(ev))))
+                await send(items.close(item_status(ev)))
+                await send([finished(ev)])
+    return await gen.stream(request, write)
 
 
 def add_routes(app: web.Application) -> None:
