@@ -18,14 +18,15 @@ from typing import Any, Union
 import msgspec
 from aiohttp import web
 
+from ember.chat.output import ChatShaper, end_reason
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send
-from ember.server.state import ANTHROPIC_PREFIX, ServerState
-from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, translated_prompt
 from ember.server.errors import ApiError
+from ember.server.generation import Generation
+from ember.server.http import json_response, read_body, sse_send
+from ember.server.segments import Segments
+from ember.server.state import ANTHROPIC_PREFIX, ServerState
 
 __all__ = ["add_routes"]
 
@@ -371,52 +372,46 @@ def _content(shaper: ChatShaper, show_thought: bool) -> list[dict]:
     return blocks
 
 
-class _BlockStream:
-    """The chat shaper's deltas as Anthropic's content-block events: a block
-    opens when a delta of another kind arrives (closing the one before), and
-    each tool call is a block of its own."""
+class _BlockStream(Segments):
+    """The chat shaper's deltas as Anthropic's content-block events."""
 
     def __init__(self, show_thought: bool) -> None:
+        super().__init__()
         self.index = -1
-        self.open: tuple | None = None
         self.show_thought = show_thought
 
     def _event(self, kind: str, **fields) -> tuple[str, dict]:
         return kind, {"type": kind, "index": self.index, **fields}
 
-    def _start(self, key: tuple, block: dict) -> list[tuple[str, dict]]:
-        out = self.close()
+    def _block(self, block: dict) -> list[tuple[str, dict]]:
         self.index += 1
-        self.open = key
-        return out + [self._event("content_block_start", content_block=block)]
+        return [self._event("content_block_start", content_block=block)]
 
-    def close(self) -> list[tuple[str, dict]]:
-        if self.open is None:
+    def start_thought(self):
+        return self._block({"type": "thinking", "thinking": "", "signature": ""})
+
+    def thought(self, piece: str):
+        if not self.show_thought:
             return []
+        return [self._event("content_block_delta", delta={"type": "thinking_delta", "thinking": piece})]
+
+    def start_text(self):
+        return self._block({"type": "text", "text": ""})
+
+    def text(self, piece: str):
+        return [self._event("content_block_delta", delta={"type": "text_delta", "text": piece})]
+
+    def start_call(self, call: dict):
+        return self._block({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}})
+
+    def arguments(self, fragment: str):
+        return [self._event("content_block_delta", delta={"type": "input_json_delta", "partial_json": fragment})]
+
+    def end(self, kind: str):
         out = []
-        if self.open[0] == "thinking":
+        if kind == "thought":
             out.append(self._event("content_block_delta", delta={"type": "signature_delta", "signature": ""}))
         out.append(self._event("content_block_stop"))
-        self.open = None
-        return out
-
-    def feed(self, delta: dict) -> list[tuple[str, dict]]:
-        out: list[tuple[str, dict]] = []
-        if thought := delta.get("reasoning_content"):
-            if self.open != ("thinking",):
-                out += self._start(("thinking",), {"type": "thinking", "thinking": "", "signature": ""})
-            if self.show_thought:
-                out.append(self._event("content_block_delta", delta={"type": "thinking_delta", "thinking": thought}))
-        if text := delta.get("content"):
-            if self.open != ("text",):
-                out += self._start(("text",), {"type": "text", "text": ""})
-            out.append(self._event("content_block_delta", delta={"type": "text_delta", "text": text}))
-        for call in delta.get("tool_calls") or ():
-            if "id" in call:
-                out += self._start(("tool_use", call["index"]),
-                                   {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}})
-            if fragment := call["function"].get("arguments"):
-                out.append(self._event("content_block_delta", delta={"type": "input_json_delta", "partial_json": fragment}))
         return out
 
 

@@ -18,9 +18,9 @@ from aiohttp import web
 
 from ember.errors import EmberError, InvalidRequestError
 from ember.server import wire
+from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import json_response, read_body
 from ember.server.state import ServerState
-from ember.server.errors import ApiError, exceed_context, from_engine_error
 
 __all__ = ["add_routes"]
 

@@ -15,11 +15,11 @@ from aiohttp import web
 from ember.errors import EmberError
 from ember.model import Completion, Piece
 from ember.server import wire
+from ember.server.chat_prompt import chat_text
+from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import finite, json_response, read_body, sse_send
 from ember.server.state import ServerState
-from ember.server.chat_prompt import chat_text
-from ember.server.errors import ApiError, from_engine_error
 
 __all__ = ["add_routes"]
 

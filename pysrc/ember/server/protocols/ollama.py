@@ -27,15 +27,15 @@ import msgspec
 from aiohttp import web
 
 from ember import __version__
+from ember.chat.output import ChatShaper, end_reason
 from ember.model import Completion, Piece
 from ember.server import wire
+from ember.server.chat_prompt import Origin, relocated, translated_prompt
+from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, stream_error
-from ember.server.state import ServerState
-from ember.chat.output import ChatShaper, end_reason
-from ember.server.chat_prompt import Origin, relocated, translated_prompt
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
-from ember.server.errors import ApiError
+from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
 

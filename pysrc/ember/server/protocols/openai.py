@@ -10,14 +10,14 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
+from ember.chat.output import end_reason
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.chat.output import end_reason
 from ember.server.chat_prompt import chat_prompt
+from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import finite, json_response, read_body, sse_send
 from ember.server.state import ServerState
-from ember.server.errors import ApiError
 
 __all__ = ["add_routes"]
 

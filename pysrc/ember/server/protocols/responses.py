@@ -23,14 +23,15 @@ from typing import Any, Union
 import msgspec
 from aiohttp import web
 
+from ember.chat.output import ChatShaper, end_reason
 from ember.model import Completion, Piece
 from ember.server import wire
-from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send
-from ember.server.state import ServerState
-from ember.chat.output import ChatShaper, end_reason
 from ember.server.chat_prompt import Origin, translated_prompt
 from ember.server.errors import ApiError
+from ember.server.generation import Generation
+from ember.server.http import json_response, read_body, sse_send
+from ember.server.segments import Segments
+from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
 
@@ -312,23 +313,19 @@ def _hex() -> str:
     return uuid.uuid4().hex
 
 
-class _Items:
-    """The chat shaper's deltas as output items and the events that build
-    them: an item opens when a delta of another kind arrives (closing the one
-    before), each function call an item of its own."""
+class _Items(Segments):
+    """The chat shaper's deltas as output items and the events that build them."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.items: list[dict] = []
-        self.open: tuple | None = None
 
     def _index(self) -> int:
         return len(self.items) - 1
 
-    def _start(self, key: tuple, item: dict) -> list[tuple[str, dict]]:
-        out = self.close()
+    def _item(self, item: dict) -> list[tuple[str, dict]]:
         self.items.append(item)
-        self.open = key
-        out.append(("response.output_item.added", {"output_index": self._index(), "item": copy.deepcopy(item)}))
+        out = [("response.output_item.added", {"output_index": self._index(), "item": copy.deepcopy(item)})]
         if item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             item["content"].append(part)
@@ -338,56 +335,53 @@ class _Items:
             item["content"].append({"type": "reasoning_text", "text": ""})
         return out
 
-    def close(self, status: str = "completed") -> list[tuple[str, dict]]:
-        if self.open is None:
-            return []
+    def start_thought(self):
+        return self._item({"id": f"rs_{_hex()}", "type": "reasoning", "summary": [], "content": [],
+                           "status": "in_progress"})
+
+    def thought(self, piece: str):
+        item = self.items[-1]
+        item["content"][0]["text"] += piece
+        return [("response.reasoning_text.delta", {"item_id": item["id"], "output_index": self._index(),
+                                                   "content_index": 0, "delta": piece})]
+
+    def start_text(self):
+        return self._item({"id": f"msg_{_hex()}", "type": "message", "role": "assistant", "status": "in_progress",
+                           "content": []})
+
+    def text(self, piece: str):
+        item = self.items[-1]
+        item["content"][0]["text"] += piece
+        return [("response.output_text.delta", {"item_id": item["id"], "output_index": self._index(),
+                                                "content_index": 0, "delta": piece, "logprobs": []})]
+
+    def start_call(self, call: dict):
+        return self._item({"id": f"fc_{_hex()}", "type": "function_call", "call_id": call["id"],
+                           "name": call["function"]["name"], "arguments": "", "status": "in_progress"})
+
+    def arguments(self, fragment: str):
+        item = self.items[-1]
+        item["arguments"] += fragment
+        return [("response.function_call_arguments.delta", {"item_id": item["id"], "output_index": self._index(),
+                                                            "delta": fragment})]
+
+    def end(self, kind: str, status: str = "completed"):
         item, at = self.items[-1], {"output_index": self._index()}
-        self.open = None
         item["status"] = status
         out: list[tuple[str, dict]] = []
-        if item["type"] == "message":
+        if kind == "text":
             part = item["content"][0]
             out.append(("response.output_text.done", {"item_id": item["id"], **at, "content_index": 0,
                                                        "text": part["text"], "logprobs": []}))
             out.append(("response.content_part.done", {"item_id": item["id"], **at, "content_index": 0,
                                                         "part": copy.deepcopy(part)}))
-        elif item["type"] == "reasoning":
+        elif kind == "thought":
             out.append(("response.reasoning_text.done", {"item_id": item["id"], **at, "content_index": 0,
                                                           "text": item["content"][0]["text"]}))
         else:
             out.append(("response.function_call_arguments.done", {"item_id": item["id"], **at, "name": item["name"],
                                                                    "arguments": item["arguments"]}))
         out.append(("response.output_item.done", {**at, "item": copy.deepcopy(item)}))
-        return out
-
-    def feed(self, delta: dict) -> list[tuple[str, dict]]:
-        out: list[tuple[str, dict]] = []
-        if thought := delta.get("reasoning_content"):
-            if self.open != ("reasoning",):
-                out += self._start(("reasoning",), {"id": f"rs_{_hex()}", "type": "reasoning", "summary": [],
-                                                    "content": [], "status": "in_progress"})
-            item = self.items[-1]
-            item["content"][0]["text"] += thought
-            out.append(("response.reasoning_text.delta", {"item_id": item["id"], "output_index": self._index(),
-                                                          "content_index": 0, "delta": thought}))
-        if text := delta.get("content"):
-            if self.open != ("message",):
-                out += self._start(("message",), {"id": f"msg_{_hex()}", "type": "message", "role": "assistant",
-                                                  "status": "in_progress", "content": []})
-            item = self.items[-1]
-            item["content"][0]["text"] += text
-            out.append(("response.output_text.delta", {"item_id": item["id"], "output_index": self._index(),
-                                                       "content_index": 0, "delta": text, "logprobs": []}))
-        for call in delta.get("tool_calls") or ():
-            if "id" in call:
-                out += self._start(("call", call["index"]), {
-                    "id": f"fc_{_hex()}", "type": "function_call", "call_id": call["id"],
-                    "name": call["function"]["name"], "arguments": "", "status": "in_progress"})
-            if fragment := call["function"].get("arguments"):
-                item = self.items[-1]
-                item["arguments"] += fragment
-                out.append(("response.function_call_arguments.delta", {
-                    "item_id": item["id"], "output_index": self._index(), "delta": fragment}))
         return out
 
 
