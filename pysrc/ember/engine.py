@@ -392,15 +392,16 @@ class Engine:
                 # Bookkeeping first, deliveries after: a client that reads its
                 # last event must find its slot already free in /metrics.
                 deliveries: list[tuple[Job, object]] = []
-                for slot, token, text, reason, logprob, top, error in events:
+                for ev in events:
+                    slot = ev.slot
                     job, build = self._active[slot]
                     try:
-                        if error is not None:
-                            out, finished = [error], True
-                        elif token is None:
+                        if ev.error is not None:
+                            out, finished = [ev.error], True
+                        elif ev.token is None:
                             out, finished = build.finish(), True
                         else:
-                            out, finished = build.draw(token, text, reason, logprob, top)
+                            out, finished = build.draw(ev.token, ev.text, ev.stop, ev.logprob, ev.top)
                     except Exception as e:  # a bug must reach the client as a 500, not hang it
                         out, finished = [e], True
                     deliveries += [(job, ev) for ev in out]

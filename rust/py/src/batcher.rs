@@ -11,8 +11,26 @@ use pyo3::types::PyBytes;
 
 use crate::{map_err, GenerateOptions, InvalidRequestError, Model};
 
-/// (slot, token, text, stop reason or None, logprob or None, top logprobs, error or None)
-type Event = (usize, Option<u32>, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>, Option<Py<PyAny>>);
+/// What one slot did in a step: drew `token` (its `text`, and `stop` on the
+/// last), ended without drawing (`token` None), or failed (`error` set).
+#[pyclass(module = "ember._native", frozen, get_all)]
+pub(crate) struct SlotStep {
+    slot: usize,
+    token: Option<u32>,
+    text: String,
+    /// "stop", "length" or "context" on the last step
+    stop: Option<&'static str>,
+    logprob: Option<f32>,
+    /// the most likely tokens with their log-probabilities, when asked for
+    top: Vec<(u32, f32)>,
+    error: Option<Py<PyAny>>,
+}
+
+impl SlotStep {
+    fn ended(slot: usize, stop: Option<&'static str>, error: Option<Py<PyAny>>) -> SlotStep {
+        SlotStep { slot, token: None, text: String::new(), stop, logprob: None, top: Vec::new(), error }
+    }
+}
 
 #[pyclass(module = "ember._native")]
 pub(crate) struct Batcher {
@@ -155,19 +173,24 @@ impl Batcher {
         self.inner.lock().unwrap().cancel(slot);
     }
 
-    /// One pass over every busy slot (the GIL released meanwhile): a list of
-    /// (slot, token, text, stop, logprob, top, error) for the slots that drew,
-    /// ended without drawing (token None) or failed (error set).
-    fn step(&self, py: Python<'_>) -> Vec<Event> {
+    /// One pass over every busy slot (the GIL released meanwhile): what each
+    /// slot that drew, ended without drawing or failed did.
+    fn step(&self, py: Python<'_>) -> Vec<SlotStep> {
         let events = py.detach(|| self.inner.lock().unwrap().step());
         events
             .into_iter()
             .map(|(slot, ev)| match ev {
-                SlotEvent::Step(s) => (slot, Some(s.token), s.text, s.stop.map(stop_name), s.logprob, s.top, None),
-                SlotEvent::Done => (slot, None, String::new(), Some("length"), None, Vec::new(), None),
-                SlotEvent::Failed(e) => {
-                    (slot, None, String::new(), None, None, Vec::new(), Some(map_err(e).into_value(py).into_any()))
-                }
+                SlotEvent::Step(s) => SlotStep {
+                    slot,
+                    token: Some(s.token),
+                    text: s.text,
+                    stop: s.stop.map(stop_name),
+                    logprob: s.logprob,
+                    top: s.top,
+                    error: None,
+                },
+                SlotEvent::Done => SlotStep::ended(slot, Some("length"), None),
+                SlotEvent::Failed(e) => SlotStep::ended(slot, None, Some(map_err(e).into_value(py).into_any())),
             })
             .collect()
     }

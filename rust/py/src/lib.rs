@@ -482,6 +482,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add_class::<Generator>()?;
     m.add_class::<batcher::Batcher>()?;
+    m.add_class::<batcher::SlotStep>()?;
     m.add_class::<grammar::Grammar>()?;
     m.add_class::<GenerateOptions>()?;
     m.add_function(wrap_pyfunction!(grammar::json_schema_to_gbnf, m)?)?;
