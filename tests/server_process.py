@@ -120,6 +120,13 @@ def http(url: str, body=None, *, method: str | None = None, headers: dict | None
         return e.code, dict(e.headers), e.read()
 
 
+def post_ok(server, path: str, body: dict) -> dict:
+    """The JSON reply of a request that must succeed."""
+    status, _, raw = http(server.url + path, body)
+    assert status == 200, raw
+    return json.loads(raw)
+
+
 def error_of(reply, status: int) -> dict:
     """The error object of a reply that must carry `status`, in the envelope's own code too."""
     got, _, body = reply

@@ -12,7 +12,7 @@ import pytest
 from ember.chat import ChatError, ChatSettings, ChatShaper, build_prompt
 from ember.chat.errors import location
 from ember.tool_calls import HERMES, ToolCallStream, validate_tools
-from server_process import ServerProcess, http
+from server_process import ServerProcess, post_ok
 from thinking_model import STEERED, build as build_thinking
 
 CHAT = [{"role": "user", "content": "What is the weather in Lyon?"}]
@@ -67,9 +67,7 @@ def test_the_shaper_splits_a_calls_text_into_its_events():
 
 
 def route(server, body: dict) -> dict:
-    status, _, raw = http(server.url + "/v1/chat/completions", body)
-    assert status == 200, raw
-    return json.loads(raw)["choices"][0]["message"]
+    return post_ok(server, "/v1/chat/completions", body)["choices"][0]["message"]
 
 
 def test_model_chat_thinks_as_the_chat_route_does(tmp_path):

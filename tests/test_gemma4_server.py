@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from server_process import ServerProcess, http, sse, thought_and_answer
+from server_process import ServerProcess, http, post_ok as post, sse, thought_and_answer
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -37,12 +37,6 @@ LOOKUP = {"type": "function", "function": {
 def server():
     with ServerProcess(make_tiny_models.ensure("gemma4"), "--chat-template-file", str(TEMPLATE)) as s:
         yield s
-
-
-def post(server, path: str, body: dict) -> dict:
-    status, _, raw = http(server.url + path, body)
-    assert status == 200, raw
-    return json.loads(raw)
 
 
 def test_the_template_renders_gemma_4_turns(server):

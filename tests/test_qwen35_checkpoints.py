@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from server_process import ServerProcess, http
+from server_process import ServerProcess, http, post_ok
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "fixtures"))
@@ -42,12 +42,8 @@ def client(server) -> openai.OpenAI:
 
 def prompt_ids(server, messages: list[dict]) -> list[int]:
     """The prompt a chat request becomes, as the server's own routes give it."""
-    status, _, raw = http(server.url + "/apply-template", {"messages": messages})
-    assert status == 200, raw
-    text = json.loads(raw)["prompt"]
-    status, _, raw = http(server.url + "/tokenize", {"content": text, "add_special": True, "parse_special": True})
-    assert status == 200, raw
-    return json.loads(raw)["tokens"]
+    text = post_ok(server, "/apply-template", {"messages": messages})["prompt"]
+    return post_ok(server, "/tokenize", {"content": text, "add_special": True, "parse_special": True})["tokens"]
 
 
 def shared(a: list[int], b: list[int]) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from server_process import ServerProcess, http, thought_and_answer
+from server_process import ServerProcess, http, post_ok as post, thought_and_answer
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -37,12 +37,6 @@ LOOKUP = {"type": "function", "function": {
 def server():
     with ServerProcess(make_tiny_models.ensure("qwen35"), "--chat-template-file", str(TEMPLATE)) as s:
         yield s
-
-
-def post(server, path: str, body: dict) -> dict:
-    status, _, raw = http(server.url + path, body)
-    assert status == 200, raw
-    return json.loads(raw)
 
 
 def test_thinking_is_on_unless_the_request_turns_it_off(server):

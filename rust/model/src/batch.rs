@@ -78,6 +78,8 @@ pub struct Batcher {
     host: Vec<HostEntry>,
     host_budget: usize,
     checkpoints: CheckpointPolicy,
+    /// Floats of every recurrent state of a slot (0: the model has none).
+    state_floats: usize,
 }
 
 struct HostEntry {
@@ -189,6 +191,7 @@ impl Batcher {
                 checkpoints: Checkpoints::default(),
             })
             .collect();
+        let state_floats = model.config.state_lens().iter().sum();
         Batcher {
             model,
             slots,
@@ -199,6 +202,7 @@ impl Batcher {
             host: Vec::new(),
             host_budget: 0,
             checkpoints: CheckpointPolicy::default(),
+            state_floats,
         }
     }
 
@@ -217,7 +221,7 @@ impl Batcher {
     /// Bytes of one checkpoint: every recurrent state of a slot (0 for a
     /// model without them).
     pub fn checkpoint_bytes(&self) -> usize {
-        4 * self.model.config.state_lens().iter().sum::<usize>()
+        4 * self.state_floats
     }
 
     /// Where slot `slot`'s checkpoints stand, and why each was taken.
@@ -232,7 +236,7 @@ impl Batcher {
     }
 
     fn hybrid(&self) -> bool {
-        self.checkpoint_bytes() > 0
+        self.state_floats > 0
     }
 
     pub fn n_slots(&self) -> usize {
@@ -582,7 +586,7 @@ impl Batcher {
         // What each busy slot feeds in this pass, and the checkpoints its
         // read takes inside it.
         let mut feeds: Vec<Feed> = Vec::new();
-        let state_floats = self.checkpoint_bytes() / 4;
+        let state_floats = self.state_floats;
         self.last_pass.clear();
         for (i, st) in self.slots.iter_mut().enumerate() {
             let Some(a) = st.active.as_mut() else {
