@@ -11,6 +11,8 @@ import pytest
 
 from ember.chat import ChatError, ChatSettings, ChatShaper, build_prompt
 from ember.chat.errors import location
+from ember.chat.events import CallArguments, CallStart, End, Stop, TextDelta
+from ember.model import Completion
 from ember.tool_calls import HERMES, ToolCallStream, validate_tools
 from server_process import ServerProcess, post_ok
 from thinking_model import STEERED, build as build_thinking
@@ -59,11 +61,38 @@ def test_the_shaper_splits_a_calls_text_into_its_events():
     plan = validate_tools([WEATHER])
     shaper = ChatShaper(tools=ToolCallStream(HERMES, plan.tools))
     text = 'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n</tool_call>'
-    deltas = [d for ch in text for d in shaper.feed(ch)] + shaper.finish("stop")
-    assert "".join(d.get("content") or "" for d in deltas).strip() == "Let me look."
+    events = [e for ch in text for e in shaper.feed(ch)] + shaper.finish(Completion(text=text))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)).strip() == "Let me look."
+    starts = [e for e in events if isinstance(e, CallStart)]
+    assert [e.name for e in starts] == ["get_weather"]
+    assert "".join(e.fragment for e in events if isinstance(e, CallArguments)) == '{"city": "Lyon"}'
+    assert events[-1] == End(Stop.TOOL_CALLS) and shaper.stop is Stop.TOOL_CALLS
     msg = shaper.message()
     call = msg["tool_calls"][0]["function"]
     assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Lyon"}
+
+
+@pytest.mark.parametrize("completion, stop", [
+    (Completion(text="", finish_reason="stop"), Stop.END_TURN),
+    (Completion(text="", finish_reason="stop", stop_string="##"), Stop.STOP_SEQUENCE),
+    (Completion(text="", finish_reason="length"), Stop.LENGTH),
+    (Completion(text="", finish_reason="context"), Stop.CONTEXT),
+])
+def test_the_reply_ends_with_why(completion, stop):
+    shaper = ChatShaper()
+    end = shaper.read_whole(completion)[-1]
+    assert end == End(stop, completion.stop_string) and end.stop.cut == (stop in (Stop.LENGTH, Stop.CONTEXT))
+
+
+def test_a_cut_is_said_before_a_call():
+    """A call the token limit or a stop string cut short may be incomplete:
+    the reply ends as cut, not as calls for the client to run."""
+    plan = validate_tools([WEATHER])
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Ly'
+    for c, stop in [(Completion(text=text, finish_reason="length"), Stop.LENGTH),
+                    (Completion(text=text, finish_reason="stop", stop_string="on"), Stop.STOP_SEQUENCE)]:
+        shaper = ChatShaper(tools=ToolCallStream(HERMES, plan.tools))
+        assert shaper.read_whole(c)[-1].stop is stop and shaper.called
 
 
 def route(server, body: dict) -> dict:

@@ -1,8 +1,9 @@
 """The run of segments block-shaped APIs lay a reply out in (Anthropic's
 content blocks, the Responses API's output items): a segment opens when a
-delta of another kind arrives, closing the one before, and each call is a
-segment of its own, even right after another call."""
+chat event of another kind arrives, closing the one before, and each call
+is a segment of its own, even right after another call."""
 
+from ember.chat.events import CallArguments, CallEnd, CallStart, TextDelta, ThoughtDelta
 from ember.server.segments import Segments
 
 
@@ -20,7 +21,7 @@ class Recorder(Segments):
         return [f"text {piece}"]
 
     def start_call(self, call):
-        return [f"start call {call['function']['name']}"]
+        return [f"start call {call.name}"]
 
     def arguments(self, fragment):
         return [f"args {fragment}"]
@@ -29,19 +30,12 @@ class Recorder(Segments):
         return [f"end {kind}" + (f" {how[0]}" if how else "")]
 
 
-def call(index, name=None, args=""):
-    c = {"index": index, "function": {"arguments": args}}
-    if name is not None:
-        c["id"], c["function"]["name"] = f"call_{index}", name
-    return c
-
-
 def test_segments_open_on_a_new_kind_and_each_call_is_its_own():
     s = Recorder()
-    deltas = [{"reasoning_content": "a"}, {"reasoning_content": "b"}, {"content": "c"},
-              {"tool_calls": [call(0, "f", "{")]}, {"tool_calls": [call(0, args="}")]},
-              {"tool_calls": [call(1, "g", "{}")]}]
-    events = [e for d in deltas for e in s.feed(d)] + s.close("incomplete")
+    chat = [ThoughtDelta("a"), ThoughtDelta("b"), TextDelta("c"), CallStart(0, "call_0", "f"),
+            CallArguments(0, "{"), CallArguments(0, "}"), CallEnd(0), CallStart(1, "call_1", "g"),
+            CallArguments(1, "{}")]
+    events = s.feed(chat[:4]) + s.feed(chat[4:]) + s.close("incomplete")
     assert events == ["start thought", "thought a", "thought b", "end thought", "start text", "text c", "end text",
                       "start call f", "args {", "args }", "end call", "start call g", "args {}", "end call incomplete"]
     assert s.close() == [] and s.open is None

@@ -21,6 +21,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 from ember import chat_template as ct
 from ember import tool_calls as tc
+from ember.chat import events as ev
 
 SMOLLM2_TEMPLATE = (FIXTURES / "smollm2-135m-instruct.chat_template.jinja").read_text(encoding="utf-8")
 
@@ -60,16 +61,16 @@ def run_stream(framing, chunks, reason="stop", tools=TOOLS):
 
 def assemble(events):
     """Content and calls as a client rebuilds them from the events."""
-    content = "".join(e.text for e in events if isinstance(e, tc.ContentDelta))
+    content = "".join(e.text for e in events if isinstance(e, ev.TextDelta))
     calls: dict[int, list] = {}
     for e in events:
-        if isinstance(e, tc.ToolCallStart):
+        if isinstance(e, ev.CallStart):
             assert e.index == len(calls), "indices count up from 0"
             calls[e.index] = [e.id, e.name, "", False]
-        elif isinstance(e, tc.ToolCallArguments):
+        elif isinstance(e, ev.CallArguments):
             assert not calls[e.index][3], "no fragment after the end"
             calls[e.index][2] += e.fragment
-        elif isinstance(e, tc.ToolCallEnd):
+        elif isinstance(e, ev.CallEnd):
             calls[e.index][3] = True
     assert all(c[3] for c in calls.values()), "every started call ends"
     return content, [tc.ToolCall(i, *c[:3]) for i, c in sorted(calls.items())]
@@ -327,9 +328,9 @@ def test_stream_matches_whole(sid, framing, text, reason):
         assert assemble(events) == whole, chunks
         if whole[1] and sid not in CUT_IDS:  # a response with calls: no markup reached the content
             for e in events:
-                if isinstance(e, tc.ContentDelta):
+                if isinstance(e, ev.TextDelta):
                     assert not any(m in e.text for m in MARKUP), e
-        assert not any(isinstance(e, tc.ToolCallError) for e in events)
+        assert not any(isinstance(e, ev.CallError) for e in events)
 
 
 @pytest.mark.parametrize("sid,framing,text", [s[:3] for s in SAMPLES if s[4]], ids=[s[0] for s in SAMPLES if s[4]])
@@ -349,13 +350,13 @@ def test_every_cut_point_gives_valid_json(sid, framing, text):
 
 def test_stream_holds_back_a_possible_opener():
     s = tc.ToolCallStream(tc.HERMES, TOOLS, ids=counter_ids())
-    assert s.feed("Sure thing") == [tc.ContentDelta("Sure thing")]
-    assert s.feed(". <tool_c") == [tc.ContentDelta(".")]  # " <tool_c" could still open a call
+    assert s.feed("Sure thing") == [ev.TextDelta("Sure thing")]
+    assert s.feed(". <tool_c") == [ev.TextDelta(".")]  # " <tool_c" could still open a call
     assert s.feed("all>") == []
-    assert s.feed("\n{\"name\": \"get_weather\", ") == [tc.ToolCallStart(0, "id0", "get_weather")]
-    assert s.feed('"arguments": {"city": "Ly') == [tc.ToolCallArguments(0, '{"city": "Ly')]
+    assert s.feed("\n{\"name\": \"get_weather\", ") == [ev.CallStart(0, "id0", "get_weather")]
+    assert s.feed('"arguments": {"city": "Ly') == [ev.CallArguments(0, '{"city": "Ly')]
     assert s.feed('on"}}\n</tool_call>') == [
-        tc.ToolCallArguments(0, 'on"}'), tc.ToolCallEnd(0)]
+        ev.CallArguments(0, 'on"}'), ev.CallEnd(0)]
     assert s.finish("stop") == []
     assert s.finish_reason("stop") == "tool_calls"
     assert s.content == "Sure thing."
@@ -363,8 +364,8 @@ def test_stream_holds_back_a_possible_opener():
 
 def test_stream_releases_an_opener_that_was_not_one():
     s = tc.ToolCallStream(tc.HERMES, TOOLS)
-    assert s.feed("a <tool") == [tc.ContentDelta("a")]
-    assert s.feed("box> b") == [tc.ContentDelta(" <toolbox> b")]
+    assert s.feed("a <tool") == [ev.TextDelta("a")]
+    assert s.feed("box> b") == [ev.TextDelta(" <toolbox> b")]
     assert s.finish("stop") == []
     assert s.finish_reason("stop") == "stop"
 
@@ -373,7 +374,7 @@ def test_stream_argument_fragments_of_xml_values():
     events = run_stream(tc.QWEN3_CODER, [
         "<tool_call>\n<function=write_file>\n<parameter=content>\nline one\n", "line two\n</param", "eter>\n",
         "</function>\n</tool_call>"])
-    frags = [e.fragment for e in events if isinstance(e, tc.ToolCallArguments)]
+    frags = [e.fragment for e in events if isinstance(e, ev.CallArguments)]
     assert frags == ["{", '"content": "', "line one", "\\nline two", '"', "}"]
     assert json.loads("".join(frags)) == {"content": "line one\nline two"}
 
@@ -385,7 +386,7 @@ def test_cut_inside_a_call_ended_by_the_model_is_an_error():
     assert err.value.index == 0 and err.value.name == "get_weather"
     assert "get_weather" in str(err.value)
     events = run_stream(tc.HERMES, [text], "stop")
-    assert isinstance(events[-1], tc.ToolCallError) and events[-1].name == "get_weather"
+    assert isinstance(events[-1], ev.CallError) and events[-1].name == "get_weather"
 
 
 def test_broken_list_entry_is_an_error_naming_the_next_call():
@@ -407,7 +408,7 @@ def test_markup_broken_after_the_name_is_an_error():
         tc.parse_tool_calls(tc.HERMES, text)
     s = tc.ToolCallStream(tc.HERMES)
     events = s.feed(text)
-    assert isinstance(events[0], tc.ToolCallStart) and isinstance(events[-1], tc.ToolCallError)
+    assert isinstance(events[0], ev.CallStart) and isinstance(events[-1], ev.CallError)
     assert events[-1].index == 0 and events[-1].name == "get_weather"
     assert s.feed("even more") == [] and s.finish("stop") == []
 
@@ -440,12 +441,12 @@ def test_call_ids():
 
 
 def test_openai_shapes():
-    assert tc.openai_delta(tc.ContentDelta("hi")) == {"content": "hi"}
-    assert tc.openai_delta(tc.ToolCallStart(1, "call_x", "f")) == {
+    assert ev.chat_delta(ev.TextDelta("hi")) == {"content": "hi"}
+    assert ev.chat_delta(ev.CallStart(1, "call_x", "f")) == {
         "tool_calls": [{"index": 1, "id": "call_x", "type": "function", "function": {"name": "f", "arguments": ""}}]}
-    assert tc.openai_delta(tc.ToolCallArguments(1, '{"a"')) == {
+    assert ev.chat_delta(ev.CallArguments(1, '{"a"')) == {
         "tool_calls": [{"index": 1, "function": {"arguments": '{"a"'}}]}
-    assert tc.openai_delta(tc.ToolCallEnd(1)) is None
+    assert ev.chat_delta(ev.CallEnd(1)) is None
     assert tc.ToolCall(0, "call_x", "f", "{}").to_openai() == {
         "id": "call_x", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 

@@ -476,7 +476,7 @@ class Model:
         call's `function.name` and `function.arguments`), or with `stream`
         the deltas of those fields as the route sends them. `kwargs` are
         `generate`'s (sampling, stop, grammar, json_schema...)."""
-        from ember.chat import ChatSettings, build_prompt, end_reason
+        from ember.chat import ChatSettings, build_prompt, chat_delta
 
         if response_format is not None:
             kwargs["json_schema"] = _answer_schema(response_format)
@@ -498,7 +498,9 @@ class Model:
 
         def deltas():
             for ev in self.stream_completion(ids, max_tokens, **kwargs):
-                yield from shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(end_reason(ev))
+                for out in shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev):
+                    if (delta := chat_delta(out)) is not None:
+                        yield delta
 
         return deltas()
 

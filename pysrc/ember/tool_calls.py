@@ -35,7 +35,7 @@ Parsing rules, for every framing:
   is content; one whose name is whole is kept with the arguments read so far,
   closed into valid JSON. Ended by the model inside a call whose arguments are
   incomplete (``finish("stop")``), or markup that stops being a call after its
-  name went out, is an error naming the call (``ToolCallError`` /
+  name went out, is an error naming the call (``CallError`` /
   ``ToolCallParseError``): half a call is nothing a client can run.
 """
 
@@ -51,11 +51,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Union
 
+from ember.chat.events import CallArguments, CallEnd, CallError, CallStart, TextDelta
 from ember.errors import EmberError, InvalidRequestError
 
+#: What the call parser emits: the answer's text and each call's events.
+ToolEvent = Union[TextDelta, CallStart, CallArguments, CallEnd, CallError]
 
 __all__ = [
-    "ContentDelta",
     "call_trigger",
     "FRAMINGS",
     "FUNCTIONGEMMA",
@@ -69,11 +71,7 @@ __all__ = [
     "QWEN3_CODER",
     "SchemaRules",
     "ToolCall",
-    "ToolCallArguments",
-    "ToolCallEnd",
-    "ToolCallError",
     "ToolCallParseError",
-    "ToolCallStart",
     "ToolCallStream",
     "ToolEvent",
     "ToolPlan",
@@ -83,7 +81,6 @@ __all__ = [
     "detect_framing",
     "generic_tools_system_prompt",
     "normalize_tool_messages",
-    "openai_delta",
     "parse_tool_calls",
     "validate_tools",
 ]
@@ -429,63 +426,6 @@ class ToolCall:
     def to_openai(self) -> dict:
         """The call as it goes in a message's ``tool_calls``."""
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
-
-
-@dataclass(frozen=True)
-class ContentDelta:
-    """Text that is the answer's own."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallStart:
-    """A call's name is whole: it gets its index (0, 1, ... in the response) and id."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ToolCallArguments:
-    """The next piece of a call's JSON arguments text."""
-
-    index: int
-    fragment: str
-
-
-@dataclass(frozen=True)
-class ToolCallEnd:
-    """The call is complete; its arguments are valid JSON."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class ToolCallError:
-    """The output went wrong inside call ``index`` after its name had gone
-    out. Nothing follows it."""
-
-    index: int
-    name: str | None
-    message: str
-
-
-ToolEvent = Union[ContentDelta, ToolCallStart, ToolCallArguments, ToolCallEnd, ToolCallError]
-
-
-def openai_delta(event: ToolEvent) -> dict | None:
-    """The ``delta`` of a ``chat.completion.chunk`` carrying ``event``, or None
-    for events that have none (ToolCallEnd, ToolCallError)."""
-    if isinstance(event, ContentDelta):
-        return {"content": event.text}
-    if isinstance(event, ToolCallStart):
-        return {"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
-                                "function": {"name": event.name, "arguments": ""}}]}
-    if isinstance(event, ToolCallArguments):
-        return {"tool_calls": [{"index": event.index, "function": {"arguments": event.fragment}}]}
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -1883,9 +1823,9 @@ class ToolCallStream:
 
     ``feed(text)`` takes the next piece of output and returns the events it
     completes; ``finish(reason)`` ("stop" or "length") ends the output and
-    returns the rest. Events: ContentDelta(text); per call ToolCallStart(index,
-    id, name), ToolCallArguments(index, fragment)..., ToolCallEnd(index); or a
-    final ToolCallError(index, name, message) after which nothing follows.
+    returns the rest. Events: TextDelta(text); per call CallStart(index,
+    id, name), CallArguments(index, fragment)..., CallEnd(index); or a
+    final CallError(index, name, message) after which nothing follows.
     ``feed`` after ``finish`` is a RuntimeError.
     ``tools`` are the request's declarations: they type Qwen3-Coder's XML
     values and tell bare JSON calls from JSON answers. ``ids`` makes call ids
@@ -1959,7 +1899,7 @@ class ToolCallStream:
     # -- content -------------------------------------------------------------
 
     def _say(self, text: str, out: list[ToolEvent]) -> None:
-        out.append(ContentDelta(text))
+        out.append(TextDelta(text))
         self._content.append(text)
 
     def _release(self, text: str, out: list[ToolEvent]) -> None:
@@ -2053,16 +1993,16 @@ class ToolCallStream:
             cid = self._new_id()
             self._calls.append((cid, item.name, []))
             self._open, self._heal = index, "{}"
-            out.append(ToolCallStart(index, cid, item.name))
+            out.append(CallStart(index, cid, item.name))
         elif isinstance(item, _Args):
             assert self._open is not None
             if item.text:
                 self._calls[self._open][2].append(item.text)
-                out.append(ToolCallArguments(self._open, item.text))
+                out.append(CallArguments(self._open, item.text))
             self._heal = item.heal
         elif item is _END:
             assert self._open is not None
-            out.append(ToolCallEnd(self._open))
+            out.append(CallEnd(self._open))
             self._open = None
 
     def _new_id(self) -> str:
@@ -2090,7 +2030,7 @@ class ToolCallStream:
         # whose name is not known.
         index = self._open if self._open is not None else len(self._calls)
         name = self._calls[index][1] if index < len(self._calls) else None
-        out.append(ToolCallError(index, name, f"tool call {index} ({name}): {message}"))
+        out.append(CallError(index, name, f"tool call {index} ({name}): {message}"))
         self._failed = True
         self._block = self._reader = None
         self._buf = self._ws = ""
@@ -2109,8 +2049,8 @@ class ToolCallStream:
                 return
             if self._heal:  # cut by the token limit: close what was read
                 self._calls[index][2].append(self._heal)
-                out.append(ToolCallArguments(index, self._heal))
-            out.append(ToolCallEnd(index))
+                out.append(CallArguments(index, self._heal))
+            out.append(CallEnd(index))
             self._open = None
         # What is left of the block is markup the end cut off.
         self._close_block(len(self._buf))
@@ -2119,8 +2059,8 @@ class ToolCallStream:
 def _merged(events: list[ToolEvent]) -> list[ToolEvent]:
     out: list[ToolEvent] = []
     for e in events:
-        if isinstance(e, ContentDelta) and out and isinstance(out[-1], ContentDelta):
-            out[-1] = ContentDelta(out[-1].text + e.text)
+        if isinstance(e, TextDelta) and out and isinstance(out[-1], TextDelta):
+            out[-1] = TextDelta(out[-1].text + e.text)
         else:
             out.append(e)
     return out
@@ -2139,6 +2079,6 @@ def parse_tool_calls(
     is a ToolCallParseError."""
     stream = ToolCallStream(framing, tools, ids=ids)
     for e in stream.feed(text) + stream.finish(finish_reason):
-        if isinstance(e, ToolCallError):
+        if isinstance(e, CallError):
             raise ToolCallParseError(e.message, index=e.index, name=e.name)
     return stream.content, stream.calls

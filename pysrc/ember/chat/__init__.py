@@ -1,9 +1,13 @@
 """The chat core, free of HTTP: a conversation's prompt (template, tools,
 call grammars, the thought) and what the reply's text becomes (content, the
-thought, calls). The server's APIs and `ember.Model.chat` both run it."""
+thought, calls) as typed events. The server's APIs and `ember.Model.chat`
+both run it."""
 
 from ember.chat.errors import ChatError, ModelOutputError
-from ember.chat.output import ChatShaper, end_reason
+from ember.chat.events import (CallArguments, CallEnd, CallStart, ChatEvent, End, Stop, TextDelta, ThoughtDelta,
+                               chat_delta)
+from ember.chat.output import ChatShaper
 from ember.chat.prompt import ChatPrompt, ChatSettings, build_prompt
 
-__all__ = ["ChatError", "ChatPrompt", "ChatSettings", "ChatShaper", "ModelOutputError", "build_prompt", "end_reason"]
+__all__ = ["CallArguments", "CallEnd", "CallStart", "ChatError", "ChatEvent", "ChatPrompt", "ChatSettings",
+           "ChatShaper", "End", "ModelOutputError", "Stop", "TextDelta", "ThoughtDelta", "build_prompt", "chat_delta"]

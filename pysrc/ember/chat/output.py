@@ -1,7 +1,7 @@
-"""What a chat reply's text becomes: thought split from answer
-(`reasoning_content` vs `content`) and, when tools were offered, calls parsed
-out of the answer (`tool_calls`), whether streamed or whole; the same for
-the server's routes and `ember.Model.chat`.
+"""What a chat reply's text becomes: thought split from answer and, when
+tools were offered, calls parsed out of the answer, as typed events
+(`ember.chat.events`) whether streamed or whole; the same for every API's
+route and `ember.Model.chat`.
 
 The text flows through two stages: the reasoning splitter first (a thought
 comes before the answer), then the tool-call parser over the answer. Each
@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.chat.errors import ModelOutputError
+from ember.chat.events import CallError, ChatEvent, End, Stop, TextDelta, ThoughtDelta
 from ember.reasoning import ReasoningFormat, ReasoningSplitter
 
-__all__ = ["ChatShaper", "end_reason"]
+__all__ = ["ChatShaper"]
 
 
-def end_reason(c) -> str:
-    """What ended a completion's text, as `ChatShaper.finish` reads it: a stop
-    string cuts the text where the client asked, as the token limit does, so
-    a call it cut short is closed with what was read, not called malformed."""
+def _parser_end(c) -> str:
+    """How the call parser reads the end of `c`: a stop string cuts the text
+    where the client asked, as the token limit does, so a call it cut short
+    is closed with what was read, not called malformed."""
     return "length" if c.stop_string is not None or c.cut else "stop"
 
 
@@ -39,70 +40,67 @@ class ChatShaper:
 
     content: list[str] = field(default_factory=list)
     thought: list[str] | None = None
+    #: why the reply ended, once it has
+    stop: Stop | None = None
 
     def __post_init__(self) -> None:
         self._splitter = ReasoningSplitter(self.reasoning, self.in_thought) if self.reasoning else None
 
-    def feed(self, text: str) -> list[dict]:
-        """The deltas `text` releases (each a chat delta's fields)."""
+    def feed(self, text: str) -> list[ChatEvent]:
+        """The events `text` releases."""
         if not text:
             return []
         if self._splitter is None:
             return self._answer(text)
-        out: list[dict] = []
+        out: list[ChatEvent] = []
         for kind, piece in self._splitter.feed(text):
             out += self._reason(piece) if kind == "reasoning" else self._answer(piece)
         if self.raw_content:
             self.content.append(text)
-            out.append({"content": text})
+            out.append(TextDelta(text))
         return out
 
-    def finish(self, reason: str = "stop") -> list[dict]:
-        """The deltas held back until the end; `reason` is the generation's
-        ("length" when the token limit cut it, which a cut call reads)."""
-        out: list[dict] = []
+    def finish(self, completion) -> list[ChatEvent]:
+        """The events held back until the end of `completion`, then its `End`."""
+        out: list[ChatEvent] = []
         if self._splitter is not None:
             for kind, piece in self._splitter.finish():
                 out += self._reason(piece) if kind == "reasoning" else self._answer(piece)
             if self._splitter.thought_seen and self.thought is None:
                 self.thought = []
         if self.tools is not None:
-            out += self._tool_deltas(self.tools.finish(reason))
+            out += self._tool_events(self.tools.finish(_parser_end(completion)))
+        self.stop = Stop.of(completion, self.called)
+        out.append(End(self.stop, completion.stop_string if self.stop is Stop.STOP_SEQUENCE else None))
         return out
 
-    def read_whole(self, c) -> list[dict]:
-        """The deltas of a whole completion `c`, read at once: its text, then its end."""
-        return self.feed(c.text) + self.finish(end_reason(c))
+    def read_whole(self, completion) -> list[ChatEvent]:
+        """The events of a whole completion, read at once: its text, then its end."""
+        return self.feed(completion.text) + self.finish(completion)
 
-    def _reason(self, piece: str) -> list[dict]:
+    def _reason(self, piece: str) -> list[ChatEvent]:
         if self.thought is None:
             self.thought = []
         self.thought.append(piece)
-        return [{"reasoning_content": piece}]
+        return [ThoughtDelta(piece)]
 
-    def _answer(self, piece: str) -> list[dict]:
+    def _answer(self, piece: str) -> list[ChatEvent]:
         if self.raw_content and self._splitter is not None:
             return []  # the raw text has been passed on whole
         if self.tools is None:
             self.content.append(piece)
-            return [{"content": piece}]
-        return self._tool_deltas(self.tools.feed(piece))
+            return [TextDelta(piece)]
+        return self._tool_events(self.tools.feed(piece))
 
-    def _tool_deltas(self, events: list) -> list[dict]:
-        from ember.tool_calls import ContentDelta, ToolCallError, openai_delta
-
-        out: list[dict] = []
+    def _tool_events(self, events: list) -> list[ChatEvent]:
         for ev in events:
-            if isinstance(ev, ToolCallError):
+            if isinstance(ev, CallError):
                 # The model left a call it had begun, or broke its markup:
                 # what it meant cannot be told, and guessing would be worse.
                 raise ModelOutputError(f"the model's tool call {ev.name or ev.index} is malformed: {ev.message}")
-            if isinstance(ev, ContentDelta):
+            if isinstance(ev, TextDelta):
                 self.content.append(ev.text)
-            delta = openai_delta(ev)
-            if delta:
-                out.append(delta)
-        return out
+        return events
 
     @property
     def called(self) -> bool:

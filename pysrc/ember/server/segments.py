@@ -1,11 +1,13 @@
-"""The chat shaper's deltas as the run of segments block-shaped APIs lay a
+"""The chat core's events as the run of segments block-shaped APIs lay a
 reply out in (Anthropic's content blocks, the Responses API's output items):
 the thought, the text, and each tool call a segment of its own. A segment
-opens when a delta of another kind arrives, closing the one before; a
+opens when an event of another kind arrives, closing the one before; a
 subclass writes a segment's start, its pieces and its end as its API's
 events."""
 
 from __future__ import annotations
+
+from ember.chat.events import CallArguments, CallStart, ChatEvent, TextDelta, ThoughtDelta
 
 __all__ = ["Segments"]
 
@@ -15,22 +17,23 @@ class Segments:
         #: the segment open now: ("thought",), ("text",) or ("call", index)
         self.open: tuple | None = None
 
-    def feed(self, delta: dict) -> list:
-        """The events one chat delta gives."""
+    def feed(self, events: list[ChatEvent]) -> list:
+        """The API's events the chat core's `events` give (their `End` is
+        the caller's: how a segment ends depends on why the reply did)."""
         out: list = []
-        if thought := delta.get("reasoning_content"):
-            out += self._enter(("thought",), self.start_thought)
-            out += self.thought(thought)
-        if text := delta.get("content"):
-            out += self._enter(("text",), self.start_text)
-            out += self.text(text)
-        for call in delta.get("tool_calls") or ():
-            if "id" in call:  # a call's first delta: a segment of its own, even after another call
+        for ev in events:
+            if isinstance(ev, ThoughtDelta) and ev.text:
+                out += self._enter(("thought",), self.start_thought)
+                out += self.thought(ev.text)
+            elif isinstance(ev, TextDelta) and ev.text:
+                out += self._enter(("text",), self.start_text)
+                out += self.text(ev.text)
+            elif isinstance(ev, CallStart):  # a segment of its own, even after another call
                 out += self.close()
-                self.open = ("call", call["index"])
-                out += self.start_call(call)
-            if fragment := call["function"].get("arguments"):
-                out += self.arguments(fragment)
+                self.open = ("call", ev.index)
+                out += self.start_call(ev)
+            elif isinstance(ev, CallArguments) and ev.fragment:
+                out += self.arguments(ev.fragment)
         return out
 
     def close(self, *how) -> list:
@@ -60,7 +63,7 @@ class Segments:
     def text(self, piece: str) -> list:
         raise NotImplementedError
 
-    def start_call(self, call: dict) -> list:
+    def start_call(self, call: CallStart) -> list:
         raise NotImplementedError
 
     def arguments(self, fragment: str) -> list:

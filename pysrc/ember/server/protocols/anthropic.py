@@ -18,7 +18,8 @@ from typing import Any, Union
 import msgspec
 from aiohttp import web
 
-from ember.chat.output import ChatShaper, end_reason
+from ember.chat.events import CallStart, Stop
+from ember.chat.output import ChatShaper
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_prompt import Origin, translated_prompt
@@ -331,14 +332,9 @@ def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[l
 
 # -- the reply, as Anthropic shapes it --------------------------------------------
 
-def _stop_reason(c: Completion, called: bool) -> str:
-    # A cut (by max_tokens or a stop sequence) is said before a call: the call
-    # it cut may be incomplete, and "tool_use" would ask the client to run it.
-    if c.cut:
-        return "max_tokens"
-    if c.stop_string is not None:
-        return "stop_sequence"
-    return "tool_use" if called else "end_turn"
+#: Anthropic's stop_reason for each way a reply ends
+STOP_REASON = {Stop.END_TURN: "end_turn", Stop.STOP_SEQUENCE: "stop_sequence", Stop.LENGTH: "max_tokens",
+               Stop.CONTEXT: "max_tokens", Stop.TOOL_CALLS: "tool_use"}
 
 
 def _usage(g: Generation, n_cached: int, n_output: int) -> dict:
@@ -401,8 +397,8 @@ class _BlockStream(Segments):
     def text(self, piece: str):
         return [self._event("content_block_delta", delta={"type": "text_delta", "text": piece})]
 
-    def start_call(self, call: dict):
-        return self._block({"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}})
+    def start_call(self, call: CallStart):
+        return self._block({"type": "tool_use", "id": call.id, "name": call.name, "input": {}})
 
     def arguments(self, fragment: str):
         return [self._event("content_block_delta", delta={"type": "input_json_delta", "partial_json": fragment})]
@@ -440,10 +436,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
     if not req.stream:
         c = await gen.whole()
-        shaper.read_whole(c)
-        reason = _stop_reason(c, shaper.called)
-        return json_response({**head, "content": _content(shaper, show_thought), "stop_reason": reason,
-                              "stop_sequence": c.stop_string if reason == "stop_sequence" else None,
+        end = shaper.read_whole(c)[-1]
+        return json_response({**head, "content": _content(shaper, show_thought), "stop_reason": STOP_REASON[end.stop],
+                              "stop_sequence": end.stop_sequence,
                               "usage": _usage(gen, gen.n_cached, len(c.tokens))})
 
     async def write(resp) -> None:
@@ -459,17 +454,15 @@ async def messages(request: web.Request) -> web.StreamResponse:
             "usage": _usage(gen, n_cached, 0)}}), ("ping", {"type": "ping"})])
         async for ev in gen.events():
             if isinstance(ev, Piece):
-                for d in shaper.feed(ev.text):
-                    await send(blocks.feed(d))
+                await send(blocks.feed(shaper.feed(ev.text)))
             elif isinstance(ev, Completion):
-                for d in shaper.finish(end_reason(ev)):
-                    await send(blocks.feed(d))
+                events = shaper.finish(ev)
+                await send(blocks.feed(events))
                 await send(blocks.close())
-                reason = _stop_reason(ev, shaper.called)
+                end = events[-1]
                 await send([("message_delta", {
                     "type": "message_delta",
-                    "delta": {"stop_reason": reason,
-                              "stop_sequence": ev.stop_string if reason == "stop_sequence" else None},
+                    "delta": {"stop_reason": STOP_REASON[end.stop], "stop_sequence": end.stop_sequence},
                     "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
                     ("message_stop", {"type": "message_stop"})])
     return await gen.stream(request, write, envelope="anthropic")

@@ -27,7 +27,8 @@ import msgspec
 from aiohttp import web
 
 from ember import __version__
-from ember.chat.output import ChatShaper, end_reason
+from ember.chat.events import TextDelta, ThoughtDelta
+from ember.chat.output import ChatShaper
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_prompt import Origin, relocated, translated_prompt
@@ -227,8 +228,8 @@ def _stats(gen: Generation, c: Completion, t0: float) -> dict:
             "eval_count": len(c.tokens), "eval_duration": ns(c.gen_ms)}
 
 
-def _done_reason(c: Completion) -> str:
-    return "length" if c.cut else "stop"
+def _done_reason(shaper: ChatShaper) -> str:
+    return "length" if shaper.stop.cut else "stop"
 
 
 def _calls(shaper: ChatShaper) -> list[dict]:
@@ -265,8 +266,10 @@ class _Lines:
 
 
 async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream: bool, chunk, last) -> web.StreamResponse:
-    """Drives a generation: `chunk(deltas)` is the streamed object for the
-    reply's new text (None when it has none), `last(c)` the final one."""
+    """Drives a generation: `chunk(events)` is the streamed object for the
+    reply's new text (None when it has none), `last(c)` the final one.
+    Ollama streams lines of JSON, not server-sent events, so it keeps this
+    driver of its own beside `Generation.stream`."""
     if not stream:
         c = await gen.whole()
         shaper.read_whole(c)
@@ -276,8 +279,8 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream
         await gen.first_event()
         try:
             async for ev in gen.events():
-                deltas = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(end_reason(ev))
-                obj = chunk(deltas)
+                events = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev)
+                obj = chunk(events)
                 if obj is not None:
                     await out.send(obj)
                 if isinstance(ev, Completion):
@@ -289,8 +292,8 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream
     return await out.end()
 
 
-def _text_of(deltas: list[dict], key: str) -> str:
-    return "".join(d.get(key) or "" for d in deltas)
+def _text_of(events: list, kind: type) -> str:
+    return "".join(ev.text for ev in events if isinstance(ev, kind))
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
@@ -301,8 +304,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
     gen = Generation(request, prompt, max_tokens, opts)
     t0, name = time.perf_counter(), body.model or state.model_id()
 
-    def chunk(deltas):
-        content, thinking = _text_of(deltas, "content"), _text_of(deltas, "reasoning_content")
+    def chunk(events):
+        content, thinking = _text_of(events, TextDelta), _text_of(events, ThoughtDelta)
         if not content and not thinking:
             return None
         msg = {"role": "assistant", "content": content}
@@ -317,7 +320,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         if shaper.called:
             # Calls travel whole, in the last object, as Ollama sends a call once it is parsed.
             msg["tool_calls"] = _calls(shaper)
-        return {"model": name, "created_at": _now(), "message": msg, "done": True, "done_reason": _done_reason(c),
+        return {"model": name, "created_at": _now(), "message": msg, "done": True, "done_reason": _done_reason(shaper),
                 **_stats(gen, c, t0)}
 
     return await _run(request, gen, shaper, body.stream, chunk, last)
@@ -358,8 +361,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     gen = Generation(request, prompt, max_tokens, opts)
     t0 = time.perf_counter()
 
-    def chunk(deltas):
-        response, thinking = _text_of(deltas, "content"), _text_of(deltas, "reasoning_content")
+    def chunk(events):
+        response, thinking = _text_of(events, TextDelta), _text_of(events, ThoughtDelta)
         if not response and not thinking:
             return None
         out = {"model": name, "created_at": _now(), "response": response, "done": False}
@@ -369,7 +372,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
     def last(c: Completion, whole: bool):
         out = {"model": name, "created_at": _now(), "response": "".join(shaper.content) if whole else "",
-               "done": True, "done_reason": _done_reason(c), "context": gen.prompt + c.tokens, **_stats(gen, c, t0)}
+               "done": True, "done_reason": _done_reason(shaper), "context": gen.prompt + c.tokens, **_stats(gen, c, t0)}
         if whole and shaper.thought:
             out["thinking"] = "".join(shaper.thought)
         return out

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
-from ember.chat.output import end_reason
+from ember.chat.events import Stop, chat_delta
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
@@ -21,7 +21,9 @@ from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
 
-_FINISH = {"stop": "stop", "length": "length", "context": "length"}
+#: OpenAI's finish_reason for each way a reply ends
+FINISH = {Stop.END_TURN: "stop", Stop.STOP_SEQUENCE: "stop", Stop.LENGTH: "length", Stop.CONTEXT: "length",
+          Stop.TOOL_CALLS: "tool_calls"}
 
 
 def _usage(g: Generation) -> dict:
@@ -71,10 +73,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint()}
 
-    def finish_reason(c: Completion) -> str:
-        # A stop string that cut a call leaves it perhaps incomplete: "stop", not a call to run.
-        reason = _FINISH.get(c.finish_reason, c.finish_reason)
-        return "tool_calls" if shaper.called and reason == "stop" and c.stop_string is None else reason
+    def deltas(events) -> list[dict]:
+        return [d for d in map(chat_delta, events) if d is not None]
 
     if not req.stream:
         content: list[dict] = []
@@ -82,9 +82,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             async for ev in gen.events():
                 if isinstance(ev, Piece) and req.logprobs and ev.token is not None:
                     content.append(_chat_logprobs(model, ev, k))
-        c = gen.completion
-        shaper.feed(c.text)
-        shaper.finish(end_reason(c))
+        shaper.read_whole(gen.completion)
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
@@ -92,7 +90,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 "index": 0,
                 "message": shaper.message(),
                 "logprobs": {"content": content} if req.logprobs else None,
-                "finish_reason": finish_reason(c),
+                "finish_reason": FINISH[shaper.stop],
             }],
             "usage": _usage(gen),
             "timings": gen.timings(),
@@ -109,15 +107,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         async for ev in gen.events():
             if isinstance(ev, Piece):
                 lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
-                deltas = shaper.feed(ev.text)
-                if lp and not deltas:
-                    deltas = [{"content": ""}]
-                for i, d in enumerate(deltas):
+                out = deltas(shaper.feed(ev.text))
+                if lp and not out:
+                    out = [{"content": ""}]
+                for i, d in enumerate(out):
                     await sse_send(resp, chunk(d, lp if i == 0 else None))
             elif isinstance(ev, Completion):
-                for d in shaper.finish(end_reason(ev)):
+                for d in deltas(shaper.finish(ev)):
                     await sse_send(resp, chunk(d))
-                await sse_send(resp, chunk({}, finish=finish_reason(ev), timings=gen.timings()))
+                await sse_send(resp, chunk({}, finish=FINISH[shaper.stop], timings=gen.timings()))
         if include_usage:
             await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
         await resp.write(b"data: [DONE]\n\n")
@@ -194,7 +192,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         c = gen.completion
         return json_response({**base, "choices": [{
             "text": echo + c.text, "index": 0, "logprobs": lps.body() if lps else None,
-            "finish_reason": _FINISH.get(c.finish_reason, c.finish_reason)}],
+            "finish_reason": FINISH[Stop.of(c)]}],
             "usage": _usage(gen), "timings": gen.timings()})
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -212,7 +210,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             elif isinstance(ev, Completion):
                 await sse_send(resp, {**base, "choices": [{
                     "text": "", "index": 0, "logprobs": None,
-                    "finish_reason": _FINISH.get(ev.finish_reason, ev.finish_reason)}], "timings": gen.timings()})
+                    "finish_reason": FINISH[Stop.of(ev)]}], "timings": gen.timings()})
         if include_usage:
             await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
         await resp.write(b"data: [DONE]\n\n")

@@ -23,7 +23,8 @@ from typing import Any, Union
 import msgspec
 from aiohttp import web
 
-from ember.chat.output import ChatShaper, end_reason
+from ember.chat.events import CallStart
+from ember.chat.output import ChatShaper
 from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_prompt import Origin, translated_prompt
@@ -355,9 +356,9 @@ class _Items(Segments):
         return [("response.output_text.delta", {"item_id": item["id"], "output_index": self._index(),
                                                 "content_index": 0, "delta": piece, "logprobs": []})]
 
-    def start_call(self, call: dict):
-        return self._item({"id": f"fc_{_hex()}", "type": "function_call", "call_id": call["id"],
-                           "name": call["function"]["name"], "arguments": "", "status": "in_progress"})
+    def start_call(self, call: CallStart):
+        return self._item({"id": f"fc_{_hex()}", "type": "function_call", "call_id": call.id,
+                           "name": call.name, "arguments": "", "status": "in_progress"})
 
     def arguments(self, fragment: str):
         item = self.items[-1]
@@ -418,7 +419,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
     def finished(c: Completion) -> tuple[str, dict]:
         """The event that ends the response, and the response it carries."""
-        cut = c.cut
+        cut = shaper.stop.cut
         # The thought's tokens, counted as the tokenizer reads its text back.
         thought = "".join(shaper.thought or [])
         n_thought = len(state.model.tokenize(thought, add_special=False)) if thought else 0
@@ -427,16 +428,13 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 "usage": _usage(gen, c.n_cached, len(c.tokens), min(n_thought, len(c.tokens)))}
         return ("response.incomplete" if cut else "response.completed"), {"response": body}
 
-    def take(deltas: list[dict]) -> list[tuple[str, dict]]:
-        return [ev for d in deltas for ev in items.feed(d)]
-
-    def item_status(c: Completion) -> str:
-        return "incomplete" if c.cut else "completed"
+    def item_status() -> str:
+        return "incomplete" if shaper.stop.cut else "completed"
 
     if not req.stream:
         c = await gen.whole()
-        take(shaper.read_whole(c))
-        items.close(item_status(c))
+        items.feed(shaper.read_whole(c))
+        items.close(item_status())
         return json_response(finished(c)[1]["response"])
 
     async def write(resp) -> None:
@@ -452,10 +450,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
         await send([("response.created", {"response": start}), ("response.in_progress", {"response": start})])
         async for ev in gen.events():
             if isinstance(ev, Piece):
-                await send(take(shaper.feed(ev.text)))
+                await send(items.feed(shaper.feed(ev.text)))
             elif isinstance(ev, Completion):
-                await send(take(shaper.finish(end_reason(ev))))
-                await send(items.close(item_status(ev)))
+                await send(items.feed(shaper.finish(ev)))
+                await send(items.close(item_status()))
                 await send([finished(ev)])
     return await gen.stream(request, write)
 
