@@ -12,8 +12,8 @@ import pytest
 from ember.chat import ChatError, ChatSettings, ChatShaper, build_prompt
 from ember.chat.errors import location
 from ember.chat.events import CallArguments, CallStart, End, Stop, TextDelta
+from ember.chat.tools import HERMES, ToolCallStream, validate_tools
 from ember.model import Completion
-from ember.tool_calls import HERMES, ToolCallStream, validate_tools
 from server_process import ServerProcess, post_ok
 from thinking_model import STEERED, build as build_thinking
 

@@ -89,4 +89,4 @@ def test_the_chat_core_needs_nothing_of_the_server():
             seen.add(m)
             todo += g.get(m, ())
     assert not [m for m in seen if m.startswith("ember.server")], sorted(seen)
-    assert "ember.chat.prompt" in seen and "ember.tool_calls" in seen
+    assert "ember.chat.prompt" in seen and "ember.chat.tools" in g["ember.chat.prompt"]

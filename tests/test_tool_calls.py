@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 from ember import chat_template as ct
-from ember import tool_calls as tc
 from ember.chat import events as ev
+from ember.chat import tools as tc
+from ember.errors import InvalidRequestError
 
 SMOLLM2_TEMPLATE = (FIXTURES / "smollm2-135m-instruct.chat_template.jinja").read_text(encoding="utf-8")
 
@@ -779,7 +780,7 @@ def test_validate_errors(tools, choice, parallel, message):
     with pytest.raises(tc.ToolRequestError) as err:
         tc.validate_tools(tools, choice, parallel)
     assert message in str(err.value)
-    assert isinstance(err.value, ValueError) and isinstance(err.value, tc.InvalidRequestError)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, InvalidRequestError)
 
 
 def test_normalize_tool_messages():

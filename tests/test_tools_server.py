@@ -155,7 +155,7 @@ def test_every_call_grammar_starts_with_its_trigger():
     """A watched call waits for its framing's opener and then holds the output
     to the call grammar from that opener on: the grammar must read it."""
     from ember.structured import Grammar, json_schema_rules
-    from ember.tool_calls import FRAMINGS, call_grammar, call_trigger, validate_tools
+    from ember.chat.tools import FRAMINGS, call_grammar, call_trigger, validate_tools
 
     plan = validate_tools([WEATHER, TIME])
     watched = set()

@@ -33,7 +33,7 @@ class ChatShaper:
     reasoning: ReasoningFormat | None = None
     #: the prompt left a thought open
     in_thought: bool = False
-    #: a tool-call stream parser (`ember.tool_calls.ToolCallStream`), when tools were offered
+    #: a tool-call stream parser (`ember.chat.tools.ToolCallStream`), when tools were offered
     tools: Any = None
     #: llama-server's "deepseek-legacy": content keeps the raw text as well
     raw_content: bool = False

@@ -99,10 +99,10 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
     """The prompt of `messages` for `model` (its own chat template, or
     `template`). `framings` caches each template's tool-call framing across
     calls. With `next_turn`, the next turn is rendered too (see `ChatPrompt`)."""
+    from ember.chat.tools import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
+                                  detect_framing, normalize_tool_messages, validate_tools)
     from ember.reasoning import detect_reasoning, starts_in_thought
     from ember.structured import compile_grammar, json_schema_rules
-    from ember.tool_calls import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
-                                  detect_framing, normalize_tool_messages, validate_tools)
 
     rr = _reasoning(settings)
     try:
