@@ -10,6 +10,7 @@ import pytest
 
 from ember.engine import Engine, EngineOverloaded, EngineStopped, GenerationRequest
 from ember.model import Completion, Piece
+from ember.sampling import SamplingParams
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def engine(smollm2):
 
 
 def greedy(model, text: str, n: int, **extra) -> GenerationRequest:
-    return GenerationRequest(model.tokenize(text), n, {"temperature": 0.0, **extra})
+    return GenerationRequest(model.tokenize(text), n, SamplingParams(temperature=0.0, **extra))
 
 
 def test_a_job_streams_the_same_tokens_as_the_model(engine, smollm2):
@@ -89,7 +90,7 @@ def test_the_queue_is_bounded_and_close_refuses_new_work(engine, smollm2):
 
 def test_engine_errors_reach_the_caller(engine, smollm2):
     async def go():
-        job = engine.submit(GenerationRequest([1, 10**7], 2, {}))
+        job = engine.submit(GenerationRequest([1, 10**7], 2, SamplingParams()))
         return await job.result()
 
     with pytest.raises(Exception, match="out of range"):

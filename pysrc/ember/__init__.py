@@ -15,12 +15,14 @@ from ember.errors import (
     TemplateError,
 )
 from ember.model import Completion, Model, Piece
+from ember.sampling import SamplingParams
 
 __all__ = [
     "__version__",
     "Model",
     "Completion",
     "Piece",
+    "SamplingParams",
     "EmberError",
     "ModelLoadError",
     "InvalidRequestError",

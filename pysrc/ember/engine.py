@@ -28,6 +28,7 @@ from typing import AsyncIterator, Sequence
 from ember.errors import EmberError
 from ember import _native
 from ember.model import Completion, CompletionBuilder, Model, Piece
+from ember.sampling import SamplingParams
 
 __all__ = ["Checkpoints", "Engine", "GenerationRequest", "Job", "EngineOverloaded", "EngineStopped"]
 
@@ -42,11 +43,12 @@ class EngineStopped(EmberError):
 
 @dataclass
 class GenerationRequest:
-    """What `Model.stream_completion` takes: prompt token ids and its keywords."""
+    """A generation the engine is asked for: prompt token ids, a length limit
+    and the options it runs under."""
 
     prompt: list[int]
     max_tokens: int
-    options: dict = field(default_factory=dict)
+    params: SamplingParams = field(default_factory=SamplingParams)
     #: the slot the client asked for (llama-server's id_slot), or None for the engine's choice
     slot: int | None = None
 
@@ -362,7 +364,7 @@ class Engine:
             return
         req = job.request
         try:
-            build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, **req.options)
+            build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, req.params)
         except Exception as e:  # a refused request (too long, bad option) reaches its client
             job._deliver(e)
             self.n_processed += 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ember import _native
 from ember.errors import InvalidRequestError
+from ember.sampling import SamplingParams
 
 if TYPE_CHECKING:
     import numpy as np
@@ -200,6 +201,28 @@ def _answer_schema(response_format) -> dict | bool | None:
     raise InvalidRequestError('response_format: expected {"type": "text" | "json_object" | "json_schema", ...}')
 
 
+def _max_tokens(n: int) -> int:
+    if n < 0:
+        raise InvalidRequestError("max_tokens: must be >= 0")
+    return n
+
+
+def sampling_params(params: SamplingParams | None = None, json_schema: dict | bool | None = None,
+                    **fields) -> SamplingParams:
+    """`params`, or the `SamplingParams` of `fields` (a stop string alone,
+    a grammar as GBNF text or compiled, `json_schema` compiled to one)."""
+    if params is not None:
+        if fields or json_schema is not None:
+            raise TypeError("give the generation's options as params or as keywords, not both")
+        return params
+    if "stop" in fields:
+        fields["stop"] = _check_stop(fields["stop"])
+    if fields.get("logit_bias") is None:
+        fields.pop("logit_bias", None)
+    grammar = _grammar(fields.pop("grammar", None), json_schema)
+    return SamplingParams(grammar=grammar, **fields)
+
+
 def _check_stop(stop: str | Sequence[str] | None) -> list[str]:
     if stop is None:
         return []
@@ -340,59 +363,30 @@ class Model:
             raise InvalidRequestError("prompt: empty")
         return ids
 
-    def stream_completion(
-        self,
-        prompt: str | Sequence[int],
-        max_tokens: int = 128,
-        *,
-        stop: str | Sequence[str] | None = None,
-        ignore_eos: bool = False,
-        add_special: bool = True,
-        parse_special: bool = False,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        typical_p: float = 1.0,
-        repeat_penalty: float = 1.0,
-        repeat_last_n: int = 64,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        logit_bias: dict[int, float] | None = None,
-        seed: int | None = None,
-        n_probs: int = 0,
-        cache_prompt: bool = True,
-        grammar=None,
-        json_schema: dict | bool | None = None,
-        grammar_trigger: str | None = None,
-        thought_budget: tuple | None = None,
-    ) -> Iterator[Piece | Completion]:
+    def stream_completion(self, prompt: str | Sequence[int], max_tokens: int = 128, *, add_special: bool = True,
+                          parse_special: bool = False, json_schema: dict | bool | None = None,
+                          params: SamplingParams | None = None, **sampling) -> Iterator[Piece | Completion]:
         """Yields a `Piece` per drawn token, then the `Completion` once.
+
+        The generation runs under `params`, or under the `SamplingParams`
+        fields given as keywords (``temperature``, ``top_k``, ``stop``,
+        ``seed``, ``grammar``...; llama-server's defaults for the rest).
 
         With ``cache_prompt`` (the default), the prompt's prefix that the last
         generation's context shares with it is reused rather than read again:
         a conversation sent whole each turn costs only its new part.
 
-        ``grammar`` (GBNF text or a compiled `ember.structured.Grammar`) or
-        ``json_schema`` holds the output to a document: tokens that would
-        break it are never drawn, and the turn ends only once it is whole.
-        With ``grammar_trigger``, the grammar waits for the output to write
-        that text and holds it from there (a tool call after free prose).
-
-        ``thought_budget`` is (tokens, opener, closer, close ids, whether
-        the prompt left a thought open): past that many tokens of thought,
-        the close is written for the model."""
-        ids, stops, options = self._prepare(
-            prompt, max_tokens, stop=stop, ignore_eos=ignore_eos, add_special=add_special, parse_special=parse_special,
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-            repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, logit_bias=logit_bias, seed=seed, n_probs=n_probs,
-            cache_prompt=cache_prompt, grammar=grammar, json_schema=json_schema, grammar_trigger=grammar_trigger,
-            thought_budget=thought_budget,
-        )
+        ``grammar`` (GBNF text or a compiled grammar) or ``json_schema``
+        holds the output to a document: tokens that would break it are never
+        drawn, and the turn ends only once it is whole. With
+        ``grammar_trigger``, the grammar waits for the output to write that
+        text and holds it from there (a tool call after free prose)."""
+        params = sampling_params(params, json_schema, **sampling)
+        ids = self._prompt_ids(prompt, add_special, parse_special)
+        native = params.native(_max_tokens(max_tokens))
         t0 = time.perf_counter()
-        gen = self._native.generate(ids, options)
-        build = CompletionBuilder(stops, len(ids), gen.n_cached, n_probs, t0)
+        gen = self._native.generate(ids, native)
+        build = CompletionBuilder(params.stop, len(ids), gen.n_cached, params.n_probs, t0)
         build.prompt_read()
         for token, text, reason, logprob, top in gen:
             events, finished = build.draw(token, text, reason, logprob, top)
@@ -401,31 +395,17 @@ class Model:
                 return
         yield from build.finish()
 
-    def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int = 128,
-                 **options) -> "CompletionBuilder":
-        """Places a completion in a slot of ``batcher`` (``options`` are the
-        keywords of `stream_completion`); the batcher's steps then draw its
-        tokens, which the returned builder turns into `Piece`s and the `Completion`."""
-        hints = list(options.pop("checkpoint_hints", ()))
-        ids, stops, native = self._prepare(prompt, max_tokens, **options)
+    def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int,
+                 params: SamplingParams) -> "CompletionBuilder":
+        """Places a completion in a slot of ``batcher``; the batcher's steps
+        then draw its tokens, which the returned builder turns into `Piece`s
+        and the `Completion`."""
+        ids = self._prompt_ids(prompt, True, False)
         t0 = time.perf_counter()
-        n_cached, resume = batcher.start(slot, ids, native, hints)
-        build = CompletionBuilder(stops, len(ids), n_cached, options.get("n_probs", 0), t0)
+        n_cached, resume = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints)
+        build = CompletionBuilder(params.stop, len(ids), n_cached, params.n_probs, t0)
         build.resume = resume
         return build
-
-    def _prepare(self, prompt: str | Sequence[int], max_tokens: int, *, stop: str | Sequence[str] | None = None,
-                 add_special: bool = True, parse_special: bool = False, logit_bias: dict[int, float] | None = None,
-                 grammar=None, json_schema: dict | bool | None = None, **options):
-        """(prompt ids, stop strings, the engine's `GenerateOptions`) for a
-        completion; ``options`` are the engine's own keywords, with its defaults."""
-        if max_tokens < 0:
-            raise InvalidRequestError("max_tokens: must be >= 0")
-        stops = _check_stop(stop)
-        ids = self._prompt_ids(prompt, add_special, parse_special)
-        native = _native.GenerateOptions(max_tokens=max_tokens, logit_bias=list((logit_bias or {}).items()),
-                                         grammar=_grammar(grammar, json_schema), **options)
-        return ids, stops, native
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:
         """Generates to the end and returns the text with its finish reason and tokens."""
@@ -489,15 +469,16 @@ class Model:
             constrained=kwargs.get("grammar") is not None or kwargs.get("json_schema") is not None,
             client_grammar=kwargs.get("grammar") is not None)
         p = build_prompt(self, messages, settings, framings=self._framings)
-        kwargs.update(p.generation_options())
+        params = sampling_params(None, kwargs.pop("json_schema", None), **kwargs)
+        p.apply(params)
         ids = self.chat_text_ids(p.text)
         shaper = p.shaper
         if not stream:
-            shaper.read_whole(self.complete(ids, max_tokens, **kwargs))
+            shaper.read_whole(self.complete(ids, max_tokens, params=params))
             return shaper.message()
 
         def deltas():
-            for ev in self.stream_completion(ids, max_tokens, **kwargs):
+            for ev in self.stream_completion(ids, max_tokens, params=params):
                 for out in shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev):
                     if (delta := chat_delta(out)) is not None:
                         yield delta

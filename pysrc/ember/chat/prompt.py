@@ -13,6 +13,7 @@ from typing import Any
 from ember.chat.errors import ChatError
 from ember.chat.output import ChatShaper
 from ember.errors import InvalidRequestError, TemplateError
+from ember.sampling import SamplingParams, ThoughtBudget
 
 __all__ = ["ChatPrompt", "ChatSettings", "build_prompt"]
 
@@ -45,22 +46,21 @@ class ChatPrompt:
     #: a forced call's grammar, or a watched one's with its trigger
     grammar: Any = None
     grammar_trigger: str | None = None
-    #: (budget, opener, closer, close ids, in thought) when the thought has a budget
-    thought_budget: tuple | None = None
+    #: when the thought has a budget
+    thought_budget: ThoughtBudget | None = None
     #: the next turn rendered after this conversation, when asked for (where
     #: it parts from this prompt is where a hybrid's slot keeps a checkpoint)
     next_turn: str | None = None
 
-    def generation_options(self) -> dict:
-        """The generation keywords the prompt adds to the request's own."""
-        out: dict = {}
+    def apply(self, params: SamplingParams) -> None:
+        """Adds to the request's own options what the prompt's generation
+        needs: a call's grammar, the thought's budget, the next turn."""
         if self.grammar is not None:
-            out["grammar"] = self.grammar
-            if self.grammar_trigger is not None:
-                out["grammar_trigger"] = self.grammar_trigger
+            params.grammar, params.grammar_trigger = self.grammar, self.grammar_trigger
         if self.thought_budget is not None:
-            out["thought_budget"] = self.thought_budget
-        return out
+            params.thought_budget = self.thought_budget
+        if self.next_turn is not None:
+            params.next_turn = self.next_turn
 
 
 #: A stand-in for the reply and the user's next message, rendered after the
@@ -178,7 +178,7 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
         in_thought = False
     elif fmt is not None and rr.budget >= 0:
         close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
-        out.thought_budget = (rr.budget, fmt.opener, fmt.closer, close_ids, in_thought)
+        out.thought_budget = ThoughtBudget(rr.budget, fmt.opener, fmt.closer, tuple(close_ids), in_thought)
     if next_turn and add_generation_prompt and prefill is None:
         try:
             out.next_turn = render(messages + _NEXT_TURN, tools, generation_prompt=False)

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from ember.chat import ChatError, ChatSettings, ChatShaper, build_prompt
+from ember.sampling import SamplingParams
 from ember.server.errors import ApiError
 from ember.server.state import ServerState
 from ember.server.wire import ChatRequest, sampling_options
@@ -59,49 +60,47 @@ def relocated(e: ApiError, origins: list[Origin], renames: list[tuple[re.Pattern
 
 def translated_prompt(state: ServerState, chat: ChatRequest, messages: list[dict], origins: list[Origin],
                       renames: list[tuple[re.Pattern, str]], after: list[int] | None = None
-                      ) -> tuple[list[int], ChatShaper, dict]:
+                      ) -> tuple[list[int], ChatShaper, SamplingParams]:
     """For a route whose API is not OpenAI's chat but becomes it: the
     prompt's ids, the reply's shaper and the engine's options, with every
     error put back in the route's terms (`relocated`). `after`, an earlier
     reply's tokens (Ollama's context), comes first: the new turn follows it
     without a BOS of its own."""
     try:
-        opts = sampling_options(chat, state.model.n_vocab)
-        text, shaper = chat_text(state, chat, messages, opts)
+        params = sampling_options(chat, state.model.n_vocab)
+        text, shaper = chat_text(state, chat, messages, params)
     except ApiError as e:
         raise relocated(e, origins, renames) from None
     if not after:
-        return state.model.chat_text_ids(text), shaper, opts
+        return state.model.chat_text_ids(text), shaper, params
     ids = state.model.tokenize(text, add_special=False, parse_special=True)
     bos = state.model._native.bos_id
-    return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), shaper, opts
+    return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), shaper, params
 
 
-def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], opts: dict) -> tuple[list[int], ChatShaper]:
+def chat_prompt(state: ServerState, req: ChatRequest, messages: list[dict], params: SamplingParams) -> tuple[list[int], ChatShaper]:
     """The prompt's ids and the shaper its reply goes through (see `chat_text`)."""
-    text, shaper = chat_text(state, req, messages, opts)
+    text, shaper = chat_text(state, req, messages, params)
     return state.model.chat_text_ids(text), shaper
 
 
-def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], opts: dict,
+def chat_text(state: ServerState, req: ChatRequest, messages: list[dict], params: SamplingParams,
               add_generation_prompt: bool = True) -> tuple[str, ChatShaper]:
     """The prompt's text and the shaper its reply goes through, built by the
     chat core (`ember.chat.build_prompt`); what the generation needs beyond
-    the request's own options goes into `opts`, and what the core refuses is
+    the request's own options goes into `params`, and what the core refuses is
     a 400 naming the field."""
     settings = ChatSettings(
         tools=req.tools, tool_choice=req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
         chat_template_kwargs=req.chat_template_kwargs, reasoning_effort=req.reasoning_effort,
         reasoning_budget=req.reasoning_budget, reasoning_format=req.reasoning_format,
-        constrained="grammar" in opts, client_grammar=bool(req.grammar))
+        constrained=params.grammar is not None, client_grammar=bool(req.grammar))
     try:
         p = build_prompt(state.model, messages, settings, template=state.template, framings=state.framings,
                          add_generation_prompt=add_generation_prompt, next_turn=_checkpointing(state))
     except ChatError as e:
         raise ApiError(400, str(e), param=e.param) from None
-    opts.update(p.generation_options())
-    if p.next_turn is not None:
-        opts["checkpoint_next_text"] = p.next_turn
+    p.apply(params)
     return p.text, p.shaper
 
 

@@ -10,6 +10,7 @@ import time
 from aiohttp import web
 
 from ember.model import Completion
+from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import sse_start, stream_error
 from ember.server.state import ServerState
@@ -26,7 +27,7 @@ class Generation:
     submission, events with the client watched, and the stats the log line and
     /metrics read. Use as ``async with``: leaving early cancels the job."""
 
-    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, options: dict,
+    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams,
                  slot: int | None = None):
         from ember.engine import GenerationRequest
 
@@ -43,21 +44,20 @@ class Generation:
             raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})", param="prompt")
         if max_tokens < 0:  # -1: until the context is full, which the engine reports as "context"
             max_tokens = n_ctx
-        next_text = options.pop("checkpoint_next_text", None)
-        if next_text is not None:
+        if params.next_turn is not None:
             # The chat layer's next turn, rendered: where its tokens leave
             # this prompt's is where the slot keeps a checkpoint.
-            parting = _shared_prefix(prompt, model.chat_text_ids(next_text))
+            parting = _shared_prefix(prompt, model.chat_text_ids(params.next_turn))
             if parting > 0:
-                options["checkpoint_hints"] = [parting]
+                params.checkpoint_hints = [parting]
         self.prompt = prompt
         self.max_tokens = max_tokens
-        self.options = options
+        self.params = params
         self.completion: Completion | None = None
         self.cancelled = False
         self.n_drawn = 0
         self.t0 = time.perf_counter()
-        self._req = GenerationRequest(prompt, max_tokens, options, slot)
+        self._req = GenerationRequest(prompt, max_tokens, params, slot)
         self.job = None
         self._watch: asyncio.Task | None = None
         self._stream = None

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from ember.sampling import SamplingParams
 from ember.server.errors import ApiError
 
 __all__ = [
@@ -236,8 +237,9 @@ def max_tokens(name: str, v: int | None, default: int) -> int:
     return v
 
 
-def sampling_options(req: Sampling, n_vocab: int) -> dict:
-    """`Model.stream_completion`'s keywords for the fields the request set."""
+def sampling_options(req: Sampling, n_vocab: int) -> SamplingParams:
+    """The generation's options: the fields the request set, checked, and
+    llama-server's defaults for the rest."""
     refuse_unhonoured(req)
     _finite("temperature", req.temperature, 0.0)
     _finite("top_p", req.top_p, 0.0, 1.0)
@@ -251,29 +253,29 @@ def sampling_options(req: Sampling, n_vocab: int) -> dict:
     if req.repeat_last_n is not None and not -1 <= req.repeat_last_n <= MAX_COUNT:
         raise ApiError(400, f"repeat_last_n: must be between -1 and {MAX_COUNT}, got {req.repeat_last_n}",
                        param="repeat_last_n")
-    opts: dict = {}
-    for k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
-              "frequency_penalty", "presence_penalty"):
-        v = getattr(req, k)
+    params = SamplingParams(ignore_eos=req.ignore_eos)
+    for f in _SET_AS_SENT:
+        v = getattr(req, f)
         if v is not None:
-            opts[k] = v
+            setattr(params, f, v)
     if req.seed is not None and req.seed != -1:
         if req.seed < 0 or req.seed >= 2**64:
             raise ApiError(400, f"seed: must be -1 or between 0 and 2^64-1, got {req.seed}", param="seed")
-        opts["seed"] = req.seed
-    if req.ignore_eos:
-        opts["ignore_eos"] = True
+        params.seed = req.seed
     if req.stop is not None:
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop)
         if len(stops) > 16:
             raise ApiError(400, "stop: at most 16 stop strings", param="stop")
-        opts["stop"] = [s for s in stops if s]
+        params.stop = [s for s in stops if s]
     if req.logit_bias:
-        opts["logit_bias"] = _logit_bias(req.logit_bias, n_vocab)
-    grammar = grammar_option(req)
-    if grammar is not None:
-        opts["grammar"] = grammar
-    return opts
+        params.logit_bias = _logit_bias(req.logit_bias, n_vocab)
+    params.grammar = grammar_option(req)
+    return params
+
+
+#: The sampling fields taken as the request sent them (their ranges checked above).
+_SET_AS_SENT = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+                "frequency_penalty", "presence_penalty")
 
 
 def _response_format(rf: Any) -> tuple[Any, bool]:

@@ -428,8 +428,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
         # As Anthropic's API: the thought's budget is part of the reply's.
         raise ApiError(400, f"thinking.budget_tokens: must be less than max_tokens ({req.max_tokens}), got {budget}",
                        param="thinking.budget_tokens")
-    prompt, shaper, opts = _prompt(state, req, {**req.sampling(), "stop": req.stop_sequences})
-    gen = Generation(request, prompt, req.max_tokens, opts)
+    prompt, shaper, params = _prompt(state, req, {**req.sampling(), "stop": req.stop_sequences})
+    gen = Generation(request, prompt, req.max_tokens, params)
     mid = f"msg_{uuid.uuid4().hex}"
     head = {"id": mid, "type": "message", "role": "assistant", "model": state.model_id()}
     show_thought = req.thinking is None or req.thinking.display != "omitted"

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ember.errors import EmberError
 from ember.model import Completion, Piece
+from ember.sampling import SamplingParams
 from ember.server import wire
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
@@ -23,19 +24,12 @@ from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
 
-# Sampling defaults as llama-server reports them; Model.stream_completion shares them.
-_DEFAULTS = {
-    "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "repeat_last_n": 64,
-    "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-}
-
-
-def _settings(state: ServerState, n_predict: int, opts: dict, stream: bool) -> dict:
-    s = {k: opts.get(k, v) for k, v in _DEFAULTS.items()}
+def _settings(state: ServerState, n_predict: int, params: SamplingParams, stream: bool) -> dict:
+    """The generation's settings as llama-server reports them."""
+    s = params.settings()
     s.update({
-        "n_predict": n_predict, "seed": opts.get("seed", -1), "stop": opts.get("stop", []),
-        "ignore_eos": opts.get("ignore_eos", False), "n_probs": opts.get("n_probs", 0), "stream": stream,
-        "logit_bias": [[t, finite(b)] for t, b in opts.get("logit_bias", {}).items()],
+        "n_predict": n_predict, "seed": -1 if params.seed is None else params.seed, "stream": stream,
+        "logit_bias": [[t, finite(b)] for t, b in params.logit_bias.items()],
         "n_keep": 0, "n_discard": 0, "min_keep": 0, "model": state.model_id(),
     })
     return s
@@ -64,11 +58,11 @@ async def completion(request: web.Request) -> web.StreamResponse:
     name, v = ("n_predict", req.n_predict) if req.n_predict is not None else ("max_tokens", req.max_tokens)
     n_predict = wire.max_tokens(name, v, state.opts.n_predict)
     wire.check_logprobs("n_probs", req.n_probs)
-    opts = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab)
     if req.n_probs:
-        opts["n_probs"] = req.n_probs
+        params.n_probs = req.n_probs
     if not req.cache_prompt:
-        opts["cache_prompt"] = False
+        params.cache_prompt = False
     if isinstance(req.prompt, str):
         prompt = model.tokenize(req.prompt, add_special=True, parse_special=True)
         prompt_text = req.prompt
@@ -79,7 +73,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     if not -1 <= req.id_slot < n_slots:
         raise ApiError(400, f"id_slot: no slot {req.id_slot} (there are {n_slots}; -1 lets the server choose)",
                        param="id_slot")
-    gen = Generation(request, prompt, n_predict, opts, slot=req.id_slot if req.id_slot >= 0 else None)
+    gen = Generation(request, prompt, n_predict, params, slot=req.id_slot if req.id_slot >= 0 else None)
     if prompt_text is None:
         prompt_text = model.detokenize(prompt)
 
@@ -87,7 +81,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
         body = {
             "index": 0, "content": content, "tokens": c.tokens if req.return_tokens else [], "id_slot": gen.job.slot,
             "stop": True, "model": state.model_id(), "tokens_predicted": len(c.tokens),
-            "tokens_evaluated": len(prompt), "generation_settings": _settings(state, n_predict, opts, req.stream),
+            "tokens_evaluated": len(prompt), "generation_settings": _settings(state, n_predict, params, req.stream),
             "prompt": prompt_text, "has_new_line": "\n" in c.text, "truncated": False,
             # As llama-server counts them: the last token drawn is not in the cache.
             "stop_type": _stop_type(c), "stopping_word": c.stop_string or "",
@@ -154,8 +148,8 @@ async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
-    opts = wire.sampling_options(req, state.model.n_vocab)
-    prompt, _ = chat_text(state, req, wire.chat_messages(req.messages), opts, req.add_generation_prompt)
+    params = wire.sampling_options(req, state.model.n_vocab)
+    prompt, _ = chat_text(state, req, wire.chat_messages(req.messages), params, req.add_generation_prompt)
     return json_response({"prompt": prompt})
 
 
@@ -172,7 +166,7 @@ async def props(request: web.Request) -> web.Response:
     return json_response({
         "default_generation_settings": {
             "id": 0, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False, "is_processing": bool(engine.busy),
-            "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
+            "params": _settings(state, state.opts.n_predict, SamplingParams(), False), "prompt": "",
         },
         "total_slots": state.opts.parallel,
         "model_path": str(m.path),
@@ -226,7 +220,7 @@ async def slots(request: web.Request) -> web.Response:
         slot = {
             "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
             "is_processing": held["busy"], "n_cached_tokens": held["cached"],
-            "params": _settings(state, state.opts.n_predict, {}, False), "prompt": "",
+            "params": _settings(state, state.opts.n_predict, SamplingParams(), False), "prompt": "",
         }
         if each:  # a hybrid's recurrent state, and the copies of it the slot keeps
             cks = held["checkpoints"]

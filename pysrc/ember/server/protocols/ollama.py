@@ -300,8 +300,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     body = wire.decode(await read_body(request), ChatBody)
     max_tokens = _max_tokens(state, body)
-    prompt, shaper, opts = _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
-    gen = Generation(request, prompt, max_tokens, opts)
+    prompt, shaper, params = _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
+    gen = Generation(request, prompt, max_tokens, params)
     t0, name = time.perf_counter(), body.model or state.model_id()
 
     def chunk(events):
@@ -348,7 +348,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
                        param="context")
     if body.raw:
         try:
-            opts = wire.sampling_options(wire.ChatRequest(**_sampling(body)), model.n_vocab)
+            params = wire.sampling_options(wire.ChatRequest(**_sampling(body)), model.n_vocab)
         except ApiError as e:
             raise relocated(e, [], _RENAMES) from None
         prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
@@ -357,8 +357,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     else:
         messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
             {"role": "user", "content": body.prompt}]
-        prompt, shaper, opts = _prompt(state, body, messages, after=body.context)
-    gen = Generation(request, prompt, max_tokens, opts)
+        prompt, shaper, params = _prompt(state, body, messages, after=body.context)
+    gen = Generation(request, prompt, max_tokens, params)
     t0 = time.perf_counter()
 
     def chunk(events):

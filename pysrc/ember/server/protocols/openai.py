@@ -62,12 +62,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = wire.chat_messages(req.messages)
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
-    opts = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab)
     k = req.top_logprobs or 0
     if req.logprobs:
-        opts["n_probs"] = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = chat_prompt(state, req, messages, opts)
-    gen = Generation(request, prompt, max_tokens, opts)
+        params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
+    prompt, shaper = chat_prompt(state, req, messages, params)
+    gen = Generation(request, prompt, max_tokens, params)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
@@ -170,11 +170,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
-    opts = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab)
     prompt = _completion_prompt(model, req.prompt)
     if req.logprobs is not None:
-        opts["n_probs"] = max(1, req.logprobs)
-    gen = Generation(request, prompt, max_tokens, opts)
+        params.n_probs = max(1, req.logprobs)
+    gen = Generation(request, prompt, max_tokens, params)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     echo = ""

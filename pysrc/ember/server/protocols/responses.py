@@ -402,8 +402,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, f"max_output_tokens: must be between 1 and {wire.MAX_COUNT}, got {req.max_output_tokens}",
                        param="max_output_tokens")
     max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
-    prompt, shaper, opts = _prompt(state, req)
-    gen = Generation(request, prompt, max_tokens, opts)
+    prompt, shaper, params = _prompt(state, req)
+    gen = Generation(request, prompt, max_tokens, params)
     created = int(time.time())
     head = {
         "id": f"resp_{_hex()}", "object": "response", "created_at": created, "model": state.model_id(),
