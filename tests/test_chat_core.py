@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from ember.chat import ChatError, ChatSettings, ChatShaper, build_prompt
-from ember.chat.errors import location
+from ember.chat import AnswerFormat, ChatError, ChatRequest, ChatShaper, build_prompt
+from ember.chat.errors import format_location, location
 from ember.chat.events import CallArguments, CallStart, End, Stop, TextDelta
 from ember.chat.tools import HERMES, ToolCallStream, validate_tools
 from ember.model import Completion
+from ember.structured import compile_grammar
 from server_process import ServerProcess, post_ok
 from thinking_model import STEERED, build as build_thinking
 
@@ -24,6 +25,11 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"], "additionalProperties": False}}}
 
 
+def test_locations_are_written_as_a_client_writes_them():
+    assert format_location(("messages", 3, "tool_calls", 0, "function")) == "messages[3].tool_calls[0].function"
+    assert format_location(("input", 2)) == "input[2]" and format_location(()) == ""
+
+
 def test_locations_read_from_a_field_prefix():
     assert location("messages[3].content: expected a string") == ("messages", 3, "content")
     assert location("tool_choice: a forced call cannot ...") == ("tool_choice",)
@@ -32,28 +38,35 @@ def test_locations_read_from_a_field_prefix():
 
 
 def test_the_prompt_presents_the_tools_and_a_forced_call_gets_its_grammar(smollm2):
-    p = build_prompt(smollm2, CHAT, ChatSettings(tools=[WEATHER], tool_choice="required"))
+    p = build_prompt(smollm2, ChatRequest(CHAT, tools=[WEATHER], tool_choice="required"))
     assert "get_weather" in p.text and p.text.endswith("<|im_start|>assistant\n")
     assert p.grammar is not None and p.grammar_trigger is None
-    free = build_prompt(smollm2, CHAT, ChatSettings())
+    free = build_prompt(smollm2, ChatRequest(CHAT))
     assert "get_weather" not in free.text and free.grammar is None
 
 
-@pytest.mark.parametrize("settings, loc", [
-    (ChatSettings(tools=[WEATHER], tool_choice="required", constrained=True), ("tool_choice",)),
-    (ChatSettings(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), ("tool_choice",)),
-    (ChatSettings(reasoning_effort="extreme"), ("reasoning_effort",)),
+JSON = AnswerFormat(compile_grammar(json_object=True))
+
+
+@pytest.mark.parametrize("fields, loc", [
+    (dict(tools=[WEATHER], tool_choice="required", answer=JSON), ("tool_choice",)),
+    (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), ("tool_choice",)),
+    (dict(tools=[{**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": "object", "properties": {
+        "a": {"type": 5}}}}}], tool_choice="required"), ("tools", 0, "function", "parameters")),
+    (dict(tools=[WEATHER, WEATHER]), ("tools", 1, "function", "name")),
+    (dict(reasoning_effort="extreme"), ("reasoning_effort",)),
 ])
-def test_what_the_core_refuses_names_where(smollm2, settings, loc):
+def test_what_the_core_refuses_is_located_in_the_chat_request(smollm2, fields, loc):
     with pytest.raises(ChatError) as e:
-        build_prompt(smollm2, CHAT, settings)
-    assert e.value.loc == loc and str(e.value).startswith(loc[0])
+        build_prompt(smollm2, ChatRequest(CHAT, **fields))
+    assert e.value.loc == loc and str(e.value) == f"{format_location(loc)}: {e.value.detail}"
+    assert e.value.detail and not e.value.detail.startswith(loc[0])
 
 
 def test_a_tool_result_answering_no_call_is_refused_at_its_message(smollm2):
     msgs = CHAT + [{"role": "tool", "tool_call_id": "call_9", "content": "sunny"}]
     with pytest.raises(ChatError) as e:
-        build_prompt(smollm2, msgs, ChatSettings(tools=[WEATHER]))
+        build_prompt(smollm2, ChatRequest(msgs, tools=[WEATHER]))
     assert e.value.loc[:2] == ("messages", 1), e.value.loc
 
 

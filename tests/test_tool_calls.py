@@ -759,8 +759,8 @@ def test_validate_defaults():
 
 
 @pytest.mark.parametrize("tools,choice,parallel,message", [
-    (TOOLS, {"type": "function", "function": {"name": "nope"}}, None, "tool_choice: function 'nope' is not among"),
-    (None, "required", None, "tool_choice: \"required\" needs tools"),
+    (TOOLS, {"type": "function", "function": {"name": "nope"}}, None, "tool_choice: the tool 'nope' is not among"),
+    (None, "required", None, "tool_choice: a call is required, but no tools are declared"),
     (None, {"type": "function", "function": {"name": "get_time"}}, None, "'get_time' is not among"),
     (TOOLS, "sometimes", None, "tool_choice: unknown value 'sometimes'"),
     (TOOLS, {"type": "function"}, None, "tool_choice: expected"),

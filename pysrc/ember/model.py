@@ -456,20 +456,19 @@ class Model:
         call's `function.name` and `function.arguments`), or with `stream`
         the deltas of those fields as the route sends them. `kwargs` are
         `generate`'s (sampling, stop, grammar, json_schema...)."""
-        from ember.chat import ChatSettings, build_prompt, chat_delta
+        from ember.chat import AnswerFormat, ChatRequest, build_prompt, chat_delta
 
+        grammar, json_schema = kwargs.pop("grammar", None), kwargs.pop("json_schema", None)
         if response_format is not None:
-            kwargs["json_schema"] = _answer_schema(response_format)
-            if kwargs["json_schema"] is None:
-                del kwargs["json_schema"]
-        settings = ChatSettings(
-            tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+            json_schema = _answer_schema(response_format)
+        answer = _grammar(grammar, json_schema)
+        request = ChatRequest(
+            messages=messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+            answer=AnswerFormat(answer, gbnf=grammar is not None) if answer is not None else None,
             chat_template_kwargs=chat_template_kwargs, reasoning_effort=reasoning_effort,
-            reasoning_budget=reasoning_budget, reasoning_format=reasoning_format,
-            constrained=kwargs.get("grammar") is not None or kwargs.get("json_schema") is not None,
-            client_grammar=kwargs.get("grammar") is not None)
-        p = build_prompt(self, messages, settings, framings=self._framings)
-        params = sampling_params(None, kwargs.pop("json_schema", None), **kwargs)
+            reasoning_budget=reasoning_budget, reasoning_format=reasoning_format)
+        p = build_prompt(self, request, framings=self._framings)
+        params = sampling_params(**kwargs)
         p.apply(params)
         ids = self.chat_text_ids(p.text)
         shaper = p.shaper

@@ -7,7 +7,8 @@ from ember.chat.errors import ChatError, ModelOutputError
 from ember.chat.events import (CallArguments, CallEnd, CallStart, ChatEvent, End, Stop, TextDelta, ThoughtDelta,
                                chat_delta)
 from ember.chat.output import ChatShaper
-from ember.chat.prompt import ChatPrompt, ChatSettings, build_prompt
+from ember.chat.prompt import ChatPrompt, build_prompt
+from ember.chat.request import AnswerFormat, ChatRequest
 
-__all__ = ["CallArguments", "CallEnd", "CallStart", "ChatError", "ChatEvent", "ChatPrompt", "ChatSettings",
-           "ChatShaper", "End", "ModelOutputError", "Stop", "TextDelta", "ThoughtDelta", "build_prompt", "chat_delta"]
+__all__ = ["AnswerFormat", "CallArguments", "CallEnd", "CallStart", "ChatError", "ChatEvent", "ChatPrompt",
+           "ChatRequest", "ChatShaper", "End", "ModelOutputError", "Stop", "TextDelta", "ThoughtDelta", "build_prompt", "chat_delta"]

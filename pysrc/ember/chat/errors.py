@@ -1,5 +1,6 @@
 """What the chat core refuses, with where: a request it cannot build a
-prompt from, and model output it cannot read as a reply."""
+prompt from (its field as a path into the chat request, which each API maps
+to the field its client sent), and model output it cannot read as a reply."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 from ember.errors import EmberError, InvalidRequestError
 
-__all__ = ["ChatError", "ModelOutputError", "location"]
+__all__ = ["ChatError", "ModelOutputError", "format_location", "location"]
 
 _STEP = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 
@@ -29,15 +30,30 @@ def location(message: str) -> tuple:
     return tuple(loc)
 
 
-class ChatError(InvalidRequestError):  # type: ignore[misc]
-    """A chat request the core cannot build a prompt from. The message starts
-    with the field it is about; `loc` is that field as a path, and `param`
-    the name an API's error reports (the top field, unless told)."""
+def format_location(loc: tuple) -> str:
+    """("messages", 3, "content") as a client writes it: messages[3].content."""
+    out = ""
+    for step in loc:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out
 
-    def __init__(self, message: str, loc: tuple | None = None, param: str | None = None):
-        super().__init__(message)
-        self.loc = location(message) if loc is None else loc
-        self.param = param if param is not None else (str(self.loc[0]) if self.loc else None)
+
+class ChatError(InvalidRequestError):  # type: ignore[misc]
+    """A chat request the core cannot build a prompt from: `detail` says
+    what is wrong with the field at `loc`, a path into the chat request
+    such as ("messages", 3, "content"); `param` is the name the chat
+    route's error reports (the top field, unless told)."""
+
+    def __init__(self, detail: str, loc: tuple = (), param: str | None = None):
+        super().__init__(f"{format_location(loc)}: {detail}" if loc else detail)
+        self.detail, self.loc = detail, tuple(loc)
+        self.param = param if param is not None else (str(loc[0]) if loc else None)
+
+    @classmethod
+    def of(cls, message: str) -> "ChatError":
+        """The error a message of the form "field: what is wrong" says."""
+        loc = location(message)
+        return cls(message.split(":", 1)[1].lstrip() if loc else message, loc)
 
 
 class ModelOutputError(EmberError):  # type: ignore[misc]

@@ -3,7 +3,7 @@ build it: the messages through the chat template with the tools the template
 (or the generic framing) presents, a forced or watched call's grammar, the
 thought the template may leave open and what the request asked of it, and
 the shaper the reply goes through. Free of HTTP: what it refuses is a
-`ChatError` naming the field."""
+`ChatError` located in the chat request."""
 
 from __future__ import annotations
 
@@ -12,38 +12,21 @@ from typing import Any
 
 from ember.chat.errors import ChatError
 from ember.chat.output import ChatShaper
+from ember.chat.request import ChatRequest
 from ember.errors import InvalidRequestError, TemplateError
 from ember.sampling import SamplingParams, ThoughtBudget
 
-__all__ = ["ChatPrompt", "ChatSettings", "build_prompt"]
-
-
-@dataclass
-class ChatSettings:
-    """What a chat request asks beside its messages, in the chat route's terms."""
-
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None
-    chat_template_kwargs: Any = None
-    reasoning_effort: Any = None
-    reasoning_budget: Any = None
-    reasoning_format: Any = None
-    #: the request holds its answer to a grammar already (a schema, a JSON
-    #: object, a GBNF grammar)
-    constrained: bool = False
-    #: that grammar is the client's own GBNF, which may write the thought
-    client_grammar: bool = False
+__all__ = ["ChatPrompt", "build_prompt"]
 
 
 @dataclass
 class ChatPrompt:
     """The prompt's text, the reply's shaper, and what the generation needs
-    beyond the request's own options."""
+    beyond the request's own sampling options."""
 
     text: str
     shaper: ChatShaper
-    #: a forced call's grammar, or a watched one's with its trigger
+    #: a forced call's grammar, a watched one's with its trigger, or the answer's
     grammar: Any = None
     grammar_trigger: str | None = None
     #: when the thought has a budget
@@ -68,7 +51,7 @@ class ChatPrompt:
 _NEXT_TURN = [{"role": "assistant", "content": "Next"}, {"role": "user", "content": "Next"}]
 
 
-def _reasoning(s: ChatSettings):
+def _reasoning(s: ChatRequest):
     from ember.reasoning import resolve_reasoning_request
 
     try:
@@ -76,7 +59,7 @@ def _reasoning(s: ChatSettings):
             "chat_template_kwargs": s.chat_template_kwargs, "reasoning_effort": s.reasoning_effort,
             "reasoning_budget": s.reasoning_budget, "reasoning_format": s.reasoning_format})
     except InvalidRequestError as e:
-        raise ChatError(str(e)) from None
+        raise ChatError.of(str(e)) from None
 
 
 def _schema_error(tools, e: Exception) -> ChatError:
@@ -88,15 +71,14 @@ def _schema_error(tools, e: Exception) -> ChatError:
         try:
             compile_grammar(json_schema=t["function"].get("parameters") or {})
         except InvalidRequestError as own:
-            where = f"tools[{i}].function.parameters"
-            return ChatError(f"{where}: the schema cannot be used: {own}", param=where)
-    return ChatError(f"tools: a parameters schema cannot be used: {e}")
+            where = ("tools", i, "function", "parameters")
+            return ChatError(f"the schema cannot be used: {own}", where, param=f"tools[{i}].function.parameters")
+    return ChatError(f"a parameters schema cannot be used: {e}", ("tools",))
 
 
-def build_prompt(model, messages: list[dict], settings: ChatSettings, *, template: str | None = None,
-                 framings: dict | None = None, add_generation_prompt: bool = True,
-                 next_turn: bool = False) -> ChatPrompt:
-    """The prompt of `messages` for `model` (its own chat template, or
+def build_prompt(model, request: ChatRequest, *, template: str | None = None, framings: dict | None = None,
+                 add_generation_prompt: bool = True, next_turn: bool = False) -> ChatPrompt:
+    """The prompt of `request` for `model` (its own chat template, or
     `template`). `framings` caches each template's tool-call framing across
     calls. With `next_turn`, the next turn is rendered too (see `ChatPrompt`)."""
     from ember.chat.tools import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
@@ -104,24 +86,25 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
     from ember.reasoning import detect_reasoning, starts_in_thought
     from ember.structured import compile_grammar, json_schema_rules
 
-    rr = _reasoning(settings)
+    rr = _reasoning(request)
     try:
-        plan = validate_tools(settings.tools, settings.tool_choice, settings.parallel_tool_calls)
-        messages = normalize_tool_messages(messages)
+        plan = validate_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
+        messages = normalize_tool_messages(request.messages)
     except InvalidRequestError as e:
-        raise ChatError(str(e)) from None
+        raise ChatError.of(str(e)) from None
 
     def render(msgs, tools, generation_prompt=add_generation_prompt):
         try:
             return model.render_chat(msgs, tools=tools, chat_template_kwargs=rr.template_kwargs,
                                      template=template, add_generation_prompt=generation_prompt)
         except InvalidRequestError as e:  # a template variable the request may not set
-            raise ChatError(str(e)) from None
+            raise ChatError.of(str(e)) from None
 
     out = ChatPrompt(text="", shaper=ChatShaper())
     # A JSON answer cannot hold a thought: one the prompt opened is closed
     # first. A GBNF grammar is the client's own and may write the thought.
-    json_answer = settings.constrained and not settings.client_grammar
+    answer = request.answer
+    json_answer = answer is not None and not answer.gbnf
     tools, stream = plan.template_tools, None
     if tools:
         key = template if template is not None else model.chat_template
@@ -134,15 +117,15 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
         if plan.parse:
             stream = ToolCallStream(framing, plan.tools)
         if plan.forced:
-            if settings.constrained:
-                raise ChatError("tool_choice: a forced call cannot be combined with response_format, "
-                                "json_schema or grammar")
+            if answer is not None:
+                raise ChatError("a forced call cannot be combined with a format or grammar for the answer",
+                                ("tool_choice",))
             try:
                 out.grammar = compile_grammar(grammar=plan.grammar(framing, json_schema_rules))
             except InvalidRequestError as e:
                 raise _schema_error(plan.tools, e) from None
             json_answer = True  # the call starts at once: an open thought is closed first
-        elif plan.parse and not settings.constrained and (trigger := call_trigger(framing)):
+        elif plan.parse and answer is None and (trigger := call_trigger(framing)):
             # A watched call: the reply is free until the model writes the
             # call's opener, and from there the call is held to the tools'
             # schemas, so it is always whole. A schema outside the subset
@@ -164,7 +147,7 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
     try:
         text = render(messages, tools)
     except TemplateError as e:
-        raise ChatError(f"messages: the chat template failed: {e}") from None
+        raise ChatError(f"the chat template failed: {e}", ("messages",)) from None
     source = template if template is not None else (model.chat_template or "")
     fmt = detect_reasoning(source, text) if rr.split else None
     in_thought = starts_in_thought(fmt, text)
@@ -184,6 +167,8 @@ def build_prompt(model, messages: list[dict], settings: ChatSettings, *, templat
             out.next_turn = render(messages + _NEXT_TURN, tools, generation_prompt=False)
         except (TemplateError, ChatError):
             pass  # a template that cannot render the next turn gives no hint
+    if out.grammar is None and answer is not None:
+        out.grammar = answer.grammar
     out.text = text
     out.shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
     return out

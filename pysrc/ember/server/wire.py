@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from ember.chat.request import AnswerFormat, ChatRequest as Chat
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError
 
@@ -130,6 +131,15 @@ class ChatRequest(Sampling):
     reasoning_format: Any = None
     n_predict: int | None = None
 
+    def chat(self) -> Chat:
+        """The chat core's request (its answer format compiled, so a bad
+        schema is a 400 before any slot is taken)."""
+        return Chat(
+            messages=chat_messages(self.messages), tools=self.tools, tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls, answer=chat_answer(self),
+            chat_template_kwargs=self.chat_template_kwargs, reasoning_effort=self.reasoning_effort,
+            reasoning_budget=self.reasoning_budget, reasoning_format=self.reasoning_format)
+
 
 class TextCompletionRequest(Sampling):
     # a string, token ids, or a one-string list (msgspec takes one array type per union: checked by hand)
@@ -239,7 +249,8 @@ def max_tokens(name: str, v: int | None, default: int) -> int:
 
 def sampling_options(req: Sampling, n_vocab: int) -> SamplingParams:
     """The generation's options: the fields the request set, checked, and
-    llama-server's defaults for the rest."""
+    llama-server's defaults for the rest. The grammar is the route's to set
+    (`grammar_option` for a completion, `answer_format` for a chat)."""
     refuse_unhonoured(req)
     _finite("temperature", req.temperature, 0.0)
     _finite("top_p", req.top_p, 0.0, 1.0)
@@ -269,7 +280,6 @@ def sampling_options(req: Sampling, n_vocab: int) -> SamplingParams:
         params.stop = [s for s in stops if s]
     if req.logit_bias:
         params.logit_bias = _logit_bias(req.logit_bias, n_vocab)
-    params.grammar = grammar_option(req)
     return params
 
 
@@ -308,31 +318,47 @@ def grammar_option(req: Sampling):
     `grammar` asks for, or None. Compiled here, before any slot is taken, so a
     bad schema or grammar is a 400 naming its field and never a 200 with
     unconstrained output."""
-    from ember.errors import InvalidRequestError
-    from ember.structured import compile_grammar
+    answer = answer_format(_asked(req))
+    return answer.grammar if answer is not None else None
 
-    schema, json_object, field = None, False, None
+
+def chat_answer(req: Sampling) -> AnswerFormat | None:
+    """The chat request's answer format from the same fields."""
+    return answer_format(_asked(req))
+
+
+def _asked(req: Sampling) -> list[tuple[str, dict]]:
+    asked = []
     if req.response_format is not None:
         schema, json_object = _response_format(req.response_format)
         if schema is not None or json_object:
-            field = "response_format"
+            asked.append(("response_format", {"json_schema": schema, "json_object": json_object}))
     if req.json_schema is not None:
-        if field:
-            raise ApiError(400, "json_schema: cannot be combined with a JSON response_format; give one",
-                           param="json_schema")
-        schema, field = req.json_schema, "json_schema"
+        asked.append(("json_schema", {"json_schema": req.json_schema}))
     if req.grammar not in (None, ""):
-        if field:
-            raise ApiError(400, f"grammar: cannot be combined with {field}; give one grammar or schema",
-                           param="grammar")
-        field = "grammar"
-    if field is None:
+        asked.append(("grammar", {"grammar": req.grammar}))
+    return asked
+
+
+def answer_format(asked: list[tuple[str, dict]]) -> AnswerFormat | None:
+    """The answer's format from the fields of a request that ask for one,
+    each as (its name, `compile_grammar`'s keywords for it): one at most, a
+    second refused by name, what cannot be compiled a 400 naming its field."""
+    from ember.errors import InvalidRequestError
+    from ember.structured import compile_grammar
+
+    if not asked:
         return None
+    if len(asked) > 1:
+        (first, _), (second, _) = asked[:2]
+        raise ApiError(400, f"{second}: cannot be combined with {first}; give one grammar or schema", param=second)
+    (name, kwargs), = asked
     try:
-        return compile_grammar(grammar=req.grammar or None, json_schema=schema, json_object=json_object)
+        grammar = compile_grammar(**kwargs)
     except InvalidRequestError as e:
         msg = str(e)
-        raise ApiError(400, msg if msg.startswith(f"{field}:") else f"{field}: {msg}", param=field)
+        raise ApiError(400, msg if msg.startswith(f"{name}:") else f"{name}: {msg}", param=name)
+    return AnswerFormat(grammar, gbnf="grammar" in kwargs)
 
 
 def _logit_bias(raw, n_vocab: int) -> dict[int, float]:

@@ -144,12 +144,12 @@ def validate_tools(tools: Any, tool_choice: Any = None, parallel_tool_calls: Any
         choice, name = "function", fn["name"]
         if name not in names:
             known = ", ".join(names) or "none"
-            raise ToolRequestError(f"tool_choice: function {name!r} is not among the tools (declared: {known})")
+            raise ToolRequestError(f"tool_choice: the tool {name!r} is not among the tools (declared: {known})")
     else:
         raise ToolRequestError(f"tool_choice: expected a string or an object, got {type(tool_choice).__name__}")
 
     if choice == "required" and not checked:
-        raise ToolRequestError("tool_choice: \"required\" needs tools")
+        raise ToolRequestError("tool_choice: a call is required, but no tools are declared")
     return ToolPlan(checked, choice, name, parallel)
 
 

@@ -11,7 +11,6 @@ text, then one `tool_use` block per call, in the order the model wrote them."""
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any, Union
 
@@ -20,9 +19,11 @@ from aiohttp import web
 
 from ember.chat.events import CallStart, Stop
 from ember.chat.output import ChatShaper
+from ember.chat.request import AnswerFormat, ChatRequest
 from ember.model import Completion, Piece
+from ember.sampling import SamplingParams
 from ember.server import wire
-from ember.server.chat_prompt import Origin, translated_prompt
+from ember.server.chat_prompt import Locate, Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, sse_send
@@ -158,7 +159,7 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
     origins: list[Origin] = []
     if req.system:
         out.append({"role": "system", "content": _text_of("system", req.system)})
-        origins.append(Origin("system"))
+        origins.append(Origin(("system",)))
     if not req.messages:
         raise ApiError(400, "messages: at least one message is required", param="messages")
     for i, m in enumerate(req.messages):
@@ -174,14 +175,14 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
                            param=f"{where}.content")
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
-            origins.append(Origin(where))
+            origins.append(Origin(("messages", i)))
             continue
         texts: list[str] = []
         thought: list[str] = []
         calls: list[dict] = []
         results: list[dict] = []
-        call_at: list[str] = []
-        result_at: list[str] = []
+        call_at: list[tuple] = []
+        result_at: list[tuple] = []
         for j, b in enumerate(m.content):
             at = f"{where}.content[{j}]"
             if isinstance(b, TextBlock):
@@ -198,7 +199,7 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
             elif isinstance(b, ToolUseBlock):
                 calls.append({"id": b.id, "type": "function",
                               "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}})
-                call_at.append(at)
+                call_at.append(("messages", i, "content", j))
             elif isinstance(b, ToolResultBlock):
                 if m.role != "user":
                     raise ApiError(400, f"{at}.type: a tool_result block belongs to a user message", param=f"{at}.type")
@@ -206,7 +207,7 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
                 # A failed tool's result says so: templates have no field for it.
                 results.append({"role": "tool", "tool_call_id": b.tool_use_id,
                                 "content": f"Error: {text}" if b.is_error else text})
-                result_at.append(at)
+                result_at.append(("messages", i, "content", j))
             else:
                 raise _unsupported(at, b.__struct_config__.tag)
         # The results answer the calls of the message before: they come
@@ -220,7 +221,7 @@ def _chat_messages(req: MessagesRequest) -> tuple[list[dict], list[Origin]]:
             if thought:
                 msg["reasoning_content"] = "".join(thought)
             out.append(msg)
-            origins.append(Origin(where, calls=call_at, args_field="input"))
+            origins.append(Origin(("messages", i), calls=call_at, args_field=("input",)))
     return out, origins
 
 
@@ -298,36 +299,56 @@ def _thinking(req: MessagesRequest) -> dict:
     return out
 
 
-def _response_format(req: MessagesRequest) -> dict | None:
+def _answer(req: MessagesRequest) -> AnswerFormat | None:
     fmt = req.output_config.format if req.output_config is not None else None
-    if fmt is None:
-        return None
-    if fmt.type != "json_schema":
-        raise ApiError(400, f"output_config.format.type: expected json_schema, got {fmt.type!r}",
-                       param="output_config.format.type")
-    if fmt.schema is None:
-        raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
-    return {"type": "json_schema", "json_schema": {"schema": fmt.schema}}
+    asked = []
+    if fmt is not None:
+        if fmt.type != "json_schema":
+            raise ApiError(400, f"output_config.format.type: expected json_schema, got {fmt.type!r}",
+                           param="output_config.format.type")
+        if fmt.schema is None:
+            raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
+        asked.append(("output_config.format", {"json_schema": fmt.schema}))
+    if req.grammar not in (None, ""):
+        asked.append(("grammar", {"grammar": req.grammar}))
+    return wire.answer_format(asked)
 
 
-# OpenAI's names in the chat pipeline's errors, as this API spells them.
-_RENAMES = [
-    (re.compile(r"\btools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
-    (re.compile(r"\btools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
-    (re.compile(r"^stop:"), "stop_sequences:"),
-    (re.compile(r"\bresponse_format\b"), "output_config.format"),
-    (re.compile(r"^tool_choice: function "), "tool_choice.name: tool "),
-    (re.compile(r'^tool_choice: "required" needs tools'), 'tool_choice.type: "any" needs tools'),
-]
+def _fields(req: MessagesRequest) -> Locate:
+    """The chat request's fields as this API names them."""
+    named = req.tool_choice is not None and req.tool_choice.type == "tool"
+
+    def locate(loc: tuple) -> tuple:
+        match loc:
+            case ("tools", int(i), "function", "parameters", *rest):
+                return ("tools", i, "input_schema", *rest)
+            case ("tools", int(i), "function", *rest):
+                return ("tools", i, *rest)
+            case ("stop", *rest):
+                return ("stop_sequences", *rest)
+            case ("tool_choice",):
+                return ("tool_choice", "name" if named else "type")
+        return loc
+
+    return locate
 
 
-def _prompt(state: ServerState, req: MessagesRequest, sampling: dict) -> tuple[list[int], ChatShaper, dict]:
-    """The prompt's ids, the reply's shaper and the engine's options."""
+def _sampling(state: ServerState, req: MessagesRequest) -> SamplingParams:
+    fields = {**req.sampling(), "stop": req.stop_sequences}
+    try:
+        return wire.sampling_options(wire.Sampling(**fields), state.model.n_vocab)
+    except ApiError as e:
+        raise located(e, _fields(req)) from None
+
+
+def _prompt(state: ServerState, req: MessagesRequest, params: SamplingParams) -> tuple[list[int], ChatShaper]:
+    """The prompt's ids and the reply's shaper (the call's grammar, the
+    thought's budget added to `params`)."""
     messages, origins = _chat_messages(req)
     tools, tool_choice, parallel = _tools(req)
-    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
-                            response_format=_response_format(req), **_thinking(req), **sampling)
-    return translated_prompt(state, chat, messages, origins, _RENAMES)
+    chat = ChatRequest(messages=messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
+                       answer=_answer(req), **_thinking(req))
+    return chat_prompt(state, chat, params, locate=message_locator(origins, _fields(req)))
 
 
 # -- the reply, as Anthropic shapes it --------------------------------------------
@@ -428,7 +449,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
         # As Anthropic's API: the thought's budget is part of the reply's.
         raise ApiError(400, f"thinking.budget_tokens: must be less than max_tokens ({req.max_tokens}), got {budget}",
                        param="thinking.budget_tokens")
-    prompt, shaper, params = _prompt(state, req, {**req.sampling(), "stop": req.stop_sequences})
+    params = _sampling(state, req)
+    prompt, shaper = _prompt(state, req, params)
     gen = Generation(request, prompt, req.max_tokens, params)
     mid = f"msg_{uuid.uuid4().hex}"
     head = {"id": mid, "type": "message", "role": "assistant", "model": state.model_id()}
@@ -471,7 +493,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 async def count_tokens(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), MessagesRequest)
-    prompt, _, _ = _prompt(state, req, {})
+    prompt, _ = _prompt(state, req, SamplingParams())
     return json_response({"input_tokens": len(prompt)})
 
 

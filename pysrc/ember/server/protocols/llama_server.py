@@ -59,6 +59,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     n_predict = wire.max_tokens(name, v, state.opts.n_predict)
     wire.check_logprobs("n_probs", req.n_probs)
     params = wire.sampling_options(req, model.n_vocab)
+    params.grammar = wire.grammar_option(req)
     if req.n_probs:
         params.n_probs = req.n_probs
     if not req.cache_prompt:
@@ -148,9 +149,8 @@ async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
-    params = wire.sampling_options(req, state.model.n_vocab)
-    prompt, _ = chat_text(state, req, wire.chat_messages(req.messages), params, req.add_generation_prompt)
-    return json_response({"prompt": prompt})
+    wire.sampling_options(req, state.model.n_vocab)
+    return json_response({"prompt": chat_text(state, req.chat(), req.add_generation_prompt)})
 
 
 async def props(request: web.Request) -> web.Response:

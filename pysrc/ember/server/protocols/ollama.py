@@ -29,9 +29,11 @@ from aiohttp import web
 from ember import __version__
 from ember.chat.events import TextDelta, ThoughtDelta
 from ember.chat.output import ChatShaper
+from ember.chat.request import AnswerFormat, ChatRequest
 from ember.model import Completion, Piece
+from ember.sampling import SamplingParams
 from ember.server import wire
-from ember.server.chat_prompt import Origin, relocated, translated_prompt
+from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, stream_error
@@ -117,29 +119,46 @@ class ModelBody(msgspec.Struct, forbid_unknown_fields=False):
 
 # -- into the chat request ----------------------------------------------------------
 
-def _sampling(body: _Common) -> dict:
+_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+            "presence_penalty", "frequency_penalty", "seed", "stop", "mirostat")
+
+
+def _fields(loc: tuple) -> tuple:
+    """The sampling fields as Ollama nests them."""
+    return ("options", *loc) if loc and loc[0] in _OPTIONS else loc
+
+
+def _sampling(state: ServerState, body: _Common) -> SamplingParams:
     o = body.options or Options()
-    fields = {k: getattr(o, k) for k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
-                                         "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",
-                                         "mirostat")}
-    fmt = body.format
-    if fmt in (None, ""):
-        rf = None
-    elif fmt == "json":
-        rf = {"type": "json_object"}
+    try:
+        return wire.sampling_options(wire.Sampling(**{k: getattr(o, k) for k in _OPTIONS}), state.model.n_vocab)
+    except ApiError as e:
+        raise located(e, _fields) from None
+
+
+def _answer(body: _Common) -> AnswerFormat | None:
+    fmt, asked = body.format, []
+    if fmt == "json":
+        asked.append(("format", {"json_object": True}))
     elif isinstance(fmt, dict):
-        rf = {"type": "json_schema", "json_schema": {"schema": fmt}}
-    else:
+        asked.append(("format", {"json_schema": fmt}))
+    elif fmt not in (None, ""):
         raise ApiError(400, f'format: expected "json" or a JSON Schema object, got {json.dumps(fmt)[:40]}',
                        param="format")
-    think: dict = {}
+    if body.grammar not in (None, ""):
+        asked.append(("grammar", {"grammar": body.grammar}))
+    return wire.answer_format(asked)
+
+
+def _think(body: _Common) -> dict:
+    """The chat request's reasoning fields for `think`."""
     if isinstance(body.think, bool):
-        think["chat_template_kwargs"] = {"enable_thinking": body.think}
-    elif isinstance(body.think, str):
+        return {"chat_template_kwargs": {"enable_thinking": body.think}}
+    if isinstance(body.think, str):
         if body.think not in ("low", "medium", "high"):
             raise ApiError(400, f"think: expected true, false, low, medium or high, got {body.think!r}", param="think")
-        think["reasoning_effort"] = body.think
-    return {**fields, "response_format": rf, "grammar": body.grammar, **think}
+        return {"reasoning_effort": body.think}
+    return {}
 
 
 def _max_tokens(state: ServerState, body: _Common) -> int:
@@ -195,24 +214,18 @@ def _chat_messages(body: ChatBody) -> list[dict]:
     return out
 
 
-# The chat pipeline's names for the fields, as Ollama spells them.
-_RENAMES = [
-    (re.compile(r"\bresponse_format\b"), "format"),
-    (re.compile(r"^(temperature|top_k|top_p|min_p|typical_p|repeat_penalty|repeat_last_n|presence_penalty|"
-                r"frequency_penalty|seed|mirostat|stop):"), r"options.\1:"),
-]
-
-
 def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
-            after: list[int] | None = None) -> tuple[list[int], ChatShaper, dict]:
+            after: list[int] | None = None) -> tuple[list[int], ChatShaper, SamplingParams]:
     """The prompt's ids (after `after`, an earlier reply's context, when
-    given), the reply's shaper and the engine's options."""
-    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice, **_sampling(body))
+    given), the reply's shaper and the generation's options."""
+    params = _sampling(state, body)
+    chat = ChatRequest(messages=messages, tools=tools, tool_choice=tool_choice, answer=_answer(body), **_think(body))
     # Ollama's messages are the chat messages one for one: only a call's arguments sit elsewhere.
-    origins = [Origin(f"messages[{i}]", args_field="function.arguments",
-                      calls=[f"messages[{i}].tool_calls[{k}]" for k in range(len(m.get("tool_calls", [])))])
+    origins = [Origin(("messages", i), args_field=("function", "arguments"),
+                      calls=[("messages", i, "tool_calls", k) for k in range(len(m.get("tool_calls", [])))])
                for i, m in enumerate(messages)]
-    return translated_prompt(state, chat, messages, origins, _RENAMES, after)
+    prompt, shaper = chat_prompt(state, chat, params, locate=message_locator(origins, _fields), after=after)
+    return prompt, shaper, params
 
 
 # -- replies --------------------------------------------------------------------------
@@ -347,10 +360,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, f"context: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
                        param="context")
     if body.raw:
-        try:
-            params = wire.sampling_options(wire.ChatRequest(**_sampling(body)), model.n_vocab)
-        except ApiError as e:
-            raise relocated(e, [], _RENAMES) from None
+        params = _sampling(state, body)
+        _think(body)  # checked, though a raw prompt has no template to pass it to
+        answer = _answer(body)
+        params.grammar = answer.grammar if answer is not None else None
         prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
                                                            parse_special=True)
         shaper = ChatShaper()

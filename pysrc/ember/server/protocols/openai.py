@@ -59,14 +59,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     wire.check_logprobs("top_logprobs", req.top_logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
-    messages = wire.chat_messages(req.messages)
+    chat = req.chat()
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
     params = wire.sampling_options(req, model.n_vocab)
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = chat_prompt(state, req, messages, params)
+    prompt, shaper = chat_prompt(state, chat, params)
     gen = Generation(request, prompt, max_tokens, params)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
@@ -171,6 +171,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
     params = wire.sampling_options(req, model.n_vocab)
+    params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)
     if req.logprobs is not None:
         params.n_probs = max(1, req.logprobs)

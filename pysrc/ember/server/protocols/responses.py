@@ -15,7 +15,6 @@ for twice."""
 from __future__ import annotations
 
 import copy
-import re
 import time
 import uuid
 from typing import Any, Union
@@ -25,9 +24,11 @@ from aiohttp import web
 
 from ember.chat.events import CallStart
 from ember.chat.output import ChatShaper
+from ember.chat.request import AnswerFormat, ChatRequest
 from ember.model import Completion, Piece
+from ember.sampling import SamplingParams
 from ember.server import wire
-from ember.server.chat_prompt import Origin, translated_prompt
+from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, sse_send
@@ -188,46 +189,46 @@ def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
     origins: list[Origin] = []
     if req.instructions:
         out.append({"role": "system", "content": req.instructions})
-        origins.append(Origin("instructions"))
+        origins.append(Origin(("instructions",)))
     if req.input is None:
         raise ApiError(400, "input: required", param="input")
     if isinstance(req.input, str):
-        return out + [{"role": "user", "content": req.input}], origins + [Origin("input")]
+        return out + [{"role": "user", "content": req.input}], origins + [Origin(("input",))]
     items = _items(req.input)
     if not items:
         raise ApiError(400, "input: at least one item is required", param="input")
 
-    def assistant_turn(where: str) -> dict:
+    def assistant_turn(at: tuple) -> dict:
         if out and out[-1]["role"] == "assistant":
             return out[-1]
         out.append({"role": "assistant", "content": ""})
-        origins.append(Origin(where, args_field="arguments"))
+        origins.append(Origin(at, args_field=("arguments",)))
         return out[-1]
 
     for i, it in enumerate(items):
-        where = f"input[{i}]"
+        where, at = f"input[{i}]", ("input", i)
         if isinstance(it, MessageItem):
             if it.role not in ("user", "system", "developer", "assistant"):
                 raise ApiError(400, f"{where}.role: expected user, system, developer or assistant, got {it.role!r}",
                                param=f"{where}.role")
             if it.role == "assistant":
-                turn = assistant_turn(where)
+                turn = assistant_turn(at)
                 turn["content"] += _text(f"{where}.content", it.content, (OutputText, InputText, Refusal))
             else:
                 out.append({"role": it.role, "content": _text(f"{where}.content", it.content, (InputText,))})
-                origins.append(Origin(where))
+                origins.append(Origin(at))
         elif isinstance(it, FunctionCallItem):
-            turn = assistant_turn(where)
+            turn = assistant_turn(at)
             turn.setdefault("tool_calls", []).append(
                 {"id": it.call_id, "type": "function", "function": {"name": it.name, "arguments": it.arguments}})
-            origins[-1].calls.append(where)
+            origins[-1].calls.append(at)
         elif isinstance(it, FunctionCallOutputItem):
             out.append({"role": "tool", "tool_call_id": it.call_id,
                         "content": _text(f"{where}.output", it.output, (InputText,))})
-            origins.append(Origin(where, id_field="call_id"))
+            origins.append(Origin(at, id_field="call_id"))
         elif isinstance(it, ReasoningItem):
             parts = it.content or it.summary
-            turn = assistant_turn(where)
+            turn = assistant_turn(at)
             turn["reasoning_content"] = turn.get("reasoning_content", "") + "".join(p.text for p in parts)
         else:
             raise ApiError(400, f"{where}.type: item references need stored responses, which this server does not "
@@ -262,29 +263,35 @@ def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, Any]:
     return tools, tc
 
 
-def _response_format(req: ResponsesRequest) -> dict | None:
+def _answer(req: ResponsesRequest) -> AnswerFormat | None:
     fmt = req.text.format if req.text is not None else None
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return {"type": "json_object"}
-    if fmt.type == "json_schema":
-        if fmt.schema is None:
-            raise ApiError(400, "text.format.schema: required for json_schema", param="text.format.schema")
-        return {"type": "json_schema", "json_schema": {"schema": fmt.schema}}
-    raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {fmt.type!r}",
-                   param="text.format.type")
+    asked = []
+    if fmt is not None and fmt.type != "text":
+        if fmt.type == "json_object":
+            asked.append(("text.format", {"json_object": True}))
+        elif fmt.type == "json_schema":
+            if fmt.schema is None:
+                raise ApiError(400, "text.format.schema: required for json_schema", param="text.format.schema")
+            asked.append(("text.format", {"json_schema": fmt.schema}))
+        else:
+            raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {fmt.type!r}",
+                           param="text.format.type")
+    if req.grammar not in (None, ""):
+        asked.append(("grammar", {"grammar": req.grammar}))
+    return wire.answer_format(asked)
 
 
-# The chat pipeline's names for the fields, as this API spells them.
-_RENAMES = [
-    (re.compile(r"\bresponse_format\b"), "text.format"),
-    (re.compile(r"^reasoning_effort:"), "reasoning.effort:"),
-    (re.compile(r"\btools\[(\d+)\]\.function\.(parameters|name|description)"), r"tools[\1].\2"),
-]
+def _fields(loc: tuple) -> tuple:
+    """The chat request's fields as this API names them."""
+    match loc:
+        case ("reasoning_effort", *rest):
+            return ("reasoning", "effort", *rest)
+        case ("tools", int(i), "function", *rest):
+            return ("tools", i, *rest)
+    return loc
 
 
-def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, dict]:
+def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, SamplingParams]:
     if req.previous_response_id is not None:
         raise ApiError(400, "previous_response_id: responses are not stored here; send the whole conversation "
                        "in input (the slot's cache reuses what it has already read)", param="previous_response_id")
@@ -301,11 +308,15 @@ def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatS
         raise ApiError(400, f"temperature: must be between 0 and 2, got {req.temperature}", param="temperature")
     messages, origins = _chat_messages(req)
     tools, tool_choice = _tools(req)
-    effort = req.reasoning.effort if req.reasoning is not None else None
-    chat = wire.ChatRequest(tools=tools, tool_choice=tool_choice,
-                            parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
-                            response_format=_response_format(req), reasoning_effort=effort, **req.sampling())
-    return translated_prompt(state, chat, messages, origins, _RENAMES)
+    chat = ChatRequest(messages=messages, tools=tools, tool_choice=tool_choice,
+                       parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+                       answer=_answer(req), reasoning_effort=req.reasoning.effort if req.reasoning else None)
+    try:
+        params = wire.sampling_options(wire.Sampling(**req.sampling()), state.model.n_vocab)
+    except ApiError as e:
+        raise located(e, _fields) from None
+    prompt, shaper = chat_prompt(state, chat, params, locate=message_locator(origins, _fields))
+    return prompt, shaper, params
 
 
 # -- the reply ----------------------------------------------------------------------
