@@ -155,21 +155,21 @@ pub(crate) fn vnni_available() -> bool {
 pub(crate) fn tile_fn(fmt: PackedFormat, vnni: bool) -> Option<TileFn> {
     if vnni {
         return vnni_available().then_some(match fmt {
-            PackedFormat::Q4_0 => vnni::q4_0,
-            PackedFormat::Q4_1 => vnni::q4_1,
-            PackedFormat::Q5_0 => vnni::q5_0,
-            PackedFormat::Q8_0 => vnni::q8_0,
-            PackedFormat::Q4_K => vnni::q4_k,
-            PackedFormat::Q6_K => vnni::q6_k,
+            PackedFormat::Q4_0 => vnni::tile_q4_0,
+            PackedFormat::Q4_1 => vnni::tile_q4_1,
+            PackedFormat::Q5_0 => vnni::tile_q5_0,
+            PackedFormat::Q8_0 => vnni::tile_q8_0,
+            PackedFormat::Q4_K => vnni::tile_q4_k,
+            PackedFormat::Q6_K => vnni::tile_q6_k,
         });
     }
     available().then_some(match fmt {
-        PackedFormat::Q4_0 => avx2::q4_0,
-        PackedFormat::Q4_1 => avx2::q4_1,
-        PackedFormat::Q5_0 => avx2::q5_0,
-        PackedFormat::Q8_0 => avx2::q8_0,
-        PackedFormat::Q4_K => avx2::q4_k,
-        PackedFormat::Q6_K => avx2::q6_k,
+        PackedFormat::Q4_0 => avx2::tile_q4_0,
+        PackedFormat::Q4_1 => avx2::tile_q4_1,
+        PackedFormat::Q5_0 => avx2::tile_q5_0,
+        PackedFormat::Q8_0 => avx2::tile_q8_0,
+        PackedFormat::Q4_K => avx2::tile_q4_k,
+        PackedFormat::Q6_K => avx2::tile_q6_k,
     })
 }
 
@@ -193,22 +193,22 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat, vnni: bool) -> Option<UnpackedTil
             return None;
         }
         match fmt {
-            PackedFormat::Q4_0 => vnni::q4_0_x,
-            PackedFormat::Q4_1 => vnni::q4_1_x,
-            PackedFormat::Q5_0 => vnni::q5_0_x,
-            PackedFormat::Q4_K => vnni::q4_k_x,
-            _ => vnni::q6_k_x,
+            PackedFormat::Q4_0 => vnni::tile_q4_0_x,
+            PackedFormat::Q4_1 => vnni::tile_q4_1_x,
+            PackedFormat::Q5_0 => vnni::tile_q5_0_x,
+            PackedFormat::Q4_K => vnni::tile_q4_k_x,
+            _ => vnni::tile_q6_k_x,
         }
     } else {
         if !available() {
             return None;
         }
         match fmt {
-            PackedFormat::Q4_0 => avx2::q4_0_x,
-            PackedFormat::Q4_1 => avx2::q4_1_x,
-            PackedFormat::Q5_0 => avx2::q5_0_x,
-            PackedFormat::Q4_K => avx2::q4_k_x,
-            _ => avx2::q6_k_x,
+            PackedFormat::Q4_0 => avx2::tile_q4_0_x,
+            PackedFormat::Q4_1 => avx2::tile_q4_1_x,
+            PackedFormat::Q5_0 => avx2::tile_q5_0_x,
+            PackedFormat::Q4_K => avx2::tile_q4_k_x,
+            _ => avx2::tile_q6_k_x,
         }
     };
     Some(UnpackedTile { unpack, tile })
@@ -269,17 +269,17 @@ macro_rules! tile_entries {
 macro_rules! both_forms {
     ($($module:ident: $isa:ty, $features:literal;)*) => {$(
         tile_entries!($module, $isa, $features, [
-            (q4_0, q4_0_impl, PackedFormat::Q4_0, false),
-            (q4_1, q4_1_impl, PackedFormat::Q4_1, false),
-            (q5_0, q5_0_impl, PackedFormat::Q5_0, false),
-            (q8_0, q8_0_impl, PackedFormat::Q8_0, false),
-            (q4_k, q4_k_impl, PackedFormat::Q4_K, false),
-            (q6_k, q6_k_impl, PackedFormat::Q6_K, false),
-            (q4_0_x, q4_0_impl, PackedFormat::Q4_0, true),
-            (q4_1_x, q4_1_impl, PackedFormat::Q4_1, true),
-            (q5_0_x, q5_0_impl, PackedFormat::Q5_0, true),
-            (q4_k_x, q4_k_impl, PackedFormat::Q4_K, true),
-            (q6_k_x, q6_k_impl, PackedFormat::Q6_K, true),
+            (tile_q4_0, q4_0_impl, PackedFormat::Q4_0, false),
+            (tile_q4_1, q4_1_impl, PackedFormat::Q4_1, false),
+            (tile_q5_0, q5_0_impl, PackedFormat::Q5_0, false),
+            (tile_q8_0, q8_0_impl, PackedFormat::Q8_0, false),
+            (tile_q4_k, q4_k_impl, PackedFormat::Q4_K, false),
+            (tile_q6_k, q6_k_impl, PackedFormat::Q6_K, false),
+            (tile_q4_0_x, q4_0_impl, PackedFormat::Q4_0, true),
+            (tile_q4_1_x, q4_1_impl, PackedFormat::Q4_1, true),
+            (tile_q5_0_x, q5_0_impl, PackedFormat::Q5_0, true),
+            (tile_q4_k_x, q4_k_impl, PackedFormat::Q4_K, true),
+            (tile_q6_k_x, q6_k_impl, PackedFormat::Q6_K, true),
         ]);
     )*};
 }

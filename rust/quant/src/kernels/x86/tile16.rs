@@ -32,10 +32,10 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
         return None;
     }
     Some(match fmt {
-        PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_0, tile: q4_0_x },
-        PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: q4_1_x },
-        PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: q4_k_x },
-        PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: q6_k_x },
+        PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_0, tile: tile_q4_0_x },
+        PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: tile_q4_1_x },
+        PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: tile_q4_k_x },
+        PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: tile_q6_k_x },
         PackedFormat::Q5_0 | PackedFormat::Q8_0 => return None,
     })
 }
@@ -172,10 +172,10 @@ macro_rules! tile_entry {
     };
 }
 
-tile_entry!(q4_0_x, q4_0_pair, q4_0_impl, PackedFormat::Q4_0);
-tile_entry!(q4_1_x, q4_1_pair, q4_1_impl, PackedFormat::Q4_1);
-tile_entry!(q4_k_x, q4_k_pair, q4_k_impl, PackedFormat::Q4_K);
-tile_entry!(q6_k_x, q6_k_pair, q6_k_impl, PackedFormat::Q6_K);
+tile_entry!(tile_q4_0_x, q4_0_pair, q4_0_impl, PackedFormat::Q4_0);
+tile_entry!(tile_q4_1_x, q4_1_pair, q4_1_impl, PackedFormat::Q4_1);
+tile_entry!(tile_q4_k_x, q4_k_pair, q4_k_impl, PackedFormat::Q4_K);
+tile_entry!(tile_q6_k_x, q6_k_pair, q6_k_impl, PackedFormat::Q6_K);
 
 /// Column `j`'s sixteen row results to `out[j * stride..]`, the first `lanes`.
 #[inline(always)]

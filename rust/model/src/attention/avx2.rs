@@ -1,0 +1,367 @@
+//! The element loops of attention in AVX2, FMA and F16C: the same
+//! operations as the scalar twin (`super::lanes::Scalar`), rounding
+//! identically, eight lanes at a time.
+
+use half::f16;
+
+use super::lanes::Lanes;
+
+/// Reachable only through `super::run_avx2`, after `super::simd`.
+pub(super) struct Avx2;
+
+mod avx {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(s.add(i)));
+            _mm_storeu_si128(d.add(i).cast(), h);
+            i += 8;
+        }
+        while i < n {
+            *d.add(i) = f16::from_bits(_mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(
+                *s.add(i),
+            ))) as u16);
+            i += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(d.add(i), _mm256_cvtph_ps(_mm_loadu_si128(s.add(i).cast())));
+            i += 8;
+        }
+        while i < n {
+            *d.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16((*s.add(i)).to_bits() as i16)));
+            i += 1;
+        }
+    }
+
+    /// The output held in registers, 64 floats at a time (eight
+    /// accumulators, then one for each eight left), while the rows go by;
+    /// each row's elements widened as they are met.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        let n = o.len();
+        let op = o.as_mut_ptr();
+        let mut i = 0;
+        while i + 64 <= n {
+            let mut acc: [__m256; 8] = std::array::from_fn(|u| _mm256_loadu_ps(op.add(i + 8 * u)));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= n);
+                let (wb, row) = (_mm256_set1_ps(w), row.as_ptr().add(i));
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(wb, _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * u).cast())), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(i + 8 * u), *a);
+            }
+            i += 64;
+        }
+        while i + 8 <= n {
+            let mut acc = _mm256_loadu_ps(op.add(i));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= n);
+                acc = _mm256_fmadd_ps(
+                    _mm256_set1_ps(w),
+                    _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i).cast())),
+                    acc,
+                );
+            }
+            _mm256_storeu_ps(op.add(i), acc);
+            i += 8;
+        }
+        for e in i..n {
+            let mut acc = *op.add(e);
+            for (&w, row) in w.iter().zip(v.clone()) {
+                acc = w.mul_add(row[e].to_f32(), acc);
+            }
+            *op.add(e) = acc;
+        }
+    }
+
+    /// [`weigh_f16`] over rows of Q8_0 blocks: 32 floats of output (one
+    /// block) in registers at a time, each quant times its block's scale
+    /// (exact) as it is met.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+        assert!(o.len().is_multiple_of(Q8_0_BLOCK));
+        let op = o.as_mut_ptr();
+        for b in 0..o.len() / Q8_0_BLOCK {
+            let mut acc: [__m256; 4] = std::array::from_fn(|u| _mm256_loadu_ps(op.add(Q8_0_BLOCK * b + 8 * u)));
+            for (&w, row) in w.iter().zip(v.clone()) {
+                assert!(row.len() >= (b + 1) * Q8_0_BYTES);
+                let blk = row.as_ptr().add(b * Q8_0_BYTES);
+                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+                let wb = _mm256_set1_ps(w);
+                for (u, a) in acc.iter_mut().enumerate() {
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast())));
+                    *a = _mm256_fmadd_ps(wb, _mm256_mul_ps(d, q), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(Q8_0_BLOCK * b + 8 * u), *a);
+            }
+        }
+    }
+
+    /// Eight quants at a time, widened and multiplied by the block's scale.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+        assert!(src.len() / Q8_0_BYTES * Q8_0_BLOCK >= dst.len() && dst.len().is_multiple_of(Q8_0_BLOCK));
+        for (b, out) in dst.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
+            let blk = src.as_ptr().add(b * Q8_0_BYTES);
+            let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            for i in 0..4 {
+                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * i).cast()));
+                _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        let n = row.len();
+        let r = row.as_mut_ptr();
+        let vinv = _mm256_set1_ps(inv);
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_mul_ps(_mm256_loadu_ps(r.add(i)), vinv);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            _mm256_storeu_ps(r.add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        while i < n {
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(*r.add(i) * inv));
+            *r.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(h));
+            i += 1;
+        }
+    }
+
+    /// Eight dots of one query with eight keys: one accumulator per key, the
+    /// query loaded once per eight elements and met by every key, then the
+    /// eight accumulators reduced by pairwise horizontal adds into one vector
+    /// (the lane order of the module's doc).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
+        let n = q.len();
+        assert!(n.is_multiple_of(8) && k.len() >= 8 * n);
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut i = 0;
+        while i < n {
+            let qv = _mm256_loadu_ps(qp.add(i));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(r * n + i)), *acc);
+            }
+            i += 8;
+        }
+        reduce8(&acc, out)
+    }
+
+    /// As [`scores8`], the keys f16 rows read in place.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        let n = q.len();
+        assert!(n.is_multiple_of(8) && keys.iter().all(|k| k.len() >= n));
+        let qp = q.as_ptr();
+        let kp = keys.map(|k| k.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut i = 0;
+        while i < n {
+            let qv = _mm256_loadu_ps(qp.add(i));
+            for (acc, k) in acc.iter_mut().zip(&kp) {
+                *acc = _mm256_fmadd_ps(qv, _mm256_cvtph_ps(_mm_loadu_si128(k.add(i).cast())), *acc);
+            }
+            i += 8;
+        }
+        reduce8(&acc, out)
+    }
+
+    /// The eight accumulators' sums, by pairwise horizontal adds.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn reduce8(acc: &[__m256; 8], out: &mut [f32; 8]) {
+        // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+        let h01 = _mm256_hadd_ps(acc[0], acc[1]);
+        let h23 = _mm256_hadd_ps(acc[2], acc[3]);
+        let h45 = _mm256_hadd_ps(acc[4], acc[5]);
+        let h67 = _mm256_hadd_ps(acc[6], acc[7]);
+        // Per key r < 4: lane r holds (l0+l1)+(l2+l3), lane r + 4 (l4+l5)+(l6+l7).
+        let lo4 = _mm256_hadd_ps(h01, h23);
+        let hi4 = _mm256_hadd_ps(h45, h67);
+        let firsts = _mm256_permute2f128_ps::<0x20>(lo4, hi4);
+        let seconds = _mm256_permute2f128_ps::<0x31>(lo4, hi4);
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(firsts, seconds));
+    }
+
+    /// `H` heads' outputs over the same value rows, sixteen floats of each
+    /// held in registers across all the rows: a value row is loaded once for
+    /// the `H` heads (one head alone waits on its four accumulators' chains
+    /// and loads a value for every multiply-add). Each output element is the
+    /// same chain of fused multiply-adds, in row order, as in [`weigh`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_heads<const H: usize>(
+        w: *const f32,
+        stride: usize,
+        rows: usize,
+        v: *const f32,
+        n: usize,
+        o: *mut f32,
+    ) {
+        let mut i = 0;
+        while i + 16 <= n {
+            let mut acc = [[_mm256_setzero_ps(); 2]; H];
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = [_mm256_loadu_ps(o.add(g * n + i)), _mm256_loadu_ps(o.add(g * n + i + 8))];
+            }
+            for r in 0..rows {
+                let row = v.add(r * n + i);
+                let (v0, v1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let wg = _mm256_set1_ps(*w.add(g * stride + r));
+                    a[0] = _mm256_fmadd_ps(wg, v0, a[0]);
+                    a[1] = _mm256_fmadd_ps(wg, v1, a[1]);
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(g * n + i), a[0]);
+                _mm256_storeu_ps(o.add(g * n + i + 8), a[1]);
+            }
+            i += 16;
+        }
+        while i < n {
+            for g in 0..H {
+                let mut acc = *o.add(g * n + i);
+                for r in 0..rows {
+                    acc = (*w.add(g * stride + r)).mul_add(*v.add(r * n + i), acc);
+                }
+                *o.add(g * n + i) = acc;
+            }
+            i += 1;
+        }
+    }
+
+    /// Four output vectors held in registers across all the rows, then eight, then single floats.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        let n = o.len();
+        let rows = w.len().min(v.len() / n.max(1));
+        let (v, o) = (v.as_ptr(), o.as_mut_ptr());
+        let mut i = 0;
+        while i + 32 <= n {
+            let mut acc = [
+                _mm256_loadu_ps(o.add(i)),
+                _mm256_loadu_ps(o.add(i + 8)),
+                _mm256_loadu_ps(o.add(i + 16)),
+                _mm256_loadu_ps(o.add(i + 24)),
+            ];
+            for (r, &w) in w[..rows].iter().enumerate() {
+                let (vw, row) = (_mm256_set1_ps(w), v.add(r * n + i));
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(vw, _mm256_loadu_ps(row.add(8 * u)), *acc);
+                }
+            }
+            for (u, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(i + 8 * u), *acc);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            let mut acc = _mm256_loadu_ps(o.add(i));
+            for (r, &w) in w[..rows].iter().enumerate() {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(w), _mm256_loadu_ps(v.add(r * n + i)), acc);
+            }
+            _mm256_storeu_ps(o.add(i), acc);
+            i += 8;
+        }
+        while i < n {
+            let mut acc = *o.add(i);
+            for (r, &w) in w[..rows].iter().enumerate() {
+                acc = w.mul_add(*v.add(r * n + i), acc);
+            }
+            *o.add(i) = acc;
+            i += 1;
+        }
+    }
+}
+
+impl Lanes for Avx2 {
+    #[inline(always)]
+    unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
+        avx::scores8(q, k, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        avx::scores8_f16(q, keys, out)
+    }
+    #[inline(always)]
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        avx::narrow(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        avx::widen(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        avx::widen_q8_0(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        avx::weigh_q8_0(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        avx::weigh_f16(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        avx::probs_f16(row, inv)
+    }
+    #[inline(always)]
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        avx::weigh(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
+        let n = o.len() / heads;
+        let rows = v.len() / n.max(1);
+        assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
+        // Four heads at most per sweep: two outputs vectors each fill eight accumulators.
+        let mut g = 0;
+        while g < heads {
+            let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
+            match heads - g {
+                1 => avx::weigh(&w[g * stride..][..rows], v, &mut o[g * n..][..n]),
+                2 => avx::weigh_heads::<2>(ws, stride, rows, v.as_ptr(), n, os),
+                3 => avx::weigh_heads::<3>(ws, stride, rows, v.as_ptr(), n, os),
+                _ => avx::weigh_heads::<4>(ws, stride, rows, v.as_ptr(), n, os),
+            }
+            g += (heads - g).min(4);
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The element loops attention is written over ([`Lanes`]), and their
+//! scalar form ([`Scalar`]): the definition the vector forms round as.
+
+use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use half::f16;
+
+/// Element loops with a scalar and an AVX2/F16C form that round identically.
+pub(super) trait Lanes {
+    /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
+    /// multiple of eight), in the lane order of the module's doc.
+    unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]);
+    /// The same with eight f16 key rows read in place (each `q.len()` long).
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
+    /// f32 to f16, rounding to nearest even (as `f16::from_f32`).
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]);
+    /// f16 to f32 (exact).
+    unsafe fn widen(src: &[f16], dst: &mut [f32]);
+    /// Q8_0 blocks to f32: each quant times its block's scale (exact).
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]);
+    /// `e = f16(e * inv)` widened back, for every e.
+    unsafe fn probs_f16(row: &mut [f32], inv: f32);
+    /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
+    /// [`Lanes::weigh`] over f16 rows read in place (each widened exactly).
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]);
+    /// The same over rows of Q8_0 blocks (each quant times its scale, exact).
+    unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        for (&w, r) in w.iter().zip(v) {
+            for (ob, blk) in o.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                for (o, &q) in ob.iter_mut().zip(&blk[2..]) {
+                    *o = w.mul_add(d * q as i8 as f32, *o);
+                }
+            }
+        }
+    }
+    /// [`Lanes::weigh`] for `heads` heads over the same value rows: head
+    /// `g`'s weights at `w[g * stride..]`, its output the `g`-th of the
+    /// `heads` equal parts of `o`.
+    unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
+        let (n, rows) = (o.len() / heads, v.len() / (o.len() / heads).max(1));
+        for (g, o) in o.chunks_exact_mut(n).enumerate() {
+            Self::weigh(&w[g * stride..][..rows], v, o);
+        }
+    }
+}
+
+pub(super) struct Scalar;
+
+impl Lanes for Scalar {
+    #[inline(always)]
+    unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
+        for (o, key) in out.iter_mut().zip(k.chunks_exact(q.len())) {
+            *o = dot8(q, key);
+        }
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        for (o, key) in out.iter_mut().zip(keys) {
+            *o = dot8_by(q, |i| key[i].to_f32());
+        }
+    }
+    #[inline(always)]
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = f16::from_f32(s);
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        Rows::Q8_0(src).widen(0, dst)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        for (&w, row) in w.iter().zip(v) {
+            for (o, x) in o.iter_mut().zip(row) {
+                *o = w.mul_add(x.to_f32(), *o);
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        for e in row.iter_mut() {
+            *e = f16::from_f32(*e * inv).to_f32();
+        }
+    }
+    #[inline(always)]
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        for (&w, v) in w.iter().zip(v.chunks_exact(o.len())) {
+            fma_row(w, v, o);
+        }
+    }
+}
+
+/// One score in the lane order of the module's doc (`q` and `k` of a
+/// length that is a multiple of eight).
+#[inline]
+pub(super) fn dot8(q: &[f32], k: &[f32]) -> f32 {
+    dot8_by(q, |i| k[i])
+}
+
+/// [`dot8`] with key element `i` given by `key(i)` (an f16 row widened as it
+/// is read, without a buffer).
+#[inline]
+fn dot8_by(q: &[f32], key: impl Fn(usize) -> f32) -> f32 {
+    let mut l = [0.0f32; 8];
+    for (c, qc) in q.chunks_exact(8).enumerate() {
+        for i in 0..8 {
+            l[i] = qc[i].mul_add(key(8 * c + i), l[i]);
+        }
+    }
+    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+#[inline]
+pub(super) fn fma_row(w: f32, v: &[f32], o: &mut [f32]) {
+    for (o, &x) in o.iter_mut().zip(v) {
+        *o = w.mul_add(x, *o);
+    }
+}

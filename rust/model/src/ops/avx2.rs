@@ -1,0 +1,82 @@
+//! The vector forms of `super`'s elementwise loops in AVX2, FMA and F16C,
+//! operation for operation as their scalar twins (`super::*_scalar`), so the
+//! two agree bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::*;
+
+/// The level ember runs at has AVX2, FMA and F16C (see `ember_quant::level`).
+pub(super) fn available() -> bool {
+    ember_quant::level() >= ember_quant::SimdLevel::Avx2
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+    let scale =
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
+    _mm256_mul_ps(y, scale)
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
+    let (n, p) = (row.len(), row.as_mut_ptr());
+    let s = _mm256_set1_ps(shift);
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(p.add(i), exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s)));
+        i += 8;
+    }
+    exp_shifted_scalar(&mut row[i..], shift);
+}
+
+/// [`gelu_table`] on eight lanes: rounded to f16 as `f16::from_f32`
+/// rounds (to nearest even), looked up, widened back; the limits at ±10.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn gelu_mul(out: &mut [f32], g: &[f32], u: &[f32], table: &[u16]) {
+    assert_eq!(table.len(), 1 << 16, "one entry per f16");
+    let n = out.len().min(g.len()).min(u.len());
+    let (o, gp, up, tp) = (out.as_mut_ptr(), g.as_ptr(), u.as_ptr(), table.as_ptr());
+    let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+    let mut i = 0;
+    let mut idx = [0u16; 8];
+    while i + 8 <= n {
+        let x = _mm256_loadu_ps(gp.add(i));
+        _mm_storeu_si128(idx.as_mut_ptr().cast(), _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x));
+        let looked = idx.map(|h| *tp.add(h as usize));
+        let y = _mm256_cvtph_ps(_mm_loadu_si128(looked.as_ptr().cast()));
+        // x >= 10 keeps x; x <= -10 gives 0 (the table is never read there).
+        let y = _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi));
+        let y = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, lo), y);
+        _mm256_storeu_ps(o.add(i), _mm256_mul_ps(y, _mm256_loadu_ps(up.add(i))));
+        i += 8;
+    }
+    gelu_mul_scalar(&mut out[i..n], &g[i..n], &u[i..n]);
+}
+
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
+    let n = out.len().min(g.len()).min(u.len());
+    let (o, gp, up) = (out.as_mut_ptr(), g.as_ptr(), u.as_ptr());
+    let one = _mm256_set1_ps(1.0);
+    let mut i = 0;
+    while i + 8 <= n {
+        let gv = _mm256_loadu_ps(gp.add(i));
+        let e = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
+        let v = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(up.add(i)));
+        _mm256_storeu_ps(o.add(i), v);
+        i += 8;
+    }
+    silu_mul_scalar(&mut out[i..n], &g[i..n], &u[i..n]);
+}
