@@ -9,14 +9,26 @@
 use ember_kv::{KvCache, KvType, LayerShape};
 
 use crate::attention::{attention_many, AttnPart, AttnShape};
-use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, MoeConfig};
+use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, LayerConfig, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
 use crate::pool::{Pool, SyncPtr};
-use crate::weights::{DeltaNetWeights, DenseFfn, Experts, Matrix, PerLayerEmbeddings, PerLayerInput};
+use crate::weights::{DeltaNetWeights, DenseFfn, Experts, LayerWeights, Matrix, PerLayerEmbeddings, PerLayerInput};
 use crate::Model;
+
+/// `$v` emptied, as a vector of the same elements with other lifetimes on
+/// the same allocation: a layer's list of parts borrows that layer's
+/// buffers, and the next layer reuses the allocation rather than making its
+/// own (collecting an emptied vector's `into_iter` keeps it in place).
+macro_rules! recycled {
+    ($v:expr) => {{
+        let mut v = $v;
+        v.clear();
+        v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
+    }};
+}
 
 thread_local! {
     /// Each pool thread's working memory for the delta rule's chunks.
@@ -79,6 +91,14 @@ struct Scratch {
     /// Rows of the pass whose logits are wanted, in order.
     out_rows: Vec<usize>,
     logits: Vec<f32>, // [rows wanted, n_vocab]
+    /// The allocation of a layer's list of attention parts, kept empty
+    /// between layers (see `recycled!`).
+    attn_parts: Vec<AttnPart<'static>>,
+    /// A DeltaNet layer's (first row, rows, first position, rule state) per
+    /// sequence, and the snapshots inside the pass per sequence, kept
+    /// between layers.
+    dn_spans: Vec<(usize, usize, usize, SyncPtr<f32>)>,
+    dn_snaps: Vec<Vec<(usize, SyncPtr<f32>)>>,
 }
 
 impl Scratch {
@@ -368,8 +388,6 @@ impl Model {
         let mut t = t;
         for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
             let last = il + 1 == w.layers.len();
-            let (hk, hv) = (lc.head_dim_k, lc.head_dim_v);
-            let (qw, kw, vw, aw) = (lc.q_width(), lc.k_width(), lc.v_width(), lc.att_width());
             norm_rows(pool, &sc.x, &l.attn_norm, c.rms_eps, &mut sc.h, e, t);
             if let (Some(d), Some(dw), KvSource::Recurrent(si)) = (lc.delta, &l.delta, lc.kv) {
                 // Gated DeltaNet block: every row carries the state forward,
@@ -386,200 +404,13 @@ impl Model {
                     t = n_out;
                 }
             } else {
-                // Attention block.
-                let wq = l.wq.as_ref().expect("an attention layer has queries");
-                sc.acts.invalidate();
-                // One dispatch for the three: a decoded token pays for each fork/join.
-                match (&l.wk, &l.wv) {
-                    (Some(wk), Some(wv)) => {
-                        let [aq, ak, av] = sc.acts.get_many(pool, [wq.input, wk.input, wv.input], &sc.h, t, e);
-                        matmul_many(
-                            pool,
-                            t,
-                            [
-                                Product { w: wq, acts: aq, out: &mut sc.q },
-                                Product { w: wk, acts: ak, out: &mut sc.k },
-                                Product { w: wv, acts: av, out: &mut sc.v },
-                            ],
-                        );
-                    }
-                    (Some(wk), None) => {
-                        let [aq, ak] = sc.acts.get_many(pool, [wq.input, wk.input], &sc.h, t, e);
-                        matmul_many(
-                            pool,
-                            t,
-                            [Product { w: wq, acts: aq, out: &mut sc.q }, Product { w: wk, acts: ak, out: &mut sc.k }],
-                        );
-                        // Values are the keys before their norm (gemma4's attention_k_eq_v).
-                        sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
-                    }
-                    (None, _) => matmul(pool, wq, sc.acts.get(pool, wq.input, &sc.h, t, e), t, &mut sc.q),
+                match self.attention_block(l, lc, last, sc, seqs, t, n_out) {
+                    Some(rows) => t = rows,
+                    None => break,
                 }
-                if lc.attn_gate {
-                    split_query_gates(&mut sc.q, &mut sc.qgate, t, lc.n_head, hk);
-                }
-                let own = l.wk.is_some();
-                for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
-                    if let Some(b) = bias {
-                        buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
-                    }
-                }
-                let half = c.ropes[lc.rope].n_rot / 2;
-                let table = lc.rope * t * max_half;
-                let (cos, sin) = (&sc.cos[table..], &sc.sin[table..]);
-                let rope_rows = |buf: &mut Vec<f32>, norm: &Option<Vec<f32>>, width: usize| {
-                    pool.rows_mut(&mut buf[..t * width], width, |j, row| {
-                        let at = j * max_half;
-                        for head in row.chunks_mut(hk) {
-                            if let Some(n) = norm {
-                                ops::rms_norm_inplace(head, n, c.rms_eps);
-                            }
-                            ops::rope_apply(head, c.opts.rope, &cos[at..at + half], &sin[at..at + half]);
-                        }
-                    });
-                };
-                rope_rows(&mut sc.q, &l.q_norm, qw);
-                if own {
-                    rope_rows(&mut sc.k, &l.k_norm, kw);
-                    if c.opts.value_norm {
-                        pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
-                            row.chunks_mut(hv).for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
-                        });
-                    }
-                }
-                let cache_layer = lc.kv.cache_layer();
-                let shape = AttnShape {
-                    n_head: lc.n_head,
-                    n_head_kv: lc.n_head_kv,
-                    head_dim_k: hk,
-                    head_dim_v: hv,
-                    scale: lc.attn_scale,
-                    window: lc.window,
-                };
-                if let KvSource::Own(ci) = lc.kv {
-                    let mut r0 = 0;
-                    for q in seqs.iter_mut() {
-                        let (n, start) = (q.tokens.len(), q.cache.len());
-                        for j in 0..n {
-                            let r = r0 + j;
-                            q.cache.write(ci, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
-                        }
-                        r0 += n;
-                    }
-                }
-                // Every row's key and value are in the cache now. In the last
-                // layer a row whose logits nobody wants changes nothing more, so
-                // only the wanted rows' queries attend, and the rows after
-                // attention are those alone, in order (`out_rows`).
-                if last && n_out < t {
-                    if n_out == 0 {
-                        break;
-                    }
-                    let pw = c.n_layer * c.n_embd_per_layer;
-                    for (at, &r) in sc.out_rows.iter().enumerate() {
-                        sc.x.copy_within(r * e..(r + 1) * e, at * e);
-                        sc.per_layer.copy_within(r * pw..(r + 1) * pw, at * pw);
-                    }
-                }
-                let mut parts = Vec::with_capacity(seqs.len());
-                let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
-                for q in seqs.iter() {
-                    let n = q.tokens.len();
-                    let (qs, qr) = q_rest.split_at(n * qw);
-                    q_rest = qr;
-                    // The queries that attend: all of them, or the wanted ones of the last layer.
-                    let (first, m) = match q.want {
-                        _ if !last => (0, n),
-                        Logits::None => continue,
-                        Logits::Last => (n - 1, 1),
-                        Logits::All | Logits::Hidden => (0, n),
-                    };
-                    let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
-                    out_rest = or;
-                    parts.push(AttnPart {
-                        cache: &*q.cache,
-                        q: &qs[first * qw..],
-                        start: q.cache.len() + first,
-                        t: m,
-                        out: os,
-                    });
-                }
-                attention_many(pool, cache_layer, &shape, &mut parts);
-                drop(parts);
-                if last {
-                    t = n_out;
-                }
-                if lc.attn_gate {
-                    // The wanted rows only, in the last layer (`out_rows`).
-                    let (gates, rows) = (&sc.qgate, &sc.out_rows);
-                    let narrowed = last && t == n_out && n_out < sc.pos.len();
-                    pool.rows_mut(&mut sc.att[..t * aw], aw, |j, row| {
-                        let g = if narrowed { rows[j] } else { j };
-                        row.iter_mut().zip(&gates[g * qw..(g + 1) * qw]).for_each(|(v, &z)| *v *= sigmoid(z));
-                    });
-                }
-                let wo = l.wo.as_ref().expect("an attention layer has an output");
-                sc.acts.invalidate();
-                matmul(pool, wo, sc.acts.get(pool, wo.input, &sc.att, t, aw), t, &mut sc.o);
             }
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_attn_norm.as_deref(), c.rms_eps, e, t);
-
-            // Feed-forward block: dense, a mixture, or both side by side.
-            norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
-            if let Some(f) = &l.ffn {
-                self.dense_ffn(f, sc, t);
-            }
-            if let Some(x) = &l.experts {
-                let m = c.moe.as_ref().expect("experts in a model with a mixture");
-                if let Some(g) = &l.shared_gate {
-                    // A shared expert (qwen35moe, in `o`), scaled by its gate,
-                    // beside the mixture.
-                    let h = &sc.h;
-                    pool.rows_mut(&mut sc.o[..t * e], e, |j, row| {
-                        let z: f32 = h[j * e..(j + 1) * e].iter().zip(g).map(|(a, b)| a * b).sum();
-                        let s = sigmoid(z);
-                        row.iter_mut().for_each(|v| *v *= s);
-                    });
-                    sc.moe.route(pool, &x.router, &sc.h, t, e, m);
-                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
-                    sc.o[..t * e].iter_mut().zip(&sc.o2[..t * e]).for_each(|(a, b)| *a += b);
-                } else if l.ffn.is_some() {
-                    // Beside a dense block (gemma4): each normed on its own,
-                    // the router reading the scaled residual.
-                    if let Some(n) = &x.post_norm_dense {
-                        pool.rows_mut(&mut sc.o[..t * e], e, |_, row| ops::rms_norm_inplace(row, n, c.rms_eps));
-                    }
-                    let inv = 1.0 / (e as f32).sqrt();
-                    let rs = x.router_scale.as_deref().expect("bound with the mixture");
-                    let xr = &sc.x;
-                    pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
-                        ops::rms_norm_plain_into(&xr[j * e..(j + 1) * e], c.rms_eps, row);
-                        row.iter_mut().zip(rs).for_each(|(v, s)| *v = *v * inv * s);
-                    });
-                    sc.moe.route(pool, &x.router, &sc.o2, t, e, m);
-                    norm_rows(
-                        pool,
-                        &sc.x,
-                        x.pre_norm.as_deref().expect("bound with the mixture"),
-                        c.rms_eps,
-                        &mut sc.h,
-                        e,
-                        t,
-                    );
-                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
-                    let post = x.post_norm.as_deref().expect("bound with the mixture");
-                    let o = SyncPtr(sc.o.as_mut_ptr());
-                    pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
-                        ops::rms_norm_inplace(row, post, c.rms_eps);
-                        // SAFETY: row j of `o` belongs to the task of row j alone.
-                        let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(j * e), e) };
-                        o.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
-                    });
-                } else {
-                    sc.moe.route(pool, &x.router, &sc.h, t, e, m);
-                    sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o);
-                }
-            }
+            self.ffn_block(l, sc, t);
             residual_add(pool, &mut sc.x, &mut sc.o, l.post_ffn_norm.as_deref(), c.rms_eps, e, t);
             if let Some(p) = &l.per_layer {
                 self.per_layer_block(p, il, sc, t);
@@ -633,6 +464,227 @@ impl Model {
         }
     }
 
+    /// Layer `l`'s attention over the `t` rows of `sc.h` (normed), into
+    /// `sc.o`: the projections, the keys and values written to each
+    /// sequence's cache, every sequence's queries attending to it in one
+    /// dispatch, and the output projection. The rows that go on (in the last
+    /// layer, only those whose logits are wanted) or None when none do.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_block(
+        &self,
+        l: &LayerWeights,
+        lc: &LayerConfig,
+        last: bool,
+        sc: &mut Scratch,
+        seqs: &mut [Seq<'_>],
+        t: usize,
+        n_out: usize,
+    ) -> Option<usize> {
+        let (c, pool) = (&self.config, &self.pool);
+        let e = c.n_embd;
+        let max_half = c.max_widths().half_rot;
+        let (hk, hv) = (lc.head_dim_k, lc.head_dim_v);
+        let (qw, kw, vw, aw) = (lc.q_width(), lc.k_width(), lc.v_width(), lc.att_width());
+        let mut t = t;
+        let wq = l.wq.as_ref().expect("an attention layer has queries");
+        sc.acts.invalidate();
+        // One dispatch for the three: a decoded token pays for each fork/join.
+        match (&l.wk, &l.wv) {
+            (Some(wk), Some(wv)) => {
+                let [aq, ak, av] = sc.acts.get_many(pool, [wq.input, wk.input, wv.input], &sc.h, t, e);
+                matmul_many(
+                    pool,
+                    t,
+                    [
+                        Product { w: wq, acts: aq, out: &mut sc.q },
+                        Product { w: wk, acts: ak, out: &mut sc.k },
+                        Product { w: wv, acts: av, out: &mut sc.v },
+                    ],
+                );
+            }
+            (Some(wk), None) => {
+                let [aq, ak] = sc.acts.get_many(pool, [wq.input, wk.input], &sc.h, t, e);
+                matmul_many(
+                    pool,
+                    t,
+                    [Product { w: wq, acts: aq, out: &mut sc.q }, Product { w: wk, acts: ak, out: &mut sc.k }],
+                );
+                // Values are the keys before their norm (gemma4's attention_k_eq_v).
+                sc.v[..t * vw].copy_from_slice(&sc.k[..t * kw]);
+            }
+            (None, _) => matmul(pool, wq, sc.acts.get(pool, wq.input, &sc.h, t, e), t, &mut sc.q),
+        }
+        if lc.attn_gate {
+            split_query_gates(&mut sc.q, &mut sc.qgate, t, lc.n_head, hk);
+        }
+        let own = l.wk.is_some();
+        for (buf, bias, width) in [(&mut sc.q, &l.bq, qw), (&mut sc.k, &l.bk, kw), (&mut sc.v, &l.bv, vw)] {
+            if let Some(b) = bias {
+                buf[..t * width].chunks_mut(width).for_each(|r| r.iter_mut().zip(b).for_each(|(x, y)| *x += y));
+            }
+        }
+        let half = c.ropes[lc.rope].n_rot / 2;
+        let table = lc.rope * t * max_half;
+        let (cos, sin) = (&sc.cos[table..], &sc.sin[table..]);
+        let rope_rows = |buf: &mut Vec<f32>, norm: &Option<Vec<f32>>, width: usize| {
+            pool.rows_mut(&mut buf[..t * width], width, |j, row| {
+                let at = j * max_half;
+                for head in row.chunks_mut(hk) {
+                    if let Some(n) = norm {
+                        ops::rms_norm_inplace(head, n, c.rms_eps);
+                    }
+                    ops::rope_apply(head, c.opts.rope, &cos[at..at + half], &sin[at..at + half]);
+                }
+            });
+        };
+        rope_rows(&mut sc.q, &l.q_norm, qw);
+        if own {
+            rope_rows(&mut sc.k, &l.k_norm, kw);
+            if c.opts.value_norm {
+                pool.rows_mut(&mut sc.v[..t * vw], vw, |_, row| {
+                    row.chunks_mut(hv).for_each(|head| ops::rms_norm_plain(head, c.rms_eps))
+                });
+            }
+        }
+        let cache_layer = lc.kv.cache_layer();
+        let shape = AttnShape {
+            n_head: lc.n_head,
+            n_head_kv: lc.n_head_kv,
+            head_dim_k: hk,
+            head_dim_v: hv,
+            scale: lc.attn_scale,
+            window: lc.window,
+        };
+        if let KvSource::Own(ci) = lc.kv {
+            let mut r0 = 0;
+            for q in seqs.iter_mut() {
+                let (n, start) = (q.tokens.len(), q.cache.len());
+                for j in 0..n {
+                    let r = r0 + j;
+                    q.cache.write(ci, start + j, &sc.k[r * kw..(r + 1) * kw], &sc.v[r * vw..(r + 1) * vw]);
+                }
+                r0 += n;
+            }
+        }
+        // Every row's key and value are in the cache now. In the last
+        // layer a row whose logits nobody wants changes nothing more, so
+        // only the wanted rows' queries attend, and the rows after
+        // attention are those alone, in order (`out_rows`).
+        if last && n_out < t {
+            if n_out == 0 {
+                return None;
+            }
+            let pw = c.n_layer * c.n_embd_per_layer;
+            for (at, &r) in sc.out_rows.iter().enumerate() {
+                sc.x.copy_within(r * e..(r + 1) * e, at * e);
+                sc.per_layer.copy_within(r * pw..(r + 1) * pw, at * pw);
+            }
+        }
+        let mut parts: Vec<AttnPart<'_>> = recycled!(std::mem::take(&mut sc.attn_parts));
+        let (mut q_rest, mut out_rest) = (&sc.q[..t * qw], &mut sc.att[..t * aw]);
+        for q in seqs.iter() {
+            let n = q.tokens.len();
+            let (qs, qr) = q_rest.split_at(n * qw);
+            q_rest = qr;
+            // The queries that attend: all of them, or the wanted ones of the last layer.
+            let (first, m) = match q.want {
+                _ if !last => (0, n),
+                Logits::None => continue,
+                Logits::Last => (n - 1, 1),
+                Logits::All | Logits::Hidden => (0, n),
+            };
+            let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
+            out_rest = or;
+            parts.push(AttnPart {
+                cache: &*q.cache,
+                q: &qs[first * qw..],
+                start: q.cache.len() + first,
+                t: m,
+                out: os,
+            });
+        }
+        attention_many(pool, cache_layer, &shape, &mut parts);
+        sc.attn_parts = recycled!(parts);
+        if last {
+            t = n_out;
+        }
+        if lc.attn_gate {
+            // The wanted rows only, in the last layer (`out_rows`).
+            let (gates, rows) = (&sc.qgate, &sc.out_rows);
+            let narrowed = last && t == n_out && n_out < sc.pos.len();
+            pool.rows_mut(&mut sc.att[..t * aw], aw, |j, row| {
+                let g = if narrowed { rows[j] } else { j };
+                row.iter_mut().zip(&gates[g * qw..(g + 1) * qw]).for_each(|(v, &z)| *v *= sigmoid(z));
+            });
+        }
+        let wo = l.wo.as_ref().expect("an attention layer has an output");
+        sc.acts.invalidate();
+        matmul(pool, wo, sc.acts.get(pool, wo.input, &sc.att, t, aw), t, &mut sc.o);
+        Some(t)
+    }
+
+    /// Layer `l`'s feed-forward block over the `t` rows of `sc.x`, into
+    /// `sc.o`: dense, a mixture, or both side by side.
+    fn ffn_block(&self, l: &LayerWeights, sc: &mut Scratch, t: usize) {
+        let (c, pool) = (&self.config, &self.pool);
+        let e = c.n_embd;
+    norm_rows(pool, &sc.x, &l.ffn_norm, c.rms_eps, &mut sc.h, e, t);
+    if let Some(f) = &l.ffn {
+        self.dense_ffn(f, sc, t);
+    }
+    if let Some(x) = &l.experts {
+        let m = c.moe.as_ref().expect("experts in a model with a mixture");
+        if let Some(g) = &l.shared_gate {
+            // A shared expert (qwen35moe, in `o`), scaled by its gate,
+            // beside the mixture.
+            let h = &sc.h;
+            pool.rows_mut(&mut sc.o[..t * e], e, |j, row| {
+                let z: f32 = h[j * e..(j + 1) * e].iter().zip(g).map(|(a, b)| a * b).sum();
+                let s = sigmoid(z);
+                row.iter_mut().for_each(|v| *v *= s);
+            });
+            sc.moe.route(pool, &x.router, &sc.h, t, e, m);
+            sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
+            sc.o[..t * e].iter_mut().zip(&sc.o2[..t * e]).for_each(|(a, b)| *a += b);
+        } else if l.ffn.is_some() {
+            // Beside a dense block (gemma4): each normed on its own,
+            // the router reading the scaled residual.
+            if let Some(n) = &x.post_norm_dense {
+                pool.rows_mut(&mut sc.o[..t * e], e, |_, row| ops::rms_norm_inplace(row, n, c.rms_eps));
+            }
+            let inv = 1.0 / (e as f32).sqrt();
+            let rs = x.router_scale.as_deref().expect("bound with the mixture");
+            let xr = &sc.x;
+            pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
+                ops::rms_norm_plain_into(&xr[j * e..(j + 1) * e], c.rms_eps, row);
+                row.iter_mut().zip(rs).for_each(|(v, s)| *v = *v * inv * s);
+            });
+            sc.moe.route(pool, &x.router, &sc.o2, t, e, m);
+            norm_rows(
+                pool,
+                &sc.x,
+                x.pre_norm.as_deref().expect("bound with the mixture"),
+                c.rms_eps,
+                &mut sc.h,
+                e,
+                t,
+            );
+            sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o2);
+            let post = x.post_norm.as_deref().expect("bound with the mixture");
+            let o = SyncPtr(sc.o.as_mut_ptr());
+            pool.rows_mut(&mut sc.o2[..t * e], e, |j, row| {
+                ops::rms_norm_inplace(row, post, c.rms_eps);
+                // SAFETY: row j of `o` belongs to the task of row j alone.
+                let o = unsafe { std::slice::from_raw_parts_mut(o.get().add(j * e), e) };
+                o.iter_mut().zip(row.iter()).for_each(|(a, b)| *a += b);
+            });
+        } else {
+            sc.moe.route(pool, &x.router, &sc.h, t, e, m);
+            sc.moe.experts(pool, x, c.opts.activation, &sc.h, t, e, &mut sc.o);
+        }
+    }
+    }
+
     /// A gated DeltaNet layer over the `t` rows of `sc.h` (normed), into
     /// `sc.o`: the projections for all sequences at once, then per sequence
     /// its convolution and its rule (a decoded token one step, a prompt in
@@ -675,10 +727,13 @@ impl Model {
         // value head) at once: the heads' states are disjoint, and each
         // writes its outputs head-major into its sequence's rows of
         // `dn_heads`.
-        let mut spans = Vec::with_capacity(seqs.len());
+        let mut spans = std::mem::take(&mut sc.dn_spans);
+        spans.clear();
         // Per sequence, the snapshots inside this pass: where, and this
         // layer's rule state in each.
-        let mut snaps: Vec<Vec<(usize, SyncPtr<f32>)>> = Vec::with_capacity(seqs.len());
+        let mut snaps = std::mem::take(&mut sc.dn_snaps);
+        snaps.iter_mut().for_each(Vec::clear);
+        snaps.resize_with(seqs.len(), Vec::new);
         let mut r0 = 0;
         for q in seqs.iter_mut() {
             let (n, first) = (q.tokens.len(), q.cache.len());
@@ -686,13 +741,12 @@ impl Model {
             let state = q.cache.state_mut(si);
             let (conv_state, rule_state) = state.split_at_mut(d.conv_state_len());
             let rows = r0 * cd..(r0 + n) * cd;
-            let mut here = Vec::new();
+            let here = &mut snaps[spans.len()];
             for s in q.snapshots.iter_mut().filter(|s| s.at > 0 && s.at < n) {
                 let (conv, rule) = s.states[offset..offset + d.state_len()].split_at_mut(d.conv_state_len());
                 delta_net::conv_state_after(conv_state, &sc.dn_mixed[rows.clone()], cd, s.at, conv);
                 here.push((s.at, SyncPtr(rule.as_mut_ptr())));
             }
-            snaps.push(here);
             delta_net::conv_silu(
                 &dw.conv,
                 d.d_conv,
@@ -794,6 +848,7 @@ impl Model {
                 }
             }
         }
+        (sc.dn_spans, sc.dn_snaps) = (spans, snaps);
         let (z, norm, eps) = (&sc.dn_z, &dw.norm, c.rms_eps);
         pool.rows_mut(&mut sc.dn_out[..t * vd], vd, |j, row| {
             for (h, head) in row.chunks_mut(hd).enumerate() {
@@ -890,6 +945,9 @@ struct MoeScratch {
     gx: Vec<f32>, // [rows of one expert, n_ff_exp]
     ys: Vec<f32>, // [rows of one expert, n_embd]
     acts: Acts,
+    /// The allocations of the experts' lists of products (see `recycled!`).
+    gated: Vec<GatedPart<'static>>,
+    down: Vec<Part<'static>>,
 }
 
 impl MoeScratch {
@@ -949,7 +1007,7 @@ impl MoeScratch {
         out: &mut [f32],
     ) {
         out[..t * e].iter_mut().for_each(|v| *v = 0.0);
-        let MoeScratch { by_expert, xs, gx, ys, acts, .. } = self;
+        let MoeScratch { by_expert, xs, gx, ys, acts, gated, down, .. } = self;
         // The chosen rows, grouped by expert, back to back.
         let total: usize = by_expert.iter().map(Vec::len).sum();
         if total == 0 {
@@ -970,7 +1028,7 @@ impl MoeScratch {
         acts.invalidate();
         let [a_gate, a_up] = acts.get_many(pool, [x.gate[0].input, x.up[0].input], xs, total, e);
         let (gb, ub) = (a_gate.len() / total, a_up.len() / total);
-        let mut parts = Vec::with_capacity(by_expert.len());
+        let mut parts: Vec<GatedPart<'_>> = recycled!(std::mem::take(gated));
         let mut rest: &mut [f32] = &mut gx[..];
         let mut at = 0;
         for (ei, rows) in by_expert.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
@@ -988,11 +1046,11 @@ impl MoeScratch {
             at += n;
         }
         matmul_gated_set(pool, &mut parts, activation(act));
-        drop(parts);
+        *gated = recycled!(parts);
         acts.invalidate();
         let a_down = acts.get(pool, x.down[0].input, gx, total, f);
         let db = a_down.len() / total;
-        let mut parts = Vec::with_capacity(by_expert.len());
+        let mut parts: Vec<Part<'_>> = recycled!(std::mem::take(down));
         let mut rest: &mut [f32] = &mut ys[..];
         let mut at = 0;
         for (ei, rows) in by_expert.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
@@ -1003,7 +1061,7 @@ impl MoeScratch {
             at += n;
         }
         matmul_set(pool, &mut parts);
-        drop(parts);
+        *down = recycled!(parts);
         let mut at = 0;
         for (ei, rows) in by_expert.iter().enumerate() {
             let s = x.down_scale.as_ref().map_or(1.0, |s| s[ei]);
@@ -1060,4 +1118,19 @@ fn residual_add(
         }
         x.iter_mut().zip(o.iter()).for_each(|(a, b)| *a += b);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_recycled_list_keeps_its_allocation() {
+        let mut owned = [1.0f32; 4];
+        let mut first: Vec<&mut [f32]> = Vec::with_capacity(8);
+        first.push(&mut owned[..2]);
+        let (ptr, cap) = (first.as_ptr() as usize, first.capacity());
+        let mut again: Vec<&mut [f32]> = recycled!(first);
+        assert!(again.is_empty());
+        again.push(&mut owned[2..]);
+        assert_eq!((again.as_ptr() as usize, again.capacity()), (ptr, cap));
+    }
 }
