@@ -92,8 +92,17 @@ class Model:
     def bench_prompt(self, ids: list[int]) -> float: ...
     def bench_generation(self, first: int, n: int) -> float: ...
 
-class Generator(Iterator[tuple[int, str, str | None, float | None, list[tuple[int, float]]]]):
-    def __next__(self) -> tuple[int, str, str | None, float | None, list[tuple[int, float]]]: ...
+class Draw:
+    """One drawn token of a generation: its `text`, and `stop` on the last."""
+
+    token: int
+    text: str
+    stop: str | None
+    logprob: float | None
+    top: list[tuple[int, float]]
+
+class Generator(Iterator[Draw]):
+    def __next__(self) -> Draw: ...
     @property
     def n_prompt(self) -> int: ...
     @property
@@ -112,6 +121,12 @@ class SlotStep:
     top: list[tuple[int, float]]
     error: BaseException | None
 
+class Started:
+    """How a slot took its prompt: the positions it reused, and how the prompt met what it held."""
+
+    n_cached: int
+    resume: str | None
+
 class Batcher:
     def __init__(self, model: Model, n_slots: int, n_ctx: int, chunk: int) -> None: ...
     @property
@@ -123,7 +138,7 @@ class Batcher:
     def any_busy(self) -> bool: ...
     def cached_tokens(self, slot: int) -> int: ...
     def start(self, slot: int, ids: list[int], options: GenerateOptions,
-              hints: list[int] = ...) -> tuple[int, str | None]: ...
+              hints: list[int] = ...) -> Started: ...
     def set_checkpoints(self, max: int, interval: int, min_step: int) -> None: ...
     @property
     def checkpoint_bytes(self) -> int: ...

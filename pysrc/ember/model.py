@@ -388,8 +388,8 @@ class Model:
         gen = self._native.generate(ids, native)
         build = CompletionBuilder(params.stop, len(ids), gen.n_cached, params.n_probs, t0)
         build.prompt_read()
-        for token, text, reason, logprob, top in gen:
-            events, finished = build.draw(token, text, reason, logprob, top)
+        for d in gen:
+            events, finished = build.draw(d.token, d.text, d.stop, d.logprob, d.top)
             yield from events
             if finished:
                 return
@@ -402,9 +402,9 @@ class Model:
         and the `Completion`."""
         ids = self._prompt_ids(prompt, True, False)
         t0 = time.perf_counter()
-        n_cached, resume = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints)
-        build = CompletionBuilder(params.stop, len(ids), n_cached, params.n_probs, t0)
-        build.resume = resume
+        started = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints)
+        build = CompletionBuilder(params.stop, len(ids), started.n_cached, params.n_probs, t0)
+        build.resume = started.resume
         return build
 
     def complete(self, prompt: str | Sequence[int], max_tokens: int = 128, **kwargs) -> Completion:

@@ -32,6 +32,14 @@ impl SlotStep {
     }
 }
 
+/// How a slot took its prompt: the positions it reused, and (when it held
+/// something) how the prompt met it, as the request's log line says it.
+#[pyclass(module = "ember._native", frozen, get_all)]
+pub(crate) struct Started {
+    n_cached: usize,
+    resume: Option<String>,
+}
+
 #[pyclass(module = "ember._native")]
 pub(crate) struct Batcher {
     inner: Mutex<Inner>,
@@ -39,7 +47,7 @@ pub(crate) struct Batcher {
     n_vocab: usize,
 }
 
-fn stop_name(r: StopReason) -> &'static str {
+pub(crate) fn stop_name(r: StopReason) -> &'static str {
     match r {
         StopReason::EndOfGeneration => "stop",
         StopReason::Length => "length",
@@ -107,12 +115,12 @@ impl Batcher {
         ids: Vec<u32>,
         options: &GenerateOptions,
         hints: Vec<usize>,
-    ) -> PyResult<(usize, Option<String>)> {
+    ) -> PyResult<Started> {
         let params = options.params_for(self.n_vocab)?;
         let started =
             self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt, &hints).map_err(map_err)?;
-        let note = (started.resume != Resume::Fresh || started.n_cached > 0).then(|| started.resume.to_string());
-        Ok((started.n_cached, note))
+        let resume = (started.resume != Resume::Fresh || started.n_cached > 0).then(|| started.resume.to_string());
+        Ok(Started { n_cached: started.n_cached, resume })
     }
 
     /// How many checkpoints of its recurrent states each slot keeps, every

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ember_gguf::{GgufFile, Value};
 use ember_model::generate::ThoughtBudget;
-use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot, StopReason};
+use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot};
 use ember_sample::SamplingParams;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -437,11 +437,7 @@ impl Generator {
         slf
     }
 
-    #[allow(clippy::type_complexity)]
-    fn __next__(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<Option<(u32, String, Option<&'static str>, Option<f32>, Vec<(u32, f32)>)>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Draw>> {
         if let Err(e) = py.check_signals() {
             *self.inner.lock().unwrap() = None;
             return Err(e);
@@ -451,14 +447,7 @@ impl Generator {
             return Ok(None);
         };
         let step = py.detach(|| gen.next_step()).map_err(map_err)?;
-        Ok(step.map(|s| {
-            let stop = s.stop.map(|r| match r {
-                StopReason::EndOfGeneration => "stop",
-                StopReason::Length => "length",
-                StopReason::ContextFull => "context",
-            });
-            (s.token, s.text, stop, s.logprob, s.top)
-        }))
+        Ok(step.map(|s| Draw { token: s.token, text: s.text, stop: s.stop.map(batcher::stop_name), logprob: s.logprob, top: s.top }))
     }
 
     #[getter]
@@ -476,6 +465,18 @@ impl Generator {
     }
 }
 
+/// One drawn token of a generation: its `text`, and `stop` on the last.
+#[pyclass(module = "ember._native", frozen, get_all)]
+struct Draw {
+    token: u32,
+    text: String,
+    /// "stop", "length" or "context" on the last draw
+    stop: Option<&'static str>,
+    logprob: Option<f32>,
+    /// the most likely tokens with their log-probabilities, when asked for
+    top: Vec<(u32, f32)>,
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -483,6 +484,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Generator>()?;
     m.add_class::<batcher::Batcher>()?;
     m.add_class::<batcher::SlotStep>()?;
+    m.add_class::<batcher::Started>()?;
+    m.add_class::<Draw>()?;
     m.add_class::<grammar::Grammar>()?;
     m.add_class::<GenerateOptions>()?;
     m.add_function(wrap_pyfunction!(grammar::json_schema_to_gbnf, m)?)?;
