@@ -10,6 +10,7 @@ import traceback
 from aiohttp import web
 
 from ember.chat.errors import ModelOutputError
+from ember.chat.events import Stop
 from ember.model import Completion
 from ember.server.errors import ApiError, error_response, from_engine_error
 from ember.server.generation import Generation
@@ -38,9 +39,15 @@ def _stop_words(c: Completion | None, cancelled: bool) -> str:
         return "client gone"
     if c is None:
         return "failed"
-    if c.stop_string is not None:
+    stop = Stop.of(c)
+    if stop is Stop.STOP_SEQUENCE:
         return f"stop string {c.stop_string!r}"
-    return {"stop": "end of generation", "length": "max tokens", "context": "context full"}.get(c.finish_reason, c.finish_reason)
+    return _ENDED[stop]
+
+
+#: How the log line says a generation ended.
+_ENDED = {Stop.END_TURN: "end of generation", Stop.TOOL_CALLS: "end of generation", Stop.LENGTH: "max tokens",
+          Stop.CONTEXT: "context full"}
 
 
 def _gen_log(g: "Generation") -> str:

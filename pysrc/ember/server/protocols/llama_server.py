@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ember.chat.events import Stop
 from ember.errors import EmberError
 from ember.model import Completion, Piece
 from ember.sampling import SamplingParams
@@ -45,10 +46,13 @@ def _probs(model, p: Piece, k: int) -> dict:
     return e
 
 
+#: llama-server's stop_type for each way a completion ends
+STOP_TYPE = {Stop.END_TURN: "eos", Stop.TOOL_CALLS: "eos", Stop.STOP_SEQUENCE: "word", Stop.LENGTH: "limit",
+             Stop.CONTEXT: "limit"}
+
+
 def _stop_type(c: Completion) -> str:
-    if c.stop_string is not None:
-        return "word"
-    return "eos" if c.finish_reason == "stop" else "limit"
+    return STOP_TYPE[Stop.of(c)]
 
 
 async def completion(request: web.Request) -> web.StreamResponse:
