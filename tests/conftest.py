@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# The helpers beside this file (server_process, thinking_model, api_helpers, ...)
+# are imported by test modules in subfolders too: pytest's "prepend" import mode
+# puts only a test module's own folder on sys.path, so this one is put there.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"

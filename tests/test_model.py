@@ -1,14 +1,20 @@
-"""The in-process API (`ember.Model`) on the real test models: tokens, logits
-and generation against llama.cpp's golden outputs, and the API's contracts
-(stop strings, limits, seeds, streaming, errors)."""
+"""The in-process API (`ember.Model`, `ember.model`) on the real test models:
+tokens, logits and generation against llama.cpp's golden outputs, the API's
+contracts (stop strings, limits, seeds, streaming, errors), and `Model.chat`,
+which runs the chat core in-process and answers what the chat route answers."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
 import ember
+from chat_cases import CHAT, WEATHER
 from ember.model import StopMatcher
+from server_process import ServerProcess, post_ok
+from thinking_model import STEERED, build as build_thinking
 
 
 @pytest.fixture(params=["smollm2", "gemma3"])
@@ -164,3 +170,37 @@ def test_cache_types(smollm2):
     assert q8.complete(prompt, 8, temperature=0).text
     with pytest.raises(ember.InvalidRequestError, match='kv_type "q4_0"'):
         ember.Model(smollm2.path, n_ctx=64, kv_type="q4_0")
+
+
+# -- Model.chat against the chat route ---------------------------------------------
+
+def route(server, body: dict) -> dict:
+    return post_ok(server, "/v1/chat/completions", body)["choices"][0]["message"]
+
+
+def test_model_chat_thinks_as_the_chat_route_does(tmp_path):
+    """The thinking test model (its template opens the thought), steered
+    through a thought and an answer by a grammar: in-process and over the
+    chat route, the same thought and the same answer, whole and streamed."""
+    from ember import Model
+
+    path = build_thinking(tmp_path / "thinking.gguf")
+    model = Model(str(path), n_ctx=512)
+    mine = model.chat(CHAT, 40, grammar=STEERED, temperature=0)
+    streamed = list(model.chat(CHAT, 40, grammar=STEERED, temperature=0, stream=True))
+    with ServerProcess(path) as s:
+        theirs = route(s, {"messages": CHAT, "grammar": STEERED, "max_tokens": 40, "temperature": 0})
+    assert mine["reasoning_content"] and mine["content"].startswith("The answer")
+    assert (mine["reasoning_content"], mine["content"]) == (theirs["reasoning_content"], theirs["content"])
+    assert "".join(d.get("reasoning_content", "") for d in streamed) == mine["reasoning_content"]
+    assert "".join(d.get("content", "") for d in streamed) == mine["content"]
+
+
+def test_model_chat_makes_a_forced_call_as_the_chat_route_does(smollm2, smollm2_path):
+    mine = smollm2.chat(CHAT, 60, tools=[WEATHER], tool_choice="required", temperature=0)
+    with ServerProcess(smollm2_path) as s:
+        theirs = route(s, {"messages": CHAT, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 60,
+                           "temperature": 0})
+    strip = lambda calls: [(c["type"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    assert mine["tool_calls"] and strip(mine["tool_calls"]) == strip(theirs["tool_calls"])
+    assert mine["content"] == theirs["content"]

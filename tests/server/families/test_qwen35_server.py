@@ -1,25 +1,24 @@
 """Qwen3.5's hybrid served: the tiny random-weight qwen35 (three gated
-DeltaNet layers and one gated attention layer, tests/fixtures/
-make_tiny_models.py). A slot of it holds keys and values for the attention
-layer and a recurrent state for the others. The state sums every token it
-has read, so a prompt that extends what the slot holds reads only its new
-tokens, while one that parts from it earlier cannot cut the state back and
+DeltaNet layers and one gated attention layer,
+tests/fixtures/make_tiny_models.py). A slot of it holds keys and values for
+the attention layer and a recurrent state for the others. The state sums every
+token it has read, so a prompt that extends what the slot holds reads only its
+new tokens, while one that parts from it earlier cannot cut the state back and
 reads from zero when no checkpoint stands at or before the parting
-(test_qwen35_checkpoints.py holds the checkpoints): these tests hold the
-counts and the tokens to that."""
+(test_qwen35_checkpoints.py beside this file holds the checkpoints): these
+tests hold the counts and the tokens to that."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, http
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
 PROMPT = [1] + [(i * 37 + 11) % 1500 + 20 for i in range(30)]

@@ -1,6 +1,7 @@
-"""`ember serve` / `ember-server`: option parsing as a function, and the process
-(listening line, signals, exit codes) as a user runs it. Until the HTTP app
-exists, the process tests run the real command line around a stand-in app."""
+"""`ember serve` / `ember-server` (`ember.server.cli`): option parsing as a
+function, and the process (listening line, signals, exit codes) as a user runs
+it. Until the HTTP app exists, the process tests run the real command line
+around a stand-in app."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from ember.server.cli import OptionError, kv_bytes_per_position, parse_options
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BIG_MEM = 64 * 2**30
 
 

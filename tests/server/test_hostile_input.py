@@ -1,8 +1,9 @@
-"""Inputs written to break the server, each answered by a status naming the
-problem (never a crash, a 500, a stream that starts and then fails, or a
-traceback in the log), and the server still answering afterwards. Also
-llama-server's manners these inputs touch: a client choosing its slot
-(`id_slot`) and browsers' CORS preflights."""
+"""Inputs written to break the server (every route's checks:
+`ember.server.wire`, `ember.server.http`, the middleware, the protocols' own),
+each answered by a status naming the problem (never a crash, a 500, a stream
+that starts and then fails, or a traceback in the log), and the server still
+answering afterwards. Also llama-server's manners these inputs touch: a client
+choosing its slot (`id_slot`) and browsers' CORS preflights."""
 
 from __future__ import annotations
 

@@ -1,24 +1,25 @@
-"""Embeddings: the final hidden states pooled and normalized as llama.cpp
-does it, held against llama.cpp's own embeddings of the same file (recorded
-from its llama-server in tests/fixtures/embeddings), then served over
-OpenAI's /v1/embeddings and llama-server's /embedding."""
+"""Embeddings (`ember.server.protocols.embeddings`, over `ember.Model.embed`):
+the final hidden states pooled and normalized as llama.cpp does it, held
+against llama.cpp's own embeddings of the same file (recorded from its
+llama-server in tests/fixtures/embeddings), then served over OpenAI's
+/v1/embeddings and llama-server's /embedding."""
 
 from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ember.errors import InvalidRequestError
 from ember.server.cli import OptionError, parse_options
+from paths import FIXTURES
 from server_process import ServerProcess, error_of, http
 
 openai = pytest.importorskip("openai")
 
-REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "embeddings" / "smollm2_llamacpp.json").read_text())
+REFERENCE = json.loads((FIXTURES / "embeddings" / "smollm2_llamacpp.json").read_text())
 TEXTS = REFERENCE["texts"]
 
 

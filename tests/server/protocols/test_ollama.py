@@ -1,10 +1,10 @@
-"""Ollama's API end to end, through the official `ollama` client and raw
-HTTP (newline-delimited JSON, Ollama's default). A chat must mean what the
-same conversation means on OpenAI's chat route, so greedy replies and prompt
-sizes are compared between the two. SmolLM2-135M cannot call a tool by
-itself, so calls are forced through ember's `tool_choice` extension; thoughts
-are steered by a grammar on a tiny random-weight model with a Qwen3-style
-template."""
+"""Ollama's API (`ember.server.protocols.ollama`) end to end, through the
+official `ollama` client and raw HTTP (newline-delimited JSON, Ollama's
+default). A chat must mean what the same conversation means on OpenAI's chat
+route, so greedy replies and prompt sizes are compared between the two.
+SmolLM2-135M cannot call a tool by itself, so calls are forced through ember's
+`tool_choice` extension; thoughts are steered by a grammar on a tiny
+random-weight model with a Qwen3-style template."""
 
 from __future__ import annotations
 

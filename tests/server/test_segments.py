@@ -1,7 +1,7 @@
-"""The run of segments block-shaped APIs lay a reply out in (Anthropic's
-content blocks, the Responses API's output items): a segment opens when a
-chat event of another kind arrives, closing the one before, and each call
-is a segment of its own, even right after another call."""
+"""The run of segments (`ember.server.segments`) block-shaped APIs lay a reply
+out in (Anthropic's content blocks, the Responses API's output items): a
+segment opens when a chat event of another kind arrives, closing the one
+before, and each call is a segment of its own, even right after another call."""
 
 from ember.chat.events import CallArguments, CallEnd, CallStart, TextDelta, ThoughtDelta
 from ember.server.segments import Segments

@@ -1,29 +1,29 @@
-"""Gemma 4 end to end: the tiny random-weight gemma4 model (a Gemma 4-style
-vocabulary with its markup tokens, see make_tiny_models.gemma4_vocab) served
-with Gemma 4's real chat template (tests/fixtures/google-gemma-4-31B-it
-.chat_template.jinja, as llama.cpp ships it in models/templates). Random
-weights write nothing sensible, so grammars steer the output through a
-thought and an answer, and forced tool choices make the constrained decoder
-write calls in Gemma 4's markup: what these tests show is the template, the
-thought channel and the call framing on each route, not the model."""
+"""Gemma 4 through the server, end to end: the tiny random-weight gemma4 model
+(a Gemma 4-style vocabulary with its markup tokens, see
+make_tiny_models.gemma4_vocab) served with Gemma 4's real chat template
+(tests/fixtures/google-gemma-4-31B-it.chat_template.jinja, as llama.cpp ships
+it in models/templates). Random weights write nothing sensible, so grammars
+steer the output through a thought and an answer, and forced tool choices make
+the constrained decoder write calls in Gemma 4's markup: what these tests show
+is the template, the thought channel and the call framing on each route, not
+the model."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, http, post_ok as post, sse, thought_and_answer
 
 jsonschema = pytest.importorskip("jsonschema")
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
-TEMPLATE = HERE / "fixtures" / "google-gemma-4-31B-it.chat_template.jinja"
+TEMPLATE = FIXTURES / "google-gemma-4-31B-it.chat_template.jinja"
 CHAT = [{"role": "user", "content": "Why is the sky blue?"}]
 #: A thought in Gemma 4's channel, its close, then the answer.
 THOUGHT = r'''root ::= "<|channel>thought\n" [a-z ]{1,8} "<channel|>" "The answer" [a-z ]{0,6}'''

@@ -1,25 +1,26 @@
-"""Tool calls over HTTP. SmolLM2-135M is too small to call a tool by itself,
+"""Tool calls on OpenAI's chat route (`ember.server.protocols.openai` over
+`ember.chat.tools`). SmolLM2-135M is too small to call a tool by itself,
 so these tests force calls (`tool_choice` "required" or a named function):
 the constrained decoder writes the call in the template's framing with the
 arguments held to the tool's schema, and the reply parser reads it back.
 Parsing of unforced calls in each family's markup is tested on recorded
-outputs in test_tool_calls.py; here a tiny Qwen-style model with a Hermes
+outputs in tests/chat/tools/; here a tiny Qwen-style model with a Hermes
 template shows the same path through a real template's framing."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, error_of, http, sse
 
 openai = pytest.importorskip("openai")
 jsonschema = pytest.importorskip("jsonschema")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
 WEATHER = {"type": "function", "function": {

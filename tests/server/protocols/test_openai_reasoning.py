@@ -1,21 +1,23 @@
-"""Reasoning split end to end, on a tiny random-weight Qwen3 model whose file
-carries a Qwen3-style template that opens `<think>` in the prompt. Random weights
-write nothing sensible, so a grammar steers the output through a thought and
-an answer: what is tested is the split, streamed and whole, not the model."""
+"""The reasoning split on OpenAI's chat route (`ember.server.protocols.openai`
+over `ember.reasoning`), end to end, on a tiny random-weight Qwen3 model whose
+file carries a Qwen3-style template that opens `<think>` in the prompt. Random
+weights write nothing sensible, so a grammar steers the output through a
+thought and an answer: what is tested is the split, streamed and whole, not
+the model."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
 import thinking_model
+from paths import FIXTURES
 from server_process import ServerProcess, error_of, http, sse, thought_and_answer
 from thinking_model import ANSWER_ONLY, STEERED
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Why?"}]

@@ -1,5 +1,6 @@
-"""Anthropic's Messages API end to end, through the official `anthropic`
-client where it can say it and raw HTTP where the wire itself is the point.
+"""Anthropic's Messages API (`ember.server.protocols.anthropic`) end to end,
+through the official `anthropic` client where it can say it and raw HTTP where
+the wire itself is the point.
 
 A request here must mean what the same conversation means on OpenAI's chat
 route: greedy replies are compared between the two, so every conversion (the
@@ -7,7 +8,7 @@ system prompt, tool calls and their results, stop sequences) is checked
 against the route already tested. SmolLM2-135M is too small to call a tool or
 think by itself, so calls are forced (`tool_choice` any or tool) and thoughts
 are steered by a grammar on a tiny random-weight model with a Qwen3-style
-template, as in test_tools_server.py and test_reasoning_server.py."""
+template, as in test_openai_tools.py and test_openai_reasoning.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""OpenAI's Responses API end to end, through the official `openai` client
-(whose stream accumulator checks every item's identity from `added` to
-`done` to the final response) and raw HTTP where the wire is the point.
+"""OpenAI's Responses API (`ember.server.protocols.responses`) end to end,
+through the official `openai` client (whose stream accumulator checks every
+item's identity from `added` to `done` to the final response) and raw HTTP
+where the wire is the point.
 
 As with Anthropic's route, a request must mean what the same conversation
 means on chat completions: greedy replies and prompt sizes are compared

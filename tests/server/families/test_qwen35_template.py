@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, http, post_ok as post, thought_and_answer
 
 jsonschema = pytest.importorskip("jsonschema")
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
-TEMPLATE = HERE / "fixtures" / "Qwen3.5-4B.chat_template.jinja"
+TEMPLATE = FIXTURES / "Qwen3.5-4B.chat_template.jinja"
 CHAT = [{"role": "user", "content": "Why is the sky blue?"}]
 #: The template opens the thought; the model closes it, then answers.
 THOUGHT = r'''root ::= [a-z ]{1,8} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''

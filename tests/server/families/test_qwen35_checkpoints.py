@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import openai
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, http, post_ok
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "fixtures"))
+sys.path.insert(0, str(FIXTURES))
 import make_tiny_models  # noqa: E402
 
-TEMPLATE = HERE / "fixtures" / "Qwen3.5-4B.chat_template.jinja"
+TEMPLATE = FIXTURES / "Qwen3.5-4B.chat_template.jinja"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,45 @@
+"""A conversation's prompt as the chat core builds it (`ember.chat.prompt`,
+from `ember.chat.request`'s ChatRequest), free of HTTP: its tools and call
+grammars, and what it refuses with where."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat_cases import CHAT, WEATHER
+from ember.chat import AnswerFormat, ChatError, ChatRequest, build_prompt
+from ember.chat.errors import format_location
+from ember.structured import compile_grammar
+
+
+def test_the_prompt_presents_the_tools_and_a_forced_call_gets_its_grammar(smollm2):
+    p = build_prompt(smollm2, ChatRequest(CHAT, tools=[WEATHER], tool_choice="required"))
+    assert "get_weather" in p.text and p.text.endswith("<|im_start|>assistant\n")
+    assert p.grammar is not None and p.grammar_trigger is None
+    free = build_prompt(smollm2, ChatRequest(CHAT))
+    assert "get_weather" not in free.text and free.grammar is None
+
+
+JSON = AnswerFormat(compile_grammar(json_object=True))
+
+
+@pytest.mark.parametrize("fields, loc", [
+    (dict(tools=[WEATHER], tool_choice="required", answer=JSON), ("tool_choice",)),
+    (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}), ("tool_choice",)),
+    (dict(tools=[{**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": "object", "properties": {
+        "a": {"type": 5}}}}}], tool_choice="required"), ("tools", 0, "function", "parameters")),
+    (dict(tools=[WEATHER, WEATHER]), ("tools", 1, "function", "name")),
+    (dict(reasoning_effort="extreme"), ("reasoning_effort",)),
+])
+def test_what_the_core_refuses_is_located_in_the_chat_request(smollm2, fields, loc):
+    with pytest.raises(ChatError) as e:
+        build_prompt(smollm2, ChatRequest(CHAT, **fields))
+    assert e.value.loc == loc and str(e.value) == f"{format_location(loc)}: {e.value.detail}"
+    assert e.value.detail and not e.value.detail.startswith(loc[0])
+
+
+def test_a_tool_result_answering_no_call_is_refused_at_its_message(smollm2):
+    msgs = CHAT + [{"role": "tool", "tool_call_id": "call_9", "content": "sunny"}]
+    with pytest.raises(ChatError) as e:
+        build_prompt(smollm2, ChatRequest(msgs, tools=[WEATHER]))
+    assert e.value.loc[:2] == ("messages", 1), e.value.loc

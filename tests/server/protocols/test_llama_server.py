@@ -1,0 +1,280 @@
+"""llama-server's own API (`ember.server.protocols.llama_server`) on a real
+`ember serve` process: /completion, /tokenize, /apply-template, /props,
+/metrics, /health, and the slots (-np, /slots, the prompt and host caches)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import openai
+import pytest
+
+from api_helpers import CHAT, TEMPLATE
+from server_process import ServerProcess, error_of, http, sse
+
+
+def metrics(url: str) -> dict[str, float]:
+    status, headers, body = http(url + "/metrics")
+    assert status == 200, body
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+# -- /completion ------------------------------------------------------------------
+
+def test_completion_non_stream(server):
+    status, _, body = http(server.url + "/completion", {"prompt": "Hello", "n_predict": 5, "temperature": 0, "n_probs": 2})
+    r = json.loads(body)
+    assert status == 200 and r["stop"] is True and r["stop_type"] == "limit" and r["tokens_predicted"] == 5
+    assert r["timings"]["predicted_n"] == 5 and r["tokens_evaluated"] == r["timings"]["prompt_n"]
+    assert len(r["completion_probabilities"]) == 5
+    assert len(r["completion_probabilities"][0]["top_logprobs"]) == 2
+
+
+def test_completion_stream(server):
+    status, headers, body = http(server.url + "/completion", {"prompt": "Hello", "n_predict": 5, "temperature": 0, "stream": True})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = sse(body)
+    assert all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True
+    assert "[DONE]" not in events
+    whole = json.loads(http(server.url + "/completion", {"prompt": "Hello", "n_predict": 5, "temperature": 0})[2])
+    assert "".join(e["content"] for e in events) == whole["content"]
+
+
+def test_completion_stop_word(server):
+    whole = json.loads(http(server.url + "/completion", {"prompt": "Once upon a time", "n_predict": 10, "temperature": 0})[2])
+    word = whole["content"].split()[2]
+    r = json.loads(http(server.url + "/completion", {"prompt": "Once upon a time", "n_predict": 10, "temperature": 0, "stop": [word]})[2])
+    assert r["stop_type"] == "word" and r["stopping_word"] == word and word not in r["content"]
+
+
+@pytest.mark.with_flags
+def test_repeat_last_n_minus_one_is_the_whole_history(server):
+    status, _, body = http(server.url + "/completion", {"prompt": "Hi", "n_predict": 3, "repeat_last_n": -1,
+                                                        "repeat_penalty": 1.3, "temperature": 0})
+    assert status == 200, body
+
+
+@pytest.mark.with_flags
+def test_cache_prompt_false_reads_the_whole_prompt(server):
+    prompt = "The keeper of the lighthouse wrote in his log every night. " * 4
+    for cache_prompt, expect_cached in ((True, None), (True, True), (False, False)):
+        status, _, body = http(server.url + "/completion", {"prompt": prompt, "n_predict": 2, "temperature": 0,
+                                                             "cache_prompt": cache_prompt})
+        assert status == 200, body
+        reply = json.loads(body)
+        t = reply["timings"]
+        if expect_cached is not None:
+            assert (t["cache_n"] > 0) == expect_cached, t
+        assert t["prompt_n"] + t["cache_n"] == reply["tokens_evaluated"]
+
+
+# -- /tokenize, /apply-template, /props, /health ------------------------------------
+
+def test_tokenize_round_trip(server, smollm2):
+    text = "Hello world, héllo <|im_start|>"
+    tokens = json.loads(http(server.url + "/tokenize", {"content": text})[2])["tokens"]
+    assert tokens == smollm2.tokenize(text, add_special=False, parse_special=True)
+    assert json.loads(http(server.url + "/detokenize", {"tokens": tokens})[2])["content"] == smollm2.detokenize(tokens)
+    pieces = json.loads(http(server.url + "/tokenize", {"content": "héllo", "with_pieces": True})[2])["tokens"]
+    assert [p["id"] for p in pieces] == smollm2.tokenize("héllo", add_special=False, parse_special=True)
+    assert "".join(p["piece"] for p in pieces if isinstance(p["piece"], str)) in ("héllo", "hllo", "h")
+
+
+def test_apply_template(server, smollm2):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, _, body = http(server.url + "/apply-template", {"messages": msgs})
+    assert status == 200 and json.loads(body)["prompt"] == smollm2.render_chat(msgs)
+
+
+@pytest.mark.with_flags
+def test_chat_template_file_is_rendered(server):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, _, body = http(server.url + "/apply-template", {"messages": msgs})
+    assert status == 200, body
+    assert json.loads(body)["prompt"] == "<<system>>Be brief.<<user>>Hi"
+    props = json.loads(http(server.url + "/props")[2])
+    assert props["chat_template"] == TEMPLATE
+
+
+def test_props_health_metrics(server):
+    props = json.loads(http(server.url + "/props")[2])
+    assert props["default_generation_settings"]["n_ctx"] == 2048 and props["total_slots"] == 1
+    assert props["model_path"].endswith(".gguf") and props["chat_template"]
+    status, _, body = http(server.url + "/health")
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+    assert error_of(http(server.url + "/metrics"), 501)["type"] == "not_supported_error"
+
+
+# -- --metrics ---------------------------------------------------------------------
+
+@pytest.mark.with_flags
+def test_metrics_text_and_counters(server):
+    status, headers, body = http(server.url + "/metrics")
+    assert status == 200
+    ctype = headers["Content-Type"]
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
+    text = body.decode()
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred",
+                 "llamacpp:kv_cache_tokens", "llamacpp:kv_cache_usage_ratio"):
+        assert re.search(rf"^{re.escape(name)} [0-9.e+-]+$", text, re.M), name
+        assert f"# TYPE {name} " in text
+    before = metrics(server.url)
+    assert before["llamacpp:requests_processing"] == 0 and before["llamacpp:requests_deferred"] == 0
+    status, _, out = http(server.url + "/v1/chat/completions",
+                          {"messages": CHAT, "max_tokens": 7, "temperature": 0, "ignore_eos": True})
+    assert status == 200, out
+    usage = json.loads(out)["usage"]
+    after = metrics(server.url)
+    assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == usage["prompt_tokens"]
+    assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == usage["completion_tokens"] == 7
+    assert after["llamacpp:requests_processing"] == 0 and after["llamacpp:requests_deferred"] == 0
+    assert after["llamacpp:kv_cache_tokens"] == 0  # the finished request's cache is freed
+
+
+# -- slots: -np 2, the prompt cache, /slots, --cache-ram -----------------------------
+
+def _stream_text(url: str, prompt: str, n: int) -> str:
+    status, _, out = http(url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0,
+        "ignore_eos": True, "stream": True})
+    assert status == 200, out
+    chunks = sse(out)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1] if c["choices"])
+
+
+@pytest.mark.with_flags
+def test_two_slots_answer_together_as_each_would_alone(server):
+    assert any(l.startswith("ember: slots: 2, each of ") for l in server.lines), server.lines
+    prompts = ["Tell me a long story about a dragon.", "List the planets of the solar system.",
+               "Describe a day at the seaside."]
+    n = 120
+    got: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            got[i] = _stream_text(server.url, prompts[i], n)
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    threads[0].start()
+    threads[1].start()
+    deadline = time.monotonic() + 30
+    both_seen = deferred_seen = False
+    while not both_seen and time.monotonic() < deadline:
+        both_seen = metrics(server.url)["llamacpp:requests_processing"] == 2
+        time.sleep(0.005)
+    # A third waits for a slot while the two are answered.
+    threads[2].start()
+    while threads[2].is_alive() and not deferred_seen and time.monotonic() < deadline + 30:
+        m = metrics(server.url)
+        # Seen once the two have read into their caches (right after they
+        # are placed, before the first pass, the caches may still be empty).
+        if m["llamacpp:requests_deferred"] == 1 and m["llamacpp:kv_cache_tokens"] > 0:
+            deferred_seen = True
+            assert m["llamacpp:requests_processing"] == 2
+            assert 0 < m["llamacpp:kv_cache_usage_ratio"] <= 1
+        time.sleep(0.005)
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    # 120 tokens take far longer than a few /metrics polls: both states are seen.
+    assert both_seen and deferred_seen
+    alone = [_stream_text(server.url, p, n) for p in prompts]
+    assert [got[i] for i in range(3)] == alone
+
+
+@pytest.mark.parametrize("which", ["smollm2_path", "gemma3_path"])
+def test_ten_turns_read_only_their_new_tokens(which, request):
+    path = request.getfixturevalue(which)
+    with ServerProcess(path, "-np", "2", ctx=4096) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        messages = [{"role": "user", "content": "Let us talk about lighthouses."}]
+        prev_prompt = None
+        for turn in range(10):
+            r = client.chat.completions.create(model="any", messages=messages, max_tokens=8, temperature=0)
+            usage, timings = r.usage, r.model_extra["timings"]
+            assert timings["prompt_n"] + timings["cache_n"] == usage.prompt_tokens
+            if prev_prompt is not None:
+                # Everything the last turn's prompt held is reused; what is read
+                # is what this turn added (the answer as the template writes it,
+                # and the new question), nothing before it.
+                assert usage.prompt_tokens_details.cached_tokens >= prev_prompt, (turn, usage, timings)
+                assert timings["prompt_n"] <= usage.prompt_tokens - prev_prompt, (turn, usage, timings)
+            prev_prompt = usage.prompt_tokens
+            messages += [{"role": "assistant", "content": r.choices[0].message.content or ""},
+                         {"role": "user", "content": f"Tell me one more thing, number {turn + 2}."}]
+
+
+def test_slots_list_save_erase_restore(smollm2_path, tmp_path):
+    with ServerProcess(smollm2_path, "-np", "2", "--slot-save-path", str(tmp_path)) as s:
+        prompt = "The lighthouse keeper climbed the stairs every evening to light the lamp. " * 3
+        status, _, body = http(s.url + "/completion", {"prompt": prompt, "n_predict": 4, "temperature": 0})
+        assert status == 200, body
+        status, _, body = http(s.url + "/slots")
+        assert status == 200
+        listed = json.loads(body)
+        assert [x["id"] for x in listed] == [0, 1]
+        assert all(x["n_ctx"] == 1024 and not x["is_processing"] and x["prompt"] == "" for x in listed)
+        used = next(x for x in listed if x["n_cached_tokens"] > 0)
+        sid, held = used["id"], used["n_cached_tokens"]
+        assert prompt not in body.decode(), "never another client's text"
+
+        status, _, body = http(f"{s.url}/slots/{sid}?action=save", {"filename": "keeper.bin"})
+        saved = json.loads(body)
+        assert status == 200 and saved["id_slot"] == sid and saved["n_saved"] == held, saved
+        assert (tmp_path / "keeper.bin").stat().st_size == saved["n_written"]
+        status, _, body = http(f"{s.url}/slots/{sid}?action=erase", {})
+        assert status == 200 and json.loads(body) == {"id_slot": sid, "n_erased": held}
+        status, _, body = http(f"{s.url}/slots/{sid}?action=restore", {"filename": "keeper.bin"})
+        restored = json.loads(body)
+        assert status == 200 and restored["n_restored"] == held, restored
+        # The restored slot serves a continuation from its cache.
+        status, _, body = http(s.url + "/completion", {"prompt": prompt + " Then", "n_predict": 2, "temperature": 0})
+        assert json.loads(body)["timings"]["cache_n"] >= held - 4
+
+        for path, payload, code, needle in [
+            (f"/slots/{sid}?action=save", {"filename": "../escape.bin"}, 400, "filename"),
+            (f"/slots/{sid}?action=save", {"filename": "a/b"}, 400, "filename"),
+            (f"/slots/{sid}?action=restore", {"filename": "missing.bin"}, 400, "missing.bin"),
+            (f"/slots/{sid}?action=dance", {}, 400, "action"),
+            ("/slots/7?action=erase", {}, 400, "no slot"),
+        ]:
+            e = error_of(http(s.url + path, payload), code)
+            assert needle in e["message"], (path, e)
+        (tmp_path / "junk.bin").write_bytes(b"junk")
+        e = error_of(http(f"{s.url}/slots/{sid}?action=restore", {"filename": "junk.bin"}), 400)
+        assert "not a saved slot" in e["message"]
+        assert not (tmp_path.parent / "escape.bin").exists()
+
+
+def test_slot_files_need_a_save_path(smollm2_path):
+    with ServerProcess(smollm2_path) as s:
+        e = error_of(http(s.url + "/slots/0?action=save", {"filename": "x.bin"}), 501)
+        assert "--slot-save-path" in e["message"]
+
+
+def test_the_host_cache_brings_a_conversation_back(smollm2_path):
+    """One slot, two alternating conversations: each comes back from host
+    memory (--cache-ram) instead of being read again; with it off, it is read."""
+    a = "Conversation A is about the tides, the moon and the harbour master. " * 3
+    b = "Conversation B is about bread, ovens and the baker's early mornings. " * 3
+    for flags, reused in ((["--cache-ram", "64"], True), (["--cache-ram", "0"], False)):
+        with ServerProcess(smollm2_path, "-np", "1", *flags) as s:
+            for prompt in (a, b):
+                assert http(s.url + "/completion", {"prompt": prompt, "n_predict": 2})[0] == 200
+            status, _, body = http(s.url + "/completion", {"prompt": a + " More", "n_predict": 2})
+            t = json.loads(body)["timings"]
+            assert status == 200 and (t["cache_n"] >= 30) == reused, (flags, t)
