@@ -282,3 +282,26 @@ def test_other_render_failures_are_template_errors():
     # SmolLM2's template concatenates content, which fails on None.
     with pytest.raises(TemplateError, match="TypeError"):
         render_chat(SMOLLM2_TEMPLATE, [{"role": "assistant", "content": None}])
+
+
+@pytest.mark.parametrize("template, bound", [
+    ('{{ "x" * 100000000 }}', "repeats a value"),
+    ('{% for i in range(100000) %}{{ "y" * 1000 }}{% endfor %}', "characters"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "looped more than"),
+    ("{{ 10 ** 100000 }}", "power"),
+    ("{% for i in range(10**7) %}{% endfor %}", "range of"),
+])
+def test_a_template_that_would_run_away_is_refused_naming_the_bound(template, bound):
+    with pytest.raises(TemplateError, match=bound):
+        render_chat(template, [{"role": "user", "content": "hi"}])
+
+
+def test_a_request_may_not_set_the_templates_own_variables():
+    for name in ("bos_token", "eos_token", "raise_exception", "strftime_now", "range", "namespace"):
+        with pytest.raises(InvalidRequestError, match=f"chat_template_kwargs.{name}"):
+            render_chat("{{ bos_token }}", [{"role": "user", "content": "hi"}], extra_kwargs={name: "x"})
+
+
+def test_range_still_serves_the_templates_that_count():
+    t = "{% for i in range(3) %}{{ i }}{% endfor %}|{{ range(2) | list | length }}|{{ (range(3) | reverse | list)[0] }}"
+    assert render_chat(t, [{"role": "user", "content": "hi"}]) == "012|2|2"

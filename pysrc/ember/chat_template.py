@@ -6,6 +6,8 @@ templates for files that carry none.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import datetime
 from collections.abc import Container, Iterable
 from functools import lru_cache
@@ -78,8 +80,12 @@ GEMMA = r"""{{ bos_token }}
 
 FALLBACKS: dict[str, str] = {"chatml": CHATML, "gemma": GEMMA}
 
-# Names the renderer sets itself; chat_template_kwargs may not replace them.
-_RESERVED = frozenset({"messages", "add_generation_prompt", "tools"})
+# Names the renderer sets itself (and the functions it gives the template);
+# chat_template_kwargs may not replace them: a request that set bos_token
+# would write its own markup, one that set raise_exception would unmake the
+# template's own refusals.
+_RESERVED = frozenset({"messages", "add_generation_prompt", "tools", "bos_token", "eos_token", "raise_exception",
+                       "strftime_now"})
 
 
 def pick_fallback(architecture: str, token_texts: Container[str]) -> str:
@@ -102,6 +108,12 @@ class _GenerationTag(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
+#: A rendered prompt past this many characters is refused (no context holds
+#: it), and so is a render that runs past this many seconds.
+MAX_RENDER_CHARS = 32 << 20
+MAX_RENDER_SECONDS = 10.0
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     """The stock sandbox turns an unsafe attribute into an Undefined that only
     fails when used further, so ``{{ x.__class__ }}`` quietly renders as
@@ -109,6 +121,20 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
+
+    # A repetition or power is checked before it is made: `"x" * 10**9` would
+    # be one allocation the render loop's bounds never see.
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_RENDER_CHARS:
+                    raise TemplateError(f"the chat template repeats a value past {MAX_RENDER_CHARS} elements "
+                                        "(the bound on a rendered prompt)")
+        if operator == "**" and isinstance(right, int) and isinstance(left, int) and abs(right) > 1024:
+            raise TemplateError("the chat template raises a number to a power past 1024 (the bound)")
+        return super().call_binop(context, operator, left, right)
 
 
 def _raise_exception(message: str) -> None:
@@ -132,6 +158,7 @@ def _env() -> _Sandbox:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["range"] = _range
     return env
 
 
@@ -193,6 +220,40 @@ def normalize_messages(messages: Iterable[dict], *, keep_parts: bool = False) ->
     return out
 
 
+#: Steps of `range` loops one render may take: nested loops that write
+#: nothing would otherwise run on unseen by the output's bounds.
+MAX_RANGE_STEPS = 10_000_000
+_budget = threading.local()
+
+
+def _range(*args: int):
+    r = range(*args)
+    if len(r) > 100_000:  # the sandbox's own bound on one range
+        raise TemplateError(f"the chat template asked for a range of {len(r)} (at most 100000)")
+    for i in r:
+        _budget.steps -= 1
+        if _budget.steps < 0:
+            raise TemplateError(f"the chat template looped more than {MAX_RANGE_STEPS} times (the bound on a render)")
+        yield i
+
+
+def _bounded(compiled: jinja2.Template, context: dict) -> str:
+    """The render, output piece by piece, stopped at the size and time bounds."""
+    out: list[str] = []
+    size, t0 = 0, time.monotonic()
+    _budget.steps = MAX_RANGE_STEPS
+    for piece in compiled.generate(context):
+        size += len(piece)
+        if size > MAX_RENDER_CHARS:
+            raise TemplateError(f"the chat template rendered more than {MAX_RENDER_CHARS} characters "
+                                "(the bound on a rendered prompt)")
+        if time.monotonic() - t0 > MAX_RENDER_SECONDS:
+            raise TemplateError(f"the chat template took more than {MAX_RENDER_SECONDS:.0f} s to render "
+                                "(the bound on a render)")
+        out.append(piece)
+    return "".join(out)
+
+
 def render_chat(
     template: str | None,
     messages: list[dict],
@@ -223,7 +284,7 @@ def render_chat(
     msgs = normalize_messages(messages, keep_parts=template_takes_content_parts(template))
     context: dict[str, Any] = {"bos_token": bos_token, "eos_token": eos_token}
     if extra_kwargs:
-        clash = _RESERVED.intersection(extra_kwargs)
+        clash = (_RESERVED | _env().globals.keys()).intersection(extra_kwargs)
         if clash:
             names = sorted(clash)
             raise InvalidRequestError(f"chat_template_kwargs.{names[0]}: the template's own variable "
@@ -231,7 +292,7 @@ def render_chat(
         context.update(extra_kwargs)
     context.update(messages=msgs, tools=tools, add_generation_prompt=add_generation_prompt)
     try:
-        return compiled.render(context)
+        return _bounded(compiled, context)
     except TemplateError:
         raise
     except SecurityError as e:

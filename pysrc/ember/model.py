@@ -264,6 +264,7 @@ class Model:
         self._template: str | None = self._native.metadata("tokenizer.chat_template")
         #: the tool-call framing of each chat template used, found once (see `chat`)
         self._framings: dict = {}
+        self._control_spellings: tuple[str, ...] | None = None
 
     # -- facts ---------------------------------------------------------------
     @property
@@ -295,8 +296,18 @@ class Model:
         return self._native.metadata(key)
 
     # -- tokens --------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        return self._native.tokenize(text, add_special, parse_special)
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False,
+                 literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """Token ids of `text`. With `parse_special`, spellings of control
+        tokens become them, except inside the byte ranges `literal`."""
+        return self._native.tokenize(text, add_special, parse_special, list(literal))
+
+    @property
+    def control_spellings(self) -> tuple[str, ...]:
+        """The texts `tokenize` turns into control tokens with `parse_special`."""
+        if self._control_spellings is None:
+            self._control_spellings = tuple(self._native.control_spellings())
+        return self._control_spellings
 
     def detokenize(self, ids: Sequence[int], special: bool = False) -> str:
         return self._native.detokenize(list(ids), special)
@@ -470,7 +481,7 @@ class Model:
         p = build_prompt(self, request, framings=self._framings)
         params = sampling_params(**kwargs)
         p.apply(params)
-        ids = self.chat_text_ids(p.text)
+        ids = self.chat_text_ids(p.text, p.literal)
         shaper = p.shaper
         if not stream:
             shaper.read_whole(self.complete(ids, max_tokens, params=params))
@@ -490,9 +501,10 @@ class Model:
         would otherwise double it, as llama.cpp also guards against)."""
         return self.chat_text_ids(self.render_chat(messages, **render_kwargs))
 
-    def chat_text_ids(self, text: str) -> list[int]:
-        """Token ids of a rendered conversation (see `chat_prompt_ids`)."""
-        ids = self.tokenize(text, add_special=True, parse_special=True)
+    def chat_text_ids(self, text: str, literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """Token ids of a rendered conversation (see `chat_prompt_ids`); the
+        byte ranges `literal` are the client's words, read as text."""
+        ids = self.tokenize(text, add_special=True, parse_special=True, literal=literal)
         bos = self._native.bos_id
         if len(ids) >= 2 and ids[0] == bos and ids[1] == bos:
             ids = ids[1:]

@@ -22,7 +22,7 @@ def _open_stream(server, prompt: str, n: int, stream: bool = True) -> socket.soc
     u = urllib.parse.urlsplit(server.url)
     body = json.dumps({"prompt": prompt, "n_predict": n, "ignore_eos": True, "stream": stream}).encode()
     s = socket.create_connection((u.hostname, u.port), timeout=30)
-    s.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(b"POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     return s
 

@@ -3,7 +3,7 @@
 each answered by a status naming the problem (never a crash, a 500, a stream
 that starts and then fails, or a traceback in the log), and the server still
 answering afterwards. Also llama-server's manners these inputs touch: a client
-choosing its slot (`id_slot`) and browsers' CORS preflights."""
+choosing its slot (`id_slot`)."""
 
 from __future__ import annotations
 
@@ -174,23 +174,12 @@ def test_a_client_picks_its_slot_and_waits_for_it_when_busy(server):
     assert [r["id_slot"] for r in replies] == [1, 1]
 
 
-def test_cors_preflights_and_origins_are_answered_as_llama_server_does(server):
-    status, headers, raw = http(server.url + "/v1/chat/completions", method="OPTIONS",
-                                headers={"Origin": "http://example.test", "Access-Control-Request-Method": "POST"})
-    assert status == 200 and raw == b""
-    assert headers["Access-Control-Allow-Origin"] == "http://example.test"
-    assert "POST" in headers["Access-Control-Allow-Methods"] and headers["Access-Control-Allow-Headers"] == "*"
-    for body in ({"messages": CHAT, "max_tokens": 2}, {"messages": CHAT, "max_tokens": 2, "stream": True}):
-        status, headers, _ = http(server.url + "/v1/chat/completions", body, headers={"Origin": "http://example.test"})
-        assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://example.test"
-
-
 def test_a_client_leaving_mid_stream_leaves_no_trace_but_its_log_line(server):
     u = urlparse(server.url)
     body = json.dumps({"messages": CHAT, "max_tokens": 64, "stream": True, "ignore_eos": True}).encode()
     for _ in range(3):
         with socket.create_connection((u.hostname, u.port)) as s:
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             s.recv(200)  # the headers and a first event, then gone
     time.sleep(1.0)
@@ -202,3 +191,28 @@ def test_a_web_page_cannot_shut_the_server_down(server):
     e = error_of(http(server.url + "/shutdown", {}, headers={"Origin": "http://evil.example"}), 403)
     assert "web page" in e["message"]
     alive(server)
+
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+ASK = "Give a number."
+ANSWERS = {
+    "/v1/messages": ({"messages": [{"role": "user", "content": ASK}], "max_tokens": 24},
+                     lambda r: r["content"][0]["text"]),
+    "/v1/responses": ({"input": ASK, "max_output_tokens": 24}, lambda r: r["output"][-1]["content"][0]["text"]),
+    "/api/chat": ({"messages": [{"role": "user", "content": ASK}], "stream": False, "options": {"num_predict": 24}},
+                  lambda r: r["message"]["content"]),
+    "/api/generate": ({"prompt": ASK, "stream": False, "options": {"num_predict": 24}}, lambda r: r["response"]),
+}
+
+
+@pytest.mark.parametrize("route", ANSWERS)
+def test_json_schema_is_honoured_on_every_generating_route(server, route):
+    """llama-server's `json_schema` field, read where it was once dropped
+    (an unconstrained answer would have been failing open)."""
+    body, answer = ANSWERS[route]
+    status, _, raw = http(server.url + route, {**body, "json_schema": SCHEMA, "temperature": 0})
+    assert status == 200, raw
+    value = json.loads(answer(json.loads(raw)))
+    assert isinstance(value, dict) and isinstance(value["n"], int) and set(value) == {"n"}
+    status, _, raw = http(server.url + route, {**body, "json_schema": {"type": 5}})
+    assert status == 400 and b"json_schema" in raw, raw

@@ -19,7 +19,7 @@ def test_body_too_large_refused_before_read(server):
     # Announces 50 MB but sends a few bytes: the answer must come without the rest.
     u = urllib.parse.urlsplit(server.url)
     with socket.create_connection((u.hostname, u.port), timeout=10) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 50000000\r\n\r\n{\"prompt\": \"")
         reply = s.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 413"), reply

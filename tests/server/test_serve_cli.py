@@ -464,3 +464,61 @@ def test_ember_server_is_a_console_script():
     if not found:
         pytest.skip("ember is installed without the ember-server script yet: pip install -e .")
     assert found[0].value == "ember.server.cli:_console"
+
+
+# -- keys and who may reach the server -------------------------------------------
+
+def test_a_key_file_skips_comments_and_blank_lines_and_keys_add_up(smollm2_path, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# the team's keys\n\nalpha\n   # indented comment\nbeta\n")
+    opts, lines = _parse(["-m", str(smollm2_path), "--api-key", "zero", "--api-key-file", str(keys)],
+                         {"LLAMA_API_KEY": "env1,env2"})
+    assert opts.api_keys == ["zero", "env1", "env2", "alpha", "beta"]
+    assert "API keys: 5 accepted (Authorization: Bearer KEY)" in lines
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    (["--api-key", ""], {}, "names no key"),
+    (["--api-key", " , "], {}, "names no key"),
+    (["--api-key", "a,,b"], {}, "empty key between commas"),
+    (["--api-key", "two words"], {}, "may not contain spaces"),
+    ([], {"LLAMA_API_KEY": ""}, "LLAMA_API_KEY: names no key"),
+])
+def test_a_key_flag_that_names_no_key_refuses_to_start(smollm2_path, argv, env, says):
+    with pytest.raises(OptionError, match=says):
+        _parse(["-m", str(smollm2_path), *argv], env)
+
+
+def test_a_key_file_without_keys_refuses_to_start(smollm2_path, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# nothing but a comment\n\n")
+    with pytest.raises(OptionError, match="holds no key"):
+        _parse(["-m", str(smollm2_path), "--api-key-file", str(keys)])
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "my-box.lan"])
+def test_an_address_beyond_loopback_without_a_key_refuses_to_start(smollm2_path, host):
+    with pytest.raises(OptionError, match="no API key is set") as e:
+        _parse(["-m", str(smollm2_path), "--host", host])
+    assert "--insecure-no-key" in str(e.value)
+    opts, _ = _parse(["-m", str(smollm2_path), "--host", host, "--insecure-no-key"])
+    assert opts.host == host and opts.api_keys == []
+    opts, _ = _parse(["-m", str(smollm2_path), "--host", host, "--api-key", "k"])
+    assert opts.api_keys == ["k"]
+    with pytest.raises(OptionError, match="insecure-no-key: API keys are set"):
+        _parse(["-m", str(smollm2_path), "--host", host, "--api-key", "k", "--insecure-no-key"])
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_needs_no_key(smollm2_path, host):
+    assert _parse(["-m", str(smollm2_path), "--host", host])[0].host == host
+
+
+def test_cors_origins_are_named_and_null_is_never_trusted(smollm2_path):
+    opts, _ = _parse(["-m", str(smollm2_path), "--cors-origin", "http://localhost:3000",
+                      "--cors-origin", "https://app.example"])
+    assert opts.cors_origins == ["http://localhost:3000", "https://app.example"]
+    assert _parse(["-m", str(smollm2_path)])[0].cors_origins == []
+    for bad, says in [("null", "never trusted"), ("localhost:3000", "expected"), ("http://a.example/x", "no path")]:
+        with pytest.raises(OptionError, match=says):
+            _parse(["-m", str(smollm2_path), "--cors-origin", bad])

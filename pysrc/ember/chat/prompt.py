@@ -7,10 +7,11 @@ the shaper the reply goes through. Free of HTTP: what it refuses is a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ember.chat.errors import ChatError
+from ember.chat.literal import client_text, unmark
 from ember.chat.output import ChatShaper
 from ember.chat.request import ChatRequest
 from ember.errors import InvalidRequestError, TemplateError
@@ -31,6 +32,9 @@ class ChatPrompt:
     grammar_trigger: str | None = None
     #: when the thought has a budget
     thought_budget: ThoughtBudget | None = None
+    #: byte ranges of `text` that are the client's words: its spellings of
+    #: control tokens are read as text (`ember.chat.literal`)
+    literal: list = field(default_factory=list)
     #: the next turn rendered after this conversation, when asked for (where
     #: it parts from this prompt is where a hybrid's slot keeps a checkpoint)
     next_turn: str | None = None
@@ -89,7 +93,7 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
     rr = _reasoning(request)
     try:
         plan = validate_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
-        messages = normalize_tool_messages(request.messages)
+        checked = normalize_tool_messages(request.messages)
     except InvalidRequestError as e:
         raise ChatError.of(str(e)) from None
 
@@ -100,12 +104,17 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
         except InvalidRequestError as e:  # a template variable the request may not set
             raise ChatError.of(str(e)) from None
 
+    # What the template shows of the client's words, control spellings
+    # marked (see `ember.chat.literal`); the tools' own copy parses the calls.
+    client = client_text(model.control_spellings)
+    messages = client.mark(checked, ("messages",))
+    shown_tools = client.mark(list(plan.tools), ("tools",))
     out = ChatPrompt(text="", shaper=ChatShaper())
     # A JSON answer cannot hold a thought: one the prompt opened is closed
     # first. A GBNF grammar is the client's own and may write the thought.
     answer = request.answer
     json_answer = answer is not None and not answer.gbnf
-    tools, stream = plan.template_tools, None
+    tools, stream = (shown_tools if plan.template_tools else plan.template_tools), None
     if tools:
         key = template if template is not None else model.chat_template
         cache = framings if framings is not None else {}
@@ -113,7 +122,7 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
             cache[key] = detect_framing(render)
         framing = cache[key]
         if framing is GENERIC:
-            messages, tools = apply_generic_tools(messages, plan.tools, parallel=plan.parallel), None
+            messages, tools = apply_generic_tools(messages, shown_tools, parallel=plan.parallel), None
         if plan.parse:
             stream = ToolCallStream(framing, plan.tools)
         if plan.forced:
@@ -164,11 +173,11 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
         out.thought_budget = ThoughtBudget(rr.budget, fmt.opener, fmt.closer, tuple(close_ids), in_thought)
     if next_turn and add_generation_prompt and prefill is None:
         try:
-            out.next_turn = render(messages + _NEXT_TURN, tools, generation_prompt=False)
+            out.next_turn = unmark(render(messages + _NEXT_TURN, tools, generation_prompt=False))[0]
         except (TemplateError, ChatError):
             pass  # a template that cannot render the next turn gives no hint
     if out.grammar is None and answer is not None:
         out.grammar = answer.grammar
-    out.text = text
+    out.text, out.literal = unmark(text)
     out.shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
     return out

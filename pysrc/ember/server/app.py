@@ -38,6 +38,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app.router.add_post("/shutdown", shutdown)
     for protocol in PROTOCOLS:
         protocol.add_routes(app)
+    app["envelopes"] = [(prefix, env) for p in PROTOCOLS for prefix, env in getattr(p, "ENVELOPES", {}).items()]
     app.on_response_prepare.append(allow_origin)
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)

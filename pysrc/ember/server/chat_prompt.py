@@ -5,6 +5,8 @@ client sent. An API whose request is not the chat request's shape gives a
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,32 +77,36 @@ def message_locator(origins: list[Origin], then: Locate | None = None) -> Locate
     return locate
 
 
-def chat_prompt(state: ServerState, request: ChatRequest, params: SamplingParams, *, locate: Locate | None = None,
-                after: list[int] | None = None) -> tuple[list[int], ChatShaper]:
+async def chat_prompt(state: ServerState, request: ChatRequest, params: SamplingParams, *,
+                      locate: Locate | None = None, after: list[int] | None = None) -> tuple[list[int], ChatShaper]:
     """The prompt's ids and the shaper its reply goes through; what the
     generation needs beyond the request's own options goes into `params`.
     `after`, an earlier reply's tokens (Ollama's context), comes first: the
     new turn follows it without a BOS of its own."""
-    p = _built(state, request, locate)
+    p = await _built(state, request, locate)
     p.apply(params)
     if not after:
-        return state.model.chat_text_ids(p.text), p.shaper
-    ids = state.model.tokenize(p.text, add_special=False, parse_special=True)
+        return state.model.chat_text_ids(p.text, p.literal), p.shaper
+    ids = state.model.tokenize(p.text, add_special=False, parse_special=True, literal=p.literal)
     bos = state.model._native.bos_id
     return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), p.shaper
 
 
-def chat_text(state: ServerState, request: ChatRequest, add_generation_prompt: bool = True) -> str:
+async def chat_text(state: ServerState, request: ChatRequest, add_generation_prompt: bool = True) -> str:
     """The prompt's text (llama-server's /apply-template)."""
-    return _built(state, request, None, add_generation_prompt).text
+    return (await _built(state, request, None, add_generation_prompt)).text
 
 
-def _built(state: ServerState, request: ChatRequest, locate: Locate | None,
-           add_generation_prompt: bool = True) -> ChatPrompt:
+async def _built(state: ServerState, request: ChatRequest, locate: Locate | None,
+                 add_generation_prompt: bool = True) -> ChatPrompt:
+    # Off the event loop: a template is the client's to trigger and may take
+    # its bounded while (`ember.chat_template.MAX_RENDER_SECONDS`); /health
+    # and the streams under way go on meanwhile.
+    build = functools.partial(build_prompt, state.model, request, template=state.template, framings=state.framings,
+                              add_generation_prompt=add_generation_prompt,
+                              next_turn=add_generation_prompt and _checkpointing(state))
     try:
-        return build_prompt(state.model, request, template=state.template, framings=state.framings,
-                            add_generation_prompt=add_generation_prompt,
-                            next_turn=add_generation_prompt and _checkpointing(state))
+        return await asyncio.get_running_loop().run_in_executor(None, build)
     except ChatError as e:
         raise located(e, locate) from None
 

@@ -60,7 +60,13 @@ _FLAGS = [
     _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
     _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
     _Flag("api-key", ("--api-key",), str, "LLAMA_API_KEY", "comma-separated keys a request must present"),
-    _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE", "file of keys, one a line"),
+    _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE",
+          "file of keys, one a line (blank lines and lines starting with # are skipped); adds to --api-key"),
+    _Flag("cors-origin", ("--cors-origin",), str, None,
+          "a browser origin allowed to call the server (repeatable; * for any, without credentials; default: "
+          "none, pages of the server's own origin only)"),
+    _Flag("insecure-no-key", ("--insecure-no-key",), bool, None,
+          "serve an address beyond this machine (--host other than loopback) without an API key", False),
     _Flag("chat-template-file", ("--chat-template-file",), str, "LLAMA_ARG_CHAT_TEMPLATE_FILE", "Jinja chat template replacing the model's"),
     _Flag("metrics", ("--metrics",), bool, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics at /metrics", False),
     _Flag("cache-ram", ("-cram", "--cache-ram"), int, "LLAMA_ARG_CACHE_RAM",
@@ -85,6 +91,10 @@ _FLAGS = [
           "how embeddings are pooled: none, mean, cls or last (default: the model file's own, else none)"),
 ]
 _BY_NAME = {f.name: f for f in _FLAGS}
+#: Flags whose values from every source add up rather than one replacing another.
+_ADDED_UP = ("api-key", "api-key-file", "cors-origin")
+#: Flags given once per value.
+_REPEATED = ("cors-origin",)
 _READ_ENV = {f.env for f in _FLAGS if f.env}
 
 
@@ -102,6 +112,9 @@ def build_parser(prog: str = "ember serve") -> argparse.ArgumentParser:
         env = f" [env {f.env}]" if f.env else ""
         if f.kind is bool:
             p.add_argument(*f.spellings, dest=f.name, action="store_true", default=None, help=f.help + env)
+        elif f.name in _REPEATED:
+            p.add_argument(*f.spellings, dest=f.name, action="append", default=None, metavar="ORIGIN",
+                           help=f.help + env)
         else:
             p.add_argument(*f.spellings, dest=f.name, type=f.kind, default=None, metavar=f.name.split("-")[-1].upper(),
                            help=f.help + env)
@@ -135,6 +148,87 @@ def _env_value(f: _Flag, raw: str) -> Any:
         except ValueError:
             raise OptionError(f"{f.env}={raw!r} is not an integer") from None
     return raw
+
+
+def _cors_origins(args, config: dict[str, Any]) -> list[str]:
+    """--cors-origin's origins and the config's ("cors-origin": comma-separated)."""
+    given = list(getattr(args, "cors-origin") or [])
+    raw = config.get("cors-origin")
+    given += raw.split(",") if isinstance(raw, str) else []
+    out = []
+    for o in (x.strip() for x in given):
+        if o == "null":
+            raise OptionError("--cors-origin null: the opaque origin of sandboxed pages and files is never trusted")
+        if o != "*" and not (o.startswith(("http://", "https://")) and "/" not in o.split("://", 1)[1]):
+            raise OptionError(f"--cors-origin {o!r}: expected * or an origin such as http://localhost:3000 "
+                              "(scheme and host, no path)")
+        out.append(o)
+    return list(dict.fromkeys(out))
+
+
+def _keys_named(where: str, raw: str) -> list[str]:
+    """The comma-separated keys of one source; one that names none is
+    refused (an empty flag would otherwise start an open server)."""
+    keys = [k.strip() for k in raw.split(",")]
+    if not any(keys):
+        raise OptionError(f"{where}: names no key (an empty key would leave the server open; leave the flag out "
+                          "for that)")
+    for k in keys:
+        if not k:
+            raise OptionError(f"{where}: an empty key between commas")
+        if any(c.isspace() for c in k):
+            raise OptionError(f"{where}: a key may not contain spaces")
+    return keys
+
+
+def _api_keys(args, config: dict[str, Any], environ) -> list[str]:
+    """Every key from every source, added up: --api-key, the config's
+    "api-key", LLAMA_API_KEY and the key files they name."""
+    keys: list[str] = []
+    if args.__dict__.get("api-key") is not None:
+        keys += _keys_named("--api-key", args.__dict__["api-key"])
+    if "api-key" in config:
+        keys += _keys_named(f"--config {args.config}: \"api-key\"", config["api-key"])
+    if "LLAMA_API_KEY" in environ:
+        keys += _keys_named("LLAMA_API_KEY", environ["LLAMA_API_KEY"])
+    files = [("--api-key-file", args.__dict__.get("api-key-file")),
+             (f"--config {args.config}: \"api-key-file\"", config.get("api-key-file")),
+             ("LLAMA_ARG_API_KEY_FILE", environ.get("LLAMA_ARG_API_KEY_FILE"))]
+    for where, path in files:
+        if path is not None:
+            keys += _key_file(where, path)
+    return list(dict.fromkeys(keys))
+
+
+def _key_file(where: str, path: str) -> list[str]:
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise OptionError(f"{where} {path}: cannot read it ({e})", 1) from None
+    keys = []
+    for n, line in enumerate(text.splitlines(), 1):
+        k = line.strip()
+        if not k or k.startswith("#"):
+            continue
+        if any(c.isspace() for c in k):
+            raise OptionError(f"{where} {path}: line {n}: a key may not contain spaces", 1)
+        keys.append(k)
+    if not keys:
+        raise OptionError(f"{where} {path}: holds no key (only blank or # lines)", 1)
+    return keys
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is reached from this machine only. A name other than
+    localhost may resolve anywhere, so it counts as reaching beyond."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_config(path: str) -> dict[str, Any]:
@@ -246,6 +340,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         cli = getattr(args, f.name)
         env_raw = environ.get(f.env) if f.env else None
         env = _env_value(f, env_raw) if env_raw is not None else None
+        if f.name in _ADDED_UP:
+            continue  # read from every source by `_api_keys`
         if cli is not None:
             values[f.name], sources[f.name] = cli, "the command line"
             if f.name in config:
@@ -337,15 +433,13 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     else:
         lines.append("chat template: ember's built-in fallback (the file has none)")
 
-    keys: list[str] = []
-    if values["api-key"]:
-        keys += [k.strip() for k in values["api-key"].split(",") if k.strip()]
-    if values["api-key-file"]:
-        try:
-            text = Path(values["api-key-file"]).expanduser().read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise OptionError(f"--api-key-file {values['api-key-file']}: cannot read it ({e})", 1) from None
-        keys += [k.strip() for k in text.splitlines() if k.strip()]
+    keys = _api_keys(args, config, environ)
+    origins = _cors_origins(args, config)
+    if values["insecure-no-key"] and keys:
+        raise OptionError("--insecure-no-key: API keys are set, so the server is not keyless; give one or the other")
+    if not keys and not _loopback(values["host"]) and not values["insecure-no-key"]:
+        raise bad("host", "reaches beyond this machine, and no API key is set: anyone who reaches the address could "
+                  "use the server. Give --api-key or --api-key-file, or --insecure-no-key to serve it open")
     lines.append(f"API keys: {len(keys)} accepted (Authorization: Bearer KEY)" if keys
                  else "API keys: none; any client on the network that reaches the address is served")
 
@@ -397,7 +491,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
-        threads=threads, alias=alias, api_keys=keys, chat_template_file=template, metrics=bool(values["metrics"]),
+        threads=threads, alias=alias, api_keys=keys, cors_origins=origins, chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
         embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],

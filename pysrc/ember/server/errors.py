@@ -1,17 +1,14 @@
-"""The HTTP error envelope: one exception type the handlers raise and the
-middleware turns into llama-server's `{"error": {"code", "message", "type"}}`
-(with OpenAI's `param` when one field is at fault), or into Anthropic's
-`{"type": "error", "error": {"type", "message"}}` on its Messages routes, or
-Ollama's `{"error": message}` on its routes, and the engine's errors mapped onto it."""
+"""The one exception type the handlers raise (`ApiError`: a status, a
+message, the field at fault), the engine's errors mapped onto it, and
+llama-server's body for it, `{"error": {"code", "message", "type"}}` with
+OpenAI's `param`, which every API answers in unless it has an envelope of
+its own (`ember.server.http.Envelope`)."""
 
 from __future__ import annotations
 
-import msgspec
-from aiohttp import web
-
 from ember.errors import ContextFullError, EmberError, InvalidRequestError
 
-__all__ = ["ApiError", "error_body", "anthropic_error_body", "error_response", "from_engine_error", "exceed_context"]
+__all__ = ["ApiError", "error_body", "from_engine_error", "exceed_context"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -23,20 +20,6 @@ _TYPES = {
     500: "server_error",
     501: "not_supported_error",
     503: "unavailable_error",
-}
-
-
-# Anthropic's error types by status (it answers overload with 529; ember keeps
-# 503 and its Retry-After, under Anthropic's name for it).
-_ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
 }
 
 
@@ -66,24 +49,6 @@ def error_body(err: ApiError) -> dict:
         e["param"] = err.param
     e.update(err.extra)
     return {"error": e}
-
-
-def anthropic_error_body(err: ApiError) -> dict:
-    kind = _ANTHROPIC_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
-
-
-def error_response(err: ApiError, *, envelope: str = "llama") -> web.Response:
-    """`err` in the envelope of the API the route belongs to: "llama"
-    (llama-server's, which OpenAI's clients read too), "anthropic", or
-    "ollama" (`{"error": message}`)."""
-    body = {"anthropic": anthropic_error_body, "ollama": lambda e: {"error": e.message}}.get(envelope, error_body)(err)
-    return web.Response(
-        status=err.status,
-        body=msgspec.json.encode(body),
-        content_type="application/json",
-        headers=err.headers,
-    )
 
 
 def exceed_context(n_prompt: int, n_ctx: int) -> ApiError:

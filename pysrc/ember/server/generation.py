@@ -12,7 +12,7 @@ from aiohttp import web
 from ember.model import Completion
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
-from ember.server.http import sse_start, stream_error
+from ember.server.http import envelope_of, sse_start
 from ember.server.state import ServerState
 
 __all__ = ["ClientGone", "Generation"]
@@ -98,12 +98,12 @@ class Generation:
                 self.job.abandon(ClientGone())
                 return
 
-    async def stream(self, request: web.Request, write, envelope: str = "llama") -> web.StreamResponse:
+    async def stream(self, request: web.Request, write) -> web.StreamResponse:
         """The job's reply as server-sent events, as every streaming route
         sends one: the first event awaited before the headers (a request the
         engine refuses is still answered with its status), the stream
         started, the route's `write(resp)` sending its items, an error met
-        on the way sent as the stream's next item (in the path's envelope),
+        on the way sent as the stream's next item (in its API's envelope),
         then the end."""
         async with self:
             await self.first_event()
@@ -111,7 +111,7 @@ class Generation:
             try:
                 await write(resp)
             except ApiError as e:
-                await stream_error(resp, e, envelope)
+                await envelope_of(request).in_stream(resp, e)
         await resp.write_eof()
         return resp
 

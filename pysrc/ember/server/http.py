@@ -1,17 +1,20 @@
-"""HTTP pieces every route uses: JSON replies, the capped body read, and
-server-sent events (with an error inside a stream already under way)."""
+"""HTTP pieces every route uses: JSON replies, the capped body read,
+server-sent events, and the envelope an API's errors travel in, whole or
+inside a stream already under way."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from ember.server.errors import ApiError, anthropic_error_body, error_body
+from ember.server.errors import ApiError, error_body
 
-__all__ = ["finite", "json_response", "read_body", "sse_send", "sse_start", "stream_error"]
+__all__ = ["DEFAULT_ENVELOPE", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> web.Response:
@@ -53,19 +56,44 @@ async def sse_send(resp: web.StreamResponse, obj, event: str | None = None) -> N
     await resp.write(head + b"data: " + data + b"\n\n")
 
 
-async def stream_error(resp: web.StreamResponse, err: ApiError, envelope: str = "llama") -> None:
-    """`err` inside a stream already under way: its headers are gone, so the
-    error travels as the stream's next item, in the envelope its clients
-    parse (an `error` event on Anthropic's routes, a line on Ollama's)."""
-    try:
-        if envelope == "anthropic":
-            await sse_send(resp, anthropic_error_body(err), event="error")
-        elif envelope == "ollama":
-            await resp.write(msgspec.json.encode({"error": err.message}) + b"\n")
-        else:
-            await sse_send(resp, error_body(err))
-    except (ConnectionError, RuntimeError):
-        pass
+@dataclass(frozen=True)
+class Envelope:
+    """How an API's clients read an error: the body of a refused request,
+    and the item that carries one inside a stream already under way (whose
+    headers are gone)."""
+
+    body: Callable[[ApiError], dict] = error_body
+    #: the server-sent event an error travels as in a stream (None: a plain data event)
+    stream_event: str | None = None
+    #: the API streams lines of JSON, not server-sent events
+    lines: bool = False
+
+    def response(self, err: ApiError) -> web.Response:
+        return web.Response(status=err.status, body=msgspec.json.encode(self.body(err)),
+                            content_type="application/json", headers=err.headers)
+
+    async def in_stream(self, resp: web.StreamResponse, err: ApiError) -> None:
+        try:
+            if self.lines:
+                await resp.write(msgspec.json.encode(self.body(err)) + b"\n")
+            else:
+                await sse_send(resp, self.body(err), event=self.stream_event)
+        except (ConnectionError, RuntimeError):
+            pass
+
+
+#: llama-server's, which OpenAI's clients read too: every path no API claims.
+DEFAULT_ENVELOPE = Envelope()
+
+
+def envelope_of(request: web.Request) -> Envelope:
+    """The envelope of the API whose paths `request`'s is under (the app's
+    table, from each protocol's `ENVELOPES`)."""
+    path = request.path
+    for prefix, env in request.app.get("envelopes", ()):
+        if path == prefix.rstrip("/") or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+            return env
+    return DEFAULT_ENVELOPE
 
 
 def finite(x: float | None) -> float | None:

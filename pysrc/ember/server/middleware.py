@@ -1,5 +1,6 @@
-"""The middleware every route passes: the key, the phase of the load, CORS,
-the error envelope of the path, and one log line per request."""
+"""The middleware every route passes: the key (before the route is even
+looked up), the browser guards (Host and Origin), the phase of the load,
+CORS, the error envelope of the path, and one log line per request."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from aiohttp import web
 from ember.chat.errors import ModelOutputError
 from ember.chat.events import Stop
 from ember.model import Completion
-from ember.server.errors import ApiError, error_response, from_engine_error
+from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
-from ember.server.http import stream_error
-from ember.server.state import ServerState, envelope, unavailable
+from ember.server.http import envelope_of
+from ember.server.state import ServerState, unavailable
 
 __all__ = ["allow_origin", "middleware"]
 
@@ -67,35 +68,92 @@ def _gen_log(g: "Generation") -> str:
             f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
 
 
-# CORS as llama-server answers it by default: any origin, with credentials
-# (the page's Origin echoed back), these methods and any header. A preflight
-# is answered before the key is checked: browsers send it without one.
-_CORS_PREFLIGHT = {"Access-Control-Allow-Credentials": "true", "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-                   "Access-Control-Allow-Headers": "*"}
+# A preflight is answered before the key is checked (browsers send it
+# without one), and only for an origin the server allows.
+_CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                   "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version"}
+
+
+def _same_origin(origin: str, request: web.Request) -> bool:
+    """A page served by this server itself (the chat page) calling it."""
+    return origin in (f"http://{request.host}", f"https://{request.host}")
+
+
+def _cors(origin: str, opts) -> dict | None:
+    """The CORS headers an allowed cross-origin `origin` gets, or None when
+    it is not allowed. A page with the opaque origin "null" (a sandboxed
+    frame, a file) is never trusted by name, and never with credentials."""
+    if origin in opts.cors_origins and origin != "null":
+        return {"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true", "Vary": "Origin"}
+    if "*" in opts.cors_origins:
+        return {"Access-Control-Allow-Origin": "*"}
+    return None
+
+
+def _browser_guard(request: web.Request, state: ServerState) -> None:
+    """Refuses what a web page the user visits could send: a request from
+    an origin not allowed (a page may POST without a preflight), and,
+    without a key, one whose Host is not this server's (DNS rebinding: a
+    page's own name made to point at this machine)."""
+    opts = state.opts
+    origin = request.headers.get("Origin")
+    if origin is not None and not _same_origin(origin, request) and _cors(origin, opts) is None:
+        raise ApiError(403, f"Origin {origin}: a web page of another origin may not call this server "
+                       "(allow it with --cors-origin)")
+    if not opts.api_keys and not _host_allowed(request.host, opts):
+        raise ApiError(403, f"Host {request.host}: not an address of this server; without an API key only "
+                       "localhost and the address it listens on are answered (DNS rebinding)")
+
+
+def _host_allowed(host: str, opts) -> bool:
+    import ipaddress
+
+    if host.startswith("["):  # [v6]:port
+        name = host[1:host.find("]")] if "]" in host else host
+    else:
+        name = host.split(":")[0] if host.count(":") == 1 else host  # name:port, or a bare v6 literal
+    name = name.lower().rstrip(".")
+    if name in ("localhost", opts.host.strip("[]").lower()):
+        return True
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if ip.is_loopback:
+        return True
+    # Bound to every address, the server cannot tell which of them it was
+    # reached at: any address of this machine (an IP literal) is answered.
+    return opts.host in ("0.0.0.0", "::", "[::]")
 
 
 async def allow_origin(request: web.Request, response: web.StreamResponse) -> None:
     origin = request.headers.get("Origin")
-    if origin:
-        response.headers["Access-Control-Allow-Origin"] = origin
+    if origin and not _same_origin(origin, request):
+        headers = _cors(origin, request.app["state"].opts)
+        if headers:
+            response.headers.update(headers)
 
 
 @web.middleware
 async def middleware(request: web.Request, handler):
     state: ServerState = request.app["state"]
     t0 = time.perf_counter()
-    if request.method == "OPTIONS":
-        resp = web.Response(status=200, headers=_CORS_PREFLIGHT)
+    shape = envelope_of(request)
+    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+        try:
+            _browser_guard(request, state)
+            resp = web.Response(status=204, headers=_CORS_PREFLIGHT)
+        except ApiError as e:
+            resp = shape.response(e)
         _log_request(request, resp, t0, state)
         return resp
     resp = None
-    shape = envelope(request.path)
     try:
         resp = await _dispatch(request, handler, state)
     except ApiError as e:
-        resp = error_response(e, envelope=shape)
+        resp = shape.response(e)
     except web.HTTPException as e:
-        resp = error_response(_http_error(request, e), envelope=shape)
+        resp = shape.response(_http_error(request, e))
     except asyncio.CancelledError:
         _log_request(request, request.get("sse"), t0, state)
         raise
@@ -113,10 +171,10 @@ async def middleware(request: web.Request, handler):
         stream = request.get("sse")
         if stream is not None and stream.prepared:
             # A second response cannot follow the first's headers: the stream ends with the error.
-            await stream_error(stream, err, shape)
+            await shape.in_stream(stream, err)
             resp = stream
         else:
-            resp = error_response(err, envelope=shape)
+            resp = shape.response(err)
     _log_request(request, resp, t0, state)
     return resp
 
@@ -146,12 +204,15 @@ def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
 
 
 async def _dispatch(request: web.Request, handler, state: ServerState):
+    path = request.path
+    # The key before the route: without one, which routes exist is not told.
+    if state.opts.api_keys and path not in _PUBLIC and not _auth_ok(request, state.opts.api_keys):
+        raise ApiError(401, "Invalid API Key")
+    if path not in _PUBLIC:
+        _browser_guard(request, state)
     exc = request.match_info.http_exception
     if exc is not None:
         raise exc
-    path = request.path
-    if state.opts.api_keys and path not in _PUBLIC and not _auth_ok(request, state.opts.api_keys):
-        raise ApiError(401, "Invalid API Key")
     if state.phase != "ready" and path not in _BEFORE_READY:
         raise unavailable(state)
     return await handler(request)

@@ -24,6 +24,8 @@ class ServerOptions:
     #: model name the API reports; default general.name, else the file's stem
     alias: str | None = None
     api_keys: list[str] = field(default_factory=list)
+    #: browsers' origins allowed to call the server ("*": any, without credentials)
+    cors_origins: list[str] = field(default_factory=list)
     chat_template_file: str | None = None
     metrics: bool = False
     slot_save_path: str | None = None

@@ -1,6 +1,6 @@
 """What every part of the server reads: the options it was started with,
 the model and engine once loaded, the phase of the load, and the counters
-behind /metrics; and which error envelope a path answers in."""
+behind /metrics."""
 
 from __future__ import annotations
 
@@ -11,20 +11,7 @@ from typing import Callable
 from ember.server.errors import ApiError
 from ember.server.options import ServerOptions
 
-__all__ = ["ANTHROPIC_PREFIX", "OLLAMA_PREFIX", "Metrics", "ServerState", "envelope", "unavailable"]
-
-
-# Anthropic's Messages routes and Ollama's answer errors in their own envelopes.
-ANTHROPIC_PREFIX = "/v1/messages"
-
-
-OLLAMA_PREFIX = "/api/"
-
-
-def envelope(path: str) -> str:
-    if path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/"):
-        return "anthropic"
-    return "ollama" if path.startswith(OLLAMA_PREFIX) else "llama"
+__all__ = ["Metrics", "ServerState", "unavailable"]
 
 
 @dataclass

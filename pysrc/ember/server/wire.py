@@ -108,10 +108,14 @@ class CoreSampling(msgspec.Struct, forbid_unknown_fields=False):
     repeat_penalty: float | None = None
     ignore_eos: bool = False
     grammar: Any = None
+    # llama-server's: a JSON Schema the answer is held to (read by each route's answer format)
+    json_schema: Any = None
 
     def sampling(self) -> dict:
-        """These fields as a `ChatRequest`'s keywords."""
-        return {name: getattr(self, name) for name in CoreSampling.__struct_fields__}
+        """The sampling fields as `Sampling`'s keywords (the answer's format
+        is each route's own to read)."""
+        return {name: getattr(self, name) for name in CoreSampling.__struct_fields__
+                if name not in ("grammar", "json_schema")}
 
 
 class ChatRequest(Sampling):

@@ -399,19 +399,22 @@ impl KvCache {
         self.states.iter_mut().for_each(|s| s.fill(0.0));
     }
 
-    /// Serialises the held positions (with shapes, for checking on restore).
+    /// Serialises the held positions (with shapes, for checking on restore):
+    /// of each layer only the rows in use, so a slot holding a few tokens
+    /// saves a few tokens' keys and values, not its whole capacity.
     pub fn save_state(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        out.extend_from_slice(b"EMKV");
+        out.extend_from_slice(STATE_MAGIC);
         for v in [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len(), self.len] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
         for l in &self.layers {
-            for v in [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows] {
+            let used = self.len.min(l.rows);
+            for v in [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows, used] {
                 out.extend_from_slice(&(v as u64).to_le_bytes());
             }
-            out.extend_from_slice(l.k.bytes());
-            out.extend_from_slice(l.v.bytes());
+            out.extend_from_slice(&l.k.bytes()[..used * (l.k.bytes().len() / l.rows.max(1))]);
+            out.extend_from_slice(&l.v.bytes()[..used * (l.v.bytes().len() / l.rows.max(1))]);
         }
         // A hybrid's recurrent states follow (none: the format of a cache without them).
         for st in &self.states {
@@ -424,9 +427,12 @@ impl KvCache {
     /// Restores a state written by [`save_state`](Self::save_state) of a cache of the same shape.
     pub fn restore_state(&mut self, state: &[u8]) -> Result<(), KvError> {
         let mut r = StateReader { buf: state, pos: 0 };
-        if r.take(4)? != b"EMKV" {
-            return Err(KvError::BadState("not a cache state".into()));
-        }
+        // The first format saved every row of every layer.
+        let every_row = match r.take(4)? {
+            m if m == STATE_MAGIC => false,
+            b"EMKV" => true,
+            _ => return Err(KvError::BadState("not a cache state".into())),
+        };
         let head = [r.u()?, r.u()?, r.u()?, r.u()?];
         let len = r.u()?;
         if head != [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len()] || len > self.n_ctx {
@@ -439,8 +445,12 @@ impl KvCache {
             if dims != [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows] {
                 return Err(KvError::BadState("layer shapes differ".into()));
             }
-            let k = r.take(l.k.bytes().len())?;
-            let v = r.take(l.v.bytes().len())?;
+            let used = if every_row { l.rows } else { r.u()? };
+            if used != len.min(l.rows) && !every_row {
+                return Err(KvError::BadState("a layer's rows disagree with the positions held".into()));
+            }
+            let k = r.take(used * (l.k.bytes().len() / l.rows.max(1)))?;
+            let v = r.take(used * (l.v.bytes().len() / l.rows.max(1)))?;
             chunks.push((k, v));
         }
         let mut states = Vec::with_capacity(self.states.len());
@@ -454,8 +464,9 @@ impl KvCache {
             return Err(KvError::BadState("trailing bytes".into()));
         }
         for (l, (k, v)) in self.layers.iter_mut().zip(chunks) {
-            l.k.bytes_mut().copy_from_slice(k);
-            l.v.bytes_mut().copy_from_slice(v);
+            // Rows past those saved hold no position the restored length reads.
+            l.k.bytes_mut()[..k.len()].copy_from_slice(k);
+            l.v.bytes_mut()[..v.len()].copy_from_slice(v);
         }
         for (st, bytes) in self.states.iter_mut().zip(states) {
             st.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
@@ -464,6 +475,9 @@ impl KvCache {
         Ok(())
     }
 }
+
+/// A cache state of the format that saves only the rows in use.
+const STATE_MAGIC: &[u8; 4] = b"EMK2";
 
 struct StateReader<'a> {
     buf: &'a [u8],
@@ -569,6 +583,35 @@ mod tests {
         assert_eq!(c.max_truncation(5), 0);
         assert_eq!(c.truncate(5), 0);
         assert!(c.is_empty() && c.state(1).iter().all(|&v| v == 0.0));
+    }
+
+    /// A saved state holds the rows in use, not the capacity: a few tokens
+    /// save a few tokens' keys and values; a ring that wrapped saves all its
+    /// rows; either restores to the same reads.
+    #[test]
+    fn a_saved_state_is_sized_by_the_positions_held() {
+        let (few, many) = (3, 70);
+        let mut small = KvCache::new(KvType::F16, 256, 4, &shapes());
+        fill(&mut small, few);
+        let mut big = KvCache::new(KvType::F16, 256, 4, &shapes());
+        fill(&mut big, many);
+        let (s, b) = (small.save_state().len(), big.save_state().len());
+        let per_row: usize = shapes().iter().map(|l| 2 * (l.k_width + l.v_width)).sum();
+        assert!(s < 256 + few * per_row && b > s, "{s} bytes for {few} positions, {b} for {many}");
+        for (c, n) in [(&small, few), (&big, many)] {
+            let mut back = KvCache::new(KvType::F16, 256, 4, &shapes());
+            fill(&mut back, 200); // stale rows past the restored length are never read
+            back.restore_state(&c.save_state()).unwrap();
+            assert_eq!(back.len(), n);
+            for il in 0..shapes().len() {
+                for pos in back.len().saturating_sub(back.layers[il].rows)..n {
+                    assert_eq!(key_at(&back, il, pos), pos as f32, "layer {il} pos {pos}");
+                }
+            }
+        }
+        let mut cut = small.save_state();
+        cut.truncate(cut.len() - 1);
+        assert!(KvCache::new(KvType::F16, 256, 4, &shapes()).restore_state(&cut).is_err());
     }
 
     /// Every span a reader can see, anywhere on the ring (wrapping or not),

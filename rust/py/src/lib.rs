@@ -291,10 +291,25 @@ impl Model {
         self.inner.file().get(key).map(|v| value_to_py(py, v)).transpose()
     }
 
-    #[pyo3(signature = (text, add_special = true, parse_special = false))]
-    fn tokenize(&self, py: Python<'_>, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+    /// `literal`: byte ranges of `text` whose spellings of control tokens
+    /// stay text even with `parse_special` (a client's words in a prompt).
+    #[pyo3(signature = (text, add_special = true, parse_special = false, literal = Vec::new()))]
+    fn tokenize(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        literal: Vec<(usize, usize)>,
+    ) -> Vec<u32> {
         let text = text.to_string();
-        py.detach(|| self.inner.tokenizer.tokenize(&text, add_special, parse_special))
+        py.detach(|| self.inner.tokenizer.tokenize_guarded(&text, add_special, parse_special, &literal))
+    }
+
+    /// The spellings of the control (and unknown) tokens: the text that
+    /// `tokenize` with `parse_special` turns into them.
+    fn control_spellings(&self) -> Vec<String> {
+        self.inner.tokenizer.control_spellings()
     }
 
     #[pyo3(signature = (ids, special = false))]

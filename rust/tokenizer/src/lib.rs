@@ -119,7 +119,25 @@ impl Tokenizer {
     /// `<start_of_turn>`...) become those tokens; without it they are plain
     /// text. User-defined tokens are matched either way, as in llama.cpp.
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
-        let frags = self.specials.partition(&self.vocab, text, parse_special);
+        self.tokenize_guarded(text, add_special, parse_special, &[])
+    }
+
+    /// The spellings `tokenize` turns into control or unknown tokens only
+    /// with `parse_special` (empty spellings left out).
+    pub fn control_spellings(&self) -> Vec<String> {
+        (0..self.vocab.len() as u32)
+            .filter(|&id| self.vocab.attrs[id as usize] & (vocab::attr::CONTROL | vocab::attr::UNKNOWN) != 0)
+            .map(|id| self.vocab.text(id).to_string())
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+
+    /// [`tokenize`](Self::tokenize) with the byte ranges `literal` read as
+    /// plain text even under `parse_special`: the client's words inside a
+    /// rendered chat prompt, whose spellings of control tokens must not
+    /// become those tokens (a user's `<|im_end|>` would end its turn).
+    pub fn tokenize_guarded(&self, text: &str, add_special: bool, parse_special: bool, literal: &[(usize, usize)]) -> Vec<u32> {
+        let frags = self.specials.partition(&self.vocab, text, parse_special, literal);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             if let Some(bos) = self.ids.bos {

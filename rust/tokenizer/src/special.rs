@@ -77,8 +77,11 @@ impl Specials {
 
     /// Cuts `text` at special spellings. Without `parse_special` only
     /// user-defined tokens cut (control and unknown spellings stay text), as
-    /// in llama.cpp and Hugging Face tokenizers.
-    pub fn partition(&self, vocab: &Vocab, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// in llama.cpp and Hugging Face tokenizers. A control or unknown
+    /// spelling that overlaps a byte range of `literal` stays text even with
+    /// `parse_special`: a rendered prompt's markup is special, the client's
+    /// text in it is not.
+    pub fn partition(&self, vocab: &Vocab, text: &str, parse_special: bool, literal: &[(usize, usize)]) -> Vec<Fragment> {
         let mut frags = vec![Fragment::Text(0, text.len())];
         if text.is_empty() {
             return Vec::new();
@@ -97,11 +100,21 @@ impl Specials {
                     next.push(f);
                     continue;
                 };
+                let guarded = a & (attr::CONTROL | attr::UNKNOWN) != 0;
+                let mut from = start;
                 loop {
-                    let Some(m) = text[start..end].find(needle).map(|m| m + start) else {
+                    let Some(m) = text[from..end].find(needle).map(|m| m + from) else {
                         next.push(Fragment::Text(start, end));
                         break;
                     };
+                    if guarded && literal.iter().any(|&(la, lb)| m < lb && la < m + needle.len()) {
+                        // Client text: looked past, left in the text fragment.
+                        from = m + 1;
+                        while !text.is_char_boundary(from) {
+                            from += 1;
+                        }
+                        continue;
+                    }
                     let mut left_end = m;
                     if a & attr::LSTRIP != 0 {
                         while left_end > start && bytes[left_end - 1].is_ascii_whitespace_c() {
@@ -122,6 +135,7 @@ impl Specials {
                         break;
                     }
                     start = right;
+                    from = right;
                 }
             }
             frags = next;

@@ -179,6 +179,27 @@ fn parse_special_off_and_on() {
     assert_eq!(tok.token_type(UD), TokenType::UserDefined);
 }
 
+/// A rendered chat prompt: the template's markup is special, the client's
+/// words in it (byte ranges marked literal) are text even where they spell
+/// a control token; user-defined tokens are matched there as anywhere.
+#[test]
+fn literal_ranges_keep_control_spellings_as_text() {
+    let tok = bpe_tok();
+    let text = "<|ctl|>hello<|ctl|>hello<ud>";
+    let hello = tok.token_id("hello").unwrap();
+    let client = (7, text.len()); // "hello<|ctl|>hello<ud>"
+    let guarded = tok.tokenize_guarded(text, false, true, &[client]);
+    let mut want = vec![CTL];
+    want.extend(tok.tokenize("hello<|ctl|>hello", false, false));
+    want.push(UD);
+    assert_eq!(guarded, want);
+    // A range touching only part of the spelling guards it too; none changes nothing.
+    assert_eq!(tok.tokenize_guarded(text, false, true, &[(13, 14)])[..2], [CTL, hello]);
+    assert_eq!(tok.tokenize_guarded(text, false, true, &[]), tok.tokenize(text, false, true));
+    assert!(tok.control_spellings().contains(&"<|ctl|>".to_string()));
+    assert!(!tok.control_spellings().contains(&"<ud>".to_string()), "a user-defined token is matched anyway");
+}
+
 #[test]
 fn longer_special_spellings_win() {
     let (mut tokens, mut types, merges) = bpe_parts();

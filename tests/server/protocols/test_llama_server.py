@@ -236,6 +236,15 @@ def test_slots_list_save_erase_restore(smollm2_path, tmp_path):
         saved = json.loads(body)
         assert status == 200 and saved["id_slot"] == sid and saved["n_saved"] == held, saved
         assert (tmp_path / "keeper.bin").stat().st_size == saved["n_written"]
+        # Sized by the tokens held: the keys and values of `held` positions
+        # (f16, 30 layers, 3 KV heads of 64), not the slot's 1024.
+        per_position = 30 * 2 * 3 * 64 * 2
+        assert saved["n_written"] < held * per_position + 64 * 1024, (saved, held)
+        # A second save under that name is refused unless it says to replace the file.
+        e = error_of(http(f"{s.url}/slots/{sid}?action=save", {"filename": "keeper.bin"}), 409)
+        assert "overwrite" in e["message"]
+        again = json.loads(http(f"{s.url}/slots/{sid}?action=save", {"filename": "keeper.bin", "overwrite": True})[2])
+        assert again["n_saved"] == held
         status, _, body = http(f"{s.url}/slots/{sid}?action=erase", {})
         assert status == 200 and json.loads(body) == {"id_slot": sid, "n_erased": held}
         status, _, body = http(f"{s.url}/slots/{sid}?action=restore", {"filename": "keeper.bin"})
@@ -248,6 +257,9 @@ def test_slots_list_save_erase_restore(smollm2_path, tmp_path):
         for path, payload, code, needle in [
             (f"/slots/{sid}?action=save", {"filename": "../escape.bin"}, 400, "filename"),
             (f"/slots/{sid}?action=save", {"filename": "a/b"}, 400, "filename"),
+            (f"/slots/{sid}?action=save", {"filename": ".hidden"}, 400, "filename"),
+            (f"/slots/{sid}?action=save", {"filename": "-rf"}, 400, "filename"),
+            (f"/slots/{sid}?action=save", {"filename": "x.bin", "overwrite": "yes"}, 400, "overwrite"),
             (f"/slots/{sid}?action=restore", {"filename": "missing.bin"}, 400, "missing.bin"),
             (f"/slots/{sid}?action=dance", {}, 400, "action"),
             ("/slots/7?action=erase", {}, 400, "no slot"),

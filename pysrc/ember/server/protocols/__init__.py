@@ -1,8 +1,9 @@
 """Each API the server speaks, one module apiece: it maps its requests to
 the chat core's and the engine's terms, renders what they give back in its
-own shape, names fields its own way and answers in its own error envelope.
-`PROTOCOLS` is the registry `ember.server.app` mounts; a new API is a module
-here and a line there."""
+own shape, names fields its own way and answers in its own error envelope
+(its `ENVELOPES`: path prefix -> `ember.server.http.Envelope`; llama-server's
+where it has none). `PROTOCOLS` is the registry `ember.server.app` mounts; a
+new API is a module here and a line there."""
 
 from ember.server.protocols import anthropic, embeddings, llama_server, ollama, openai, responses
 

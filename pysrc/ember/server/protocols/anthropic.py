@@ -26,11 +26,35 @@ from ember.server import wire
 from ember.server.chat_prompt import Locate, Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send
+from ember.server.http import Envelope, json_response, read_body, sse_send
 from ember.server.segments import Segments
-from ember.server.state import ANTHROPIC_PREFIX, ServerState
+from ember.server.state import ServerState
 
-__all__ = ["add_routes"]
+__all__ = ["ENVELOPES", "add_routes"]
+
+PREFIX = "/v1/messages"
+
+# Anthropic's error types by status (it answers overload with 529; ember keeps
+# 503 and its Retry-After, under Anthropic's name for it).
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def error_body(err: ApiError) -> dict:
+    kind = _ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+#: Errors on the Messages routes, whole or as a stream's `error` event.
+ENVELOPES = {PREFIX: Envelope(error_body, stream_event="error")}
 
 
 # -- the request, as Anthropic spells it ----------------------------------------
@@ -309,6 +333,8 @@ def _answer(req: MessagesRequest) -> AnswerFormat | None:
         if fmt.schema is None:
             raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
         asked.append(("output_config.format", {"json_schema": fmt.schema}))
+    if req.json_schema is not None:
+        asked.append(("json_schema", {"json_schema": req.json_schema}))
     if req.grammar not in (None, ""):
         asked.append(("grammar", {"grammar": req.grammar}))
     return wire.answer_format(asked)
@@ -341,14 +367,14 @@ def _sampling(state: ServerState, req: MessagesRequest) -> SamplingParams:
         raise located(e, _fields(req)) from None
 
 
-def _prompt(state: ServerState, req: MessagesRequest, params: SamplingParams) -> tuple[list[int], ChatShaper]:
+async def _prompt(state: ServerState, req: MessagesRequest, params: SamplingParams) -> tuple[list[int], ChatShaper]:
     """The prompt's ids and the reply's shaper (the call's grammar, the
     thought's budget added to `params`)."""
     messages, origins = _chat_messages(req)
     tools, tool_choice, parallel = _tools(req)
     chat = ChatRequest(messages=messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel,
                        answer=_answer(req), **_thinking(req))
-    return chat_prompt(state, chat, params, locate=message_locator(origins, _fields(req)))
+    return await chat_prompt(state, chat, params, locate=message_locator(origins, _fields(req)))
 
 
 # -- the reply, as Anthropic shapes it --------------------------------------------
@@ -450,7 +476,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, f"thinking.budget_tokens: must be less than max_tokens ({req.max_tokens}), got {budget}",
                        param="thinking.budget_tokens")
     params = _sampling(state, req)
-    prompt, shaper = _prompt(state, req, params)
+    prompt, shaper = await _prompt(state, req, params)
     gen = Generation(request, prompt, req.max_tokens, params)
     mid = f"msg_{uuid.uuid4().hex}"
     head = {"id": mid, "type": "message", "role": "assistant", "model": state.model_id()}
@@ -487,16 +513,16 @@ async def messages(request: web.Request) -> web.StreamResponse:
                     "delta": {"stop_reason": STOP_REASON[end.stop], "stop_sequence": end.stop_sequence},
                     "usage": _usage(gen, ev.n_cached, len(ev.tokens))}),
                     ("message_stop", {"type": "message_stop"})])
-    return await gen.stream(request, write, envelope="anthropic")
+    return await gen.stream(request, write)
 
 
 async def count_tokens(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), MessagesRequest)
-    prompt, _ = _prompt(state, req, SamplingParams())
+    prompt, _ = await _prompt(state, req, SamplingParams())
     return json_response({"input_tokens": len(prompt)})
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post(ANTHROPIC_PREFIX, messages)
-    app.router.add_post(f"{ANTHROPIC_PREFIX}/count_tokens", count_tokens)
+    app.router.add_post(PREFIX, messages)
+    app.router.add_post(f"{PREFIX}/count_tokens", count_tokens)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
-from pathlib import Path
 
 from aiohttp import web
 
@@ -21,6 +19,7 @@ from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import finite, json_response, read_body, sse_send
+from ember.server.slot_files import check_name, read_slot_file, write_slot_file
 from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
@@ -154,7 +153,7 @@ async def apply_template(request: web.Request) -> web.Response:
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
     wire.sampling_options(req, state.model.n_vocab)
-    return json_response({"prompt": chat_text(state, req.chat(), req.add_generation_prompt)})
+    return json_response({"prompt": await chat_text(state, req.chat(), req.add_generation_prompt)})
 
 
 async def props(request: web.Request) -> web.Response:
@@ -235,9 +234,6 @@ async def slots(request: web.Request) -> web.Response:
     return json_response(out)
 
 
-_SLOT_FILE = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
 async def _on_slot(engine, fn, *args):
     """Runs a slot operation on the engine thread, between passes (the engine
     is the model's one owner); its refusals (a busy slot, a state of another
@@ -271,20 +267,19 @@ async def slot_action(request: web.Request) -> web.Response:
         body = json.loads(await read_body(request) or b"{}")
     except (ValueError, RecursionError):
         raise ApiError(400, "the body is not JSON") from None
-    filename = body.get("filename") if isinstance(body, dict) else None
-    if not isinstance(filename, str) or not _SLOT_FILE.fullmatch(filename) or filename in (".", ".."):
-        raise ApiError(400, "filename: a plain file name (letters, digits, '.', '_', '-'), no directories",
-                       param="filename")
-    path = Path(state.opts.slot_save_path) / filename
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body is not a JSON object")
+    filename = check_name(body.get("filename"))
+    folder = state.opts.slot_save_path
     if action == "save":
+        overwrite = body.get("overwrite", False)
+        if not isinstance(overwrite, bool):
+            raise ApiError(400, "overwrite: expected true or false", param="overwrite")
         data, n = await _on_slot(engine, engine.batcher.save_slot, slot)
-        await loop.run_in_executor(None, path.write_bytes, data)
+        await loop.run_in_executor(None, write_slot_file, folder, filename, data, overwrite)
         return json_response({"id_slot": slot, "filename": filename, "n_saved": n, "n_written": len(data),
                               "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
-    try:
-        data = await loop.run_in_executor(None, path.read_bytes)
-    except OSError as e:
-        raise ApiError(400, f"filename: cannot read {filename!r} ({e.strerror or e})", param="filename") from None
+    data = await loop.run_in_executor(None, read_slot_file, folder, filename)
     n = await _on_slot(engine, engine.batcher.restore_slot, slot, data)
     return json_response({"id_slot": slot, "filename": filename, "n_restored": n, "n_read": len(data),
                           "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})

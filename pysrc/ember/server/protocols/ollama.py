@@ -36,11 +36,14 @@ from ember.server import wire
 from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, stream_error
+from ember.server.http import Envelope, json_response, read_body
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.state import ServerState
 
-__all__ = ["add_routes"]
+__all__ = ["ENVELOPES", "add_routes"]
+
+#: Errors on Ollama's routes: `{"error": message}`, whole or as a stream's line.
+ENVELOPES = {"/api/": Envelope(lambda e: {"error": e.message}, lines=True)}
 
 
 # -- requests -------------------------------------------------------------------
@@ -81,8 +84,10 @@ class _Common(msgspec.Struct, forbid_unknown_fields=False):
     stream: bool = True
     think: Union[bool, str, None] = None
     keep_alive: Any = None
-    # ember's extension, as on its other routes: a GBNF grammar the reply is held to
+    # ember's extensions, as on its other routes: a GBNF grammar or (llama-server's)
+    # a JSON Schema the reply is held to
     grammar: Any = None
+    json_schema: Any = None
 
 
 class ChatBody(_Common):
@@ -145,6 +150,8 @@ def _answer(body: _Common) -> AnswerFormat | None:
     elif fmt not in (None, ""):
         raise ApiError(400, f'format: expected "json" or a JSON Schema object, got {json.dumps(fmt)[:40]}',
                        param="format")
+    if body.json_schema is not None:
+        asked.append(("json_schema", {"json_schema": body.json_schema}))
     if body.grammar not in (None, ""):
         asked.append(("grammar", {"grammar": body.grammar}))
     return wire.answer_format(asked)
@@ -214,7 +221,7 @@ def _chat_messages(body: ChatBody) -> list[dict]:
     return out
 
 
-def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
+async def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None, tool_choice=None,
             after: list[int] | None = None) -> tuple[list[int], ChatShaper, SamplingParams]:
     """The prompt's ids (after `after`, an earlier reply's context, when
     given), the reply's shaper and the generation's options."""
@@ -224,7 +231,7 @@ def _prompt(state: ServerState, body: _Common, messages: list[dict], tools=None,
     origins = [Origin(("messages", i), args_field=("function", "arguments"),
                       calls=[("messages", i, "tool_calls", k) for k in range(len(m.get("tool_calls", [])))])
                for i, m in enumerate(messages)]
-    prompt, shaper = chat_prompt(state, chat, params, locate=message_locator(origins, _fields), after=after)
+    prompt, shaper = await chat_prompt(state, chat, params, locate=message_locator(origins, _fields), after=after)
     return prompt, shaper, params
 
 
@@ -271,7 +278,7 @@ class _Lines:
         await self.resp.write(msgspec.json.encode(obj) + b"\n")
 
     async def error(self, e: ApiError) -> None:
-        await stream_error(self.resp, e, "ollama")
+        await ENVELOPES["/api/"].in_stream(self.resp, e)
 
     async def end(self) -> web.StreamResponse:
         await self.resp.write_eof()
@@ -313,7 +320,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     body = wire.decode(await read_body(request), ChatBody)
     max_tokens = _max_tokens(state, body)
-    prompt, shaper, params = _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
+    prompt, shaper, params = await _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
     gen = Generation(request, prompt, max_tokens, params)
     t0, name = time.perf_counter(), body.model or state.model_id()
 
@@ -370,7 +377,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     else:
         messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
             {"role": "user", "content": body.prompt}]
-        prompt, shaper, params = _prompt(state, body, messages, after=body.context)
+        prompt, shaper, params = await _prompt(state, body, messages, after=body.context)
     gen = Generation(request, prompt, max_tokens, params)
     t0 = time.perf_counter()
 

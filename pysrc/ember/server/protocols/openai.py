@@ -66,7 +66,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = chat_prompt(state, chat, params)
+    prompt, shaper = await chat_prompt(state, chat, params)
     gen = Generation(request, prompt, max_tokens, params)
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())

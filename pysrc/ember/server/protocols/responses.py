@@ -276,6 +276,8 @@ def _answer(req: ResponsesRequest) -> AnswerFormat | None:
         else:
             raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {fmt.type!r}",
                            param="text.format.type")
+    if req.json_schema is not None:
+        asked.append(("json_schema", {"json_schema": req.json_schema}))
     if req.grammar not in (None, ""):
         asked.append(("grammar", {"grammar": req.grammar}))
     return wire.answer_format(asked)
@@ -291,7 +293,7 @@ def _fields(loc: tuple) -> tuple:
     return loc
 
 
-def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, SamplingParams]:
+async def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, SamplingParams]:
     if req.previous_response_id is not None:
         raise ApiError(400, "previous_response_id: responses are not stored here; send the whole conversation "
                        "in input (the slot's cache reuses what it has already read)", param="previous_response_id")
@@ -315,7 +317,7 @@ def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatS
         params = wire.sampling_options(wire.Sampling(**req.sampling()), state.model.n_vocab)
     except ApiError as e:
         raise located(e, _fields) from None
-    prompt, shaper = chat_prompt(state, chat, params, locate=message_locator(origins, _fields))
+    prompt, shaper = await chat_prompt(state, chat, params, locate=message_locator(origins, _fields))
     return prompt, shaper, params
 
 
@@ -413,7 +415,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, f"max_output_tokens: must be between 1 and {wire.MAX_COUNT}, got {req.max_output_tokens}",
                        param="max_output_tokens")
     max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
-    prompt, shaper, params = _prompt(state, req)
+    prompt, shaper, params = await _prompt(state, req)
     gen = Generation(request, prompt, max_tokens, params)
     created = int(time.time())
     head = {
