@@ -532,6 +532,8 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
     or a failed model load. Returns the exit status."""
     from aiohttp import web
 
+    from ember.server.http import RUNNER_OPTIONS
+
     if create_app is None:
         try:
             from ember.server.app import create_app
@@ -566,7 +568,7 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
             signal.signal(sig, lambda s, _f: loop.call_soon_threadsafe(request_stop, signal.Signals(s).name))
 
     # Handlers still streaming get this long after the engine stops them.
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0, **RUNNER_OPTIONS)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
     try:

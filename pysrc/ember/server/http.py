@@ -5,6 +5,7 @@ inside a stream already under way."""
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,19 +15,35 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ember.server.errors import ApiError, error_body
 
-__all__ = ["DEFAULT_ENVELOPE", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+
+
+#: How the server's runner must read requests for `read_body` (see there).
+RUNNER_OPTIONS = {"auto_decompress": False}
 
 
 def json_response(obj, status: int = 200, headers: dict | None = None) -> web.Response:
     return web.Response(status=status, body=msgspec.json.encode(obj), content_type="application/json", headers=headers)
 
 
+#: zlib's window bits for the encodings a body may come in: gzip's header and
+#: trailer, and HTTP's deflate (zlib-wrapped; a raw deflate stream is tried too).
+_ENCODINGS = {"gzip": (31,), "x-gzip": (31,), "deflate": (15, -15)}
+
+
 async def read_body(request: web.Request) -> bytes:
-    """The body, decompressed by aiohttp's parser, refused past the cap without reading further."""
+    """The body, decoded as its Content-Encoding says, refused past the cap
+    (compressed or not) without reading or inflating further. The server
+    runs its parser with `auto_decompress` off (`RUNNER_OPTIONS`) so that a
+    stream cut before its end is seen: aiohttp's own inflating lets a gzip
+    body without its trailer through."""
     limit = request.app["state"].body_limit()
     too_big = ApiError(413, f"the request body exceeds the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
         raise too_big
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "", *_ENCODINGS):
+        raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (gzip or deflate)")
     buf = bytearray()
     try:
         async for chunk in request.content.iter_any():
@@ -34,12 +51,33 @@ async def read_body(request: web.Request) -> bytes:
             if len(buf) > limit:
                 raise too_big
     except RequestPayloadError as e:
-        # A body that does not decode as its Content-Encoding says, or stops
-        # short. Marked read to its end: aiohttp would otherwise drain it
-        # after the reply, meet the same error and log it as unhandled.
+        # A body that stops short of its length. Marked read to its end:
+        # aiohttp would otherwise drain it after the reply, meet the same
+        # error and log it as unhandled.
         request.content.feed_eof()
         raise ApiError(400, f"the request body cannot be read: {' '.join(str(e).split())}") from None
+    if encoding in _ENCODINGS:
+        return _inflated(bytes(buf), encoding, limit, too_big)
     return bytes(buf)
+
+
+def _inflated(raw: bytes, encoding: str, limit: int, too_big: ApiError) -> bytes:
+    for wbits in _ENCODINGS[encoding]:
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(raw, limit + 1)
+        except zlib.error as e:
+            why = f"not {encoding} ({e})"
+            continue
+        if len(out) > limit or d.unconsumed_tail:
+            raise too_big
+        if not d.eof:
+            raise ApiError(400, f"the request body cannot be read: its {encoding} stream ends before its end "
+                           "(a cut body, or one missing its trailer)")
+        if d.unused_data:
+            raise ApiError(400, f"the request body cannot be read: bytes follow its {encoding} stream")
+        return out
+    raise ApiError(400, f"the request body cannot be read: {why}")
 
 
 async def sse_start(request: web.Request) -> web.StreamResponse:

@@ -159,6 +159,8 @@ def test_a_json_schema_format_holds_the_answer(client):
 BAD = [
     ({}, "input"),
     ({"input": []}, "input"),
+    ({"input": ""}, "input"),
+    ({"input": "", "instructions": "Be brief."}, "input"),
     ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),

@@ -192,6 +192,8 @@ def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
         origins.append(Origin(("instructions",)))
     if req.input is None:
         raise ApiError(400, "input: required", param="input")
+    if req.input == "":
+        raise ApiError(400, "input: empty; a response answers an input", param="input")
     if isinstance(req.input, str):
         return out + [{"role": "user", "content": req.input}], origins + [Origin(("input",))]
     items = _items(req.input)
