@@ -295,8 +295,9 @@ class Engine:
                           for i in range(self.n_slots)]}
 
     def close(self, timeout: float | None = None) -> None:
-        """Takes no more work; the requests in progress end before their next
-        token, the waiting ones are cancelled."""
+        """Takes no more work; the requests in progress end after the pass
+        under way, and they and the waiting ones are told why (their readers
+        get EngineStopped, to end their replies in their own shape)."""
         self._closing = True
         while True:
             try:
@@ -307,10 +308,6 @@ class Engine:
                 job.cancel()
             if job is not _STOP:
                 job._deliver(EngineStopped("the server is shutting down"))
-        for job in list(self._line):
-            job.cancel()
-        for job, _ in list(self._active.values()):
-            job.cancel()
         self._jobs.put(_STOP)
         if self._thread.is_alive():
             self._thread.join(timeout)

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -83,6 +84,9 @@ _FLAGS = [
           "interval checkpoints keep at least N positions from any other, and a full list drops one that close "
           "first (default 0: no minimum)", 0),
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
+    _Flag("shutdown-timeout", ("--shutdown-timeout",), int, None,
+          "seconds the requests in flight get to finish on SIGTERM or /shutdown; then they are cut, each ending with "
+          "an error in its route's shape (default 5)", 5),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
     _Flag("embeddings", ("--embedding", "--embeddings"), bool, "LLAMA_ARG_EMBEDDINGS",
@@ -379,6 +383,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("n-predict", "must be -1 (no limit) or a count")
     if values["threads"] < -1:
         raise bad("threads", "must be 0 (physical cores) or a count")
+    if values["shutdown-timeout"] < 0:
+        raise bad("shutdown-timeout", "must be 0 (cut at once) or more seconds")
     if values["queue-depth"] < 0:
         raise bad("queue-depth", "must be 0 or more")
     if not values["host"]:
@@ -491,7 +497,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
-        threads=threads, alias=alias, api_keys=keys, cors_origins=origins, chat_template_file=template, metrics=bool(values["metrics"]),
+        threads=threads, alias=alias, api_keys=keys, cors_origins=origins,
+        shutdown_timeout=values["shutdown-timeout"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
         embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
@@ -525,6 +532,18 @@ def _say(line: str) -> None:
 
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _drain(engine, grace: float) -> None:
+    """Waits up to `grace` seconds for the requests in flight (and those
+    waiting for a slot) to finish; what is left is cut by the engine's close."""
+    left = engine.n_busy + engine.waiting()
+    if not left or grace <= 0:
+        return
+    _say(f"waiting up to {grace:g} s for {left} request{'s' * (left != 1)} in flight (--shutdown-timeout)")
+    deadline = time.monotonic() + grace
+    while engine.n_busy + engine.waiting() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
 
 
 async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> int:
@@ -598,9 +617,12 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
     app["closing"] = True
     state = app.get("state")
     if state is not None and hasattr(state, "closing"):
-        # The app keeps its own flag there; both say the same thing.
+        # The app keeps its own flag there; both say the same thing. New
+        # requests are refused from here on.
         state.closing = True
     engine = app.get("engine")
+    if engine is not None and hasattr(engine, "n_busy"):
+        await _drain(engine, opts.shutdown_timeout)
     if engine is not None and hasattr(engine, "close"):
         # close() joins the engine thread: off the loop, so a second signal
         # is still heard while the current request ends.

@@ -55,6 +55,9 @@ class Generation:
         self.params = params
         self.completion: Completion | None = None
         self.cancelled = False
+        #: the engine ended the job with an error (the shutdown's, when `cut_by_shutdown`)
+        self.failed = False
+        self.cut_by_shutdown = False
         self.n_drawn = 0
         self.t0 = time.perf_counter()
         self._req = GenerationRequest(prompt, max_tokens, params, slot)
@@ -76,7 +79,10 @@ class Generation:
         if self._watch is not None:
             self._watch.cancel()
         if self.completion is None:
-            self.cancelled = et is None or issubclass(et, (ClientGone, asyncio.CancelledError, ConnectionError))
+            # An engine error met inside the stream was answered there: the job
+            # failed, its client did not leave.
+            self.cancelled = not self.failed and (
+                et is None or issubclass(et, (ClientGone, asyncio.CancelledError, ConnectionError)))
             self.job.cancel()
         else:
             m = self.state.metrics
@@ -151,6 +157,9 @@ class Generation:
         except ClientGone:
             raise
         except Exception as e:
+            from ember.engine import EngineStopped
+
+            self.failed, self.cut_by_shutdown = True, isinstance(e, EngineStopped)
             raise from_engine_error(e, n_prompt=len(self.prompt), n_ctx=self.state.slot_ctx)
 
     @property

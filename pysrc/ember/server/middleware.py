@@ -12,7 +12,6 @@ from aiohttp import web
 
 from ember.chat.errors import ModelOutputError
 from ember.chat.events import Stop
-from ember.model import Completion
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import envelope_of
@@ -35,9 +34,12 @@ def _auth_ok(request: web.Request, keys: list[str]) -> bool:
     return request.headers.get("x-api-key", "") in keys and request.headers.get("x-api-key", "") != ""
 
 
-def _stop_words(c: Completion | None, cancelled: bool) -> str:
-    if cancelled:
+def _stop_words(g: "Generation") -> str:
+    c = g.completion
+    if g.cancelled:
         return "client gone"
+    if g.cut_by_shutdown:
+        return "cut by the shutdown"
     if c is None:
         return "failed"
     stop = Stop.of(c)
@@ -65,7 +67,7 @@ def _gen_log(g: "Generation") -> str:
         where = f"slot {job.slot}{' after waiting for one' if job.waited else ''}, "
     resume = f" [{job.resume}]" if job is not None and job.resume else ""
     return (f"{where}prompt {n_prompt} ({g.n_cached} cached{resume}) in {p_s:.2f}s ({rate(n_read, p_s)}), "
-            f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(c, g.cancelled)}")
+            f"{drawn} drawn in {g_s:.2f}s ({rate(drawn, g_s)}), {_stop_words(g)}")
 
 
 # A preflight is answered before the key is checked (browsers send it
@@ -213,6 +215,6 @@ async def _dispatch(request: web.Request, handler, state: ServerState):
     exc = request.match_info.http_exception
     if exc is not None:
         raise exc
-    if state.phase != "ready" and path not in _BEFORE_READY:
+    if (state.phase != "ready" or state.closing) and path not in _BEFORE_READY:
         raise unavailable(state)
     return await handler(request)

@@ -47,3 +47,5 @@ class ServerOptions:
     checkpoint_interval: int = 1024
     #: interval checkpoints keep at least this far from any other (--checkpoint-min-step)
     checkpoint_min_step: int = 0
+    #: seconds the requests in flight get to finish once the server is told to stop
+    shutdown_timeout: float = 5.0
