@@ -84,6 +84,11 @@ _FLAGS = [
           "interval checkpoints keep at least N positions from any other, and a full list drops one that close "
           "first (default 0: no minimum)", 0),
     _Flag("slot-save-path", ("--slot-save-path",), str, "LLAMA_ARG_SLOT_SAVE_PATH", "existing directory for saved slots"),
+    _Flag("timeout", ("-to", "--timeout"), int, "LLAMA_ARG_TIMEOUT",
+          "seconds a request may take to arrive whole (its line and headers within the lesser of this and 30), "
+          "and an idle connection stays open (default 600, llama-server's)", 600),
+    _Flag("max-connections", ("--max-connections",), int, None,
+          "connections open at once; past them a new one is answered 503 (default 256)", 256),
     _Flag("shutdown-timeout", ("--shutdown-timeout",), int, None,
           "seconds the requests in flight get to finish on SIGTERM or /shutdown; then they are cut, each ending with "
           "an error in its route's shape (default 5)", 5),
@@ -383,6 +388,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("n-predict", "must be -1 (no limit) or a count")
     if values["threads"] < -1:
         raise bad("threads", "must be 0 (physical cores) or a count")
+    if values["timeout"] < 1:
+        raise bad("timeout", "must be at least 1 second")
+    if values["max-connections"] < 1:
+        raise bad("max-connections", "must be at least 1")
     if values["shutdown-timeout"] < 0:
         raise bad("shutdown-timeout", "must be 0 (cut at once) or more seconds")
     if values["queue-depth"] < 0:
@@ -498,7 +507,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
         threads=threads, alias=alias, api_keys=keys, cors_origins=origins,
-        shutdown_timeout=values["shutdown-timeout"], chat_template_file=template, metrics=bool(values["metrics"]),
+        shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
+        max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
         embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
@@ -551,6 +561,7 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
     or a failed model load. Returns the exit status."""
     from aiohttp import web
 
+    from ember.server.connections import GuardedRunner
     from ember.server.http import RUNNER_OPTIONS
 
     if create_app is None:
@@ -587,7 +598,8 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
             signal.signal(sig, lambda s, _f: loop.call_soon_threadsafe(request_stop, signal.Signals(s).name))
 
     # Handlers still streaming get this long after the engine stops them.
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0, **RUNNER_OPTIONS)
+    runner = GuardedRunner(app, head_timeout=min(opts.timeout, 30), max_connections=opts.max_connections, log=_say,
+                           handle_signals=False, access_log=None, shutdown_timeout=5.0, **RUNNER_OPTIONS)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
     try:

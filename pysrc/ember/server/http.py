@@ -4,6 +4,7 @@ inside a stream already under way."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import zlib
 from collections.abc import Callable
@@ -45,8 +46,18 @@ async def read_body(request: web.Request) -> bytes:
     if encoding not in ("identity", "", *_ENCODINGS):
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (gzip or deflate)")
     buf = bytearray()
+    opts = request.app["state"].opts
+    deadline = asyncio.get_running_loop().time() + opts.timeout
     try:
-        async for chunk in request.content.iter_any():
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), max(left, 0.001))
+            except asyncio.TimeoutError:
+                raise ApiError(408, f"the request body did not arrive within {opts.timeout} s (--timeout)",
+                               headers={"Connection": "close"}) from None
+            if not chunk:
+                break
             buf += chunk
             if len(buf) > limit:
                 raise too_big
@@ -107,8 +118,11 @@ class Envelope:
     lines: bool = False
 
     def response(self, err: ApiError) -> web.Response:
-        return web.Response(status=err.status, body=msgspec.json.encode(self.body(err)),
+        resp = web.Response(status=err.status, body=msgspec.json.encode(self.body(err)),
                             content_type="application/json", headers=err.headers)
+        if err.headers.get("Connection") == "close":
+            resp.force_close()  # the rest of the request is not waited for
+        return resp
 
     async def in_stream(self, resp: web.StreamResponse, err: ApiError) -> None:
         try:

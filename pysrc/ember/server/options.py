@@ -47,5 +47,10 @@ class ServerOptions:
     checkpoint_interval: int = 1024
     #: interval checkpoints keep at least this far from any other (--checkpoint-min-step)
     checkpoint_min_step: int = 0
+    #: seconds a request may take to arrive (its body whole; its head within
+    #: the lesser of this and 30), and an idle connection stays open
+    timeout: int = 600
+    #: connections open at once; past them a new one is answered 503
+    max_connections: int = 256
     #: seconds the requests in flight get to finish once the server is told to stop
     shutdown_timeout: float = 5.0
