@@ -51,6 +51,8 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     #: the slot the client asked for (llama-server's id_slot), or None for the engine's choice
     slot: int | None = None
+    #: whose prompt it is: a slot's cache is reused only for its owner's (0: everyone's)
+    owner: int = 0
 
 
 class Job:
@@ -351,7 +353,8 @@ class Engine:
             if want is not None and want in self._active:
                 self._deferred.append(job)
                 continue
-            self._place(job, want if want is not None else self.batcher.choose_slot(job.request.prompt))
+            self._place(job, want if want is not None else self.batcher.choose_slot(job.request.prompt,
+                                                                                  job.request.owner))
         return bool(self._active or self._line or self._deferred) or threading.main_thread().is_alive()
 
     def _place(self, job: Job, slot: int) -> None:
@@ -361,7 +364,7 @@ class Engine:
             return
         req = job.request
         try:
-            build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, req.params)
+            build = self.model.start_in(self.batcher, slot, req.prompt, req.max_tokens, req.params, req.owner)
         except Exception as e:  # a refused request (too long, bad option) reaches its client
             job._deliver(e)
             self.n_processed += 1

@@ -407,13 +407,14 @@ class Model:
         yield from build.finish()
 
     def start_in(self, batcher: "_native.Batcher", slot: int, prompt: Sequence[int], max_tokens: int,
-                 params: SamplingParams) -> "CompletionBuilder":
+                 params: SamplingParams, owner: int = 0) -> "CompletionBuilder":
         """Places a completion in a slot of ``batcher``; the batcher's steps
         then draw its tokens, which the returned builder turns into `Piece`s
-        and the `Completion`."""
+        and the `Completion`. The slot's cache is reused only for `owner`'s
+        prompts (0: everyone's)."""
         ids = self._prompt_ids(prompt, True, False)
         t0 = time.perf_counter()
-        started = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints)
+        started = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints, owner)
         build = CompletionBuilder(params.stop, len(ids), started.n_cached, params.n_probs, t0)
         build.resume = started.resume
         return build

@@ -190,9 +190,10 @@ def _keys_named(where: str, raw: str) -> list[str]:
     return keys
 
 
-def _api_keys(args, config: dict[str, Any], environ) -> list[str]:
+def _api_keys(args, config: dict[str, Any], environ, rules: dict) -> list[str]:
     """Every key from every source, added up: --api-key, the config's
-    "api-key", LLAMA_API_KEY and the key files they name."""
+    "api-key", LLAMA_API_KEY and the key files they name (whose lines may
+    carry a key's scope and limits, into `rules`)."""
     keys: list[str] = []
     if args.__dict__.get("api-key") is not None:
         keys += _keys_named("--api-key", args.__dict__["api-key"])
@@ -205,23 +206,31 @@ def _api_keys(args, config: dict[str, Any], environ) -> list[str]:
              ("LLAMA_ARG_API_KEY_FILE", environ.get("LLAMA_ARG_API_KEY_FILE"))]
     for where, path in files:
         if path is not None:
-            keys += _key_file(where, path)
+            keys += _key_file(where, path, rules)
     return list(dict.fromkeys(keys))
 
 
-def _key_file(where: str, path: str) -> list[str]:
+def _key_file(where: str, path: str, rules: dict) -> list[str]:
+    """The keys of a key file; a line's fields (scope, inflight, rate,
+    burst: `ember.server.keys`) go into `rules`."""
+    from ember.server.keys import parse_key_line
+
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise OptionError(f"{where} {path}: cannot read it ({e})", 1) from None
     keys = []
     for n, line in enumerate(text.splitlines(), 1):
-        k = line.strip()
-        if not k or k.startswith("#"):
+        line = line.strip()
+        if not line or line.startswith("#"):
             continue
-        if any(c.isspace() for c in k):
-            raise OptionError(f"{where} {path}: line {n}: a key may not contain spaces", 1)
-        keys.append(k)
+        try:
+            key, rule = parse_key_line(line)
+        except ValueError as e:
+            raise OptionError(f"{where} {path}: line {n}: {e}", 1) from None
+        if line != key:
+            rules[key] = rule
+        keys.append(key)
     if not keys:
         raise OptionError(f"{where} {path}: holds no key (only blank or # lines)", 1)
     return keys
@@ -448,7 +457,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     else:
         lines.append("chat template: ember's built-in fallback (the file has none)")
 
-    keys = _api_keys(args, config, environ)
+    key_rules: dict = {}
+    keys = _api_keys(args, config, environ, key_rules)
     origins = _cors_origins(args, config)
     if values["insecure-no-key"] and keys:
         raise OptionError("--insecure-no-key: API keys are set, so the server is not keyless; give one or the other")
@@ -506,7 +516,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     opts = ServerOptions(
         model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
-        threads=threads, alias=alias, api_keys=keys, cors_origins=origins,
+        threads=threads, alias=alias, api_keys=keys, key_rules=key_rules, cors_origins=origins,
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,

@@ -60,7 +60,7 @@ class Generation:
         self.cut_by_shutdown = False
         self.n_drawn = 0
         self.t0 = time.perf_counter()
-        self._req = GenerationRequest(prompt, max_tokens, params, slot)
+        self._req = GenerationRequest(prompt, max_tokens, params, slot, owner=request.get("owner", 0))
         self.job = None
         self._watch: asyncio.Task | None = None
         self._stream = None

@@ -15,6 +15,7 @@ from ember.chat.events import Stop
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import envelope_of
+from ember.server.keys import SCOPES, refusal, scope_needed
 from ember.server.state import ServerState, unavailable
 
 __all__ = ["allow_origin", "middleware"]
@@ -27,11 +28,14 @@ _PUBLIC = frozenset({"/health", "/v1/health"})
 _BEFORE_READY = _PUBLIC | {"/shutdown"}
 
 
-def _auth_ok(request: web.Request, keys: list[str]) -> bool:
+def _presented_key(request: web.Request, keys: list[str]) -> str | None:
+    """The server's key the request presents (a bearer token or Anthropic's
+    x-api-key), or None."""
     h = request.headers.get("Authorization", "")
     if h[:7].lower() == "bearer " and h[7:].strip() in keys:
-        return True
-    return request.headers.get("x-api-key", "") in keys and request.headers.get("x-api-key", "") != ""
+        return h[7:].strip()
+    x = request.headers.get("x-api-key", "")
+    return x if x and x in keys else None
 
 
 def _stop_words(g: "Generation") -> str:
@@ -100,11 +104,11 @@ def _browser_guard(request: web.Request, state: ServerState) -> None:
     opts = state.opts
     origin = request.headers.get("Origin")
     if origin is not None and not _same_origin(origin, request) and _cors(origin, opts) is None:
-        raise ApiError(403, f"Origin {origin}: a web page of another origin may not call this server "
-                       "(allow it with --cors-origin)")
+        raise refusal("origin", 403, f"Origin {origin}: a web page of another origin may not call this server "
+                      "(allow it with --cors-origin)")
     if not opts.api_keys and not _host_allowed(request.host, opts):
-        raise ApiError(403, f"Host {request.host}: not an address of this server; without an API key only "
-                       "localhost and the address it listens on are answered (DNS rebinding)")
+        raise refusal("host", 403, f"Host {request.host}: not an address of this server; without an API key only "
+                      "localhost and the address it listens on are answered (DNS rebinding)")
 
 
 def _host_allowed(host: str, opts) -> bool:
@@ -146,6 +150,7 @@ async def middleware(request: web.Request, handler):
             _browser_guard(request, state)
             resp = web.Response(status=204, headers=_CORS_PREFLIGHT)
         except ApiError as e:
+            state.refused(e.cause)  # type: ignore[attr-defined]
             resp = shape.response(e)
         _log_request(request, resp, t0, state)
         return resp
@@ -153,6 +158,8 @@ async def middleware(request: web.Request, handler):
     try:
         resp = await _dispatch(request, handler, state)
     except ApiError as e:
+        if (cause := getattr(e, "cause", None)) is not None:
+            state.refused(cause)
         resp = shape.response(e)
     except web.HTTPException as e:
         resp = shape.response(_http_error(request, e))
@@ -207,14 +214,35 @@ def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
 
 async def _dispatch(request: web.Request, handler, state: ServerState):
     path = request.path
+    keys = state.opts.api_keys
+    key = _presented_key(request, keys) if keys else None
+    # Whose prompts a slot's cache holds: with keys, each key's own (0: everyone's).
+    request["owner"] = keys.index(key) + 1 if key is not None else 0
+    if path in _PUBLIC:
+        return await _routed(request, handler, state)
     # The key before the route: without one, which routes exist is not told.
-    if state.opts.api_keys and path not in _PUBLIC and not _auth_ok(request, state.opts.api_keys):
-        raise ApiError(401, "Invalid API Key")
-    if path not in _PUBLIC:
-        _browser_guard(request, state)
+    if keys and key is None:
+        raise refusal("key", 401, "Invalid API Key")
+    _browser_guard(request, state)
+    rule = state.opts.key_rules.get(key) if key is not None else None
+    request["scopes"] = rule.scopes if rule is not None else frozenset(SCOPES)
+    need = scope_needed(request.method, path)
+    if need not in request["scopes"]:
+        raise refusal("scope", 403, f"{request.method} {path} needs the {need} scope; this key's is "
+                      f"{', '.join(sorted(request['scopes']))}", type="permission_error")
+    if rule is None:
+        return await _routed(request, handler, state)
+    state.key_limits.enter(key)
+    try:
+        return await _routed(request, handler, state)
+    finally:
+        state.key_limits.leave(key)
+
+
+async def _routed(request: web.Request, handler, state: ServerState):
     exc = request.match_info.http_exception
     if exc is not None:
         raise exc
-    if (state.phase != "ready" or state.closing) and path not in _BEFORE_READY:
+    if (state.phase != "ready" or state.closing) and request.path not in _BEFORE_READY:
         raise unavailable(state)
     return await handler(request)

@@ -24,6 +24,9 @@ class ServerOptions:
     #: model name the API reports; default general.name, else the file's stem
     alias: str | None = None
     api_keys: list[str] = field(default_factory=list)
+    #: the scope and limits of the keys whose key-file line gave some
+    #: (`ember.server.keys.KeyRule`); any other key may do everything
+    key_rules: dict = field(default_factory=dict)
     #: browsers' origins allowed to call the server ("*": any, without credentials)
     cors_origins: list[str] = field(default_factory=list)
     chat_template_file: str | None = None

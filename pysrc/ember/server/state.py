@@ -21,6 +21,9 @@ class Metrics:
     predicted_tokens: int = 0
     predicted_seconds: float = 0.0
     requests: int = 0
+    #: requests refused before their route, by cause (key, scope, inflight,
+    #: rate, host, origin)
+    refusals: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -39,6 +42,16 @@ class ServerState:
     framings: dict = field(default_factory=dict)
     #: the model as Ollama's routes describe it (entry, file metadata), read once
     ollama_model: tuple | None = None
+    #: each limited key's requests in flight and rate (`ember.server.keys.KeyLimits`)
+    key_limits: object = None
+
+    def __post_init__(self) -> None:
+        from ember.server.keys import KeyLimits
+
+        self.key_limits = KeyLimits(self.opts.key_rules)
+
+    def refused(self, cause: str) -> None:
+        self.metrics.refusals[cause] = self.metrics.refusals.get(cause, 0) + 1
 
     def body_limit(self) -> int:
         if self.opts.body_limit is not None:

@@ -43,6 +43,8 @@ struct SlotState {
     last_used: u64,
     /// Copies of a hybrid's recurrent states along the tokens held.
     checkpoints: Checkpoints,
+    /// Whose prompt the held tokens are (see [`Batcher::start_as`]).
+    owner: u64,
 }
 
 impl SlotState {
@@ -86,6 +88,7 @@ struct HostEntry {
     tokens: Vec<u32>,
     state: Vec<u8>,
     checkpoints: Checkpoints,
+    owner: u64,
 }
 
 impl HostEntry {
@@ -107,6 +110,10 @@ struct Feed {
 
 /// Shorter conversations are cheaper to read again than to keep.
 const MIN_HOST_PREFIX: usize = 32;
+
+/// The owner of every prompt where the caller tells owners apart by none
+/// (a server without API keys: every client shares the cache).
+pub const EVERYONE: u64 = 0;
 
 /// One slot's share of a pass, for logs: how many tokens it fed, and
 /// whether they were prompt (else the token drawn last).
@@ -189,6 +196,7 @@ impl Batcher {
                 active: None,
                 last_used: 0,
                 checkpoints: Checkpoints::default(),
+                owner: EVERYONE,
             })
             .collect();
         let state_floats = model.config.state_lens().iter().sum();
@@ -260,8 +268,19 @@ impl Batcher {
     /// tokens share the longest prefix with it, if that is at least a tenth of
     /// the prompt; else one holding nothing; else the one unused the longest.
     pub fn choose_slot(&self, prompt: &[u32]) -> Option<usize> {
+        self.choose_slot_of(EVERYONE, prompt)
+    }
+
+    /// [`choose_slot`](Self::choose_slot) for `owner`'s prompt: only what
+    /// `owner`'s earlier prompts left counts as shared.
+    pub fn choose_slot_of(&self, owner: u64, prompt: &[u32]) -> Option<usize> {
         let free = || self.slots.iter().enumerate().filter(|(_, s)| s.active.is_none());
-        let shared = |s: &SlotState| s.slot.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let shared = |s: &SlotState| {
+            if s.owner != owner {
+                return 0;
+            }
+            s.slot.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count()
+        };
         if let Some((i, n)) = free().map(|(i, s)| (i, shared(s))).max_by_key(|&(i, n)| (n, std::cmp::Reverse(i))) {
             if n > 0 && n * 10 >= prompt.len() {
                 return Some(i);
@@ -287,6 +306,22 @@ impl Batcher {
         cache_prompt: bool,
         hints: &[usize],
     ) -> Result<Started> {
+        self.start_as(EVERYONE, slot, prompt, params, cache_prompt, hints)
+    }
+
+    /// [`start`](Self::start) for `owner` (a server's API key, say): what a
+    /// slot or the host cache holds of another owner's prompts is never
+    /// reused for it, so one client cannot learn another's prompt from what
+    /// its own reads were spared.
+    pub fn start_as(
+        &mut self,
+        owner: u64,
+        slot: usize,
+        prompt: &[u32],
+        params: GenerateParams,
+        cache_prompt: bool,
+        hints: &[usize],
+    ) -> Result<Started> {
         let n_vocab = self.model.config.n_vocab;
         let st = self.slots.get_mut(slot).ok_or_else(|| ModelError::Invalid(format!("no slot {slot}")))?;
         if st.active.is_some() {
@@ -304,10 +339,14 @@ impl Batcher {
         }
         let draws = Draws::new(&self.model, params)?;
         if cache_prompt {
-            self.swap_with_host(slot, prompt);
+            self.swap_with_host(slot, prompt, owner);
         }
         let hybrid = self.hybrid();
         let st = &mut self.slots[slot];
+        if st.owner != owner {
+            st.forget();
+            st.owner = owner;
+        }
         let (n_cached, resume, parted) = if !cache_prompt {
             st.forget();
             (0, Resume::Fresh, None)
@@ -421,18 +460,17 @@ impl Batcher {
     /// checkpoints) in the host cache; and if the host cache holds a
     /// conversation the slot would keep more of than its own, bring that one
     /// into the slot instead of reading it again.
-    fn swap_with_host(&mut self, slot: usize, prompt: &[u32]) {
+    fn swap_with_host(&mut self, slot: usize, prompt: &[u32], owner: u64) {
         if self.host_budget == 0 {
             return;
         }
         let hybrid = self.hybrid();
         let keeps = |tokens: &[u32], cks: &Checkpoints| reusable(tokens, hybrid.then_some(cks), prompt);
         let st = &self.slots[slot];
-        let kept_here = keeps(&st.slot.tokens, &st.checkpoints);
-        let best = (0..self.host.len()).max_by_key(|&i| keeps(&self.host[i].tokens, &self.host[i].checkpoints));
-        let from_host = best
-            .map(|i| (i, keeps(&self.host[i].tokens, &self.host[i].checkpoints)))
-            .filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
+        let kept_here = if st.owner == owner { keeps(&st.slot.tokens, &st.checkpoints) } else { 0 };
+        let theirs = |e: &HostEntry| if e.owner == owner { keeps(&e.tokens, &e.checkpoints) } else { 0 };
+        let best = (0..self.host.len()).max_by_key(|&i| theirs(&self.host[i]));
+        let from_host = best.map(|i| (i, theirs(&self.host[i]))).filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
         // The slot's conversation would lose most of itself: keep it.
         let held = st.slot.tokens.len();
         if held >= MIN_HOST_PREFIX && kept_here * 2 < held {
@@ -441,8 +479,9 @@ impl Batcher {
             let tokens = st.slot.tokens.clone();
             // The slot keeps its own: the new prompt may resume from one.
             let checkpoints = st.checkpoints.clone();
-            self.host.retain(|e| e.tokens != tokens);
-            self.host.push(HostEntry { tokens, state, checkpoints });
+            let held_by = st.owner;
+            self.host.retain(|e| e.tokens != tokens || e.owner != held_by);
+            self.host.push(HostEntry { tokens, state, checkpoints, owner: held_by });
         }
         if let Some((i, _)) = from_host {
             let entry = self.host.remove(i);
@@ -450,6 +489,7 @@ impl Batcher {
             if st.slot.session.cache.restore_state(&entry.state).is_ok() {
                 st.slot.tokens = entry.tokens;
                 st.checkpoints = entry.checkpoints;
+                st.owner = entry.owner;
             } else {
                 st.forget();
             }
@@ -500,6 +540,12 @@ impl Batcher {
     /// `slot`; returns the tokens restored. A state of another model or slot
     /// size is refused and leaves the slot as it was.
     pub fn restore_slot(&mut self, slot: usize, state: &[u8]) -> Result<usize> {
+        self.restore_slot_as(EVERYONE, slot, state)
+    }
+
+    /// [`restore_slot`](Self::restore_slot), the tokens restored counted as
+    /// `owner`'s (see [`start_as`](Self::start_as)).
+    pub fn restore_slot_as(&mut self, owner: u64, slot: usize, state: &[u8]) -> Result<usize> {
         self.idle_slot(slot)?;
         let bad = |why: &str| ModelError::Invalid(format!("not a saved slot of this model and slot size: {why}"));
         if state.len() < SLOT_MAGIC.len() + 8 || &state[..SLOT_MAGIC.len()] != SLOT_MAGIC {
@@ -529,6 +575,7 @@ impl Batcher {
             return Err(bad("tokens and cache disagree"));
         }
         st.slot.tokens = tokens;
+        st.owner = owner;
         // Checkpoints are not saved: those held were another conversation's.
         st.checkpoints.clear();
         st.last_used = self.steps;

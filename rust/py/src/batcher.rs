@@ -82,8 +82,11 @@ impl Batcher {
     }
 
     /// The free slot for `ids` (llama-server's rule), or None when all are busy.
-    fn choose_slot(&self, ids: Vec<u32>) -> Option<usize> {
-        self.inner.lock().unwrap().choose_slot(&ids)
+    /// The free slot for `ids`; `owner` tells apart whose prompts a slot
+    /// holds (0: everyone's, a server without keys), only its own counting.
+    #[pyo3(signature = (ids, owner = 0))]
+    fn choose_slot(&self, ids: Vec<u32>, owner: u64) -> Option<usize> {
+        self.inner.lock().unwrap().choose_slot_of(owner, &ids)
     }
 
     fn is_busy(&self, slot: usize) -> bool {
@@ -108,17 +111,22 @@ impl Batcher {
     /// reused from its cache, and how they were (a line for the log; None
     /// when nothing was held). The prompt is read by the next steps; a
     /// hybrid's read takes a checkpoint at each of `hints`.
-    #[pyo3(signature = (slot, ids, options, hints = Vec::new()))]
+    #[pyo3(signature = (slot, ids, options, hints = Vec::new(), owner = 0))]
     fn start(
         &self,
         slot: usize,
         ids: Vec<u32>,
         options: &GenerateOptions,
         hints: Vec<usize>,
+        owner: u64,
     ) -> PyResult<Started> {
         let params = options.params_for(self.n_vocab)?;
-        let started =
-            self.inner.lock().unwrap().start(slot, &ids, params, options.cache_prompt, &hints).map_err(map_err)?;
+        let started = self
+            .inner
+            .lock()
+            .unwrap()
+            .start_as(owner, slot, &ids, params, options.cache_prompt, &hints)
+            .map_err(map_err)?;
         let resume = (started.resume != Resume::Fresh || started.n_cached > 0).then(|| started.resume.to_string());
         Ok(Started { n_cached: started.n_cached, resume })
     }
@@ -156,9 +164,11 @@ impl Batcher {
         Ok((PyBytes::new(py, &bytes), n))
     }
 
-    /// Loads bytes from `save_slot` into idle slot `slot`; the tokens restored.
-    fn restore_slot(&self, py: Python<'_>, slot: usize, state: Vec<u8>) -> PyResult<usize> {
-        py.detach(|| self.inner.lock().unwrap().restore_slot(slot, &state)).map_err(map_err)
+    /// Loads bytes from `save_slot` into idle slot `slot`, as `owner`'s
+    /// tokens; the tokens restored.
+    #[pyo3(signature = (slot, state, owner = 0))]
+    fn restore_slot(&self, py: Python<'_>, slot: usize, state: Vec<u8>, owner: u64) -> PyResult<usize> {
+        py.detach(|| self.inner.lock().unwrap().restore_slot_as(owner, slot, &state)).map_err(map_err)
     }
 
     /// Forgets what idle slot `slot` holds; the tokens dropped.

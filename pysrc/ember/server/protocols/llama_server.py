@@ -74,6 +74,9 @@ async def completion(request: web.Request) -> web.StreamResponse:
         prompt = list(req.prompt)
         prompt_text = None
     n_slots = state.engine.n_slots
+    if req.id_slot >= 0 and "admin" not in request.get("scopes", ("admin",)):
+        raise ApiError(403, "id_slot: choosing a slot needs the admin scope", param="id_slot",
+                       type="permission_error")
     if not -1 <= req.id_slot < n_slots:
         raise ApiError(400, f"id_slot: no slot {req.id_slot} (there are {n_slots}; -1 lets the server choose)",
                        param="id_slot")
@@ -207,6 +210,10 @@ async def metrics(request: web.Request) -> web.Response:
     lines = []
     for name, kind, help_, value in rows:
         lines += [f"# HELP llamacpp:{name} {help_}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value}"]
+    lines += ["# HELP ember:requests_refused_total Requests refused before their route, by cause.",
+              "# TYPE ember:requests_refused_total counter"]
+    for cause in ("key", "scope", "inflight", "rate", "host", "origin"):
+        lines.append(f'ember:requests_refused_total{{cause="{cause}"}} {s.refusals.get(cause, 0)}')
     return web.Response(body=("\n".join(lines) + "\n").encode(),
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -280,7 +287,7 @@ async def slot_action(request: web.Request) -> web.Response:
         return json_response({"id_slot": slot, "filename": filename, "n_saved": n, "n_written": len(data),
                               "timings": {"save_ms": (time.perf_counter() - t0) * 1e3}})
     data = await loop.run_in_executor(None, read_slot_file, folder, filename)
-    n = await _on_slot(engine, engine.batcher.restore_slot, slot, data)
+    n = await _on_slot(engine, engine.batcher.restore_slot, slot, data, request.get("owner", 0))
     return json_response({"id_slot": slot, "filename": filename, "n_restored": n, "n_read": len(data),
                           "timings": {"restore_ms": (time.perf_counter() - t0) * 1e3}})
 
