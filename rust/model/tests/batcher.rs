@@ -261,3 +261,34 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     run(&mut tiny_budget, &conv_b);
     assert_eq!(tiny_budget.host_cache_usage(), (0, 0), "past the budget nothing is kept");
 }
+
+/// With owners told apart (a server's API keys), what a slot or the host
+/// cache holds of one owner's prompts is never reused for another's: the
+/// other is placed as for a prompt nobody sent, and reads all of it.
+#[test]
+fn an_owners_cached_prompt_is_never_reused_for_another() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16);
+    b.set_host_cache(64 << 20);
+    let secret = tokens(40, 7, n_vocab);
+    b.start_as(1, 0, &secret, greedy(1), true, &[]).unwrap();
+    while b.any_busy() {
+        b.step();
+    }
+    let mut guess = secret.clone();
+    guess.truncate(39);
+    assert_eq!(b.choose_slot_of(2, &guess), Some(1), "the other owner gets the empty slot");
+    assert_eq!(b.choose_slot_of(1, &guess), Some(0));
+    // Even placed in the slot that holds it, the other owner reuses nothing.
+    assert_eq!(b.start_as(2, 0, &guess, greedy(1), true, &[]).unwrap().n_cached, 0);
+    while b.any_busy() {
+        b.step();
+    }
+    // The first owner's conversation went to the host cache, and comes back for it alone.
+    assert_eq!(b.start_as(2, 1, &secret, greedy(1), true, &[]).unwrap().n_cached, 0);
+    while b.any_busy() {
+        b.step();
+    }
+    assert!(b.start_as(1, 1, &secret, greedy(1), true, &[]).unwrap().n_cached > 0);
+}
