@@ -14,6 +14,7 @@ from aiohttp import web
 from ember.server.protocols import PROTOCOLS
 from ember.server.lifecycle import health, on_cleanup, on_startup, shutdown
 from ember.server.middleware import allow_origin, middleware
+from ember.server.openapi import openapi
 from ember.server.options import ServerOptions
 from ember.server.state import ServerState
 
@@ -36,6 +37,7 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/shutdown", shutdown)
+    app.router.add_get("/openapi.json", openapi)
     for protocol in PROTOCOLS:
         protocol.add_routes(app)
     app["envelopes"] = [(prefix, env) for p in PROTOCOLS for prefix, env in getattr(p, "ENVELOPES", {}).items()]

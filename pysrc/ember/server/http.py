@@ -16,7 +16,18 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ember.server.errors import ApiError, error_body
 
-__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "reads", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+
+
+def reads(body_type: type):
+    """Marks a handler with the type its request body decodes to: the
+    server's OpenAPI document (`ember.server.openapi`) is read from these."""
+
+    def mark(handler):
+        handler.request_type = body_type
+        return handler
+
+    return mark
 
 
 #: How the server's runner must read requests for `read_body` (see there).

@@ -20,7 +20,7 @@ __all__ = ["SCOPES", "KeyLimits", "KeyRule", "parse_key_line", "refusal", "scope
 SCOPES = ("inference", "read", "admin")
 
 _READ_PATHS = frozenset({"/v1/models", "/models", "/props", "/metrics", "/slots", "/api/tags", "/api/ps", "/api/show",
-                         "/api/version", "/"})
+                         "/api/version", "/", "/openapi.json"})
 _RATE = re.compile(r"(\d+(?:\.\d+)?)/(s|sec|second|min|minute)")
 
 

@@ -26,7 +26,7 @@ from ember.server import wire
 from ember.server.chat_prompt import Locate, Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import Envelope, json_response, read_body, sse_send
+from ember.server.http import Envelope, json_response, read_body, reads, sse_send
 from ember.server.segments import Segments
 from ember.server.state import ServerState
 
@@ -460,6 +460,7 @@ class _BlockStream(Segments):
 
 # -- the routes -------------------------------------------------------------------
 
+@reads(MessagesRequest)
 async def messages(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), MessagesRequest)
@@ -516,6 +517,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     return await gen.stream(request, write)
 
 
+@reads(MessagesRequest)
 async def count_tokens(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), MessagesRequest)

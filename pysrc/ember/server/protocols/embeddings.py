@@ -19,7 +19,7 @@ from aiohttp import web
 from ember.errors import EmberError, InvalidRequestError
 from ember.server import wire
 from ember.server.errors import ApiError, exceed_context, from_engine_error
-from ember.server.http import json_response, read_body
+from ember.server.http import json_response, read_body, reads
 from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
@@ -127,6 +127,7 @@ async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str
     return out
 
 
+@reads(EmbeddingsRequest)
 async def openai_embeddings(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req, inputs, vectors = await _embed(request, openai=True)
@@ -144,6 +145,7 @@ async def openai_embeddings(request: web.Request) -> web.Response:
     })
 
 
+@reads(EmbeddingsRequest)
 async def llama_embedding(request: web.Request) -> web.Response:
     # llama-server's shape: per input, a list of vectors (one per token without pooling, else the one pooled).
     _, _, vectors = await _embed(request, openai=False)

@@ -18,7 +18,7 @@ from ember.server import wire
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
-from ember.server.http import finite, json_response, read_body, sse_send
+from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.slot_files import check_name, read_slot_file, write_slot_file
 from ember.server.state import ServerState
 
@@ -54,6 +54,7 @@ def _stop_type(c: Completion) -> str:
     return STOP_TYPE[Stop.of(c)]
 
 
+@reads(wire.LlamaCompletionRequest)
 async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
@@ -124,6 +125,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     return await gen.stream(request, write)
 
 
+@reads(wire.TokenizeRequest)
 async def tokenize(request: web.Request) -> web.Response:
     model = request.app["state"].model
     req = wire.decode(await read_body(request), wire.TokenizeRequest)
@@ -141,6 +143,7 @@ async def tokenize(request: web.Request) -> web.Response:
     return json_response({"tokens": out})
 
 
+@reads(wire.DetokenizeRequest)
 async def detokenize(request: web.Request) -> web.Response:
     model = request.app["state"].model
     req = wire.decode(await read_body(request), wire.DetokenizeRequest)
@@ -151,6 +154,7 @@ async def detokenize(request: web.Request) -> web.Response:
     return json_response({"content": model.detokenize(req.tokens)})
 
 
+@reads(wire.ApplyTemplateRequest)
 async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)

@@ -36,7 +36,7 @@ from ember.server import wire
 from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import Envelope, json_response, read_body
+from ember.server.http import Envelope, json_response, read_body, reads
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.state import ServerState
 
@@ -316,6 +316,7 @@ def _text_of(events: list, kind: type) -> str:
     return "".join(ev.text for ev in events if isinstance(ev, kind))
 
 
+@reads(ChatBody)
 async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     body = wire.decode(await read_body(request), ChatBody)
@@ -346,6 +347,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return await _run(request, gen, shaper, body.stream, chunk, last)
 
 
+@reads(GenerateBody)
 async def generate(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
@@ -425,6 +427,7 @@ async def _vectors(request: web.Request, texts: list[str], field: str, truncate:
     return [(len(ids), v) for ids, v in zip(inputs, vectors)]
 
 
+@reads(EmbedBody)
 async def embed(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     body = wire.decode(await read_body(request), EmbedBody)
@@ -442,6 +445,7 @@ async def embed(request: web.Request) -> web.Response:
                           "prompt_eval_count": sum(n for n, _ in done)})
 
 
+@reads(EmbedBody)
 async def embeddings(request: web.Request) -> web.Response:
     body = wire.decode(await read_body(request), EmbedBody)
     if body.prompt is None:
@@ -503,6 +507,7 @@ async def ps(request: web.Request) -> web.Response:
                                       "context_length": state.slot_ctx}]})
 
 
+@reads(ModelBody)
 async def show(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     wire.decode(await read_body(request), ModelBody)

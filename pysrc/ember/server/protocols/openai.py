@@ -16,7 +16,7 @@ from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import finite, json_response, read_body, sse_send
+from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
@@ -51,6 +51,7 @@ def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
     return wire.max_tokens("max_tokens", None, state.opts.n_predict)
 
 
+@reads(wire.ChatRequest)
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
@@ -162,6 +163,7 @@ class _TextLogprobs:
                 "top_logprobs": self.top[since:], "text_offset": self.text_offset[since:]}
 
 
+@reads(wire.TextCompletionRequest)
 async def completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model

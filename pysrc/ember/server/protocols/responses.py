@@ -31,7 +31,7 @@ from ember.server import wire
 from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
-from ember.server.http import json_response, read_body, sse_send
+from ember.server.http import json_response, read_body, reads, sse_send
 from ember.server.segments import Segments
 from ember.server.state import ServerState
 
@@ -410,6 +410,7 @@ def _usage(g: Generation, n_cached: int, n_output: int, n_reasoning: int) -> dic
 
 # -- the route ----------------------------------------------------------------------
 
+@reads(ResponsesRequest)
 async def responses(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), ResponsesRequest)
