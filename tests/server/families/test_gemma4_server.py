@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from chat_cases import LOOKUP
 from paths import FIXTURES
 from server_process import ServerProcess, http, post_ok as post, sse, thought_and_answer
 
@@ -27,10 +28,6 @@ TEMPLATE = FIXTURES / "google-gemma-4-31B-it.chat_template.jinja"
 CHAT = [{"role": "user", "content": "Why is the sky blue?"}]
 #: A thought in Gemma 4's channel, its close, then the answer.
 THOUGHT = r'''root ::= "<|channel>thought\n" [a-z ]{1,8} "<channel|>" "The answer" [a-z ]{0,6}'''
-LOOKUP = {"type": "function", "function": {
-    "name": "lookup", "description": "Looks a word up.",
-    "parameters": {"type": "object", "properties": {"q": {"type": "string", "maxLength": 8}},
-                   "required": ["q"], "additionalProperties": False}}}
 
 
 @pytest.fixture(scope="module")

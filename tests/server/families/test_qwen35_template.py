@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from chat_cases import LOOKUP
 from paths import FIXTURES
 from server_process import ServerProcess, http, post_ok as post, thought_and_answer
 
@@ -26,10 +27,6 @@ TEMPLATE = FIXTURES / "Qwen3.5-4B.chat_template.jinja"
 CHAT = [{"role": "user", "content": "Why is the sky blue?"}]
 #: The template opens the thought; the model closes it, then answers.
 THOUGHT = r'''root ::= [a-z ]{1,8} "\n</think>\n\n" "The answer" [a-z ]{0,6}'''
-LOOKUP = {"type": "function", "function": {
-    "name": "lookup", "description": "Looks a word up.",
-    "parameters": {"type": "object", "properties": {"q": {"type": "string", "maxLength": 8}},
-                   "required": ["q"], "additionalProperties": False}}}
 
 
 @pytest.fixture(scope="module")
