@@ -48,7 +48,12 @@ fn is_word(c: u8) -> bool {
 
 impl Parser<'_> {
     fn err<T>(&self, msg: impl Into<String>) -> PResult<T> {
-        let before = &self.text[..self.pos.min(self.text.len())];
+        // The parser steps by bytes: an error may fall inside a character.
+        let mut at = self.pos.min(self.text.len());
+        while !self.text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
         let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
         Err(GrammarError::Syntax { line, col, msg: msg.into() })
@@ -367,6 +372,26 @@ mod tests {
         match parse(text) {
             Err(GrammarError::Syntax { line, col, msg }) => (line, col, msg),
             other => panic!("expected a syntax error for {text:?}, got {other:?}"),
+        }
+    }
+
+    /// Found by the grammar fuzz target: an error met inside a multi-byte
+    /// character (here an escape's `\\` run ending in U+07DB) was reported by
+    /// slicing the text there, a panic instead of the error.
+    #[test]
+    fn an_error_inside_a_character_is_still_an_error() {
+        const FOUND: &[u8] = &[
+            114, 111, 111, 116, 58, 58, 61, 32, 32, 91, 97, 45, 122, 101, 99, 116, 34, 44, 32, 34, 112, 114, 58, 32,
+            34, 35, 47, 92, 92, 92, 92, 92, 92, 92, 223, 155, 101, 102, 115, 111, 49, 112, 101, 114, 116, 97, 114, 114,
+            49, 97, 121, 105, 101, 115, 34, 58, 32, 123, 34, 110, 101, 120, 116, 34, 58, 32, 123, 34, 36, 114, 101,
+            103, 58, 32, 34, 35, 47, 36, 100, 101, 102, 115, 111, 123, 34, 116, 121, 112, 101,
+        ];
+        let text = std::str::from_utf8(FOUND).unwrap();
+        let (line, col, _) = syntax_err(text);
+        assert_eq!(line, 1);
+        assert!(col <= text.chars().count() + 1);
+        for cut in ["root ::= [\u{7db}", "root ::= \"\\\u{7db}", "root ::= x\u{1F600}"] {
+            assert!(parse(cut).is_err(), "{cut:?}");
         }
     }
 
