@@ -337,6 +337,13 @@ def _asked(req: Sampling) -> list[tuple[str, dict]]:
         schema, json_object = _response_format(req.response_format)
         if schema is not None or json_object:
             asked.append(("response_format", {"json_schema": schema, "json_object": json_object}))
+    return asked + extension_answers(req)
+
+
+def extension_answers(req) -> list[tuple[str, dict]]:
+    """The answer formats every route reads beside its API's own: llama-server's
+    `json_schema` and ember's `grammar`, as `answer_format`'s entries."""
+    asked = []
     if req.json_schema is not None:
         asked.append(("json_schema", {"json_schema": req.json_schema}))
     if req.grammar not in (None, ""):

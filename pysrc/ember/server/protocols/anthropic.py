@@ -333,11 +333,7 @@ def _answer(req: MessagesRequest) -> AnswerFormat | None:
         if fmt.schema is None:
             raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
         asked.append(("output_config.format", {"json_schema": fmt.schema}))
-    if req.json_schema is not None:
-        asked.append(("json_schema", {"json_schema": req.json_schema}))
-    if req.grammar not in (None, ""):
-        asked.append(("grammar", {"grammar": req.grammar}))
-    return wire.answer_format(asked)
+    return wire.answer_format(asked + wire.extension_answers(req))
 
 
 def _fields(req: MessagesRequest) -> Locate:

@@ -150,11 +150,7 @@ def _answer(body: _Common) -> AnswerFormat | None:
     elif fmt not in (None, ""):
         raise ApiError(400, f'format: expected "json" or a JSON Schema object, got {json.dumps(fmt)[:40]}',
                        param="format")
-    if body.json_schema is not None:
-        asked.append(("json_schema", {"json_schema": body.json_schema}))
-    if body.grammar not in (None, ""):
-        asked.append(("grammar", {"grammar": body.grammar}))
-    return wire.answer_format(asked)
+    return wire.answer_format(asked + wire.extension_answers(body))
 
 
 def _think(body: _Common) -> dict:

@@ -278,11 +278,7 @@ def _answer(req: ResponsesRequest) -> AnswerFormat | None:
         else:
             raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {fmt.type!r}",
                            param="text.format.type")
-    if req.json_schema is not None:
-        asked.append(("json_schema", {"json_schema": req.json_schema}))
-    if req.grammar not in (None, ""):
-        asked.append(("grammar", {"grammar": req.grammar}))
-    return wire.answer_format(asked)
+    return wire.answer_format(asked + wire.extension_answers(req))
 
 
 def _fields(loc: tuple) -> tuple:
