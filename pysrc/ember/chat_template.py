@@ -31,6 +31,7 @@ except ImportError:  # the compiled module is absent: keep this pure-Python modu
 
 __all__ = [
     "FALLBACKS",
+    "NAMED",
     "InvalidRequestError",
     "TemplateError",
     "normalize_messages",
@@ -79,6 +80,52 @@ GEMMA = r"""{{ bos_token }}
 """
 
 FALLBACKS: dict[str, str] = {"chatml": CHATML, "gemma": GEMMA}
+
+# The text of a turn, or nothing for content parts a named template cannot read.
+_TEXT = "(message['content'] if message['content'] is string else '')"
+
+# llama-server's built-in templates by name (--chat-template NAME), for the
+# families ember runs, written as llama.cpp's llama-chat.cpp writes them.
+NAMED: dict[str, str] = {
+    "chatml": CHATML,
+    "gemma": GEMMA,
+    "llama3": (
+        "{%- for message in messages -%}"
+        "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + " + _TEXT + " | trim "
+        "+ '<|eot_id|>' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}"
+    ),
+    # Llama 2 without system support: a system message is the first turn's opening line.
+    "llama2": (
+        "{{- '[INST] ' -}}"
+        "{%- for message in messages -%}"
+        "{%- if not loop.first and loop.previtem['role'] == 'assistant' -%}{{- '[INST] ' -}}{%- endif -%}"
+        "{%- if message['role'] == 'system' -%}{{- " + _TEXT + " + '\\n' -}}"
+        "{%- elif message['role'] == 'user' -%}{{- " + _TEXT + " + ' [/INST]' -}}"
+        "{%- else -%}{{- " + _TEXT + " + '</s>' -}}{%- endif -%}"
+        "{%- endfor -%}"
+    ),
+    "mistral-v7": (
+        "{%- for message in messages -%}"
+        "{%- if message['role'] == 'system' -%}{{- '[SYSTEM_PROMPT] ' + " + _TEXT + " + '[/SYSTEM_PROMPT]' -}}"
+        "{%- elif message['role'] == 'user' -%}{{- '[INST] ' + " + _TEXT + " + '[/INST]' -}}"
+        "{%- else -%}{{- ' ' + " + _TEXT + " + '</s>' -}}{%- endif -%}"
+        "{%- endfor -%}"
+    ),
+    "phi3": (
+        "{%- for message in messages -%}"
+        "{{- '<|' + message['role'] + '|>\\n' + " + _TEXT + " + '<|end|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
+    ),
+    "zephyr": (
+        "{%- for message in messages -%}"
+        "{{- '<|' + message['role'] + '|>\\n' + " + _TEXT + " + '<|endoftext|>\\n' -}}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
+    ),
+}
 
 # Names the renderer sets itself (and the functions it gives the template);
 # chat_template_kwargs may not replace them: a request that set bos_token

@@ -214,7 +214,7 @@ def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
 
 class Engine:
     def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None,
-                 host_cache_bytes: int = 0, checkpoints: Checkpoints | None = None):
+                 host_cache_bytes: int = 0, checkpoints: Checkpoints | None = None, slot_similarity: float = 0.1):
         self.model = model
         self.queue_depth = queue_depth
         self.n_slots = max(1, slots)
@@ -222,6 +222,7 @@ class Engine:
         self.slot_ctx = max(1, model.n_ctx // self.n_slots)
         self.chunk = chunk or model.max_batch
         self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
+        self.batcher.set_slot_similarity(slot_similarity)
         #: bytes of one checkpoint of a slot's recurrent states (0: the model has none)
         self.checkpoint_bytes = self.batcher.checkpoint_bytes
         #: what the slots' checkpoints were granted, and why fewer than asked (None: as asked)

@@ -5,7 +5,7 @@ defaults are llama-server's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from ember import _native
 
@@ -62,6 +62,12 @@ class SamplingParams:
     #: the chat layer's next turn, rendered: where its tokens part from this
     #: prompt's becomes a checkpoint hint once the prompt is tokenized
     next_turn: str | None = None
+
+    def copy(self) -> SamplingParams:
+        """A copy whose lists and maps are its own (a request's options start
+        as a copy of the server's defaults)."""
+        return replace(self, stop=list(self.stop), logit_bias=dict(self.logit_bias),
+                       checkpoint_hints=list(self.checkpoint_hints))
 
     def native(self, max_tokens: int) -> _native.GenerateOptions:
         """The engine's options for a generation of at most `max_tokens`."""

@@ -53,7 +53,8 @@ def test_answers_while_loading_then_ready(smollm2_path, monkeypatch):
         assert status == 503, (path, body)
         assert body["error"]["type"] == "unavailable_error"
         assert "loading" in body["error"]["message"].lower(), (path, body)
-    assert loading[1][2] == expected and loading[2][2] == expected
+    # /health: the README's status word beside the error envelope.
+    assert loading[1][2] == {"status": "loading model", **expected} and loading[2][2] == loading[1][2]
     (_, ms, mb), (_, hs, hb) = ready
     assert ms == 200 and mb["data"][0]["id"] == "Smollm2 135M 8k Lc100K Mix1 Ep2"
     assert hs == 200 and hb == {"status": "ok"}
@@ -77,5 +78,5 @@ def test_load_failure_answers_503(tmp_path):
             return health.status, await health.json(), models.status, await models.json()
 
     hs, hb, ms, mb = asyncio.run(go())
-    assert hs == 503 and hb["error"]["type"] == "unavailable_error" and "failed to load" in hb["error"]["message"]
+    assert hs == 500 and hb["status"] == "error" and "failed to load" in hb["error"]["message"]
     assert ms == 503 and "failed to load" in mb["error"]["message"]

@@ -210,7 +210,7 @@ def test_environment_is_read_and_the_command_line_wins(smollm2_path):
         str(smollm2_path), 8081, 1024, 3, 50, 2, "smol")
     assert opts.api_keys == ["k1", "k2"] and opts.metrics and opts.host == "0.0.0.0"
     assert any(line.startswith("slots: 3, each of 341 positions") for line in lines), lines
-    assert any("--no-webui" in line and "no web page" in line for line in lines)
+    assert not opts.webui and any(line.startswith("web page: none (--no-webui)") for line in lines), lines
     assert not any("k1" in line for line in lines), "keys must never be printed"
 
     opts, lines = _parse(["--port", "9000"], env)
@@ -218,10 +218,14 @@ def test_environment_is_read_and_the_command_line_wins(smollm2_path):
     assert "--port 9000 from the command line overrides LLAMA_ARG_PORT=8081" in lines
 
 
-def test_unread_llama_arg_variables_are_reported(smollm2_path):
-    _, lines = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_FLASH_ATTN": "1", "LLAMA_ARG_N_GPU_LAYERS": "99"})
-    assert "LLAMA_ARG_FLASH_ATTN is not read by ember" in lines
-    assert "LLAMA_ARG_N_GPU_LAYERS is not read by ember" in lines
+def test_llama_arg_variables_are_answered_like_their_flags_and_unread_ones_reported(smollm2_path):
+    _, lines = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_FLASH_ATTN": "1", "LLAMA_ARG_N_GPU_LAYERS": "99",
+                                                  "LLAMA_ARG_NOT_A_THING": "1"})
+    assert any(line.startswith("LLAMA_ARG_FLASH_ATTN 1: attention is always fused") for line in lines), lines
+    assert any(line.startswith("LLAMA_ARG_N_GPU_LAYERS 99: the model runs on the CPU") for line in lines), lines
+    assert "LLAMA_ARG_NOT_A_THING is not read by ember" in lines
+    with pytest.raises(OptionError, match="LLAMA_ARG_HF_REPO a/b: fetching a model from a hub"):
+        _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_HF_REPO": "a/b"})
 
 
 @pytest.mark.parametrize("env, needle", [
@@ -380,7 +384,7 @@ def test_port_zero_listens_on_a_real_port_and_is_healthy(server_factory, smollm2
     assert 0 < port < 65536
     text = "\n".join(s.lines)
     assert "ember: --port 0 from the command line overrides LLAMA_ARG_PORT=8081" in text
-    assert "ember: LLAMA_ARG_FLASH_ATTN is not read by ember" in text
+    assert "ember: LLAMA_ARG_FLASH_ATTN on: attention is always fused" in text
     _wait_healthy(port)
     s.proc.send_signal(signal.SIGTERM)
     rc, text = s.finish()

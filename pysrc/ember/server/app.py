@@ -11,8 +11,9 @@ from typing import Callable
 
 from aiohttp import web
 
+from ember.server import webui
 from ember.server.protocols import PROTOCOLS
-from ember.server.lifecycle import health, on_cleanup, on_startup, shutdown
+from ember.server.lifecycle import on_cleanup, on_startup, shutdown
 from ember.server.middleware import allow_origin, middleware
 from ember.server.openapi import openapi
 from ember.server.options import ServerOptions
@@ -34,12 +35,12 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app["engine"] = None
     app["ready"] = asyncio.Event()
     app["load_failed"] = asyncio.Event()
-    app.router.add_get("/health", health)
-    app.router.add_get("/v1/health", health)
     app.router.add_post("/shutdown", shutdown)
     app.router.add_get("/openapi.json", openapi)
+    webui.add_routes(app)
     for protocol in PROTOCOLS:
         protocol.add_routes(app)
+    webui.add_static_routes(app)
     app["envelopes"] = [(prefix, env) for p in PROTOCOLS for prefix, env in getattr(p, "ENVELOPES", {}).items()]
     app.on_response_prepare.append(allow_origin)
     app.on_startup.append(on_startup)

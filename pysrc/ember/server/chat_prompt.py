@@ -6,6 +6,7 @@ client sent. An API whose request is not the chat request's shape gives a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +100,7 @@ async def chat_text(state: ServerState, request: ChatRequest, add_generation_pro
 
 async def _built(state: ServerState, request: ChatRequest, locate: Locate | None,
                  add_generation_prompt: bool = True) -> ChatPrompt:
+    request, locate = _with_system_prompt(state, request, locate)
     # Off the event loop: a template is the client's to trigger and may take
     # its bounded while (`ember.chat_template.MAX_RENDER_SECONDS`); /health
     # and the streams under way go on meanwhile.
@@ -109,6 +111,27 @@ async def _built(state: ServerState, request: ChatRequest, locate: Locate | None
         return await asyncio.get_running_loop().run_in_executor(None, build)
     except ChatError as e:
         raise located(e, locate) from None
+
+
+def _with_system_prompt(state: ServerState, request: ChatRequest,
+                        locate: Locate | None) -> tuple[ChatRequest, Locate | None]:
+    """The request with the server's system message first when it sends none
+    of its own (--system-prompt-file); the core's paths into the messages
+    then count from the client's first."""
+    system = state.opts.system_prompt
+    if system is None or any(m.get("role") in ("system", "developer") for m in request.messages):
+        return request, locate
+    request = dataclasses.replace(request, messages=[{"role": "system", "content": system}, *request.messages])
+
+    def shifted(loc: tuple) -> tuple:
+        match loc:
+            case ("messages", 0, *rest):
+                return ("--system-prompt-file", *rest)
+            case ("messages", int(i), *rest):
+                loc = ("messages", i - 1, *rest)
+        return locate(loc) if locate is not None else loc
+
+    return request, shifted
 
 
 def _checkpointing(state: ServerState) -> bool:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ember.server import machine
+from ember.chat_template import NAMED
+from ember.server import llama_flags, machine
 from ember.server.options import ServerOptions
 
 __all__ = ["OptionError", "build_parser", "main", "parse_options", "serve"]
@@ -38,11 +39,15 @@ class OptionError(Exception):
         self.code = code
 
 
+class DevicesListed(Exception):
+    """--list-devices: the list is the message; nothing is served."""
+
+
 @dataclass(frozen=True)
 class _Flag:
     name: str  # the long flag without dashes: also the --config key
     spellings: tuple[str, ...]
-    kind: type  # int, str or bool
+    kind: type  # int, float, str or bool
     env: str | None
     help: str
     default: Any = None
@@ -55,8 +60,13 @@ _FLAGS = [
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
     _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
     _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
-    _Flag("n-predict", ("-n", "--n-predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
+    _Flag("n-predict", ("-n", "--n-predict", "--predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
+    _Flag("batch-size", ("-b", "--batch-size"), int, "LLAMA_ARG_BATCH",
+          "prompt tokens one slot reads in a pass at most (default 2048; the engine measures a smaller chunk "
+          "that keeps other slots' next tokens prompt)", 2048),
+    _Flag("ubatch-size", ("-ub", "--ubatch-size"), int, "LLAMA_ARG_UBATCH",
+          "tokens in one forward pass at most, all slots together (default 512)", 512),
     _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), f32 or q8_0", "f16"),
     _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
     _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
@@ -69,6 +79,33 @@ _FLAGS = [
     _Flag("insecure-no-key", ("--insecure-no-key",), bool, None,
           "serve an address beyond this machine (--host other than loopback) without an API key", False),
     _Flag("chat-template-file", ("--chat-template-file",), str, "LLAMA_ARG_CHAT_TEMPLATE_FILE", "Jinja chat template replacing the model's"),
+    _Flag("chat-template", ("--chat-template",), str, "LLAMA_ARG_CHAT_TEMPLATE",
+          "chat template replacing the model's: one of llama-server's built-in names (" + ", ".join(NAMED) +
+          ") or a Jinja template's text"),
+    _Flag("system-prompt-file", ("--system-prompt-file",), str, None,
+          "a file whose text is the system message of every chat that sends none"),
+    _Flag("seed", ("-s", "--seed"), int, "LLAMA_ARG_SEED", "default seed of requests that set none (-1: a fresh "
+          "one for each)", -1),
+    _Flag("temp", ("--temp", "--temperature"), float, None, "default temperature (0: greedy)"),
+    _Flag("top-k", ("--top-k",), int, None, "default top-k (0: off)"),
+    _Flag("top-p", ("--top-p",), float, None, "default top-p (1.0: off)"),
+    _Flag("min-p", ("--min-p",), float, None, "default min-p (0.0: off)"),
+    _Flag("typical", ("--typical", "--typical-p"), float, None, "default locally typical p (1.0: off)"),
+    _Flag("repeat-last-n", ("--repeat-last-n",), int, None, "default count of last tokens the penalties read "
+          "(-1: the whole context)"),
+    _Flag("repeat-penalty", ("--repeat-penalty",), float, None, "default repeat penalty (1.0: off)"),
+    _Flag("presence-penalty", ("--presence-penalty",), float, None, "default presence penalty (0.0: off)"),
+    _Flag("frequency-penalty", ("--frequency-penalty",), float, None, "default frequency penalty (0.0: off)"),
+    _Flag("ignore-eos", ("--ignore-eos",), bool, None, "requests go on past the end-of-generation token by default",
+          False),
+    _Flag("logit-bias", ("-l", "--logit-bias"), str, None,
+          "default bias of a token's logit, TOKEN_ID+BIAS or TOKEN_ID-BIAS (repeatable; -inf bans it)"),
+    _Flag("no-slots", ("--no-slots",), bool, None, "do not serve GET /slots (the slots' state)", False),
+    _Flag("slot-prompt-similarity", ("-sps", "--slot-prompt-similarity"), float, None,
+          "share of a prompt a free slot must already hold for the request to take that slot rather than the "
+          "least recently used one (default 0.1; 0: always the least recently used)", 0.1),
+    _Flag("ssl-key-file", ("--ssl-key-file",), str, "LLAMA_ARG_SSL_KEY_FILE", "PEM private key: serve HTTPS"),
+    _Flag("ssl-cert-file", ("--ssl-cert-file",), str, "LLAMA_ARG_SSL_CERT_FILE", "PEM certificate chain for HTTPS"),
     _Flag("metrics", ("--metrics",), bool, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics at /metrics", False),
     _Flag("cache-ram", ("-cram", "--cache-ram"), int, "LLAMA_ARG_CACHE_RAM",
           "MiB of host memory for conversations whose slot went to another (0: off, -1: no limit; default: "
@@ -93,7 +130,10 @@ _FLAGS = [
           "seconds the requests in flight get to finish on SIGTERM or /shutdown; then they are cut, each ending with "
           "an error in its route's shape (default 5)", 5),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
-    _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI", "accepted for llama-server compatibility (ember has no web page)", False),
+    _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI",
+          "do not serve the chat page at / (clients probing / still get their answer)", False),
+    _Flag("path", ("--path",), str, "LLAMA_ARG_STATIC_PATH", "a folder of your own files served at / instead of "
+          "the chat page"),
     _Flag("embeddings", ("--embedding", "--embeddings"), bool, "LLAMA_ARG_EMBEDDINGS",
           "serve /v1/embeddings and /embedding (completions stay served too)", False),
     _Flag("pooling", ("--pooling",), str, "LLAMA_ARG_POOLING",
@@ -103,8 +143,8 @@ _BY_NAME = {f.name: f for f in _FLAGS}
 #: Flags whose values from every source add up rather than one replacing another.
 _ADDED_UP = ("api-key", "api-key-file", "cors-origin")
 #: Flags given once per value.
-_REPEATED = ("cors-origin",)
-_READ_ENV = {f.env for f in _FLAGS if f.env}
+_REPEATED = ("cors-origin", "logit-bias")
+_READ_ENV = {f.env for f in _FLAGS if f.env} | llama_flags.ENV_NAMES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,13 +162,40 @@ def build_parser(prog: str = "ember serve") -> argparse.ArgumentParser:
         if f.kind is bool:
             p.add_argument(*f.spellings, dest=f.name, action="store_true", default=None, help=f.help + env)
         elif f.name in _REPEATED:
-            p.add_argument(*f.spellings, dest=f.name, action="append", default=None, metavar="ORIGIN",
-                           help=f.help + env)
+            p.add_argument(*f.spellings, dest=f.name, action="append", default=None,
+                           metavar="ORIGIN" if f.name == "cors-origin" else "BIAS", help=f.help + env)
         else:
             p.add_argument(*f.spellings, dest=f.name, type=f.kind, default=None, metavar=f.name.split("-")[-1].upper(),
                            help=f.help + env)
     p.add_argument("--config", metavar="FILE", help="JSON object of long flag names, e.g. {\"ctx-size\": 4096}")
+    p.add_argument("--usage", action="help", help=argparse.SUPPRESS)
+    p.add_argument("--version", action="version", version=f"ember {_version()}", help="print the version and exit")
+    p.add_argument("--list-devices", action="store_true", default=None,
+                   help="list the devices a model can run on, and exit")
+    llama_flags.add_to(p)
     return p
+
+
+def _version() -> str:
+    from ember import __version__
+
+    return __version__
+
+
+def _refuse_glued(argv: list[str], parser: argparse.ArgumentParser) -> None:
+    """A single-dash word that is no flag's spelling (`-ngx`) is refused, not
+    read as a short flag with its value glued on (`-n gx`), as argparse would."""
+    known = set(parser._option_string_actions)
+    for arg in argv:
+        word = arg.split("=", 1)[0]
+        if len(word) > 2 and word[0] == "-" and word[1] != "-" and word not in known:
+            try:
+                float(word)
+                continue  # a negative number, a flag's value
+            except ValueError:
+                pass
+            raise OptionError(f"{word}: not a flag of ember or llama-server's (it is not read as {word[:2]} "
+                              f"{word[2:]})")
 
 
 def _flag(name: str) -> str:
@@ -151,11 +218,11 @@ def _env_value(f: _Flag, raw: str) -> Any:
         if low in _FALSEY:
             return False
         raise OptionError(f"{f.env}={raw!r} is not a yes/no value (use 1/0, true/false, on/off)")
-    if f.kind is int:
+    if f.kind in (int, float):
         try:
-            return int(raw.strip())
+            return f.kind(raw.strip())
         except ValueError:
-            raise OptionError(f"{f.env}={raw!r} is not an integer") from None
+            raise OptionError(f"{f.env}={raw!r} is not {'an integer' if f.kind is int else 'a number'}") from None
     return raw
 
 
@@ -265,10 +332,14 @@ def _read_config(path: str) -> dict[str, Any]:
             raise OptionError(f"--config {path}: unknown key {key!r} (keys are long flag names such as \"ctx-size\")", 1)
         if f.name == "api-key" and isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = ",".join(value)
+        if f.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if f.name in _REPEATED and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
         # bool is an int in Python; a JSON `true` for a number is a mistake, not 1.
-        ok = isinstance(value, f.kind) and not (f.kind is int and isinstance(value, bool))
+        ok = isinstance(value, f.kind) and not (f.kind in (int, float) and isinstance(value, bool))
         if not ok:
-            want = {int: "an integer", str: "a string", bool: "true or false"}[f.kind]
+            want = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[f.kind]
             raise OptionError(f"--config {path}: {key!r} must be {want}, not {json.dumps(value)}", 1)
         out[key] = value
     return out
@@ -344,9 +415,17 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     Raises `OptionError` for anything ember cannot honour. `mem_available`
     replaces /proc/meminfo's MemAvailable (tests)."""
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    _refuse_glued(argv, parser)
+    args = parser.parse_args(argv)
+    if args.list_devices:
+        raise DevicesListed("cpu: the host's cores (ember has no GPU backend in this build)")
     lines: list[str] = []
     config: dict[str, Any] = _read_config(args.config) if args.config else {}
+    try:
+        lines += llama_flags.answer(args, environ, llama_flags.spelling_given(argv))
+    except llama_flags.Refusal as e:
+        raise OptionError(str(e)) from None
 
     for key in sorted(environ):
         if key.startswith("LLAMA_ARG_") and key not in _READ_ENV:
@@ -405,6 +484,11 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("shutdown-timeout", "must be 0 (cut at once) or more seconds")
     if values["queue-depth"] < 0:
         raise bad("queue-depth", "must be 0 or more")
+    for name in ("batch-size", "ubatch-size"):
+        if values[name] < 1:
+            raise bad(name, "must be at least 1")
+    if not 0.0 <= values["slot-prompt-similarity"] <= 1.0:
+        raise bad("slot-prompt-similarity", "must be between 0.0 and 1.0")
     if not values["host"]:
         raise bad("host", "is empty")
     kv_type = _kv_type(values, sources, bad)
@@ -444,7 +528,22 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
                  else f"model name: {meta.get('general.name') or Path(model).stem} (from the file)")
 
     template = values["chat-template-file"]
-    if template is not None:
+    template_text = None
+    if template is not None and values["chat-template"] is not None:
+        raise bad("chat-template", f"and --chat-template-file ({sources['chat-template-file']}) both name the "
+                  "template; give one")
+    if values["chat-template"] is not None:
+        named = values["chat-template"].strip()
+        if named in NAMED:
+            template_text = NAMED[named]
+            lines.append(f"chat template: llama-server's built-in {named!r} (from {sources['chat-template']})")
+        elif "{{" in named or "{%" in named:
+            template_text = values["chat-template"]
+            lines.append(f"chat template: the Jinja text given (from {sources['chat-template']})")
+        else:
+            raise bad("chat-template", f"is neither a built-in template's name ({', '.join(NAMED)}) nor a Jinja "
+                      "template's text")
+    elif template is not None:
         tp = Path(template).expanduser()
         try:
             tp.read_text(encoding="utf-8")
@@ -456,6 +555,36 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         lines.append("chat template: the model file's own")
     else:
         lines.append("chat template: ember's built-in fallback (the file has none)")
+
+    system_prompt = None
+    if values["system-prompt-file"] is not None:
+        sp = Path(values["system-prompt-file"]).expanduser()
+        try:
+            system_prompt = sp.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OptionError(f"--system-prompt-file {sp}: cannot read it ({e})", 1) from None
+        lines.append(f"system prompt: {sp} ({len(system_prompt)} characters), the system message of every chat "
+                     "that sends none")
+
+    sampling = _sampling_defaults(values, sources, meta, lines, bad)
+    ubatch = min(values["ubatch-size"], values["batch-size"])
+    if sources["batch-size"] != "default" or sources["ubatch-size"] != "default":
+        lines.append(f"passes: at most {ubatch} tokens each (-ub), a slot's prompt read at most "
+                     f"{min(values['batch-size'], ubatch)} a pass (-b), in chunks the engine measures below that")
+    sps = values["slot-prompt-similarity"]
+    if sources["slot-prompt-similarity"] != "default":
+        lines.append(f"slot choice: a free slot holding {sps:.0%} of a prompt is taken for it (-sps)" if sps
+                     else "slot choice: the least recently used free slot (-sps 0)")
+
+    ssl_files = (values["ssl-key-file"], values["ssl-cert-file"])
+    if any(v is not None for v in ssl_files):
+        if None in ssl_files:
+            missing = "ssl-cert-file" if ssl_files[1] is None else "ssl-key-file"
+            raise OptionError(f"--{missing}: HTTPS needs both --ssl-key-file and --ssl-cert-file")
+        _check_ssl(*ssl_files)
+        lines.append(f"HTTPS: certificate {ssl_files[1]} (from --ssl-cert-file)")
+    if values["no-slots"]:
+        lines.append("GET /slots: not served (--no-slots)")
 
     key_rules: dict = {}
     keys = _api_keys(args, config, environ, key_rules)
@@ -507,8 +636,16 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     if values["metrics"]:
         lines.append("metrics: at /metrics")
-    if values["no-webui"]:
-        lines.append("--no-webui: ember has no web page, so there is nothing to turn off")
+    static_path = values["path"]
+    if static_path is not None:
+        if not Path(static_path).expanduser().is_dir():
+            raise bad("path", "is not an existing directory", 1)
+        static_path = str(Path(static_path).expanduser().resolve())
+        lines.append(f"web page: the files of {static_path} at / (from {sources['path']})")
+    elif values["no-webui"]:
+        lines.append("web page: none (--no-webui); GET / answers clients that probe it")
+    else:
+        lines.append("web page: a chat page at / (--no-webui turns it off)")
     embed = " and embeddings (/v1/embeddings, /embedding, /api/embed)" if values["embeddings"] else ""
     lines.append("APIs: OpenAI's (/v1/chat/completions, /v1/completions, /v1/responses), Anthropic's "
                  "(/v1/messages), llama-server's (/completion, /tokenize, /slots...) and Ollama's (/api/chat, "
@@ -522,8 +659,113 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
         embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
+        chat_template=template_text, system_prompt=system_prompt, sampling=sampling, max_batch=ubatch,
+        prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],
+        ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
+        static_path=static_path,
     )
     return opts, lines
+
+
+#: The file's recommended sampling (llama.cpp's general.sampling.* keys) ->
+#: the flag and the field of `SamplingParams` each sets.
+_FILE_SAMPLING = {
+    "general.sampling.temp": ("temp", "temperature"),
+    "general.sampling.top_k": ("top-k", "top_k"),
+    "general.sampling.top_p": ("top-p", "top_p"),
+    "general.sampling.min_p": ("min-p", "min_p"),
+    "general.sampling.penalty_last_n": ("repeat-last-n", "repeat_last_n"),
+    "general.sampling.penalty_repeat": ("repeat-penalty", "repeat_penalty"),
+}
+#: Flags whose values become the default of the request field beside them.
+_SAMPLING_FLAGS = {"temp": "temperature", "top-k": "top_k", "top-p": "top_p", "min-p": "min_p",
+                   "typical": "typical_p", "repeat-last-n": "repeat_last_n", "repeat-penalty": "repeat_penalty",
+                   "presence-penalty": "presence_penalty", "frequency-penalty": "frequency_penalty"}
+#: The file's recommendations for samplers ember does not have, and their off values.
+_FILE_UNSUPPORTED = {"general.sampling.mirostat": (0,), "general.sampling.xtc_probability": (0, 0.0)}
+
+
+def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Mapping[str, Any], lines: list[str],
+                       bad) -> Any:
+    """The defaults of every request's sampling: llama-server's, then the
+    model file's recommendations (general.sampling.*), then the flags."""
+    from ember.sampling import SamplingParams
+    from ember.server import wire
+    from ember.server.errors import ApiError
+
+    params = SamplingParams()
+    from_file = []
+    for key, (flag, field) in _FILE_SAMPLING.items():
+        v = meta.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and values[flag] is None:
+            setattr(params, field, type(getattr(params, field))(v))
+            from_file.append(f"{field} {getattr(params, field):g}")
+    for key, off in _FILE_UNSUPPORTED.items():
+        if meta.get(key) not in (None, *off):
+            lines.append(f"the file recommends {key.rsplit('.', 1)[1]} {meta[key]}: ember has no such sampler, "
+                         "so it is left out")
+    if meta.get("general.sampling.sequence"):
+        lines.append("the file recommends a sampler order: ember's is fixed (penalties, top-k, typical, top-p, "
+                     "min-p, temperature)")
+    by_flag = []
+    for flag, field in _SAMPLING_FLAGS.items():
+        if values[flag] is not None:
+            setattr(params, field, values[flag])
+            by_flag.append(flag)
+    check = wire.Sampling(**{field: getattr(params, field) for field in _SAMPLING_FLAGS.values()})
+    try:
+        wire.sampling_options(check, 2**31 - 1, params)
+    except ApiError as e:
+        field = e.param
+        flag = next((f for f, fd in _SAMPLING_FLAGS.items() if fd == field), None)
+        raise (bad(flag, e.message.split(": ", 1)[-1]) if flag in by_flag
+               else OptionError(f"the model file's general.sampling: {e.message}", 1)) from None
+    if values["seed"] != -1:
+        if not 0 <= values["seed"] < 2**64:
+            raise bad("seed", "must be -1 (a fresh one per request) or between 0 and 2^64-1")
+        params.seed = values["seed"]
+        by_flag.append("seed")
+    if values["ignore-eos"]:
+        params.ignore_eos = True
+        by_flag.append("ignore-eos")
+    bias = values["logit-bias"]
+    if bias:
+        params.logit_bias = _logit_biases(bias if isinstance(bias, list) else bias.split(","), sources["logit-bias"])
+        by_flag.append("logit-bias")
+    if from_file or by_flag:
+        shown = ", ".join(f"{k} {v:g}" for k, v in params.settings().items()
+                          if k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+                                   "repeat_last_n", "presence_penalty", "frequency_penalty"))
+        why = "; ".join(x for x in (f"from the file: {', '.join(from_file)}" if from_file else "",
+                                    f"from --{', --'.join(by_flag)}" if by_flag else "") if x)
+        lines.append(f"sampling defaults: {shown} ({why}); a request's own fields win")
+    return params
+
+
+def _logit_biases(entries: list[str], source: str) -> dict[int, float]:
+    import re
+
+    out: dict[int, float] = {}
+    for raw in entries:
+        m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|\d+(?:\.\d*)?|\.\d+)\s*", raw, re.I)
+        if m is None:
+            raise OptionError(f"--logit-bias {raw!r}: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, such as 15043+1 or "
+                              f"15043-inf (from {source})")
+        value = float(m.group(3))
+        out[int(m.group(1))] = value if m.group(2) == "+" else -value
+    return out
+
+
+def _check_ssl(key_file: str, cert_file: str) -> None:
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_file, key_file)
+    except FileNotFoundError as e:
+        raise OptionError(f"--ssl-cert-file/--ssl-key-file: {e.filename}: no such file", 1) from None
+    except (ssl.SSLError, OSError) as e:
+        raise OptionError(f"--ssl-cert-file {cert_file} / --ssl-key-file {key_file}: not a certificate and its "
+                          f"key ({e})", 1) from None
 
 
 #: llama-server's cache types, and the ones ember's KV cache stores.
@@ -550,8 +792,8 @@ def _say(line: str) -> None:
     print(f"ember: {line}", file=sys.stderr, flush=True)
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url(host: str, port: int, scheme: str = "http") -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 async def _drain(engine, grace: float) -> None:
@@ -611,16 +853,23 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
     runner = GuardedRunner(app, head_timeout=min(opts.timeout, 30), max_connections=opts.max_connections, log=_say,
                            handle_signals=False, access_log=None, shutdown_timeout=5.0, **RUNNER_OPTIONS)
     await runner.setup()
-    site = web.TCPSite(runner, opts.host, opts.port)
+    tls = None
+    if opts.ssl_cert_file and opts.ssl_key_file:
+        import ssl
+
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(opts.ssl_cert_file, opts.ssl_key_file)
+    site = web.TCPSite(runner, opts.host, opts.port, ssl_context=tls)
+    scheme = "https" if tls else "http"
     try:
         await site.start()
     except OSError as e:
-        _say(f"cannot listen on {_url(opts.host, opts.port)}: {e.strerror or e}")
+        _say(f"cannot listen on {_url(opts.host, opts.port, scheme)}: {e.strerror or e}")
         await runner.cleanup()
         return 1
     sockets = getattr(site._server, "sockets", None) or []
     port = sockets[0].getsockname()[1] if sockets else opts.port
-    _say(f"listening on {_url(opts.host, port)}")
+    _say(f"listening on {_url(opts.host, port, scheme)}")
 
     waits: list[asyncio.Future] = [stop]
     failed = app.get("load_failed")
@@ -671,6 +920,9 @@ def main(argv: list[str] | None = None, *, prog: str = "ember-server") -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts, lines = parse_options(argv, os.environ, prog=prog)
+    except DevicesListed as e:
+        print(f"Available devices:\n  {e}")
+        return 0
     except OptionError as e:
         print(f"ember: {e}", file=sys.stderr, flush=True)
         return e.code

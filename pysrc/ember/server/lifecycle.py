@@ -1,6 +1,6 @@
 """The server's life: the model loaded on a thread of its own behind a
-listening socket (with the start lines of what it was granted), /health and
-/shutdown, and the engine closed at the end."""
+listening socket (with the start lines of what it was granted), /shutdown,
+and the engine closed at the end (/health is llama-server's route)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from aiohttp import web
 from ember.engine import CHUNK_TARGET_S
 from ember.server.errors import ApiError
 from ember.server.http import json_response
-from ember.server.state import ServerState, unavailable
+from ember.server.state import ServerState
 
-__all__ = ["health", "on_cleanup", "on_startup", "shutdown"]
+__all__ = ["on_cleanup", "on_startup", "shutdown"]
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -26,13 +26,6 @@ def _is_loopback(remote: str | None) -> bool:
         return ipaddress.ip_address(remote.split("%", 1)[0]).is_loopback
     except ValueError:
         return False
-
-
-async def health(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
-    if state.phase != "ready" or state.closing:
-        raise unavailable(state)
-    return json_response({"status": "ok"})
 
 
 async def shutdown(request: web.Request) -> web.Response:
@@ -54,21 +47,21 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
         from ember.model import Model
 
         opts = state.opts
-        template = None
+        template = opts.chat_template
         if opts.chat_template_file:
             with open(opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
-        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type)
-        from ember.engine import measure_chunk
-
-        from ember.engine import Checkpoints
+        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type,
+                      max_batch=opts.max_batch)
+        from ember.engine import Checkpoints, measure_chunk
         from ember.server.machine import mem_available
 
         host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
         checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
                                   mem_available() or 0)
-        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel, chunk=measure_chunk(model),
-                        host_cache_bytes=host, checkpoints=checkpoints)
+        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel,
+                        chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
+                        checkpoints=checkpoints, slot_similarity=opts.slot_similarity)
         engine.start()
         _say_checkpoints(state, engine)
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently

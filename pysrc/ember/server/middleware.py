@@ -17,6 +17,7 @@ from ember.server.generation import Generation
 from ember.server.http import envelope_of
 from ember.server.keys import SCOPES, refusal, scope_needed
 from ember.server.state import ServerState, unavailable
+from ember.server.webui import is_page_request
 
 __all__ = ["allow_origin", "middleware"]
 
@@ -220,6 +221,9 @@ async def _dispatch(request: web.Request, handler, state: ServerState):
     request["owner"] = keys.index(key) + 1 if key is not None else 0
     if path in _PUBLIC:
         return await _routed(request, handler, state)
+    if is_page_request(request):
+        _browser_guard(request, state)
+        return await handler(request)
     # The key before the route: without one, which routes exist is not told.
     if keys and key is None:
         raise refusal("key", 401, "Invalid API Key")

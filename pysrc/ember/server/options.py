@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ember.sampling import SamplingParams
+
 
 @dataclass
 class ServerOptions:
@@ -57,3 +59,24 @@ class ServerOptions:
     max_connections: int = 256
     #: seconds the requests in flight get to finish once the server is told to stop
     shutdown_timeout: float = 5.0
+    #: a chat template's text replacing the model's (--chat-template: a built-in name's or the text given)
+    chat_template: str | None = None
+    #: the system message of every chat that sends none (--system-prompt-file)
+    system_prompt: str | None = None
+    #: every request's sampling defaults: llama-server's, the file's general.sampling.*, the flags'
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: tokens in one forward pass at most (-ub)
+    max_batch: int = 512
+    #: prompt tokens one slot reads in a pass at most (-b); the engine measures its chunk below it
+    prompt_chunk: int = 512
+    #: share of a prompt a free slot must hold to be chosen for it over the least recently used (-sps)
+    slot_similarity: float = 0.1
+    #: serve GET /slots (--no-slots turns it off)
+    slots_endpoint: bool = True
+    #: serve the chat page at / (--no-webui turns it off)
+    webui: bool = True
+    #: a folder of the user's own files served at / instead of the page (--path)
+    static_path: str | None = None
+    #: HTTPS: a PEM key and certificate chain
+    ssl_key_file: str | None = None
+    ssl_cert_file: str | None = None

@@ -251,10 +251,11 @@ def max_tokens(name: str, v: int | None, default: int) -> int:
     return v
 
 
-def sampling_options(req: Sampling, n_vocab: int) -> SamplingParams:
-    """The generation's options: the fields the request set, checked, and
-    llama-server's defaults for the rest. The grammar is the route's to set
-    (`grammar_option` for a completion, `answer_format` for a chat)."""
+def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams) -> SamplingParams:
+    """The generation's options: the fields the request set, checked, and the
+    server's `defaults` (llama-server's, the model file's and the flags') for
+    the rest. The grammar is the route's to set (`grammar_option` for a
+    completion, `answer_format` for a chat)."""
     refuse_unhonoured(req)
     _finite("temperature", req.temperature, 0.0)
     _finite("top_p", req.top_p, 0.0, 1.0)
@@ -268,7 +269,8 @@ def sampling_options(req: Sampling, n_vocab: int) -> SamplingParams:
     if req.repeat_last_n is not None and not -1 <= req.repeat_last_n <= MAX_COUNT:
         raise ApiError(400, f"repeat_last_n: must be between -1 and {MAX_COUNT}, got {req.repeat_last_n}",
                        param="repeat_last_n")
-    params = SamplingParams(ignore_eos=req.ignore_eos)
+    params = defaults.copy()
+    params.ignore_eos = params.ignore_eos or req.ignore_eos
     for f in _SET_AS_SENT:
         v = getattr(req, f)
         if v is not None:

@@ -82,6 +82,9 @@ pub struct Batcher {
     checkpoints: CheckpointPolicy,
     /// Floats of every recurrent state of a slot (0: the model has none).
     state_floats: usize,
+    /// Thousandths of a prompt a free slot must already hold to be chosen
+    /// for it (0: the choice ignores what slots hold).
+    similarity_permille: usize,
 }
 
 struct HostEntry {
@@ -211,7 +214,16 @@ impl Batcher {
             host_budget: 0,
             checkpoints: CheckpointPolicy::default(),
             state_floats,
+            similarity_permille: 100,
         }
+    }
+
+    /// How much of a prompt (thousandths) a free slot must already hold for
+    /// [`choose_slot`](Self::choose_slot) to give it that slot rather than an
+    /// empty or the least recently used one; 0 ignores what slots hold
+    /// (llama-server's `--slot-prompt-similarity`).
+    pub fn set_slot_similarity(&mut self, permille: usize) {
+        self.similarity_permille = permille.min(1000);
     }
 
     /// Where and how many checkpoints each slot of a hybrid keeps (none
@@ -281,9 +293,12 @@ impl Batcher {
             }
             s.slot.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count()
         };
-        if let Some((i, n)) = free().map(|(i, s)| (i, shared(s))).max_by_key(|&(i, n)| (n, std::cmp::Reverse(i))) {
-            if n > 0 && n * 10 >= prompt.len() {
-                return Some(i);
+        if self.similarity_permille > 0 {
+            let best = free().map(|(i, s)| (i, shared(s))).max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
+            if let Some((i, n)) = best {
+                if n > 0 && n * 1000 >= self.similarity_permille * prompt.len() {
+                    return Some(i);
+                }
             }
         }
         if let Some((i, _)) = free().find(|(_, s)| s.slot.tokens.is_empty()) {

@@ -292,3 +292,24 @@ fn an_owners_cached_prompt_is_never_reused_for_another() {
     }
     assert!(b.start_as(1, 1, &secret, greedy(1), true, &[]).unwrap().n_cached > 0);
 }
+
+#[test]
+fn slot_similarity_sets_how_much_a_slot_must_hold() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16);
+    let held = tokens(20, 0, n_vocab);
+    b.start(1, &held, greedy(1), true, &[]).unwrap();
+    while b.any_busy() {
+        b.step();
+    }
+    // A prompt of 40 tokens whose first 20 (half) slot 1 holds.
+    let mut half = held.clone();
+    half.extend(tokens(20, 1, n_vocab));
+    b.set_slot_similarity(500);
+    assert_eq!(b.choose_slot(&half), Some(1), "a slot holding half the prompt meets 0.5");
+    b.set_slot_similarity(600);
+    assert_eq!(b.choose_slot(&half), Some(0), "below 0.6 the empty slot is taken instead");
+    b.set_slot_similarity(0);
+    assert_eq!(b.choose_slot(&half), Some(0), "0 ignores what slots hold");
+}

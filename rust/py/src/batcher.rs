@@ -137,6 +137,12 @@ impl Batcher {
         self.inner.lock().unwrap().set_checkpoints(CheckpointPolicy { max, interval, min_step });
     }
 
+    /// The share of a prompt (0 to 1) a free slot must already hold to be
+    /// chosen for it; 0 ignores what slots hold.
+    fn set_slot_similarity(&self, share: f64) {
+        self.inner.lock().unwrap().set_slot_similarity((share.clamp(0.0, 1.0) * 1000.0).round() as usize);
+    }
+
     /// Bytes of one checkpoint (every recurrent state of a slot; 0 for a
     /// model without them).
     #[getter]

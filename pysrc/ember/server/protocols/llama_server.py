@@ -20,7 +20,7 @@ from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.slot_files import check_name, read_slot_file, write_slot_file
-from ember.server.state import ServerState
+from ember.server.state import ServerState, unavailable
 
 __all__ = ["add_routes"]
 
@@ -62,7 +62,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     name, v = ("n_predict", req.n_predict) if req.n_predict is not None else ("max_tokens", req.max_tokens)
     n_predict = wire.max_tokens(name, v, state.opts.n_predict)
     wire.check_logprobs("n_probs", req.n_probs)
-    params = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
     params.grammar = wire.grammar_option(req)
     if req.n_probs:
         params.n_probs = req.n_probs
@@ -159,7 +159,7 @@ async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
-    wire.sampling_options(req, state.model.n_vocab)
+    wire.sampling_options(req, state.model.n_vocab, state.opts.sampling)
     return json_response({"prompt": await chat_text(state, req.chat(), req.add_generation_prompt)})
 
 
@@ -176,7 +176,7 @@ async def props(request: web.Request) -> web.Response:
     return json_response({
         "default_generation_settings": {
             "id": 0, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False, "is_processing": bool(engine.busy),
-            "params": _settings(state, state.opts.n_predict, SamplingParams(), False), "prompt": "",
+            "params": _settings(state, state.opts.n_predict, state.opts.sampling, False), "prompt": "",
         },
         "total_slots": state.opts.parallel,
         "model_path": str(m.path),
@@ -222,10 +222,42 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
-async def slots(request: web.Request) -> web.Response:
-    """Each slot's state, as llama-server's GET /slots lists it; never the
-    prompt text (another client's conversation)."""
+async def health(request: web.Request) -> web.Response:
+    """llama-server's /health: 503 "loading model" until the model is in,
+    "ok" then; the slots' counts with `include_slots` or `fail_on_no_slot`
+    (503 when every slot is busy), and their states with `include_slots`."""
     state: ServerState = request.app["state"]
+    if state.phase != "ready" or state.closing:
+        # Both shapes clients read: the README's status word and the error envelope of the other routes.
+        e = unavailable(state)
+        error = {"code": e.status, "message": e.message, "type": e.type}
+        if state.phase == "failed":
+            return json_response({"status": "error", "error": {**error, "code": 500}}, status=500)
+        status = "shutting down" if state.closing else "loading model"
+        return json_response({"status": status, "error": error}, status=503)
+    query = request.query
+    if "include_slots" not in query and "fail_on_no_slot" not in query:
+        return json_response({"status": "ok"})
+    engine = state.engine
+    busy = engine.n_busy
+    body: dict = {"status": "ok" if busy < engine.n_slots else "no slot available",
+                  "slots_idle": engine.n_slots - busy, "slots_processing": busy}
+    if "include_slots" in query and state.opts.slots_endpoint:
+        body["slots"] = await slots_report(state)
+    return json_response(body, status=503 if busy >= engine.n_slots and "fail_on_no_slot" in query else 200)
+
+
+async def slots(request: web.Request) -> web.Response:
+    """Each slot's state, as llama-server's GET /slots lists it."""
+    state: ServerState = request.app["state"]
+    if not state.opts.slots_endpoint:
+        raise ApiError(501, "This server does not support slots endpoint (it was started with --no-slots)",
+                       type="not_supported_error")
+    return json_response(await slots_report(state))
+
+
+async def slots_report(state: ServerState) -> list[dict]:
+    """Each slot's state; never the prompt text (another client's conversation)."""
     engine = state.engine
     out = []
     each = engine.checkpoint_bytes
@@ -234,7 +266,7 @@ async def slots(request: web.Request) -> web.Response:
         slot = {
             "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
             "is_processing": held["busy"], "n_cached_tokens": held["cached"],
-            "params": _settings(state, state.opts.n_predict, SamplingParams(), False), "prompt": "",
+            "params": _settings(state, state.opts.n_predict, state.opts.sampling, False), "prompt": "",
         }
         if each:  # a hybrid's recurrent state, and the copies of it the slot keeps
             cks = held["checkpoints"]
@@ -242,7 +274,7 @@ async def slots(request: web.Request) -> web.Response:
             slot["checkpoints"] = {"max": engine.checkpoints.count, "bytes": each * len(cks),
                                    "held": [{"pos": p, "taken": why} for p, why in cks]}
         out.append(slot)
-    return json_response(out)
+    return out
 
 
 async def _on_slot(engine, fn, *args):
@@ -298,6 +330,8 @@ async def slot_action(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/slots", slots)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/health", health)
     app.router.add_post("/slots/{id_slot}", slot_action)
     app.router.add_post("/completion", completion)
     app.router.add_post("/completions", completion)

@@ -136,7 +136,8 @@ def _fields(loc: tuple) -> tuple:
 def _sampling(state: ServerState, body: _Common) -> SamplingParams:
     o = body.options or Options()
     try:
-        return wire.sampling_options(wire.Sampling(**{k: getattr(o, k) for k in _OPTIONS}), state.model.n_vocab)
+        sent = wire.Sampling(**{k: getattr(o, k) for k in _OPTIONS})
+        return wire.sampling_options(sent, state.model.n_vocab, state.opts.sampling)
     except ApiError as e:
         raise located(e, _fields) from None
 
@@ -520,17 +521,12 @@ async def version(request: web.Request) -> web.Response:
     return json_response({"version": __version__})
 
 
-async def running(request: web.Request) -> web.Response:
-    return web.Response(text="Ollama is running (ember)", content_type="text/plain")
-
-
 async def not_served(request: web.Request) -> web.Response:
     raise ApiError(501, f"{request.path}: ember serves the model it was started with; models are not managed here",
                    type="not_supported_error")
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/", running)
     app.router.add_post("/api/chat", chat)
     app.router.add_post("/api/generate", generate)
     app.router.add_post("/api/embed", embed)

@@ -63,7 +63,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = req.chat()
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
-    params = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
@@ -172,7 +172,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
-    params = wire.sampling_options(req, model.n_vocab)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
     params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)
     if req.logprobs is not None:

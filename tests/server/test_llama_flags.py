@@ -1,0 +1,155 @@
+"""llama-server's flags, every one answered: the table of its README
+(data/llama_server_flags.tsv) walked spelling by spelling. Each is honoured
+(ember's own flag, parsed with a valid value), accepted with a start line
+naming it and saying what it does here, or refused with a message naming it
+and why; none is read as a shorter flag with its value glued on."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ember.server import llama_flags
+from ember.server.cli import OptionError, build_parser, main, parse_options
+
+BIG_MEM = 64 * 2**30
+TABLE = Path(__file__).parent / "data" / "llama_server_flags.tsv"
+
+
+def _table() -> list[tuple[tuple[str, ...], int]]:
+    rows = []
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            spellings, n = line.split("\t")
+            rows.append((tuple(spellings.split()), int(n)))
+    return rows
+
+
+ROWS = _table()
+SPELLINGS = [(s, n) for spellings, n in ROWS for s in spellings]
+#: Flags that print and exit.
+EXITING = {"-h", "--help", "--usage", "--version"}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("flags")
+    (d / "keys").write_text("k1\n")
+    (d / "system.txt").write_text("Answer briefly.")
+    (d / "slots").mkdir()
+    (d / "site").mkdir()
+    out = {"keys": str(d / "keys"), "system": str(d / "system.txt"), "slots": str(d / "slots"),
+           "site": str(d / "site")}
+    if shutil.which("openssl"):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=localhost", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+                       check=True, capture_output=True)
+        out.update(key=str(d / "key.pem"), cert=str(d / "cert.pem"))
+    return out
+
+
+def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None:
+    """A valid use of one of ember's own flags (with what it needs beside it)."""
+    values = {
+        "-s": ["7"], "--seed": ["7"], "-t": ["2"], "--threads": ["2"], "-c": ["512"], "--ctx-size": ["512"],
+        "-n": ["16"], "--predict": ["16"], "-b": ["512"], "--batch-size": ["512"], "-ub": ["256"],
+        "--ubatch-size": ["256"], "--temp": ["0.5"], "--top-k": ["20"], "--top-p": ["0.9"], "--min-p": ["0.1"],
+        "--typical": ["1.0"], "--repeat-last-n": ["32"], "--repeat-penalty": ["1.1"], "--presence-penalty": ["0.1"],
+        "--frequency-penalty": ["0.1"], "-l": ["15+1"], "--logit-bias": ["15-inf"], "--ignore-eos": [],
+        "--chat-template": ["chatml"], "--pooling": ["mean", "--embeddings"], "-ctk": ["f16"],
+        "--cache-type-k": ["q8_0", "-ctv", "q8_0"], "-ctv": ["f16"], "--cache-type-v": ["f16"], "-np": ["2"],
+        "--parallel": ["2"], "-m": [model], "--model": [model], "--host": ["127.0.0.1"], "--port": ["0"],
+        "--path": [files["site"]], "--embedding": [], "--embeddings": [], "--api-key": ["k2"],
+        "--api-key-file": [files["keys"]], "--timeout": ["60"], "--system-prompt-file": [files["system"]],
+        "--metrics": [], "--no-slots": [], "--slot-save-path": [files["slots"]], "-sps": ["0.5"],
+        "--slot-prompt-similarity": ["0.0"],
+    }
+    if "key" in files:
+        values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]
+        values["--ssl-cert-file"] = [files["cert"], "--ssl-key-file", files["key"]]
+    return values.get(spelling)
+
+
+def test_the_table_is_the_readme_s():
+    assert len(ROWS) == 150 and len(SPELLINGS) > 190
+    assert (("-ngl", "--gpu-layers", "--n-gpu-layers") not in [r for r, _ in ROWS]), "the README's table, as it is"
+
+
+@pytest.mark.parametrize("spelling, n_values", SPELLINGS, ids=[s for s, _ in SPELLINGS])
+def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_path):
+    parser = build_parser()
+    assert spelling in parser._option_string_actions, f"{spelling} is not a flag ember knows"
+    model = str(smollm2_path)
+    if spelling in EXITING:
+        with pytest.raises(SystemExit) as exit_:
+            parse_options([spelling], {})
+        assert exit_.value.code == 0
+        return
+    compat = llama_flags._BY_SPELLING.get(spelling)
+    if compat is None:
+        use = _valid(spelling, files, model)
+        if use is None and spelling.startswith("--ssl-"):
+            pytest.skip("no openssl to make a certificate with")
+        assert use is not None, f"{spelling} is honoured by ember: give it a valid value here"
+        base = [] if spelling in ("-m", "--model") else ["-m", model]
+        parse_options(base + [spelling, *use], {}, mem_available=BIG_MEM)
+        return
+    values = {0: [], 1: ["1"], 2: ["a", "1"]}[n_values] if compat.nargs != "?" else []
+    try:
+        _, lines = parse_options(["-m", model, spelling, *values], {}, mem_available=BIG_MEM)
+    except OptionError as e:
+        assert str(e).startswith(spelling + (" " if values else ":")), e
+        assert len(str(e)) > len(spelling) + 20, f"a refusal says why: {e}"
+        return
+    said = [line for line in lines if line.startswith(spelling)]
+    assert said and len(said[0]) > len(spelling) + 20, f"{spelling}: accepted flags say what they do here: {lines}"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["-ngl", "99"], "-ngl 99: the model runs on the CPU"),
+    (["--n-gpu-layers", "all"], "--n-gpu-layers all: the model runs on the CPU"),
+    (["-fa", "on"], "-fa on: attention is always fused"),
+    (["-fa", "off"], "-fa off: attention is always fused"),
+    (["-fa"], "-fa: attention is always fused"),
+    (["-cb"], "-cb: batching is always continuous"),
+    (["--jinja"], "--jinja: chat templates are always rendered as Jinja"),
+    (["--device", "none"], "--device none: the model runs on the CPU"),
+    (["--mirostat", "0"], "--mirostat 0: mirostat stays off"),
+])
+def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
+    _, lines = parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=BIG_MEM)
+    assert any(line.startswith(said) for line in lines), lines
+
+
+@pytest.mark.parametrize("argv, refused", [
+    (["-fa", "sometimes"], "-fa sometimes: expected on, off or auto"),
+    (["-ngl", "gl"], "-ngl gl: expected a number of layers"),
+    (["--device", "Vulkan0"], "--device Vulkan0: ember has no GPU backend"),
+    (["--mirostat", "2"], "--mirostat 2: ember has no mirostat sampler"),
+    (["--no-cont-batching"], "--no-cont-batching: batching is always continuous"),
+    (["-ngx", "3"], "-ngx: not a flag of ember or llama-server's (it is not read as -n gx)"),
+    (["-nxyz"], "-nxyz: not a flag"),
+])
+def test_values_ember_cannot_honour_and_unknown_words_are_refused(argv, refused, smollm2_path):
+    with pytest.raises(OptionError) as e:
+        parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=BIG_MEM)
+    assert str(e.value).startswith(refused), e.value
+
+
+def test_negative_numbers_are_values_not_flags(smollm2_path):
+    opts, _ = parse_options(["-m", str(smollm2_path), "-n", "-1", "--seed", "-1"], {}, mem_available=BIG_MEM)
+    assert opts.n_predict == -1 and opts.sampling.seed is None
+
+
+def test_list_devices_prints_the_cpu_and_exits(capsys):
+    assert main(["--list-devices"]) == 0
+    assert "cpu" in capsys.readouterr().out
+
+
+def test_the_version_is_printed(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.startswith("ember ")
