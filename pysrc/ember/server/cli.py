@@ -129,6 +129,11 @@ _FLAGS = [
     _Flag("shutdown-timeout", ("--shutdown-timeout",), int, None,
           "seconds the requests in flight get to finish on SIGTERM or /shutdown; then they are cut, each ending with "
           "an error in its route's shape (default 5)", 5),
+    _Flag("responses-max", ("--responses-max",), int, None,
+          "responses the Responses API keeps for previous_response_id and GET (default 1024; 0: none); the "
+          "oldest finished go first, and a restart loses them", 1024),
+    _Flag("responses-max-mib", ("--responses-max-mib",), int, None,
+          "MiB the kept responses may take together (default 64)", 64),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI",
           "do not serve the chat page at / (clients probing / still get their answer)", False),
@@ -484,6 +489,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("shutdown-timeout", "must be 0 (cut at once) or more seconds")
     if values["queue-depth"] < 0:
         raise bad("queue-depth", "must be 0 or more")
+    if values["responses-max"] < 0:
+        raise bad("responses-max", "must be 0 (keep none) or more")
+    if values["responses-max-mib"] < 1:
+        raise bad("responses-max-mib", "must be at least 1")
     for name in ("batch-size", "ubatch-size"):
         if values[name] < 1:
             raise bad(name, "must be at least 1")
@@ -634,6 +643,12 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     elif pooling is not None:
         raise bad("pooling", "only shapes embeddings, which need --embeddings")
 
+    if values["responses-max"]:
+        lines.append(f"responses kept: up to {values['responses-max']} ({values['responses-max-mib']} MiB) in memory "
+                     "for previous_response_id and GET /v1/responses/ID, the oldest finished dropped first; lost "
+                     "on restart")
+    else:
+        lines.append("responses kept: none (--responses-max 0); store and previous_response_id are refused")
     if values["metrics"]:
         lines.append("metrics: at /metrics")
     static_path = values["path"]
@@ -662,7 +677,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         chat_template=template_text, system_prompt=system_prompt, sampling=sampling, max_batch=ubatch,
         prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
-        static_path=static_path,
+        static_path=static_path, responses_max=values["responses-max"],
+        responses_max_mib=values["responses-max-mib"],
     )
     return opts, lines
 

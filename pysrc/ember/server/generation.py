@@ -28,7 +28,7 @@ class Generation:
     /metrics read. Use as ``async with``: leaving early cancels the job."""
 
     def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams,
-                 slot: int | None = None):
+                 slot: int | None = None, *, watch_client: bool = True):
         from ember.engine import GenerationRequest
 
         self.request = request
@@ -63,6 +63,8 @@ class Generation:
         self._req = GenerationRequest(prompt, max_tokens, params, slot, owner=request.get("owner", 0))
         self.job = None
         self._watch: asyncio.Task | None = None
+        #: a background job outlives its request: its client is not watched
+        self._watch_client = watch_client
         self._stream = None
         self._first = None
 
@@ -72,7 +74,8 @@ class Generation:
         except Exception as e:
             raise from_engine_error(e)
         self.request["generation"] = self
-        self._watch = asyncio.get_running_loop().create_task(self._watch_client())
+        if self._watch_client:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_peer())
         return self
 
     async def __aexit__(self, et, ev, tb) -> None:
@@ -94,7 +97,7 @@ class Generation:
         if isinstance(ev, ClientGone):
             raise ConnectionResetError("client gone") from None
 
-    async def _watch_client(self) -> None:
+    async def _watch_peer(self) -> None:
         # aiohttp need not cancel a handler whose peer left; a queued job would then
         # wait for the model, so the connection is watched while nothing is written.
         while True:

@@ -63,6 +63,9 @@ def document(app: web.Application) -> dict:
                                 "$ref": f"#/components/schemas/{_error_schema(path)}"}}}},
             },
         }
+        if path == "/" or path.startswith("/webui/"):  # the chat page and its files
+            op["responses"]["200"]["content"].update({kind: {"schema": {"type": "string"}} for kind in (
+                "text/html", "text/javascript", "text/css")})
         params = re.findall(r"{(\w+)}", path)
         if params:
             op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}

@@ -77,6 +77,9 @@ class ServerOptions:
     webui: bool = True
     #: a folder of the user's own files served at / instead of the page (--path)
     static_path: str | None = None
+    #: responses the Responses API keeps (0: none), and MiB they may take
+    responses_max: int = 1024
+    responses_max_mib: int = 64
     #: HTTPS: a PEM key and certificate chain
     ssl_key_file: str | None = None
     ssl_cert_file: str | None = None

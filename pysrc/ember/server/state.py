@@ -44,11 +44,15 @@ class ServerState:
     ollama_model: tuple | None = None
     #: each limited key's requests in flight and rate (`ember.server.keys.KeyLimits`)
     key_limits: object = None
+    #: what the Responses API answered (`ember.server.response_store.ResponseStore`)
+    responses: object = None
 
     def __post_init__(self) -> None:
         from ember.server.keys import KeyLimits
+        from ember.server.response_store import ResponseStore
 
         self.key_limits = KeyLimits(self.opts.key_rules)
+        self.responses = ResponseStore(self.opts.responses_max, self.opts.responses_max_mib * 2**20)
 
     def refused(self, cause: str) -> None:
         self.metrics.refusals[cause] = self.metrics.refusals.get(cause, 0) + 1

@@ -161,7 +161,6 @@ BAD = [
     ({"input": []}, "input"),
     ({"input": ""}, "input"),
     ({"input": "", "instructions": "Be brief."}, "input"),
-    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"input": "x", "tools": [WEATHER], "tool_choice": {"type": "file_search"}}, "tool_choice"),
@@ -170,7 +169,7 @@ BAD = [
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
      "input[0].content[0].type"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
     ({"input": [{"type": "function_call", "name": "f"}]}, "input[0]"),
     ({"input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "g", "schema": {"type": 5}}}}, "text.format"),
@@ -179,7 +178,8 @@ BAD = [
     ({"input": "x", "top_logprobs": 3}, "top_logprobs"),
     ({"input": "x", "temperature": -2}, "temperature"),
     ({"input": "x", "temperature": 3}, "temperature"),
-    ({"input": "x", "background": True}, "background"),
+    ({"input": "x", "background": True, "store": False}, "background"),
+    ({"input": "x", "background": True, "stream": True}, "background"),
     ({"input": "x", "truncation": "auto"}, "truncation"),
     ({"input": "x", "max_output_tokens": 2**40}, "max_output_tokens"),
     ({"input": "x", "tool_choice": "sometimes"}, "tool_choice"),
@@ -200,8 +200,11 @@ def test_bad_requests_are_400s_naming_the_field(server, body, field):
 
 def test_the_official_client_reads_the_errors(client):
     with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="any", input="x", truncation="auto")
+    assert e.value.body["param"] == "truncation"
+    with pytest.raises(openai.NotFoundError) as e:
         client.responses.create(model="any", input="x", previous_response_id="resp_1")
-    assert e.value.body["param"] == "previous_response_id"
+    assert e.value.body["param"] == "previous_response_id" and "no stored response" in e.value.body["message"]
 
 
 # -- reasoning, on a tiny model whose template opens a thought ------------------------

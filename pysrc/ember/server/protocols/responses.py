@@ -8,12 +8,17 @@ conversation the chat route builds; `tools` (flat function tools),
 fields, so the same template, grammars and reply shaper serve it. The reply
 is output items in the order the model wrote them: a `reasoning` item, a
 `message` with one `output_text` part, then one `function_call` per call.
-Responses are not stored: `previous_response_id` is refused, and a client
-sends the conversation it holds, which the slot's cache spares it from paying
-for twice."""
+
+What it answers is stored (`ember.server.response_store`, unless `store` is
+false): `previous_response_id` continues a stored conversation (its prompt
+renders as before, so the slot's cache reuses what it read), `GET` and
+`DELETE /v1/responses/{id}` read and drop one, `.../input_items` lists what
+it was asked, and `background: true` answers at once with a queued response
+to poll, or to stop with `POST .../cancel`."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 import uuid
@@ -32,6 +37,7 @@ from ember.server.chat_prompt import Origin, chat_prompt, located, message_locat
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, reads, sse_send
+from ember.server.response_store import Stored, as_message
 from ember.server.segments import Segments
 from ember.server.state import ServerState
 
@@ -150,6 +156,8 @@ class ResponsesRequest(wire.CoreSampling):
     top_logprobs: int | None = None
     background: bool = False
     truncation: str | None = None
+    #: None: stored when the server keeps a store (OpenAI's default, true)
+    store: bool | None = None
 
 
 def _items(raw: list[dict[str, Any]]) -> list[Any]:
@@ -180,23 +188,30 @@ def _text(where: str, content, allowed: tuple[type, ...]) -> str:
     return "\n".join(out)  # as llama.cpp joins a message's text parts
 
 
-def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
+def _chat_messages(req: ResponsesRequest, earlier: list[dict],
+                   resolve) -> tuple[list[dict], list[Origin]]:
     """The conversation as the chat template reads it, and where each of its
-    messages came from. What one assistant turn wrote (its reasoning, its
-    message, its calls) arrives as separate items and becomes one assistant
-    message again."""
+    messages came from: the instructions, the `earlier` turns of a stored
+    conversation, then the input. What one assistant turn wrote (its
+    reasoning, its message, its calls) arrives as separate items and becomes
+    one assistant message again; `resolve(i, id)` is the stored item an
+    `item_reference` names."""
     out: list[dict] = []
     origins: list[Origin] = []
     if req.instructions:
         out.append({"role": "system", "content": req.instructions})
         origins.append(Origin(("instructions",)))
+    for m in earlier:
+        out.append(copy.deepcopy(m))
+        origins.append(Origin(("previous_response_id",)))
     if req.input is None:
         raise ApiError(400, "input: required", param="input")
     if req.input == "":
         raise ApiError(400, "input: empty; a response answers an input", param="input")
     if isinstance(req.input, str):
         return out + [{"role": "user", "content": req.input}], origins + [Origin(("input",))]
-    items = _items(req.input)
+    items = _items([resolve(i, x["id"]) if isinstance(x, dict) and x.get("type") == "item_reference" else x
+                    for i, x in enumerate(req.input)])
     if not items:
         raise ApiError(400, "input: at least one item is required", param="input")
 
@@ -233,8 +248,8 @@ def _chat_messages(req: ResponsesRequest) -> tuple[list[dict], list[Origin]]:
             turn = assistant_turn(at)
             turn["reasoning_content"] = turn.get("reasoning_content", "") + "".join(p.text for p in parts)
         else:
-            raise ApiError(400, f"{where}.type: item references need stored responses, which this server does not "
-                           "keep; send the item itself", param=f"{where}.type")
+            raise ApiError(400, f"{where}.type: an item reference is read before the conversation is built; this "
+                           "one names no stored item", param=f"{where}.type")
     return out, origins
 
 
@@ -291,22 +306,35 @@ def _fields(loc: tuple) -> tuple:
     return loc
 
 
-async def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int], ChatShaper, SamplingParams]:
+async def _prompt(state: ServerState, req: ResponsesRequest, owner: int
+                  ) -> tuple[list[int], ChatShaper, SamplingParams, list[dict]]:
+    """The prompt, its shaper and options, and the conversation it renders
+    (without the instructions: what a reply chained to this one continues)."""
+    store = state.responses
+    earlier: list[dict] = []
     if req.previous_response_id is not None:
-        raise ApiError(400, "previous_response_id: responses are not stored here; send the whole conversation "
-                       "in input (the slot's cache reuses what it has already read)", param="previous_response_id")
+        before = store.get(req.previous_response_id, owner, param="previous_response_id")
+        if not before.finished:
+            raise ApiError(400, f"previous_response_id: {before.id} is still {before.response['status']}; chain "
+                           "to it once it has finished", param="previous_response_id")
+        earlier = before.conversation
+
+    def resolve(i: int, item_id) -> dict:
+        found = store.item(item_id, owner) if isinstance(item_id, str) else None
+        if found is None:
+            raise ApiError(400, f"input[{i}].id: no stored item {item_id!r} (items are kept with their responses)",
+                           param=f"input[{i}].id")
+        return found
+
     if req.top_logprobs:
         raise ApiError(400, "top_logprobs: log-probabilities are not returned on this route; use chat completions",
                        param="top_logprobs")
-    if req.background:
-        raise ApiError(400, "background: responses are answered within their request here, not stored to poll",
-                       param="background")
     if req.truncation not in (None, "disabled"):
         raise ApiError(400, f"truncation: only \"disabled\" (a conversation longer than the context is refused, "
                        f"not cut), got {req.truncation!r}", param="truncation")
     if req.temperature is not None and req.temperature > 2:
         raise ApiError(400, f"temperature: must be between 0 and 2, got {req.temperature}", param="temperature")
-    messages, origins = _chat_messages(req)
+    messages, origins = _chat_messages(req, earlier, resolve)
     tools, tool_choice = _tools(req)
     chat = ChatRequest(messages=messages, tools=tools, tool_choice=tool_choice,
                        parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
@@ -316,7 +344,23 @@ async def _prompt(state: ServerState, req: ResponsesRequest) -> tuple[list[int],
     except ApiError as e:
         raise located(e, _fields) from None
     prompt, shaper = await chat_prompt(state, chat, params, locate=message_locator(origins, _fields))
-    return prompt, shaper, params
+    return prompt, shaper, params, messages[1:] if req.instructions else messages
+
+
+def _input_items(req: ResponsesRequest) -> list[dict]:
+    """The request's input as the items GET .../input_items lists, each with an id."""
+    if isinstance(req.input, str):
+        return [{"id": f"msg_{_hex()}", "type": "message", "role": "user", "status": "completed",
+                 "content": [{"type": "input_text", "text": req.input}]}]
+    out = []
+    for raw in req.input or []:
+        it = {"type": "message", **raw} if "type" not in raw else dict(raw)
+        if it["type"] == "message" and isinstance(it.get("content"), str):
+            kind = "output_text" if it.get("role") == "assistant" else "input_text"
+            it["content"] = [{"type": kind, "text": it["content"]}]
+        it.setdefault("id", f"{'msg' if it['type'] == 'message' else 'item'}_{_hex()}")
+        out.append(it)
+    return out
 
 
 # -- the reply ----------------------------------------------------------------------
@@ -413,9 +457,20 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if req.max_output_tokens is not None and not 1 <= req.max_output_tokens <= wire.MAX_COUNT:
         raise ApiError(400, f"max_output_tokens: must be between 1 and {wire.MAX_COUNT}, got {req.max_output_tokens}",
                        param="max_output_tokens")
+    store = state.responses
+    keep = store.enabled if req.store is None else req.store
+    if keep and not store.enabled:
+        raise ApiError(400, "store: this server keeps no responses (--responses-max 0)", param="store")
+    if req.background and not keep:
+        raise ApiError(400, "background: a background response is polled from the store, so it needs store",
+                       param="background")
+    if req.background and req.stream:
+        raise ApiError(400, "background: not with stream here; poll GET /v1/responses/{id} instead",
+                       param="background")
+    owner = request.get("owner", 0)
     max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
-    prompt, shaper, params = await _prompt(state, req)
-    gen = Generation(request, prompt, max_tokens, params)
+    prompt, shaper, params, conversation = await _prompt(state, req, owner)
+    gen = Generation(request, prompt, max_tokens, params, watch_client=not req.background)
     created = int(time.time())
     head = {
         "id": f"resp_{_hex()}", "object": "response", "created_at": created, "model": state.model_id(),
@@ -425,12 +480,15 @@ async def responses(request: web.Request) -> web.StreamResponse:
         "tools": [msgspec.to_builtins(t) for t in req.tools or []], "metadata": req.metadata or {},
         "text": {"format": msgspec.to_builtins(req.text.format) if req.text and req.text.format else {"type": "text"}},
         "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
-        "store": False, "background": False, "error": None, "previous_response_id": None,
+        "store": keep, "background": req.background, "error": None,
+        "previous_response_id": req.previous_response_id,
     }
     items = _Items()
+    entry = Stored(id=head["id"], response={}, input_items=_input_items(req), owner=owner) if keep else None
 
     def finished(c: Completion) -> tuple[str, dict]:
-        """The event that ends the response, and the response it carries."""
+        """The event that ends the response, and the response it carries
+        (stored, when it is kept)."""
         cut = shaper.stop.cut
         # The thought's tokens, counted as the tokenizer reads its text back.
         thought = "".join(shaper.thought or [])
@@ -438,16 +496,28 @@ async def responses(request: web.Request) -> web.StreamResponse:
         body = {**head, "status": "incomplete" if cut else "completed", "completed_at": int(time.time()),
                 "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "output": items.items,
                 "usage": _usage(gen, c.n_cached, len(c.tokens), min(n_thought, len(c.tokens)))}
+        if entry is not None:
+            entry.response, entry.task = copy.deepcopy(body), None
+            entry.conversation = [*conversation, as_message(items.items)]
+            store.put(entry)
         return ("response.incomplete" if cut else "response.completed"), {"response": body}
 
     def item_status() -> str:
         return "incomplete" if shaper.stop.cut else "completed"
 
-    if not req.stream:
+    async def answer_whole() -> dict:
         c = await gen.whole()
         items.feed(shaper.read_whole(c))
         items.close(item_status())
-        return json_response(finished(c)[1]["response"])
+        return finished(c)[1]["response"]
+
+    if req.background:
+        entry.response = {**head, "status": "queued", "output": [], "incomplete_details": None, "usage": None}
+        store.put(entry)
+        entry.task = asyncio.get_running_loop().create_task(_in_background(entry, answer_whole))
+        return json_response(entry.response)
+    if not req.stream:
+        return json_response(await answer_whole())
 
     async def write(resp) -> None:
         seq = 0
@@ -470,6 +540,82 @@ async def responses(request: web.Request) -> web.StreamResponse:
     return await gen.stream(request, write)
 
 
+async def _in_background(entry: Stored, answer_whole) -> None:
+    """A background response's run: its stored state follows it, from queued
+    to its end (completed, incomplete, cancelled or failed)."""
+    entry.response["status"] = "in_progress"
+    try:
+        await answer_whole()
+    except asyncio.CancelledError:
+        entry.response.update(status="cancelled", completed_at=int(time.time()))
+    except Exception as e:  # the engine's refusal or a cut: the response says so, the server goes on
+        message = e.message if isinstance(e, ApiError) else str(e) or type(e).__name__
+        entry.response.update(status="failed", completed_at=int(time.time()),
+                              error={"code": "server_error", "message": message})
+    finally:
+        entry.task = None
+        entry.measure()
+
+
+async def get_response(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if request.query.get("stream", "false").lower() not in ("false", "0"):
+        raise ApiError(400, "stream: a stored response is read whole here", param="stream")
+    return json_response(state.responses.get(request.match_info["id"], request.get("owner", 0)).response)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    entry = state.responses.delete(request.match_info["id"], request.get("owner", 0))
+    return json_response({"id": entry.id, "object": "response", "deleted": True})
+
+
+async def cancel_response(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    entry = state.responses.get(request.match_info["id"], request.get("owner", 0))
+    if not entry.response.get("background"):
+        raise ApiError(400, f"{entry.id} was not a background response; only those can be cancelled",
+                       param="response_id")
+    task = entry.task
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+    elif entry.response["status"] != "cancelled":
+        raise ApiError(400, f"{entry.id} has already {entry.response['status']}; only a running one can be "
+                       "cancelled", param="response_id")
+    return json_response(entry.response)
+
+
+async def input_items(request: web.Request) -> web.Response:
+    """The stored request's input items, as OpenAI lists them (newest first
+    by default; `order`, `limit`, `after`)."""
+    state: ServerState = request.app["state"]
+    entry = state.responses.get(request.match_info["id"], request.get("owner", 0))
+    q = request.query
+    order = q.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, f"order: expected asc or desc, got {order!r}", param="order")
+    try:
+        limit = int(q.get("limit", "20"))
+    except ValueError:
+        raise ApiError(400, f"limit: expected a whole number, got {q.get('limit')!r}", param="limit") from None
+    if not 1 <= limit <= 100:
+        raise ApiError(400, f"limit: must be between 1 and 100, got {limit}", param="limit")
+    rows = entry.input_items if order == "asc" else entry.input_items[::-1]
+    if "after" in q:
+        at = next((k for k, it in enumerate(rows) if it.get("id") == q["after"]), None)
+        if at is None:
+            raise ApiError(400, f"after: no input item {q['after']!r} in {entry.id}", param="after")
+        rows = rows[at + 1:]
+    page = rows[:limit]
+    return json_response({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                          "last_id": page[-1]["id"] if page else None, "has_more": len(rows) > limit})
+
+
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/responses", responses)
-    app.router.add_post("/responses", responses)
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_get(f"{prefix}/responses/{{id}}", get_response)
+        app.router.add_delete(f"{prefix}/responses/{{id}}", delete_response)
+        app.router.add_post(f"{prefix}/responses/{{id}}/cancel", cancel_response)
+        app.router.add_get(f"{prefix}/responses/{{id}}/input_items", input_items)
