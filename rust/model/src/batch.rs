@@ -352,7 +352,7 @@ impl Batcher {
         if prompt.len() > n_ctx {
             return Err(ember_kv::KvError::ContextFull { needed: prompt.len(), capacity: n_ctx }.into());
         }
-        let draws = Draws::new(&self.model, params)?;
+        let draws = Draws::new(&self.model, params, prompt)?;
         if cache_prompt {
             self.swap_with_host(slot, prompt, owner);
         }

@@ -168,8 +168,11 @@ pub(crate) struct Draws {
 }
 
 impl Draws {
-    pub(crate) fn new(model: &Model, params: GenerateParams) -> Result<Draws> {
-        let sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
+    /// The draws after `prompt`, whose last tokens the penalties count as
+    /// llama-server's do.
+    pub(crate) fn new(model: &Model, params: GenerateParams, prompt: &[u32]) -> Result<Draws> {
+        let mut sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
+        sampler.accept_history(prompt);
         let decoder = model.tokenizer.stream_decoder();
         let (matcher, lazy) = match (&params.grammar, &params.grammar_trigger) {
             (Some(g), Some(trigger)) if !trigger.is_empty() => (None, Some((g.clone(), trigger.clone(), Vec::new()))),
@@ -399,7 +402,7 @@ impl Generation {
         if prompt.is_empty() {
             return Err(ModelError::Invalid("the prompt is empty".into()));
         }
-        let draws = Draws::new(&model, params)?;
+        let draws = Draws::new(&model, params, prompt)?;
         let n_cached = slot.reuse_prefix(prompt);
         let mut session = slot.session;
         let logits = model.prefill(&mut session, &prompt[n_cached..], Logits::Last)?;

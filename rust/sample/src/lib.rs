@@ -152,6 +152,19 @@ impl Sampler {
         self.counts[token as usize] += 1;
     }
 
+    /// Records the tokens before the first draw (the prompt), as llama.cpp's
+    /// server does, so the penalties count a repeat of the prompt's last
+    /// tokens too. Only a window's worth at the end can matter.
+    pub fn accept_history(&mut self, tokens: &[u32]) {
+        if !self.penalties_on {
+            return;
+        }
+        let from = self.window_len.map_or(0, |n| tokens.len().saturating_sub(n));
+        for &t in &tokens[from..] {
+            self.accept(t);
+        }
+    }
+
     /// Forgets the history and restarts the random stream: from the same
     /// seed when one was given (so a reset sampler repeats itself), from
     /// fresh entropy otherwise, as llama.cpp's dist sampler does.
@@ -421,6 +434,23 @@ mod tests {
             "reset clears history"
         );
         assert!(s.counts.iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn the_history_fills_the_window_with_its_last_tokens() {
+        let p = SamplingParams {
+            presence_penalty: 1.0,
+            repeat_last_n: 2,
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(p, 4).unwrap();
+        s.accept_history(&[0, 1, 2]);
+        assert_eq!(adjusted(&s, &[0.0; 4]), vec![0.0, -1.0, -1.0, 0.0], "the last two of the prompt count");
+        let off = Sampler::new(SamplingParams::greedy(), 4).map(|mut s| {
+            s.accept_history(&[0, 1]);
+            s.window.len()
+        });
+        assert_eq!(off.unwrap(), 0, "without penalties nothing is kept");
     }
 
     #[test]

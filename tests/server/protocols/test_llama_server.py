@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from api_helpers import CHAT, TEMPLATE
-from server_process import ServerProcess, error_of, http, sse
+from server_process import ServerProcess, error_of, http, post_ok, sse
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -290,3 +290,19 @@ def test_the_host_cache_brings_a_conversation_back(smollm2_path):
             status, _, body = http(s.url + "/completion", {"prompt": a + " More", "n_predict": 2})
             t = json.loads(body)["timings"]
             assert status == 200 and (t["cache_n"] >= 30) == reused, (flags, t)
+
+
+# -- penalties count the prompt ------------------------------------------------------
+
+def test_penalties_count_the_prompt_s_last_tokens_as_llama_server_s_do(server):
+    """Recorded from llama.cpp's llama-server (tests/golden/penalties-smollm2.json):
+    the prompts repeat themselves, so the first token is the penalised one
+    only if the prompt's last tokens count."""
+    from paths import ROOT
+
+    recorded = json.loads((ROOT / "tests" / "golden" / "penalties-smollm2.json").read_text())["cases"]
+    for case in recorded:
+        got = post_ok(server, "/completion", case["request"])
+        assert got["tokens"] == case["tokens"], (case["request"]["prompt"], got["content"], case["content"])
+        unpenalised = post_ok(server, "/completion", {**case["request"], "repeat_last_n": 0})
+        assert unpenalised["tokens"][0] != case["tokens"][0], "the case must turn on the prompt's penalties"
