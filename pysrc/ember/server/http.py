@@ -49,7 +49,7 @@ async def read_body(request: web.Request) -> bytes:
     runs its parser with `auto_decompress` off (`RUNNER_OPTIONS`) so that a
     stream cut before its end is seen: aiohttp's own inflating lets a gzip
     body without its trailer through."""
-    limit = request.app["state"].body_limit()
+    limit = request.app["state"].body_limit(request.path)
     too_big = ApiError(413, f"the request body exceeds the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
         raise too_big

@@ -57,12 +57,17 @@ class ServerState:
     def refused(self, cause: str) -> None:
         self.metrics.refusals[cause] = self.metrics.refusals.get(cause, 0) + 1
 
-    def body_limit(self) -> int:
+    def body_limit(self, path: str = "") -> int:
         if self.opts.body_limit is not None:
             return self.opts.body_limit
         # Room for a prompt that fills the context, at a generous 16 bytes a token, plus the envelope.
         n_ctx = self.model.n_ctx if self.model is not None else (self.opts.ctx_size or 8192)
-        return 64 * 1024 + 16 * n_ctx
+        limit = 64 * 1024 + 16 * n_ctx
+        if path in _EMBEDDING_PATHS:
+            from ember.server.protocols.embeddings import BODY_LIMIT
+
+            limit = max(limit, BODY_LIMIT)  # many inputs a request, each within the context
+        return limit
 
     @property
     def slot_ctx(self) -> int:
@@ -81,6 +86,10 @@ def _stem(path: str) -> str:
     from pathlib import Path
 
     return Path(path).stem
+
+
+#: The routes whose body may carry many inputs (OpenAI's 2,048).
+_EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embedding", "/embeddings", "/api/embed", "/api/embeddings"})
 
 
 def unavailable(state: ServerState) -> ApiError:

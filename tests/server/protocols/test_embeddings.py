@@ -7,6 +7,7 @@ llama-server in tests/fixtures/embeddings), then served over OpenAI's
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 
 import numpy as np
@@ -120,7 +121,8 @@ def test_llama_servers_own_route_and_shape(server, smollm2):
     ("/v1/embeddings", {"input": [1, 99_999_999]}, "input[0]"),
     ("/v1/embeddings", {"input": [{"text": "x"}]}, "input[0]"),
     ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, "encoding_format"),
-    ("/v1/embeddings", {"input": "x", "dimensions": 64}, "dimensions"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 0}, "dimensions"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 100_000}, "dimensions"),
     ("/embedding", {"content": "x", "embd_normalize": -7}, "embd_normalize"),
     ("/embedding", {}, "content"),
     ("/v1/embeddings", {"input": ["a"] * 2049}, "input"),
@@ -164,3 +166,32 @@ def test_pooling_flags_are_checked(smollm2_path):
     for argv, needle in [(["--embeddings", "--pooling", "max"], "pooling"), (["--pooling", "mean"], "--embeddings")]:
         with pytest.raises(OptionError, match=needle):
             parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=8 << 30)
+
+
+def test_dimensions_shorten_and_renormalise(server, smollm2):
+    """OpenAI's `dimensions`: the first N components, unit length again (or
+    normalized as `embd_normalize` asks on llama-server's route)."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    full = np.array(client.embeddings.create(model="m", input=TEXTS[0]).data[0].embedding)
+    short = np.array(client.embeddings.create(model="m", input=TEXTS[0], dimensions=64).data[0].embedding)
+    assert short.shape == (64,) and np.isclose(np.linalg.norm(short), 1.0, rtol=1e-5)
+    assert np.allclose(short, full[:64] / np.linalg.norm(full[:64]), atol=1e-6)
+    status, _, raw = http(server.url + "/embedding", {"content": TEXTS[0], "dimensions": 32, "embd_normalize": 1})
+    v = np.array(json.loads(raw)[0]["embedding"][0])
+    assert status == 200 and v.shape == (32,) and np.isclose(np.abs(v).sum(), 1.0, rtol=1e-5)
+
+
+def test_the_documented_2048_inputs_fit_in_one_request(server):
+    # 2,048 inputs of a sentence each, the last one empty: the body is read whole and every input
+    # checked (a 400 naming the last, not a 413), without the cost of 2,047 embeddings.
+    inputs = [f"Sentence number {i} is a sentence of several words, as inputs often are." for i in range(2047)]
+    body = json.dumps({"input": [*inputs, ""]}).encode()
+    assert len(body) > 64 * 1024 + 16 * 2048, "larger than the generating routes' cap at this context"
+    e = error_of(http(server.url + "/v1/embeddings", raw=body), 400)
+    assert e["message"].startswith("input[2047]"), e
+    some = http(server.url + "/v1/embeddings", {"input": inputs[:40]})
+    assert some[0] == 200 and len(json.loads(some[2])["data"]) == 40
+    # Past the cap: a body that inflates beyond it is refused without being read whole.
+    bomb = gzip.compress(b'{"input": "' + b"x" * (9 * 2**20) + b'"}')
+    status, _, out = http(server.url + "/v1/embeddings", raw=bomb, headers={"Content-Encoding": "gzip"})
+    assert status == 413 and b"8454144 bytes" in out, out

@@ -91,8 +91,8 @@ async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest,
         raise ApiError(400, f"encoding_format: expected float or base64, got {req.encoding_format!r}",
                        param="encoding_format")
     n_embd = state.model.n_embd
-    if req.dimensions is not None and req.dimensions != n_embd:
-        raise ApiError(400, f"dimensions: this model's embeddings have {n_embd} (they cannot be shortened)",
+    if req.dimensions is not None and not 1 <= req.dimensions <= n_embd:
+        raise ApiError(400, f"dimensions: must be between 1 and this model's {n_embd}, got {req.dimensions}",
                        param="dimensions")
     if req.embd_normalize < -1:
         raise ApiError(400, f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {req.embd_normalize}",
@@ -101,11 +101,30 @@ async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest,
     for ids in inputs:
         if len(ids) > state.slot_ctx:
             raise exceed_context(len(ids), state.slot_ctx)
-    return req, inputs, await embed_each(request, inputs, pooling, req.embd_normalize)
+    vectors = await embed_each(request, inputs, pooling, req.embd_normalize)
+    if req.dimensions is not None and req.dimensions < n_embd:
+        vectors = [shortened(v, req.dimensions, req.embd_normalize) for v in vectors]
+    return req, inputs, vectors
+
+
+def shortened(v, dimensions: int, normalize: int):
+    """`v`'s first `dimensions` components, normalized again as before (the
+    shortening OpenAI's `dimensions` asks for); each row of a per-token
+    array alike."""
+    import numpy as np
+
+    from ember.model import _normalized
+
+    cut = np.asarray(v)[..., :dimensions].astype(np.float64)
+    rows = [_normalized(r, normalize) for r in cut] if cut.ndim == 2 else _normalized(cut, normalize)
+    return np.asarray(rows, dtype=np.float32)
 
 
 #: Inputs one request may hold, as OpenAI's API allows.
 MAX_INPUTS = 2048
+#: The body cap of the embedding routes: room for MAX_INPUTS inputs of a
+#: paragraph each (4 KiB), whatever the context.
+BODY_LIMIT = 64 * 1024 + MAX_INPUTS * 4096
 
 
 async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:
@@ -114,17 +133,25 @@ async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str
     inputs."""
     state: ServerState = request.app["state"]
     out = []
-    for ids in inputs:
+    for at in range(0, len(inputs), _PER_CALL):
         if request.transport is None or request.transport.is_closing():
             raise ConnectionResetError("client gone")
+        batch = inputs[at:at + _PER_CALL]
         try:
-            out.append(await state.engine.call(lambda ids=ids: state.model.embed(ids, pooling=pooling,
-                                                                                  normalize=normalize)))
+            out += await state.engine.call(lambda batch=batch: [state.model.embed(ids, pooling=pooling,
+                                                                                  normalize=normalize)
+                                                                for ids in batch])
         except InvalidRequestError as e:
             raise ApiError(400, str(e)) from None
         except EmberError as e:
             raise from_engine_error(e) from None
     return out
+
+
+#: Inputs embedded in one call on the engine thread: the call waits for a
+#: pass to end, so one each would cost a pass's wait per input, and more
+#: would hold other conversations' next tokens back longer.
+_PER_CALL = 16
 
 
 @reads(EmbeddingsRequest)
