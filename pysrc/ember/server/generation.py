@@ -5,6 +5,7 @@ the figures its reply and the log line give."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from aiohttp import web
@@ -15,7 +16,7 @@ from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import envelope_of, sse_start
 from ember.server.state import ServerState
 
-__all__ = ["ClientGone", "Generation"]
+__all__ = ["Choices", "ClientGone", "Generation"]
 
 
 class ClientGone(Exception):
@@ -49,7 +50,7 @@ class Generation:
             # this prompt's is where the slot keeps a checkpoint.
             parting = _shared_prefix(prompt, model.chat_text_ids(params.next_turn))
             if parting > 0:
-                params.checkpoint_hints = [parting]
+                params.checkpoint_hints.append(parting)
         self.prompt = prompt
         self.max_tokens = max_tokens
         self.params = params
@@ -185,6 +186,118 @@ class Generation:
             "predicted_per_token_ms": g_ms / n_g if n_g else 0.0,
             "predicted_per_second": n_g * 1e3 / g_ms if g_ms > 0 else 0.0,
         }
+
+
+class Choices:
+    """OpenAI's `n`: answers to one prompt, each its own generation with its
+    own seed (the request's plus its index, or a fresh one). The first reads
+    the prompt; each other starts in a copy of its slot (`Batcher.fork`), so
+    the prompt is read once. They are answered side by side, so `n` may not
+    exceed the slots; past the free ones, they wait as any request waits.
+    Use as ``async with``: on entry the prompt has been read."""
+
+    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams, n: int):
+        slots = request.app["state"].opts.parallel
+        if n > slots:
+            raise ApiError(400, f"n: {n} choices are answered side by side, a slot each; this server has {slots} "
+                           "(-np)", param="n")
+        self.request, self.prompt, self.max_tokens = request, prompt, max_tokens
+        self.params = []
+        for i in range(n):
+            p = params.copy()
+            p.seed = None if params.seed is None else (params.seed + i) % 2**64
+            self.params.append(p)
+        if n > 1:
+            # A hybrid's copies resume from its recurrent state where the prompt's last token begins.
+            self.params[0].checkpoint_hints.append(len(prompt) - 1)
+        self.gens = [Generation(request, prompt, max_tokens, self.params[0])]
+        self._stack = contextlib.AsyncExitStack()
+
+    @property
+    def n(self) -> int:
+        return len(self.params)
+
+    async def __aenter__(self) -> "Choices":
+        await self._stack.__aenter__()
+        try:
+            first = await self._stack.enter_async_context(self.gens[0])
+            await first.first_event()
+            if self.n > 1:
+                await _fork_from(first, self.n - 1)
+            for p in self.params[1:]:
+                g = Generation(self.request, self.prompt, self.max_tokens, p)
+                await self._stack.enter_async_context(g)
+                self.gens.append(g)
+        except BaseException as e:
+            if not await self._stack.__aexit__(type(e), e, e.__traceback__):
+                raise
+        return self
+
+    async def __aexit__(self, et, ev, tb):
+        return await self._stack.__aexit__(et, ev, tb)
+
+    async def events(self):
+        """(choice index, event) of every choice, as they come."""
+        if self.n == 1:
+            async for ev in self.gens[0].events():
+                yield 0, ev
+            return
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, g: Generation) -> None:
+            try:
+                async for ev in g.events():
+                    queue.put_nowait((i, ev, None))
+            except Exception as e:  # handed to the reader, which raises it in the route
+                queue.put_nowait((i, None, e))
+                return
+            queue.put_nowait((i, None, None))
+
+        tasks = [asyncio.get_running_loop().create_task(pump(i, g)) for i, g in enumerate(self.gens)]
+        try:
+            left = self.n
+            while left:
+                i, ev, err = await queue.get()
+                if err is not None:
+                    raise err
+                if ev is None:
+                    left -= 1
+                else:
+                    yield i, ev
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def stream(self, request: web.Request, write) -> web.StreamResponse:
+        """The choices' reply as server-sent events (see `Generation.stream`)."""
+        async with self:
+            resp = await sse_start(request)
+            try:
+                await write(resp)
+            except ApiError as e:
+                await envelope_of(request).in_stream(resp, e)
+        await resp.write_eof()
+        return resp
+
+
+async def _fork_from(first: Generation, count: int) -> None:
+    """Copies the slot that read the prompt into up to `count` free slots
+    (empty ones first), where the engine then places the other choices: a
+    slot holding the whole prompt is its first pick. With fewer free, the
+    rest wait and read the prompt themselves."""
+    engine = first.state.engine
+    batcher = engine.batcher
+
+    def fork() -> None:
+        src = first.job.slot
+        if src is None:
+            return
+        free = [s for s in range(engine.n_slots) if s != src and not batcher.is_busy(s)]
+        free.sort(key=lambda s: batcher.cached_tokens(s) > 0)
+        for s in free[:count]:
+            batcher.fork(src, s)
+
+    await engine.call(fork)
 
 
 def _shared_prefix(a: list[int], b: list[int]) -> int:

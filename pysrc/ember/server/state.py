@@ -64,9 +64,7 @@ class ServerState:
         n_ctx = self.model.n_ctx if self.model is not None else (self.opts.ctx_size or 8192)
         limit = 64 * 1024 + 16 * n_ctx
         if path in _EMBEDDING_PATHS:
-            from ember.server.protocols.embeddings import BODY_LIMIT
-
-            limit = max(limit, BODY_LIMIT)  # many inputs a request, each within the context
+            limit = max(limit, _EMBEDDING_BODY_LIMIT)  # many inputs a request, each within the context
         return limit
 
     @property
@@ -88,8 +86,10 @@ def _stem(path: str) -> str:
     return Path(path).stem
 
 
-#: The routes whose body may carry many inputs (OpenAI's 2,048).
+#: The routes whose body may carry many inputs, and their cap: OpenAI's
+#: 2,048 inputs of a paragraph (4 KiB) each, whatever the context.
 _EMBEDDING_PATHS = frozenset({"/v1/embeddings", "/embedding", "/embeddings", "/api/embed", "/api/embeddings"})
+_EMBEDDING_BODY_LIMIT = 64 * 1024 + 2048 * 4096
 
 
 def unavailable(state: ServerState) -> ApiError:

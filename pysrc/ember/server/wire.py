@@ -226,9 +226,17 @@ def _finite(name: str, v: float | None, lo: float | None = None, hi: float | Non
         raise ApiError(400, f"{name}: must be <= {hi}, got {v}", param=name)
 
 
-def check_n(n: int | None) -> None:
-    if n is not None and n != 1:
-        raise ApiError(400, f"n: ember answers one choice per request, got n={n}", param="n")
+#: Choices one request may ask for (each takes a slot).
+MAX_CHOICES = 128
+
+
+def check_n(n: int | None) -> int:
+    """The choices asked for (OpenAI's `n`, 1 by default)."""
+    if n is None:
+        return 1
+    if not 1 <= n <= MAX_CHOICES:
+        raise ApiError(400, f"n: must be between 1 and {MAX_CHOICES}, got {n}", param="n")
+    return n
 
 
 def check_logprobs(name: str, v: int | None) -> None:

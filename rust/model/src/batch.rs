@@ -267,6 +267,34 @@ impl Batcher {
         self.slots[slot].active.is_some()
     }
 
+    /// Copies what slot `from` holds (its cache, tokens, checkpoints and
+    /// owner) into idle slot `to`, so several answers to one prompt read it
+    /// once: the others start in copies of the slot that read it. `from` may
+    /// be busy; its copy is what it holds between two passes.
+    pub fn fork(&mut self, from: usize, to: usize) -> Result<()> {
+        let n = self.slots.len();
+        if from >= n || to >= n || from == to {
+            return Err(ModelError::Invalid(format!("cannot copy slot {from} into slot {to} of {n}")));
+        }
+        if self.slots[to].active.is_some() {
+            return Err(ModelError::Invalid(format!("slot {to} is busy")));
+        }
+        let src = &self.slots[from];
+        let (state, tokens, checkpoints, owner) =
+            (src.slot.session.cache.save_state(), src.slot.tokens.clone(), src.checkpoints.clone(), src.owner);
+        let steps = self.steps;
+        let dst = &mut self.slots[to];
+        if let Err(e) = dst.slot.session.cache.restore_state(&state) {
+            dst.forget();
+            return Err(e.into());
+        }
+        dst.slot.tokens = tokens;
+        dst.checkpoints = checkpoints;
+        dst.owner = owner;
+        dst.last_used = steps;
+        Ok(())
+    }
+
     pub fn any_busy(&self) -> bool {
         self.slots.iter().any(|s| s.active.is_some())
     }

@@ -313,3 +313,42 @@ fn slot_similarity_sets_how_much_a_slot_must_hold() {
     b.set_slot_similarity(0);
     assert_eq!(b.choose_slot(&half), Some(0), "0 ignores what slots hold");
 }
+
+#[test]
+fn a_forked_slot_answers_as_the_slot_it_copies() {
+    for arch in ["llama", "qwen35"] {
+        let Some(model) = tiny(arch) else { return };
+        let n_vocab = model.config.n_vocab;
+        let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16);
+        // A hybrid's copy resumes from a checkpoint of its recurrent state
+        // taken where the prompt's last token begins (the hint); the others
+        // cut their cache back there.
+        b.set_checkpoints(ember_kv::CheckpointPolicy { max: 4, interval: 0, min_step: 0 });
+        let prompt = tokens(40, 0, n_vocab);
+        let expected = alone(&model, &prompt, 6);
+        b.start(0, &prompt, greedy(6), true, &[prompt.len() - 1]).unwrap();
+        // Copied once slot 0 has read the prompt and drawn: mid-answer.
+        let mut first = Vec::new();
+        while first.is_empty() {
+            for (slot, ev) in b.step() {
+                if let (0, SlotEvent::Step(s)) = (slot, ev) {
+                    first.push(s.token);
+                }
+            }
+        }
+        b.fork(0, 1).unwrap();
+        let copy = b.start(1, &prompt, greedy(6), true, &[]).unwrap();
+        assert!(copy.n_cached >= 32, "{arch}: the copy reads the prompt again: {} cached", copy.n_cached);
+        let mut got = [first, Vec::new()];
+        while b.any_busy() {
+            for (slot, ev) in b.step() {
+                if let SlotEvent::Step(s) = ev {
+                    got[slot].push(s.token);
+                }
+            }
+        }
+        assert_eq!(got[0], expected, "{arch}: the slot copied from");
+        assert_eq!(got[1], expected, "{arch}: the copy");
+        assert!(b.fork(1, 1).is_err() && b.fork(0, 7).is_err());
+    }
+}

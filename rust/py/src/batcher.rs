@@ -94,6 +94,12 @@ impl Batcher {
         slot < b.n_slots() && b.is_busy(slot)
     }
 
+    /// Copies what slot `from` holds into idle slot `to` (one prompt read
+    /// once for several answers).
+    fn fork(&self, py: Python<'_>, from: usize, to: usize) -> PyResult<()> {
+        py.detach(|| self.inner.lock().unwrap().fork(from, to)).map_err(map_err)
+    }
+
     fn any_busy(&self) -> bool {
         self.inner.lock().unwrap().any_busy()
     }

@@ -120,11 +120,9 @@ def shortened(v, dimensions: int, normalize: int):
     return np.asarray(rows, dtype=np.float32)
 
 
-#: Inputs one request may hold, as OpenAI's API allows.
+#: Inputs one request may hold, as OpenAI's API allows (the body cap,
+#: `ServerState.body_limit`, leaves room for them).
 MAX_INPUTS = 2048
-#: The body cap of the embedding routes: room for MAX_INPUTS inputs of a
-#: paragraph each (4 KiB), whatever the context.
-BODY_LIMIT = 64 * 1024 + MAX_INPUTS * 4096
 
 
 async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:

@@ -4,6 +4,7 @@ model list, in the shapes the official clients parse (with llama-server's
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from datetime import datetime, timezone
@@ -15,7 +16,7 @@ from ember.model import Completion, Piece
 from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
-from ember.server.generation import Generation
+from ember.server.generation import Choices
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.state import ServerState
 
@@ -26,11 +27,13 @@ FINISH = {Stop.END_TURN: "stop", Stop.STOP_SEQUENCE: "stop", Stop.LENGTH: "lengt
           Stop.TOOL_CALLS: "tool_calls"}
 
 
-def _usage(g: Generation) -> dict:
-    n_p = len(g.prompt)
-    n_g = len(g.completion.tokens) if g.completion else g.n_drawn
+def _usage(choices: Choices) -> dict:
+    """The prompt once (it was read once), the drawn tokens of every choice."""
+    first = choices.gens[0]
+    n_p = len(first.prompt)
+    n_g = sum(len(g.completion.tokens) if g.completion else g.n_drawn for g in choices.gens)
     return {"prompt_tokens": n_p, "completion_tokens": n_g, "total_tokens": n_p + n_g,
-            "prompt_tokens_details": {"cached_tokens": g.n_cached}}
+            "prompt_tokens_details": {"cached_tokens": first.n_cached}}
 
 
 def _token_entry(model, token: int, logprob: float | None) -> dict:
@@ -56,7 +59,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.ChatRequest)
-    wire.check_n(req.n)
+    n = wire.check_n(req.n)
     wire.check_logprobs("top_logprobs", req.top_logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
@@ -68,7 +71,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
     prompt, shaper = await chat_prompt(state, chat, params)
-    gen = Generation(request, prompt, max_tokens, params)
+    choices = Choices(request, prompt, max_tokens, params, n)
+    # Each choice's reply is read by a shaper of its own, all of the same prompt.
+    shapers = [shaper, *(copy.deepcopy(shaper) for _ in range(n - 1))]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
@@ -78,49 +83,52 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return [d for d in map(chat_delta, events) if d is not None]
 
     if not req.stream:
-        content: list[dict] = []
-        async with gen:
-            async for ev in gen.events():
+        content: list[list[dict]] = [[] for _ in range(n)]
+        async with choices:
+            async for i, ev in choices.events():
                 if isinstance(ev, Piece) and req.logprobs and ev.token is not None:
-                    content.append(_chat_logprobs(model, ev, k))
-        shaper.read_whole(gen.completion)
+                    content[i].append(_chat_logprobs(model, ev, k))
+        for sh, g in zip(shapers, choices.gens):
+            sh.read_whole(g.completion)
         return json_response({
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
             "choices": [{
-                "index": 0,
-                "message": shaper.message(),
-                "logprobs": {"content": content} if req.logprobs else None,
-                "finish_reason": FINISH[shaper.stop],
-            }],
-            "usage": _usage(gen),
-            "timings": gen.timings(),
+                "index": i,
+                "message": sh.message(),
+                "logprobs": {"content": content[i]} if req.logprobs else None,
+                "finish_reason": FINISH[sh.stop],
+            } for i, sh in enumerate(shapers)],
+            "usage": _usage(choices),
+            "timings": choices.gens[0].timings(),
         })
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(delta: dict, lp: list | None = None, finish: str | None = None, **extra) -> dict:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": {"content": lp} if lp else None,
+    def chunk(i: int, delta: dict, lp: list | None = None, finish: str | None = None, **extra) -> dict:
+        return {**base, "choices": [{"index": i, "delta": delta, "logprobs": {"content": lp} if lp else None,
                                      "finish_reason": finish}], **extra}
 
     async def write(resp) -> None:
-        await sse_send(resp, chunk({"role": "assistant", "content": ""}))
-        async for ev in gen.events():
+        for i in range(n):
+            await sse_send(resp, chunk(i, {"role": "assistant", "content": ""}))
+        async for i, ev in choices.events():
+            sh = shapers[i]
             if isinstance(ev, Piece):
                 lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
-                out = deltas(shaper.feed(ev.text))
+                out = deltas(sh.feed(ev.text))
                 if lp and not out:
                     out = [{"content": ""}]
-                for i, d in enumerate(out):
-                    await sse_send(resp, chunk(d, lp if i == 0 else None))
+                for j, d in enumerate(out):
+                    await sse_send(resp, chunk(i, d, lp if j == 0 else None))
             elif isinstance(ev, Completion):
-                for d in deltas(shaper.finish(ev)):
-                    await sse_send(resp, chunk(d))
-                await sse_send(resp, chunk({}, finish=FINISH[shaper.stop], timings=gen.timings()))
+                for d in deltas(sh.finish(ev)):
+                    await sse_send(resp, chunk(i, d))
+                await sse_send(resp, chunk(i, {}, finish=FINISH[sh.stop], timings=choices.gens[i].timings()))
         if include_usage:
-            await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices)})
         await resp.write(b"data: [DONE]\n\n")
-    return await gen.stream(request, write)
+    return await choices.stream(request, write)
 
 
 def _completion_prompt(model, prompt) -> list[int]:
@@ -168,7 +176,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.TextCompletionRequest)
-    wire.check_n(req.n)
+    n = wire.check_n(req.n)
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
@@ -177,47 +185,51 @@ async def completions(request: web.Request) -> web.StreamResponse:
     prompt = _completion_prompt(model, req.prompt)
     if req.logprobs is not None:
         params.n_probs = max(1, req.logprobs)
-    gen = Generation(request, prompt, max_tokens, params)
+    choices = Choices(request, prompt, max_tokens, params, n)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     echo = ""
     if req.echo:
         echo = req.prompt if isinstance(req.prompt, str) else model.detokenize(prompt)
-    lps = _TextLogprobs(model, req.logprobs or 0, len(echo)) if req.logprobs is not None else None
+    lps = [_TextLogprobs(model, req.logprobs or 0, len(echo)) if req.logprobs is not None else None
+           for _ in range(n)]
     base = {"id": cid, "object": "text_completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint()}
 
     if not req.stream:
-        async with gen:
-            async for ev in gen.events():
-                if isinstance(ev, Piece) and lps is not None and ev.token is not None:
-                    lps.add(ev)
-        c = gen.completion
+        async with choices:
+            async for i, ev in choices.events():
+                if isinstance(ev, Piece) and lps[i] is not None and ev.token is not None:
+                    lps[i].add(ev)
         return json_response({**base, "choices": [{
-            "text": echo + c.text, "index": 0, "logprobs": lps.body() if lps else None,
-            "finish_reason": FINISH[Stop.of(c)]}],
-            "usage": _usage(gen), "timings": gen.timings()})
+            "text": echo + g.completion.text, "index": i, "logprobs": lps[i].body() if lps[i] else None,
+            "finish_reason": FINISH[Stop.of(g.completion)]} for i, g in enumerate(choices.gens)],
+            "usage": _usage(choices), "timings": choices.gens[0].timings()})
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def piece(i: int, text: str, logprobs=None, finish=None, **extra) -> dict:
+        return {**base, "choices": [{"text": text, "index": i, "logprobs": logprobs, "finish_reason": finish}],
+                **extra}
+
     async def write(resp) -> None:
         if echo:
-            await sse_send(resp, {**base, "choices": [{"text": echo, "index": 0, "logprobs": None, "finish_reason": None}]})
-        async for ev in gen.events():
+            for i in range(n):
+                await sse_send(resp, piece(i, echo))
+        async for i, ev in choices.events():
+            lp = lps[i]
             if isinstance(ev, Piece):
-                n = len(lps.tokens) if lps else 0
-                if lps is not None and ev.token is not None:
-                    lps.add(ev)
-                if ev.text or (lps and len(lps.tokens) > n):
-                    await sse_send(resp, {**base, "choices": [{
-                        "text": ev.text, "index": 0, "logprobs": lps.body(n) if lps else None, "finish_reason": None}]})
+                seen = len(lp.tokens) if lp else 0
+                if lp is not None and ev.token is not None:
+                    lp.add(ev)
+                if ev.text or (lp and len(lp.tokens) > seen):
+                    await sse_send(resp, piece(i, ev.text, lp.body(seen) if lp else None))
             elif isinstance(ev, Completion):
-                await sse_send(resp, {**base, "choices": [{
-                    "text": "", "index": 0, "logprobs": None,
-                    "finish_reason": FINISH[Stop.of(ev)]}], "timings": gen.timings()})
+                await sse_send(resp, piece(i, "", finish=FINISH[Stop.of(ev)], timings=choices.gens[i].timings()))
         if include_usage:
-            await sse_send(resp, {**base, "choices": [], "usage": _usage(gen)})
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices)})
         await resp.write(b"data: [DONE]\n\n")
-    return await gen.stream(request, write)
+    return await choices.stream(request, write)
 
 
 async def models(request: web.Request) -> web.Response:
