@@ -49,6 +49,8 @@ pub struct TensorInfo {
     pub offset: u64,
     /// Total bytes, computed from dims and type.
     pub n_bytes: u64,
+    /// The part of a split model that holds it (0: the first, or the only file).
+    pub part: usize,
 }
 
 impl TensorInfo {
@@ -318,7 +320,7 @@ impl GgufHeader {
             if tensor_index.insert(name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::BadTensor { name, problem: "name appears twice".into() });
             }
-            tensors.push(TensorInfo { name, dims, ty, offset, n_bytes });
+            tensors.push(TensorInfo { name, dims, ty, offset, n_bytes, part: 0 });
         }
 
         let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -395,22 +397,94 @@ fn wrong_type(key: &str, v: &Value, expected: &str) -> GgufError {
     GgufError::BadMetadata { key: key.into(), problem: format!("is {} ({}), expected {expected}", v.type_name(), v) }
 }
 
-/// A GGUF file mapped into memory.
+/// A GGUF model mapped into memory: one file, or the parts of a split one
+/// (`NAME-00001-of-00003.gguf` and its siblings, as llama.cpp's gguf-split
+/// writes them) read as one.
 pub struct GgufFile {
-    map: memmap2::Mmap,
+    /// Each part's mapping and the offset of its data section.
+    parts: Vec<(memmap2::Mmap, u64)>,
+    /// The first part's header, with every part's tensors.
     header: GgufHeader,
 }
 
+fn map_file(path: &Path) -> Result<memmap2::Mmap> {
+    let io = |source| GgufError::Io { path: path.display().to_string(), source };
+    let file = File::open(path).map_err(io)?;
+    // SAFETY: the mapping is read-only; a file truncated underneath us by
+    // another process is outside what any mmap-based loader can defend.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
+/// `(prefix, part number, parts)` of a split part's file name, if it is one.
+fn split_name(path: &Path) -> Option<(String, usize, usize)> {
+    let name = path.file_name()?.to_str()?.strip_suffix(".gguf")?;
+    let (rest, count) = name.rsplit_once("-of-")?;
+    let (prefix, index) = rest.rsplit_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(index) && digits(count)) {
+        return None;
+    }
+    Some((prefix.to_string(), index.parse().ok()?, count.parse().ok()?))
+}
+
 impl GgufFile {
+    /// Opens a GGUF file. A split model is opened from its first part: the
+    /// others are found beside it by name, checked against the first's
+    /// `split.*` keys, and their tensors joined to its table.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io { path: path.display().to_string(), source };
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: the mapping is read-only; a file truncated underneath us by
-        // another process is outside what any mmap-based loader can defend.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let header = GgufHeader::parse(&map)?;
-        Ok(GgufFile { map, header })
+        let map = map_file(path)?;
+        let mut header = GgufHeader::parse(&map)?;
+        let count = header.get_u64_opt("split.count")?.unwrap_or(1) as usize;
+        let mut parts = vec![(map, header.data_offset)];
+        if count <= 1 {
+            return Ok(GgufFile { parts, header });
+        }
+        let bad = |problem: String| GgufError::BadMetadata { key: "split.count".into(), problem };
+        let Some((prefix, 1, named)) = split_name(path) else {
+            return Err(bad(format!(
+                "{count} parts: open the first, NAME-00001-of-{count:05}.gguf (this is {})",
+                path.display()
+            )));
+        };
+        if named != count {
+            return Err(bad(format!("{count} parts, but the file name says {named}")));
+        }
+        for no in 2..=count {
+            let part_path = path.with_file_name(format!("{prefix}-{no:05}-of-{count:05}.gguf"));
+            let map = map_file(&part_path)?;
+            let part = GgufHeader::parse(&map)?;
+            let (its_no, its_count) = (part.get_u64_opt("split.no")?, part.get_u64_opt("split.count")?);
+            if its_no != Some(no as u64 - 1) || its_count != Some(count as u64) {
+                return Err(bad(format!(
+                    "{} says it is part {:?} of {:?}, expected {} of {count}",
+                    part_path.display(),
+                    its_no.map(|n| n + 1),
+                    its_count,
+                    no
+                )));
+            }
+            for mut t in part.tensors {
+                t.part = parts.len();
+                if header.tensor_index.insert(t.name.clone(), header.tensors.len()).is_some() {
+                    return Err(GgufError::BadTensor {
+                        name: t.name.clone(),
+                        problem: format!("is in more than one part (again in {})", part_path.display()),
+                    });
+                }
+                header.tensors.push(t);
+            }
+            parts.push((map, part.data_offset));
+        }
+        if let Some(total) = header.get_u64_opt("split.tensors.count")? {
+            if total != header.tensors.len() as u64 {
+                return Err(GgufError::BadMetadata {
+                    key: "split.tensors.count".into(),
+                    problem: format!("says {total} tensors, but the {count} parts hold {}", header.tensors.len()),
+                });
+            }
+        }
+        Ok(GgufFile { parts, header })
     }
 
     pub fn header(&self) -> &GgufHeader {
@@ -419,12 +493,19 @@ impl GgufFile {
 
     /// The bytes of a tensor, bounds already checked at parse time.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let start = (self.header.data_offset + t.offset) as usize;
-        &self.map[start..start + t.n_bytes as usize]
+        let (map, data_offset) = &self.parts[t.part];
+        let start = (data_offset + t.offset) as usize;
+        &map[start..start + t.n_bytes as usize]
     }
 
+    /// Bytes of every part together.
     pub fn file_len(&self) -> u64 {
-        self.map.len() as u64
+        self.parts.iter().map(|(m, _)| m.len() as u64).sum()
+    }
+
+    /// How many files the model is (1 unless it is split).
+    pub fn n_parts(&self) -> usize {
+        self.parts.len()
     }
 }
 
