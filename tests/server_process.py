@@ -39,9 +39,14 @@ def wait_listening(lines: queue.Queue, proc: subprocess.Popen, timeout: float) -
 
 
 class ServerProcess:
-    def __init__(self, model: str | os.PathLike, *extra: str, ctx: int = 2048, timeout: float = 120.0):
-        cmd = [sys.executable, "-m", "ember", "serve", "-m", str(model), "--port", "0", "-c", str(ctx), *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    def __init__(self, model: str | os.PathLike | None, *extra: str, ctx: int = 2048, timeout: float = 120.0,
+                 env: dict[str, str] | None = None):
+        """`model` None: the flags in `extra` name it (-hf); `env` is the
+        process's whole environment (default: this one's)."""
+        chosen = ["-m", str(model)] if model is not None else []
+        cmd = [sys.executable, "-m", "ember", "serve", *chosen, "--port", "0", "-c", str(ctx), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                     env=env)
         self.lines: list[str] = []
         self._lines: queue.Queue = queue.Queue()
         # Both pipes drained in threads: a full pipe would block the server mid-request.

@@ -1,6 +1,7 @@
 """The `ember` command: `run` a completion or a chat, `info` about a model file,
 `bench` its speed as llama-bench measures it, `serve` a model over HTTP (its
-flags live in `ember.server.cli`)."""
+flags live in `ember.server.cli`), and `pull`, `list` and `rm` the models
+fetched by name (`ember.hub`)."""
 
 from __future__ import annotations
 
@@ -176,6 +177,38 @@ def cmd_bench(a: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_pull(a: argparse.Namespace) -> int:
+    from ember.hub import fetch
+
+    path = fetch(a.ref, file=a.hf_file, token=a.hf_token)
+    print(path)
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    from ember.hub import cached_models
+
+    models = cached_models()
+    if not models:
+        print("no models in the cache (ember pull OWNER/NAME[:QUANT] fetches one)", file=sys.stderr)
+        return 0
+    rows = [(f"{m.repo}:{m.quant}" if m.quant else m.repo, _human_bytes(m.size), m.quant or "-", m.architecture,
+             m.file + (f" (+{m.parts - 1} parts)" if m.parts > 1 else "")) for m in models]
+    head = ("MODEL", "SIZE", "QUANT", "ARCHITECTURE", "FILE")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def cmd_rm(a: argparse.Namespace) -> int:
+    from ember.hub import remove
+
+    gone = remove(a.ref)
+    print(f"removed {len(gone)} file{'s' * (len(gone) != 1)} of {a.ref}")
+    return 0
+
+
 def _one_line_errors(p: argparse.ArgumentParser) -> None:
     """Usage mistakes end in one line on stderr and exit status 2, without the usage block."""
 
@@ -208,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="one JSON object per line per test instead of a table")
     bench.set_defaults(func=cmd_bench, parser=bench)
     _one_line_errors(bench)
+    pull = sub.add_parser("pull", help="fetch a model by name from the hub into its cache (OWNER/NAME[:QUANT])")
+    pull.add_argument("ref", metavar="OWNER/NAME[:QUANT]")
+    pull.add_argument("-hff", "--hf-file", help="the file to fetch, by name, instead of a quantization")
+    pull.add_argument("-hft", "--hf-token", help="the hub's access token (default: HF_TOKEN)")
+    pull.set_defaults(func=cmd_pull)
+    lst = sub.add_parser("list", help="the models in the hub's cache: size, quantization, architecture")
+    lst.set_defaults(func=cmd_list)
+    rm = sub.add_parser("rm", help="remove a cached model (OWNER/NAME for all its files, :QUANT for one)")
+    rm.add_argument("ref", metavar="OWNER/NAME[:QUANT]")
+    rm.set_defaults(func=cmd_rm)
     # Listed here for `ember --help`; main() hands its arguments over before
     # argparse sees them, so llama-server's flags parse in one place.
     sub.add_parser("serve", help="serve a model over HTTP (llama-server's flags; see `ember serve --help`)", add_help=False)

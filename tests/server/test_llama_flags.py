@@ -32,6 +32,8 @@ ROWS = _table()
 SPELLINGS = [(s, n) for spellings, n in ROWS for s in spellings]
 #: Flags that print and exit.
 EXITING = {"-h", "--help", "--usage", "--version"}
+#: The hub's flags.
+_HUB = {"-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token"}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +68,11 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--api-key-file": [files["keys"]], "--timeout": ["60"], "--system-prompt-file": [files["system"]],
         "--metrics": [], "--no-slots": [], "--slot-save-path": [files["slots"]], "-sps": ["0.5"],
         "--slot-prompt-similarity": ["0.0"],
+        "-hfr": ["nobody/nothing-GGUF", "--offline"], "--hf-repo": ["nobody/nothing-GGUF:Q8_0", "--offline"],
+        "-hff": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
+        "--hf-file": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
+        "-hft": ["t", "-hf", "nobody/nothing-GGUF", "--offline"],
+        "--hf-token": ["t", "-hf", "nobody/nothing-GGUF", "--offline"],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]
@@ -94,6 +101,11 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
         if use is None and spelling.startswith("--ssl-"):
             pytest.skip("no openssl to make a certificate with")
         assert use is not None, f"{spelling} is honoured by ember: give it a valid value here"
+        if spelling in _HUB:
+            # Honoured by fetching (tests/server/test_hub.py); offline, an empty cache is the answer here.
+            with pytest.raises(OptionError, match="not in the cache, and --offline fetches nothing"):
+                parse_options([spelling, *use], {}, mem_available=BIG_MEM)
+            return
         base = [] if spelling in ("-m", "--model") else ["-m", model]
         parse_options(base + [spelling, *use], {}, mem_available=BIG_MEM)
         return

@@ -55,6 +55,13 @@ class _Flag:
 
 _FLAGS = [
     _Flag("model", ("-m", "--model"), str, "LLAMA_ARG_MODEL", "GGUF model file (default: SmolLM2-135M-Instruct, fetched once)"),
+    _Flag("hf-repo", ("-hf", "-hfr", "--hf-repo"), str, "LLAMA_ARG_HF_REPO",
+          "a model by name, OWNER/NAME[:QUANT], fetched from the hub into its cache (the quantization as "
+          "llama-server picks it: Q4_K_M by default)"),
+    _Flag("hf-file", ("-hff", "--hf-file"), str, "LLAMA_ARG_HF_FILE", "the file of --hf-repo to fetch, by name"),
+    _Flag("hf-token", ("-hft", "--hf-token"), str, None, "the hub's access token (default: HF_TOKEN)"),
+    _Flag("offline", ("--offline",), bool, "LLAMA_OFFLINE", "fetch nothing: --hf-repo uses only what is cached",
+          False),
     _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "address to listen on (default 127.0.0.1)", "127.0.0.1"),
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
@@ -208,7 +215,7 @@ def _flag(name: str) -> str:
 
 
 def _show(f: _Flag, value: Any) -> str:
-    if f.name == "api-key":
+    if f.name in ("api-key", "hf-token"):
         return "(hidden)"
     if f.kind is bool:
         return "true" if value else "false"
@@ -376,6 +383,19 @@ def _resolve_model(model: str | None, source: str, lines: list[str]) -> str:
     return str(p)
 
 
+def _fetch_model(values: dict[str, Any], lines: list[str]) -> str:
+    """The local path of the model --hf-repo names, fetched if not cached."""
+    from ember.hub import HubError, fetch
+
+    ref = values["hf-repo"]
+    try:
+        path = fetch(ref, file=values["hf-file"], offline=bool(values["offline"]), token=values["hf-token"])
+    except HubError as e:
+        raise OptionError(f"--hf-repo {ref}: {e}", 1) from None
+    lines.append(f"model: {path} ({ref}{' offline' if values['offline'] else ''}, from the hub's cache)")
+    return str(path)
+
+
 def _choose_ctx(requested: int, info: Mapping[str, Any], mem_available: int | None, lines: list[str],
                 kv_scale: float = 1.0) -> int:
     meta = info["metadata"]
@@ -502,7 +522,14 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("host", "is empty")
     kv_type = _kv_type(values, sources, bad)
 
-    model = _resolve_model(values["model"], sources["model"], lines)
+    if values["hf-repo"] is not None:
+        if values["model"] is not None:
+            raise bad("hf-repo", f"and --model ({sources['model']}) both name the model; give one")
+        model = _fetch_model(values, lines)
+    else:
+        if values["hf-file"] is not None:
+            raise bad("hf-file", "names a file of --hf-repo, which is not given")
+        model = _resolve_model(values["model"], sources["model"], lines)
     from ember import _native
 
     try:

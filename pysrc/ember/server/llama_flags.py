@@ -226,14 +226,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--control-vector-layer-range",), 2, _refused(_ADAPTERS)),
     CompatFlag(("-mu", "--model-url"), 1, _refused(
         "fetching a model by URL is not in this build; download the file and pass -m FILE"), "LLAMA_ARG_MODEL_URL"),
-    CompatFlag(("-hf", "-hfr", "--hf-repo"), 1, _refused(
-        "fetching a model from a hub is not in this build; download the file and pass -m FILE"),
-               "LLAMA_ARG_HF_REPO"),
-    CompatFlag(("-hff", "--hf-file"), 1, _refused(
-        "fetching a model from a hub is not in this build; download the file and pass -m FILE"),
-               "LLAMA_ARG_HF_FILE"),
-    CompatFlag(("-hft", "--hf-token"), 1, _refused(
-        "fetching a model from a hub is not in this build; download the file and pass -m FILE")),
     CompatFlag(("--threads-http",), 1, _accepted(
         "one event loop answers HTTP (requests wait on the engine, not on a thread)"), "LLAMA_ARG_THREADS_HTTP"),
     CompatFlag(("--log-format",), 1, _when(lambda v: v == "text", "the log is text", _LOGS)),
