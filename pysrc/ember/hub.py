@@ -106,17 +106,8 @@ def _file_named(files: list[str], name: str, repo: str) -> list[str]:
     return _parts(sorted(f for f in files if _is_model(f)) or [name], name, repo) if _is_model(name) else [name]
 
 
-def _git_blob_id(path: Path) -> str:
-    h = hashlib.sha1()
-    h.update(b"blob %d\0" % path.stat().st_size)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def _digest(path: Path, h, head: bytes = b"") -> str:
+    h.update(head)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -128,9 +119,11 @@ def _check(path: Path, sibling, repo: str) -> None:
     the repository lists."""
     lfs = getattr(sibling, "lfs", None)
     if lfs is not None and lfs.get("sha256"):
-        want, got, kind = lfs["sha256"], _sha256(path), "sha256"
+        want, got, kind = lfs["sha256"], _digest(path, hashlib.sha256()), "sha256"
     elif getattr(sibling, "blob_id", None):
-        want, got, kind = sibling.blob_id, _git_blob_id(path), "git blob id"
+        # git's id of a blob: the sha1 of its header and bytes
+        head = b"blob %d\0" % path.stat().st_size
+        want, got, kind = sibling.blob_id, _digest(path, hashlib.sha1(), head), "git blob id"
     else:
         return
     if want != got:

@@ -115,15 +115,14 @@ class Generation:
         started, the route's `write(resp)` sending its items, an error met
         on the way sent as the stream's next item (in its API's envelope),
         then the end."""
-        async with self:
-            await self.first_event()
-            resp = await sse_start(request)
-            try:
-                await write(resp)
-            except ApiError as e:
-                await envelope_of(request).in_stream(resp, e)
-        await resp.write_eof()
-        return resp
+
+        @contextlib.asynccontextmanager
+        async def begun():
+            async with self:
+                await self.first_event()
+                yield
+
+        return await _sse_reply(request, begun(), write)
 
     async def whole(self) -> Completion:
         """Runs the job to its end and returns its completion, for a reply
@@ -269,15 +268,23 @@ class Choices:
                 t.cancel()
 
     async def stream(self, request: web.Request, write) -> web.StreamResponse:
-        """The choices' reply as server-sent events (see `Generation.stream`)."""
-        async with self:
-            resp = await sse_start(request)
-            try:
-                await write(resp)
-            except ApiError as e:
-                await envelope_of(request).in_stream(resp, e)
-        await resp.write_eof()
-        return resp
+        """The choices' reply as server-sent events (see `Generation.stream`;
+        on entry the first choice's first event has come)."""
+        return await _sse_reply(request, self, write)
+
+
+async def _sse_reply(request: web.Request, begun, write) -> web.StreamResponse:
+    """Within `begun` (the jobs entered and the first event come), the
+    stream started, `write(resp)` sending the route's items, an error met on
+    the way sent as the stream's next item in its API's envelope; then the end."""
+    async with begun:
+        resp = await sse_start(request)
+        try:
+            await write(resp)
+        except ApiError as e:
+            await envelope_of(request).in_stream(resp, e)
+    await resp.write_eof()
+    return resp
 
 
 async def _fork_from(first: Generation, count: int) -> None:
