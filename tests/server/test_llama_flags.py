@@ -130,6 +130,11 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
     (["--jinja"], "--jinja: chat templates are always rendered as Jinja"),
     (["--device", "none"], "--device none: the model runs on the CPU"),
     (["--mirostat", "0"], "--mirostat 0: mirostat stays off"),
+    (["--slots"], "--slots: GET /slots is served"),
+    (["--no-context-shift"], "--no-context-shift: the context is never shifted"),
+    (["-kvu"], "-kvu: each slot keeps a cache of its own"),
+    (["--swa-full"], "--swa-full: sliding-window layers keep their window"),
+    (["--webui"], "--webui: the chat page is served at /"),
 ])
 def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
     _, lines = parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=BIG_MEM)
@@ -142,6 +147,7 @@ def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
     (["--device", "Vulkan0"], "--device Vulkan0: ember has no GPU backend"),
     (["--mirostat", "2"], "--mirostat 2: ember has no mirostat sampler"),
     (["--no-cont-batching"], "--no-cont-batching: batching is always continuous"),
+    (["--context-shift"], "--context-shift: ember does not shift the context"),
     (["-ngx", "3"], "-ngx: not a flag of ember or llama-server's (it is not read as -n gx)"),
     (["-nxyz"], "-nxyz: not a flag"),
 ])

@@ -142,7 +142,7 @@ _FLAGS = [
     _Flag("responses-max-mib", ("--responses-max-mib",), int, None,
           "MiB the kept responses may take together (default 64)", 64),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
-    _Flag("no-webui", ("--no-webui",), bool, "LLAMA_ARG_NO_WEBUI",
+    _Flag("no-webui", ("--no-webui", "--no-ui"), bool, "LLAMA_ARG_NO_WEBUI",
           "do not serve the chat page at / (clients probing / still get their answer)", False),
     _Flag("path", ("--path",), str, "LLAMA_ARG_STATIC_PATH", "a folder of your own files served at / instead of "
           "the chat page"),

@@ -238,6 +238,17 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--log-new",), 0, _refused(_LOGS)),
     CompatFlag(("--log-append",), 0, _refused(_LOGS)),
     CompatFlag(("--log-colors",), 1, _refused(_LOGS)),
+    CompatFlag(("--ui", "--webui"), 0, _accepted("the chat page is served at / (the default; --no-webui turns it off)")),
+    CompatFlag(("--slots",), 0, _accepted("GET /slots is served (the default; --no-slots turns it off)")),
+    CompatFlag(("--no-context-shift",), 0, _accepted("the context is never shifted")),
+    CompatFlag(("--context-shift",), 0, _refused(
+        "ember does not shift the context: a conversation that outgrows its slot ends with finish_reason "
+        "\"length\"")),
+    CompatFlag(("-kvu", "--kv-unified"), 0, _accepted(
+        "each slot keeps a cache of its own share of the context (-c cut by -np); their passes are one")),
+    CompatFlag(("--swa-full",), 0, _accepted(
+        "sliding-window layers keep their window (and a pass) in a ring; a prompt that parts before the window "
+        "is read again, as without --swa-full")),
     CompatFlag(("--jinja",), 0, _accepted("chat templates are always rendered as Jinja")),
     CompatFlag(("--no-jinja",), 0, _refused("ember renders chat templates only as Jinja")),
     CompatFlag(("-ngl", "--gpu-layers", "--n-gpu-layers"), 1, _gpu_layers, "LLAMA_ARG_N_GPU_LAYERS"),
