@@ -250,7 +250,9 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "sliding-window layers keep their window (and a pass) in a ring; a prompt that parts before the window "
         "is read again, as without --swa-full")),
     CompatFlag(("--jinja",), 0, _accepted("chat templates are always rendered as Jinja")),
-    CompatFlag(("--no-jinja",), 0, _refused("ember renders chat templates only as Jinja")),
+    CompatFlag(("--no-jinja",), 0, _accepted(
+        "chat templates are rendered as Jinja all the same: ember has no other renderer (a file without a template "
+        "gets the built-in one its vocabulary fits)")),
     CompatFlag(("-ngl", "--gpu-layers", "--n-gpu-layers"), 1, _gpu_layers, "LLAMA_ARG_N_GPU_LAYERS"),
     CompatFlag(("-dev", "--device"), 1, _device, "LLAMA_ARG_DEVICE"),
     CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on the CPU",
