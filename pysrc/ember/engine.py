@@ -220,8 +220,12 @@ class Engine:
         self.n_slots = max(1, slots)
         #: positions each slot holds: the context is cut, not multiplied
         self.slot_ctx = max(1, model.n_ctx // self.n_slots)
-        self.chunk = chunk or model.max_batch
-        self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, self.chunk)
+        self.chunk = min(chunk or model.max_batch, model.max_batch)
+        # The slots' caches are laid out for the model's pass size, not the
+        # measured chunk, so a slot saved here restores in a server that
+        # measured another.
+        self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, model.max_batch)
+        self.batcher.set_chunk(self.chunk)
         self.batcher.set_slot_similarity(slot_similarity)
         #: bytes of one checkpoint of a slot's recurrent states (0: the model has none)
         self.checkpoint_bytes = self.batcher.checkpoint_bytes

@@ -218,6 +218,15 @@ impl Batcher {
         }
     }
 
+    /// Lowers the prompt tokens one slot reads in a pass below the pass size
+    /// the slots' caches were made for (a measured chunk, say), without
+    /// changing those caches: a saved slot's layout stays the pass size's,
+    /// whatever chunk a later start measures.
+    pub fn set_chunk(&mut self, chunk: usize) {
+        let most = self.slots.first().map_or(chunk, |s| s.slot.session.cache.max_batch());
+        self.chunk = chunk.clamp(1, most);
+    }
+
     /// How much of a prompt (thousandths) a free slot must already hold for
     /// [`choose_slot`](Self::choose_slot) to give it that slot rather than an
     /// empty or the least recently used one; 0 ignores what slots hold

@@ -352,3 +352,27 @@ fn a_forked_slot_answers_as_the_slot_it_copies() {
         assert!(b.fork(1, 1).is_err() && b.fork(0, 7).is_err());
     }
 }
+
+#[test]
+fn a_saved_slot_restores_whatever_chunk_the_other_batcher_reads_with() {
+    for arch in ["gemma3", "qwen35"] {
+        let Some(model) = tiny(arch) else { return };
+        let n_vocab = model.config.n_vocab;
+        let prompt = tokens(30, 0, n_vocab);
+        let mut a = Batcher::new(model.clone(), 1, 128, 32, KvType::F16);
+        a.set_chunk(8);
+        a.start(0, &prompt, greedy(1), true, &[]).unwrap();
+        while a.any_busy() {
+            a.step();
+        }
+        let (state, _) = a.save_slot(0).unwrap();
+        // The conversation goes on: a hybrid's state resumes where it stands.
+        let mut more = a.cached_tokens(0).to_vec();
+        let held = more.len();
+        more.extend(tokens(5, 1, n_vocab));
+        let mut b = Batcher::new(model.clone(), 1, 128, 32, KvType::F16);
+        b.set_chunk(16);
+        b.restore_slot_as(0, 0, &state).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!(b.start(0, &more, greedy(1), true, &[]).unwrap().n_cached, held, "{arch}");
+    }
+}

@@ -143,6 +143,12 @@ impl Batcher {
         self.inner.lock().unwrap().set_checkpoints(CheckpointPolicy { max, interval, min_step });
     }
 
+    /// Prompt tokens one slot reads in a pass, at most the pass size the
+    /// batcher was made with (its caches keep that layout).
+    fn set_chunk(&self, chunk: usize) {
+        self.inner.lock().unwrap().set_chunk(chunk);
+    }
+
     /// The share of a prompt (0 to 1) a free slot must already hold to be
     /// chosen for it; 0 ignores what slots hold.
     fn set_slot_similarity(&self, share: f64) {

@@ -265,8 +265,8 @@ async def slots_report(state: ServerState) -> list[dict]:
     for i, held in enumerate(snap["slots"]):
         slot = {
             "id": i, "id_task": -1, "n_ctx": engine.slot_ctx, "speculative": False,
-            "is_processing": held["busy"], "n_cached_tokens": held["cached"],
-            "params": _settings(state, state.opts.n_predict, state.opts.sampling, False), "prompt": "",
+            # No "params": llama-server gives a slot's request's, and a slot here keeps no request's.
+            "is_processing": held["busy"], "n_cached_tokens": held["cached"], "prompt": "",
         }
         if each:  # a hybrid's recurrent state, and the copies of it the slot keeps
             cks = held["checkpoints"]
