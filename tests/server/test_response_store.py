@@ -141,3 +141,37 @@ def test_no_store_refuses_what_needs_one(smollm2_path):
         with pytest.raises(openai.BadRequestError) as e:
             c.responses.create(model="m", input="hi", store=True)
         assert e.value.body["param"] == "store"
+
+
+def test_the_store_s_bounds_and_refusals():
+    """`ResponseStore` alone: past its count the oldest finished response
+    goes; one still running is never dropped, and when only running ones
+    could make room the new one is refused; one larger than the whole
+    store is refused; another owner is told none exists."""
+    from ember.server.errors import ApiError
+    from ember.server.response_store import ResponseStore, Stored
+
+    def entry(i: int, status: str = "completed", owner: int = 0) -> Stored:
+        return Stored(id=f"resp_{i}", response={"status": status, "output": []}, input_items=[], owner=owner)
+
+    store = ResponseStore(max_count=2, max_bytes=10_000)
+    store.put(entry(1, "in_progress"))
+    store.put(entry(2))
+    store.put(entry(3))
+    assert [store.get(f"resp_{i}", 0).id for i in (1, 3)] == ["resp_1", "resp_3"], "the finished one went"
+    with pytest.raises(ApiError):
+        store.get("resp_2", 0)
+    store.put(entry(4, "in_progress"))
+    with pytest.raises(ApiError) as full:
+        store.put(entry(5))
+    assert full.value.status == 503 and "still running" in full.value.message
+    big = entry(6)
+    big.response["output"] = ["x" * 20_000]
+    with pytest.raises(ApiError) as huge:
+        ResponseStore(max_count=5, max_bytes=10_000).put(big)
+    assert huge.value.status == 400 and huge.value.param == "store"
+    mine = ResponseStore(max_count=5, max_bytes=10_000)
+    mine.put(entry(7, owner=1))
+    with pytest.raises(ApiError) as other:
+        mine.get("resp_7", 2)
+    assert other.value.status == 404 and mine.get("resp_7", 1).id == "resp_7"

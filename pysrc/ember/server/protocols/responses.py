@@ -499,7 +499,12 @@ async def responses(request: web.Request) -> web.StreamResponse:
         if entry is not None:
             entry.response, entry.task = copy.deepcopy(body), None
             entry.conversation = [*conversation, as_message(items.items)]
-            store.put(entry)
+            try:
+                store.put(entry)
+            except ApiError as e:
+                # The answer is the client's all the same; it says it was not kept.
+                body["store"] = False
+                state.log(f"response {entry.id} answered but not stored: {e.message}")
         return ("response.incomplete" if cut else "response.completed"), {"response": body}
 
     def item_status() -> str:
