@@ -91,7 +91,7 @@ def _parts(models: list[str], first: str, repo: str) -> list[str]:
     prefix, _, count = _split_of(first)
     if count == 1:
         return [first]
-    parts = [f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+    parts = _parts_names(prefix, count)
     missing = [p for p in parts if p not in models]
     if missing:
         raise HubError(f"{repo}: {first} is part of a model in {count} files, but the repository lacks "

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from api_helpers import openai_client
 from server_process import ServerProcess, http
 
 openai = pytest.importorskip("openai")
@@ -22,7 +23,7 @@ def server(smollm2_path):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return openai_client(server)
 
 
 def test_a_chain_of_three_replies_continues_one_conversation(client, server):
@@ -121,8 +122,8 @@ def test_bad_listings_name_their_field(server):
 
 def test_each_key_s_responses_are_its_own(smollm2_path):
     with ServerProcess(smollm2_path, "--api-key", "alice,bob") as s:
-        alice = openai.OpenAI(base_url=s.url + "/v1", api_key="alice", max_retries=0)
-        bob = openai.OpenAI(base_url=s.url + "/v1", api_key="bob", max_retries=0)
+        alice = openai_client(s, "alice")
+        bob = openai_client(s, "bob")
         r = alice.responses.create(model="m", input="A secret: 4711.", max_output_tokens=2)
         assert alice.responses.retrieve(r.id).id == r.id
         for attempt in (lambda: bob.responses.retrieve(r.id), lambda: bob.responses.delete(r.id),
@@ -135,7 +136,7 @@ def test_each_key_s_responses_are_its_own(smollm2_path):
 
 def test_no_store_refuses_what_needs_one(smollm2_path):
     with ServerProcess(smollm2_path, "--responses-max", "0") as s:
-        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        c = openai_client(s)
         r = c.responses.create(model="m", input="hi", max_output_tokens=2)
         assert r.store is False
         with pytest.raises(openai.BadRequestError) as e:

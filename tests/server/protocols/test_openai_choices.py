@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from api_helpers import CHAT
+from api_helpers import CHAT, openai_client
 from server_process import ServerProcess
 
 openai = pytest.importorskip("openai")
@@ -21,7 +21,7 @@ def server(smollm2_path):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return openai_client(server)
 
 
 def test_each_chat_choice_is_the_answer_of_its_own_seed(client):
