@@ -139,6 +139,45 @@ mod avx {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn max(row: &[f32]) -> f32 {
+        let (n, r) = (row.len(), row.as_ptr());
+        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i + 8 <= n {
+            m = _mm256_max_ps(m, _mm256_loadu_ps(r.add(i)));
+            i += 8;
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let mut out = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        while i < n {
+            out = out.max(*r.add(i));
+            i += 1;
+        }
+        out
+    }
+
+    /// [`super::lanes::sum4`]: four f64 lanes, element `i` into lane `i % 4`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn sum(row: &[f32]) -> f64 {
+        let (n, r) = (row.len(), row.as_ptr());
+        let mut acc = _mm256_setzero_pd();
+        let mut i = 0;
+        while i + 4 <= n {
+            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(r.add(i))));
+            i += 4;
+        }
+        let mut l = [0.0f64; 4];
+        _mm256_storeu_pd(l.as_mut_ptr(), acc);
+        for (k, j) in (i..n).enumerate() {
+            l[k] += *r.add(j) as f64;
+        }
+        (l[0] + l[1]) + (l[2] + l[3])
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn probs_f16(row: &mut [f32], inv: f32) {
         let n = row.len();
         let r = row.as_mut_ptr();
@@ -341,6 +380,14 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {
         avx::probs_f16(row, inv)
+    }
+    #[inline(always)]
+    unsafe fn max(row: &[f32]) -> f32 {
+        avx::max(row)
+    }
+    #[inline(always)]
+    unsafe fn sum(row: &[f32]) -> f64 {
+        avx::sum(row)
     }
     #[inline(always)]
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {

@@ -7,20 +7,32 @@
 //! score is a dot whose products are accumulated by fused multiply-adds into
 //! eight lanes (element `d` into lane `d % 8`), the lanes summed pairwise
 //! (`((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), then scaled;
-//! scores are softmaxed in f32 with `ops::exp_shifted` (probabilities rounded
-//! to f16 for an f16 cache); and the outputs are the value rows weighted by fused multiply-adds
-//! in position order. A Q8_0 cache's keys and values are widened exactly
+//! scores are exponentiated in f32 with `ops::exp_shifted` (rounded to f16 for
+//! an f16 cache) and summed in f64 over four lanes (`lanes::sum4`); and the
+//! outputs are the value rows weighted by fused multiply-adds in position
+//! order. A Q8_0 cache's keys and values are widened exactly
 //! (quant times scale) and met by the f32 query and probabilities (llama.cpp
 //! instead quantizes the query to Q8_0 for the dot: the two differ by that
 //! rounding).
 //!
+//! Positions are met in spans of [`SPAN`], aligned on multiples of it. A
+//! query's softmax is taken over each span it sees (the span's maximum, the
+//! sum of its exponentials in f64, the value rows weighted by them), and the
+//! spans are folded in position order ([`fold`]): the running outputs and sum
+//! scaled to the larger maximum, the next span's added, the outputs divided by
+//! the sum at the end. No row of scores longer than a span is ever held.
+//!
 //! The work is split into items of (a tile of consecutive query rows, a run of
-//! query heads sharing one kv head). An item widens each block of eight key
-//! rows of its span once and meets it with every query of the tile, eight
-//! scores at a time in the lanes of one register, and keeps its scores,
-//! queries and outputs in a per-thread buffer that grows to the largest item
-//! seen. Every output element is the same sequence of roundings whatever the
-//! split: a token gets the same attention alone, in a prompt, or in a batch.
+//! query heads sharing one kv head, a run of spans). An item widens each block
+//! of eight key rows of its span once and meets it with every query of the
+//! tile, eight scores at a time in the lanes of one register. An item that
+//! covers every span of its rows folds them itself; where there are too few
+//! rows to keep the threads busy (a decoded token), a head group's spans are
+//! shared out among several items, each writing its spans' results apart, and
+//! a second step folds them in order. Every output element is the same
+//! sequence of roundings whatever the split: a token gets the same attention
+//! alone, in a prompt, or in a batch, and a long conversation's positions are
+//! read by every thread.
 
 use std::cell::RefCell;
 
@@ -58,6 +70,46 @@ struct Scratch {
     k8: Vec<f32>,
     v32: Vec<f32>,
     o: Vec<f32>,
+    /// One span's maximum and sum per query (the maximum -inf where the
+    /// query sees none of the span).
+    span_m: Vec<f32>,
+    span_l: Vec<f64>,
+    /// The spans folded so far, per query.
+    acc_m: Vec<f32>,
+    acc_l: Vec<f64>,
+    acc_o: Vec<f32>,
+}
+
+/// One span's results, or the spans folded so far: the maximum score, the
+/// sum of the exponentials shifted by it, and the value rows weighted by
+/// them. A maximum of -inf is nothing (no position seen).
+#[inline(always)]
+fn fold(acc_m: &mut f32, acc_l: &mut f64, acc_o: &mut [f32], m: f32, l: f64, o: &[f32]) {
+    if m == f32::NEG_INFINITY {
+        return;
+    }
+    if *acc_m == f32::NEG_INFINITY {
+        (*acc_m, *acc_l) = (m, l);
+        acc_o.copy_from_slice(o);
+        return;
+    }
+    let mx = acc_m.max(m);
+    let (a, b) = (crate::ops::exp_fast(*acc_m - mx), crate::ops::exp_fast(m - mx));
+    for (x, &y) in acc_o.iter_mut().zip(o) {
+        // One rounding, the same in the scalar and the vector paths.
+        *x = x.mul_add(a, y * b);
+    }
+    *acc_l = *acc_l * a as f64 + l * b as f64;
+    *acc_m = mx;
+}
+
+/// The folded outputs of one query's head, divided by their sum.
+#[inline(always)]
+fn finish(acc_l: f64, acc_o: &[f32], out: &mut [f32]) {
+    let inv = (1.0 / acc_l) as f32;
+    for (o, &x) in out.iter_mut().zip(acc_o) {
+        *o = x * inv;
+    }
 }
 
 thread_local! {
@@ -81,6 +133,15 @@ const DIRECT_QUERIES: usize = 4;
 /// keys) still balance.
 const ITEMS_PER_THREAD: usize = 4;
 
+/// Positions of a span (see the module's doc): a tile's scores for one span
+/// stay in the core's cache, and the fold's cost (a row of outputs scaled per
+/// span) stays a small share of the span's.
+pub const SPAN: usize = 128;
+
+/// Budget, in floats, of the per-span results a split pass keeps for its
+/// second step; a pass that would need more splits by heads instead.
+const PARTIAL_FLOATS: usize = 1 << 22;
+
 /// One sequence's part of [`attention_many`]: `q` holds `t` rows of
 /// n_head * head_dim_k, `out` receives `t` rows of n_head * head_dim_v; query
 /// row j sits at position `start + j`, and the cache already holds its key.
@@ -95,13 +156,11 @@ pub struct AttnPart<'a> {
 /// Attention for several sequences in one parallel operation (a pass over
 /// several conversations): their items share the workers, so a handful of
 /// heads per sequence still balances and the pass pays one dispatch per
-/// layer, not one per sequence. Each sequence's output is what it would get
-/// alone.
+/// layer, not one per sequence (two where a sequence's spans are shared out).
+/// Each sequence's output is what it would get alone.
 pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPart<'_>]) {
     let simd = simd();
     let mut plans = Vec::with_capacity(parts.len());
-    let mut ends = Vec::with_capacity(parts.len());
-    let mut total = 0;
     // The items of all sequences share the threads: each sequence needs only
     // its share of them, so several decoded tokens keep whole head groups
     // (a key and value row read once for the group's heads).
@@ -113,21 +172,10 @@ pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPa
         }
         assert!(p.q.len() >= p.t * s.n_head * s.head_dim_k, "query rows");
         let plan = Plan::new(p.cache, il, s, p.q, p.start, p.t, want, ITEM_FLOATS);
-        total += plan.items();
-        ends.push(total);
         let out = &mut p.out[..p.t * s.n_head * s.head_dim_v];
         plans.push((plan, OutPtr(out.as_mut_ptr())));
     }
-    pool.for_each(total, |i| {
-        let k = ends.partition_point(|&e| e <= i);
-        let (plan, dst) = &plans[k];
-        let first = if k == 0 { 0 } else { ends[k - 1] };
-        SCRATCH.with_borrow_mut(|sc| {
-            // SAFETY: as in `attention_with`: each plan's items write disjoint
-            // parts of its own output, which outlives the loop.
-            unsafe { plan.run(i - first, sc, *dst, simd) }
-        })
-    });
+    execute(pool, &plans, simd);
 }
 
 /// One sequence's attention split for `threads` threads with items of about
@@ -156,14 +204,93 @@ fn attention_with(
     let plan = Plan::new(cache, il, s, q, start, t, ITEMS_PER_THREAD * threads.max(1), item_floats);
     assert!(q.len() >= t * s.n_head * s.head_dim_k, "query rows");
     let out = &mut out[..t * s.n_head * s.head_dim_v];
-    let dst = OutPtr(out.as_mut_ptr());
-    pool.for_each(plan.items(), |i| {
-        SCRATCH.with_borrow_mut(|sc| {
-            // SAFETY: items write disjoint parts of `out` (see `Plan::item`),
-            // which outlives the loop; `simd` was checked on this CPU.
-            unsafe { plan.run(i, sc, dst, simd) }
-        })
+    execute(pool, &[(plan, OutPtr(out.as_mut_ptr()))], simd);
+}
+
+/// Runs every item of `plans` on the pool, then folds the spans of the plans
+/// that shared them out.
+fn execute(pool: &Pool, plans: &[(Plan, OutPtr)], simd: bool) {
+    // Where each plan's items, and its kept span results, begin.
+    let (mut ends, mut merges, mut at) = (Vec::with_capacity(plans.len()), Vec::new(), Vec::new());
+    let (mut total, mut n_merge, mut floats) = (0, 0, 0);
+    for (plan, _) in plans {
+        total += plan.items();
+        ends.push(total);
+        at.push(floats);
+        if plan.ranges > 1 {
+            floats += plan.partial_entries();
+            n_merge += plan.t * plan.n_head / plan.heads;
+            merges.push(n_merge);
+        } else {
+            merges.push(n_merge);
+        }
+    }
+    PARTIALS.with_borrow_mut(|part| {
+        let hv = plans.first().map_or(0, |(p, _)| p.hv);
+        if part.m.len() < floats {
+            part.m.resize(floats, 0.0);
+            part.l.resize(floats, 0.0);
+        }
+        if part.o.len() < floats * hv {
+            part.o.resize(floats * hv, 0.0);
+        }
+        let kept = Kept { m: part.m.as_mut_ptr(), l: part.l.as_mut_ptr(), o: part.o.as_mut_ptr() };
+        pool.for_each(total, |i| {
+            let k = ends.partition_point(|&e| e <= i);
+            let (plan, dst) = &plans[k];
+            let first = if k == 0 { 0 } else { ends[k - 1] };
+            SCRATCH.with_borrow_mut(|sc| {
+                // SAFETY: as in `attention_with`: each plan's items write disjoint
+                // parts of its own output (and of the kept span results, at its
+                // own offset), which outlive the loop.
+                unsafe { plan.run(i - first, sc, *dst, kept.at(at[k], hv), simd) }
+            })
+        });
+        if n_merge > 0 {
+            pool.for_each(n_merge, |i| {
+                let k = merges.partition_point(|&e| e <= i);
+                let first = if k == 0 { 0 } else { merges[k - 1] };
+                let (plan, dst) = &plans[k];
+                SCRATCH.with_borrow_mut(|sc| {
+                    // SAFETY: each merge item writes its own (row, head group) of
+                    // the plan's output, reading what the first step kept.
+                    unsafe { plan.merge(i - first, sc, *dst, kept.at(at[k], hv)) }
+                })
+            });
+        }
     });
+}
+
+/// The per-span results a split pass keeps between its two steps, reused
+/// from pass to pass (attention is dispatched from one thread).
+#[derive(Default)]
+struct Partials {
+    m: Vec<f32>,
+    l: Vec<f64>,
+    o: Vec<f32>,
+}
+
+thread_local! {
+    static PARTIALS: RefCell<Partials> = RefCell::new(Partials::default());
+}
+
+/// Where a plan's kept span results are: entry `e` is (`m[e]`, `l[e]`, the
+/// `hv` floats of `o` from `e * hv`).
+#[derive(Clone, Copy)]
+struct Kept {
+    m: *mut f32,
+    l: *mut f64,
+    o: *mut f32,
+}
+// SAFETY: only used to write and read disjoint entries from different threads.
+unsafe impl Send for Kept {}
+unsafe impl Sync for Kept {}
+
+impl Kept {
+    fn at(self, entry: usize, hv: usize) -> Kept {
+        // SAFETY: the offsets stay inside the buffers sized for every plan.
+        unsafe { Kept { m: self.m.add(entry), l: self.l.add(entry), o: self.o.add(entry * hv) } }
+    }
 }
 
 /// The output of a pass, shared by items that write disjoint parts of it.
@@ -195,6 +322,16 @@ struct Plan<'a> {
     n_tiles: usize,
     /// Query heads per item (a divisor of `group`).
     heads: usize,
+    /// Head groups per item: 1, or every group where a decoded token's spans
+    /// are shared out (an item then reads whole cache rows, in order).
+    kv_groups: usize,
+    /// Runs of spans a tile's head group is shared out in (1: its items fold
+    /// their spans themselves).
+    ranges: usize,
+    /// The first span any row sees, and how many spans the pass's rows see
+    /// from it (the kept results are indexed from it).
+    span_base: usize,
+    n_spans: usize,
 }
 
 impl<'a> Plan<'a> {
@@ -213,12 +350,28 @@ impl<'a> Plan<'a> {
     ) -> Self {
         let group = s.n_head / s.n_head_kv;
         let rows = (item_floats / s.head_dim_k.max(s.head_dim_v).max(1)).max(1);
+        let first = |j: usize| s.window.map_or(0, |w| (start + j + 1).saturating_sub(w));
+        let (span_base, span_last) = (first(0) / SPAN, (start + t - 1) / SPAN);
+        let n_spans = span_last + 1 - span_base;
         // A whole group per item shares each key and value row between the
-        // group's heads; single heads give more items where there are few rows.
-        let (mut heads, mut tile) = (group, (rows / group).max(1).min(t));
-        if s.n_head_kv * t.div_ceil(tile) < want {
-            heads = 1;
-            tile = (t * s.n_head / want).clamp(1, rows).min(t);
+        // group's heads. Where that gives too few items, a long context's
+        // spans are shared out (the rows are few, so their kept results are
+        // small); otherwise single heads give more items.
+        let (mut heads, mut tile, mut ranges, mut kv_groups) = (group, (rows / group).max(1).min(t), 1, 1);
+        let whole = s.n_head_kv * t.div_ceil(tile);
+        if whole < want {
+            let spans_of_last = span_last + 1 - first(t - 1) / SPAN;
+            if spans_of_last > 1 && t * s.n_head * n_spans * (s.head_dim_v + 2) <= PARTIAL_FLOATS {
+                // Every head group in each item, the spans shared out: an item
+                // reads its spans' cache rows whole and in order, as memory
+                // streams best, where an item per group would read a third of
+                // each row.
+                kv_groups = s.n_head_kv;
+                ranges = want.div_ceil(t.div_ceil(tile)).min(spans_of_last);
+            } else {
+                heads = 1;
+                tile = (t * s.n_head / want).clamp(1, rows).min(t);
+            }
         }
         let shape = cache.shape(il);
         Plan {
@@ -240,21 +393,33 @@ impl<'a> Plan<'a> {
             tile,
             n_tiles: t.div_ceil(tile),
             heads,
+            kv_groups,
+            ranges,
+            span_base,
+            n_spans,
         }
     }
 
     fn items(&self) -> usize {
-        self.n_tiles * (self.n_head / self.heads)
+        self.n_tiles * (self.n_head / (self.heads * self.kv_groups)) * self.ranges
     }
 
-    /// Item `i`: (query rows j0..j1, query heads h0..h0 + heads). The last
-    /// tiles, whose rows see the most keys, come first.
-    fn item(&self, i: usize) -> (usize, usize, usize) {
-        let per_tile = self.n_head / self.heads;
+    /// Kept span results of a split pass: one per (row, head, span).
+    fn partial_entries(&self) -> usize {
+        self.t * self.n_head * self.n_spans
+    }
+
+    /// Item `i`: (query rows j0..j1, query heads h0..h0 + heads, spans
+    /// k0..k1). The last tiles, whose rows see the most keys, come first.
+    fn item(&self, i: usize) -> (usize, usize, usize, usize, usize) {
+        let per_tile = self.n_head / (self.heads * self.kv_groups) * self.ranges;
         let tile = self.n_tiles - 1 - i / per_tile;
-        let h0 = (i % per_tile) * self.heads;
+        let (h, r) = ((i % per_tile) / self.ranges * self.kv_groups, i % self.ranges);
         let j0 = tile * self.tile;
-        (j0, (j0 + self.tile).min(self.t), h0)
+        let j1 = (j0 + self.tile).min(self.t);
+        let (lo, hi) = (self.first(j0) / SPAN, (self.start + j1 - 1) / SPAN + 1);
+        let n = hi - lo;
+        (j0, j1, h * self.heads, lo + n * r / self.ranges, lo + n * (r + 1) / self.ranges)
     }
 
     /// The first position query row `j` sees.
@@ -277,51 +442,132 @@ impl<'a> Plan<'a> {
         ja..jb.max(ja)
     }
 
+    /// The kept result of row `j`, head `h`, span `k`.
+    #[inline]
+    fn entry(&self, j: usize, h: usize, k: usize) -> usize {
+        (j * self.n_head + h) * self.n_spans + k - self.span_base
+    }
+
     /// # Safety
-    /// `simd` only where [`simd`] says so; `dst` is the pass's output, and no
-    /// other item runs `i` at the same time.
-    unsafe fn run(&self, i: usize, sc: &mut Scratch, dst: OutPtr, simd: bool) {
+    /// `simd` only where [`simd`] says so; `dst` is the pass's output and
+    /// `kept` the plan's span results, and no other item runs `i` at the
+    /// same time.
+    unsafe fn run(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept, simd: bool) {
         #[cfg(target_arch = "x86_64")]
         if simd {
-            return run_avx(self, i, sc, dst);
+            return run_avx(self, i, sc, dst, kept);
         }
         let _ = simd;
-        run_item::<Scalar>(self, i, sc, dst)
+        run_item::<Scalar>(self, i, sc, dst, kept)
+    }
+
+    /// The second step of a split pass: merge item `i` (a row, a head group)
+    /// folds its kept span results in order and writes its outputs.
+    ///
+    /// # Safety
+    /// `kept` holds what the first step wrote; no other merge item runs `i`.
+    unsafe fn merge(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+        let per_row = self.n_head / self.heads;
+        let (j, h0) = (i / per_row, (i % per_row) * self.heads);
+        let hv = self.hv;
+        let (k0, k1) = (self.first(j) / SPAN, (self.start + j) / SPAN + 1);
+        sc.acc_o.resize(hv.max(sc.acc_o.len()), 0.0);
+        for h in h0..h0 + self.heads {
+            let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f64);
+            let acc = &mut sc.acc_o[..hv];
+            for k in k0..k1 {
+                let e = self.entry(j, h, k);
+                let o = std::slice::from_raw_parts(kept.o.add(e * hv), hv);
+                fold(&mut m, &mut l, acc, *kept.m.add(e), *kept.l.add(e), o);
+            }
+            let out = std::slice::from_raw_parts_mut(dst.0.add(j * self.n_head * hv + h * hv), hv);
+            finish(l, acc, out);
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) {
-    run_item::<avx2::Avx2>(plan, i, sc, dst)
+unsafe fn run_avx(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+    run_item::<avx2::Avx2>(plan, i, sc, dst, kept)
 }
 
-/// One item, written once for the scalar and the vector element loops.
+/// One item, written once for the scalar and the vector element loops: its
+/// spans one after the other, each folded into the rows' running results,
+/// or kept apart where the plan shares spans out.
 #[inline(always)]
-unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) {
-    let (j0, j1, h0) = p.item(i);
-    let (hk, hv, heads) = (p.hk, p.hv, p.heads);
-    let kvh = h0 / p.group;
+unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+    let (j0, j1, h0, k0, k1) = p.item(i);
+    let (hv, heads) = (p.hv, p.heads);
     let nq = (j1 - j0) * heads;
-    let lo = p.first(j0);
-    let hi = p.start + j1 - 1;
-    let width = hi + 1 - lo;
-    let Scratch { scores, q16, qw, k8, v32, o } = sc;
-    let ring = p.cache.ring_rows(p.il, lo);
-    if scores.len() < nq * width {
-        scores.resize(nq * width, 0.0);
+    if p.kv_groups == 1 {
+        prepare_queries::<L>(p, j0, j1, h0, sc);
     }
-    // Queries of row j and heads h0.. are contiguous in `q`.
-    let q_at = |j: usize| j * p.n_head * hk + h0 * hk;
+    let inline = p.ranges == 1;
+    debug_assert!(inline <= (p.kv_groups == 1), "an item of several groups keeps its spans apart");
+    if inline {
+        sc.acc_m.clear();
+        sc.acc_m.resize(nq, f32::NEG_INFINITY);
+        sc.acc_l.clear();
+        sc.acc_l.resize(nq, 0.0);
+        sc.acc_o.clear();
+        sc.acc_o.resize(nq * hv, 0.0);
+    }
+    let (lo, hi) = (p.first(j0), p.start + j1 - 1);
+    for k in k0..k1 {
+        let (s0, s1) = (lo.max(k * SPAN), (hi + 1).min((k + 1) * SPAN));
+        if s0 >= s1 {
+            continue;
+        }
+        for g in 0..p.kv_groups {
+            let hg = h0 + g * heads;
+            if p.kv_groups > 1 {
+                prepare_queries::<L>(p, j0, j1, hg, sc);
+            }
+            // The first group of a whole-row item asks for the rows whole.
+            span::<L>(p, j0, j1, hg, s0, s1, p.kv_groups > 1 && g == 0, sc);
+            for qi in 0..nq {
+                let (m, l) = (sc.span_m[qi], sc.span_l[qi]);
+                let o = &sc.o[qi * hv..][..hv];
+                if inline {
+                    fold(&mut sc.acc_m[qi], &mut sc.acc_l[qi], &mut sc.acc_o[qi * hv..][..hv], m, l, o);
+                } else {
+                    let (j, h) = (j0 + qi / heads, hg + qi % heads);
+                    let e = p.entry(j, h, k);
+                    *kept.m.add(e) = m;
+                    *kept.l.add(e) = l;
+                    std::slice::from_raw_parts_mut(kept.o.add(e * hv), hv).copy_from_slice(o);
+                }
+            }
+        }
+    }
+    if inline {
+        for j in j0..j1 {
+            let n = heads * hv;
+            // SAFETY: rows j0..j1 and heads h0..h0 + heads belong to this item alone.
+            let out = std::slice::from_raw_parts_mut(dst.0.add(j * p.n_head * hv + h0 * hv), n);
+            for g in 0..heads {
+                let qi = (j - j0) * heads + g;
+                finish(sc.acc_l[qi], &sc.acc_o[qi * hv..][..hv], &mut out[g * hv..][..hv]);
+            }
+        }
+    }
+}
 
-    // The queries as zero-padded f32 rows (through f16 for an f16 cache).
+/// The item's queries as zero-padded f32 rows (through f16 for an f16 cache).
+#[inline(always)]
+unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, sc: &mut Scratch) {
+    let (hk, heads) = (p.hk, p.heads);
+    let nq = (j1 - j0) * heads;
     let hkp = hk.next_multiple_of(8);
+    let Scratch { q16, qw, .. } = sc;
     qw.clear();
     qw.resize(nq * hkp, 0.0);
     for j in j0..j1 {
         for g in 0..heads {
             let qi = (j - j0) * heads + g;
-            let src = &p.q[q_at(j) + g * hk..][..hk];
+            // Queries of row j and heads h0.. are contiguous in `q`.
+            let src = &p.q[j * p.n_head * hk + (h0 + g) * hk..][..hk];
             let dst = &mut qw[qi * hkp..][..hk];
             if matches!(p.keys, Rows::F16(_)) {
                 if q16.len() < hk {
@@ -334,9 +580,38 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             }
         }
     }
+}
+
+/// One span, positions s0..s1, of the item's queries: per query its
+/// maximum score and sum of exponentials (`span_m`, `span_l`; -inf and 0
+/// where it sees none of them) and the value rows weighted by those
+/// exponentials (`o`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn span<L: Lanes>(
+    p: &Plan,
+    j0: usize,
+    j1: usize,
+    h0: usize,
+    s0: usize,
+    s1: usize,
+    whole_rows: bool,
+    sc: &mut Scratch,
+) {
+    let (hk, hv, heads) = (p.hk, p.hv, p.heads);
+    let kvh = h0 / p.group;
+    let nq = (j1 - j0) * heads;
+    let hkp = hk.next_multiple_of(8);
+    let width = s1 - s0;
+    let hi = s1 - 1;
+    let Scratch { scores, qw, k8, v32, o, span_m, span_l, .. } = sc;
+    let ring = p.cache.ring_rows(p.il, s0);
+    if scores.len() < nq * width {
+        scores.resize(nq * width, 0.0);
+    }
 
     // Scores: query (j, g) against position pos goes to
-    // scores[(j - j0) * heads + g][pos - lo], eight positions at a time.
+    // scores[(j - j0) * heads + g][pos - s0], eight positions at a time.
     // With few queries an item reads f16 keys in place (converting them in the
     // dot, exactly as widening would) rather than widening each block first.
     let direct = matches!(p.keys, Rows::F16(_)) && hk == hkp && nq < DIRECT_QUERIES;
@@ -344,7 +619,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         k8.clear();
         k8.resize(8 * hkp, 0.0);
     }
-    let mut b0 = lo;
+    let mut b0 = s0;
     while b0 <= hi {
         let b1 = (b0 + 8).min(hi + 1);
         let mut rows8 = [0usize; 8];
@@ -356,10 +631,16 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
         // the keys of the block after next, and for this block's values
         // (read after the softmax), while this block is scored.
         for pos in (b1 + 8).min(hi + 1)..(b1 + 16).min(hi + 1) {
-            prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk);
+            match whole_rows {
+                true => prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw),
+                false => prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk),
+            }
         }
         for &row in &rows8[..b1 - b0] {
-            prefetch_head_row(&p.values, row, p.vw, kvh, hv);
+            match whole_rows {
+                true => prefetch_head_row(&p.values, row, p.vw, 0, p.vw),
+                false => prefetch_head_row(&p.values, row, p.vw, kvh, hv),
+            }
         }
         if !direct {
             for pos in b0..b1 {
@@ -383,42 +664,41 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
                     _ => L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8),
                 }
                 for pos in a..b {
-                    *scores.get_unchecked_mut(qi * width + pos - lo) = p.scale * s8[pos - b0];
+                    *scores.get_unchecked_mut(qi * width + pos - s0) = p.scale * s8[pos - b0];
                 }
             }
         }
         b0 = b1;
     }
 
-    // Softmax per query over the keys it sees, in position order; the
-    // probabilities replace the scores (rounded to f16 for f16 values).
+    // The exponentials per query over the positions it sees, shifted by
+    // their maximum, in position order; they replace the scores (rounded to
+    // f16 for f16 values).
     let f16_values = matches!(p.values, Rows::F16(_));
+    span_m.clear();
+    span_m.resize(nq, f32::NEG_INFINITY);
+    span_l.clear();
+    span_l.resize(nq, 0.0);
+    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
     for j in j0..j1 {
-        let (a, b) = (p.first(j) - lo, p.start + j + 1 - lo);
+        let (a, b) = seen(j);
+        if a >= b {
+            continue;
+        }
         for g in 0..heads {
             let qi = (j - j0) * heads + g;
-            let row = &mut scores[qi * width..][a..b];
-            let mut max = f32::NEG_INFINITY;
-            for &e in row.iter() {
-                max = max.max(e);
-            }
+            let row = &mut scores[qi * width..][a - s0..b - s0];
+            let max = L::max(row);
             crate::ops::exp_shifted(row, max);
-            let mut sum = 0.0f64;
-            for &e in row.iter() {
-                sum += e as f64;
-            }
-            let inv = (1.0 / sum) as f32;
+            let sum = L::sum(row);
             if f16_values {
-                L::probs_f16(row, inv);
-            } else {
-                for e in row.iter_mut() {
-                    *e *= inv;
-                }
+                L::probs_f16(row, 1.0);
             }
+            (span_m[qi], span_l[qi]) = (max, sum);
         }
     }
 
-    // Outputs: the value rows weighted by the probabilities, in position
+    // Outputs: the value rows weighted by the exponentials, in position
     // order, a block of value rows (widened to f32) at a time.
     o.clear();
     o.resize(nq * hv, 0.0);
@@ -428,10 +708,13 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
     let direct_values = matches!(p.values, Rows::F16(_) | Rows::Q8_0(_)) && nq < DIRECT_QUERIES;
     if direct_values {
         for j in j0..j1 {
-            let (a, b) = (p.first(j), p.start + j + 1);
+            let (a, b) = seen(j);
+            if a >= b {
+                continue;
+            }
             for g in 0..heads {
                 let qi = (j - j0) * heads + g;
-                let (w, o) = (&scores[qi * width + a - lo..][..b - a], &mut o[qi * hv..][..hv]);
+                let (w, o) = (&scores[qi * width + a - s0..][..b - a], &mut o[qi * hv..][..hv]);
                 match p.values {
                     Rows::F16(v) => L::weigh_f16(w, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o),
                     Rows::Q8_0(_) => L::weigh_q8_0(w, (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
@@ -439,13 +722,14 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
                 }
             }
         }
+        return;
     }
     let block = (ITEM_FLOATS / hv.max(1)).clamp(1, width);
     if v32.len() < block * hv {
         v32.resize(block * hv, 0.0);
     }
     // Otherwise a block of value rows is widened once for all the queries.
-    let mut c0 = if direct_values { hi + 1 } else { lo };
+    let mut c0 = s0;
     while c0 <= hi {
         let c1 = (c0 + block).min(hi + 1);
         for pos in c0..c1 {
@@ -460,17 +744,10 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr) 
             }
             // The row's heads see the same positions: they share each value row.
             let qi = (j - j0) * heads;
-            let w = &scores[qi * width + a - lo..][..(heads - 1) * width + b - a];
+            let w = &scores[qi * width + a - s0..][..(heads - 1) * width + b - a];
             L::weigh_heads(w, width, heads, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..heads * hv]);
         }
         c0 = c1;
-    }
-    for j in j0..j1 {
-        let n = heads * hv;
-        let src = &o[(j - j0) * n..][..n];
-        // SAFETY: rows j0..j1 and heads h0..h0 + heads belong to this item alone.
-        let out = std::slice::from_raw_parts_mut(dst.0.add(j * p.n_head * hv + h0 * hv), n);
-        out.copy_from_slice(src);
     }
 }
 
@@ -511,7 +788,8 @@ mod tests {
     use super::*;
     use ember_kv::{KvType, LayerShape};
 
-    /// The straightforward algorithm: one (position, head) at a time.
+    /// The straightforward algorithm: one (position, head) at a time, the
+    /// softmax of each span of positions folded in order.
     fn reference(cache: &KvCache, il: usize, s: &AttnShape, q: &[f32], start: usize, t: usize, out: &mut [f32]) {
         let (hk, hv) = (s.head_dim_k, s.head_dim_v);
         let group = s.n_head / s.n_head_kv;
@@ -528,8 +806,6 @@ mod tests {
                 Some(w) => (pos + 1).saturating_sub(w),
                 None => 0,
             };
-            let mut scores = Vec::new();
-            let mut max = f32::NEG_INFINITY;
             let pad = |x: Vec<f32>| {
                 let mut x = x;
                 x.resize(hk.next_multiple_of(8), 0.0);
@@ -539,31 +815,36 @@ mod tests {
                 Rows::F16(_) => pad(qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect()),
                 _ => pad(qh.to_vec()),
             };
-            for p in first..=pos {
-                let row = cache.row_of(il, p);
-                let mut key = vec![0.0; hk];
-                keys.widen(row * kw + kvh * hk, &mut key);
-                let key = pad(key);
-                let score = s.scale * dot8(&qp, &key);
-                max = max.max(score);
-                scores.push(score);
-            }
-            let mut sum = 0.0f64;
-            for e in scores.iter_mut() {
-                *e = crate::ops::exp_fast(*e - max);
-                sum += *e as f64;
-            }
-            let inv = (1.0 / sum) as f32;
-            o.fill(0.0);
-            for (p, &e) in (first..=pos).zip(scores.iter()) {
-                let row = cache.row_of(il, p);
-                let mut v32 = vec![0.0; hv];
-                values.widen(row * vw + kvh * hv, &mut v32);
-                match &values {
-                    Rows::F16(_) => fma_row(f16::from_f32(e * inv).to_f32(), &v32, o),
-                    _ => fma_row(e * inv, &v32, o),
+            let (mut acc_m, mut acc_l, mut acc_o) = (f32::NEG_INFINITY, 0.0f64, vec![0.0f32; hv]);
+            for k in first / SPAN..=pos / SPAN {
+                let (s0, s1) = (first.max(k * SPAN), (pos + 1).min((k + 1) * SPAN));
+                let mut scores = Vec::new();
+                let mut max = f32::NEG_INFINITY;
+                for p in s0..s1 {
+                    let row = cache.row_of(il, p);
+                    let mut key = vec![0.0; hk];
+                    keys.widen(row * kw + kvh * hk, &mut key);
+                    let score = s.scale * dot8(&qp, &pad(key));
+                    max = max.max(score);
+                    scores.push(score);
                 }
+                for e in scores.iter_mut() {
+                    *e = crate::ops::exp_fast(*e - max);
+                }
+                let sum = lanes::sum4(&scores);
+                let mut o_k = vec![0.0f32; hv];
+                for (p, &e) in (s0..s1).zip(scores.iter()) {
+                    let row = cache.row_of(il, p);
+                    let mut v32 = vec![0.0; hv];
+                    values.widen(row * vw + kvh * hv, &mut v32);
+                    match &values {
+                        Rows::F16(_) => fma_row(f16::from_f32(e).to_f32(), &v32, &mut o_k),
+                        _ => fma_row(e, &v32, &mut o_k),
+                    }
+                }
+                fold(&mut acc_m, &mut acc_l, &mut acc_o, max, sum, &o_k);
             }
+            finish(acc_l, &acc_o, o);
         }
     }
 
@@ -581,18 +862,33 @@ mod tests {
     /// Passes of uneven lengths over a full-context layer and a sliding-window
     /// layer whose ring wraps mid-pass, for every split the planner can pick.
     fn check(ty: KvType, n_head: usize, n_head_kv: usize, hk: usize, hv: usize) {
-        let window = 5;
-        let max_batch = 24;
+        let splits = [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (1, 1 << 20), (1, 8 * hk), (3, 1), (64, 1)];
+        check_passes(ty, (n_head, n_head_kv, hk, hv), 5, 128, &[1, 24, 3, 1, 17, 24, 2], &splits);
+    }
+
+    /// Each pass of `passes` over a context of `ctx` positions (a window of
+    /// `window` on the second layer) against the reference, bit for bit, for
+    /// each (threads, item floats) of `splits`, with and without the vector
+    /// loops, and through `attention_many` beside an empty sequence.
+    fn check_passes(
+        ty: KvType,
+        (n_head, n_head_kv, hk, hv): (usize, usize, usize, usize),
+        window: usize,
+        ctx: usize,
+        passes: &[usize],
+        splits: &[(usize, usize)],
+    ) {
+        let max_batch = passes.iter().copied().max().unwrap_or(1);
         let shapes = [
             LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: None },
             LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: Some(window) },
         ];
-        let mut cache = KvCache::new(ty, 128, max_batch, &shapes);
-        let mut rng = Rng(0x5eed ^ (hk * 31 + hv) as u64);
+        let mut cache = KvCache::new(ty, ctx, max_batch, &shapes);
+        let mut rng = Rng(0x5eed ^ (hk * 31 + hv + ctx) as u64);
         let mut start = 0;
         let simds: &[bool] = if simd() { &[false, true] } else { &[false] };
         let pool = Pool::new(2).unwrap();
-        for t in [1, 24, 3, 1, 17, 24, 2] {
+        for &t in passes {
             for il in 0..2 {
                 for j in 0..t {
                     let k = rng.vec(shapes[il].k_width, 2.0);
@@ -612,17 +908,13 @@ mod tests {
                 let q = rng.vec(t * n_head * hk, 3.0);
                 let mut want = vec![0.0; t * n_head * hv];
                 reference(&cache, il, &s, &q, start, t, &mut want);
-                for (threads, floats) in [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (1, 1 << 20), (1, 8 * hk), (3, 1), (64, 1)] {
+                for &(threads, floats) in splits {
                     for &simd in simds {
                         let mut got = vec![f32::NAN; t * n_head * hv];
                         attention_with(&pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, simd);
-                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                g.to_bits() == w.to_bits(),
-                                "{ty:?} layer {il} t {t} start {start} threads {threads} simd {simd}: \
-                                 element {i}: {g} vs {w}"
-                            );
-                        }
+                        let bad = got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
+                        assert!(bad.is_none(), "{ty:?} layer {il} t {t} start {start} threads {threads} floats {floats} \
+                             simd {simd}: element {bad:?}");
                     }
                 }
                 // The pass's entry point, the sequence beside an empty one.
@@ -698,6 +990,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Long contexts, where rows see many spans: a decoded token's spans
+    /// shared out among the threads (every split of them) and folded in a
+    /// second step, a prompt's tiles folding theirs, a window crossing span
+    /// edges; each output equal to the reference, bit for bit.
+    #[test]
+    fn spans_shared_out_at_depth_match_the_reference() {
+        let passes = [64, 64, 64, 64, 64, 1, 3, 40, 1, 2, 64, 64, 1];
+        assert!(passes.iter().sum::<usize>() > 3 * SPAN, "the passes reach depth");
+        let splits = [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (3, 1), (8, ITEM_FLOATS), (64, 1), (64, 1 << 20)];
+        for (ty, shape) in [(KvType::F16, (9, 3, 64, 64)), (KvType::Q8_0, (4, 2, 64, 32)), (KvType::F32, (6, 2, 24, 20))] {
+            check_passes(ty, shape, 3 * SPAN / 2 + 5, 6 * SPAN, &passes, &splits);
+        }
+    }
+
+    #[test]
+    fn a_split_pass_shares_out_spans_and_a_short_one_does_not() {
+        let (n_head, n_head_kv, hk, hv) = (9, 3, 64, 64);
+        let shapes = [LayerShape { k_width: n_head_kv * hk, v_width: n_head_kv * hv, window: None }];
+        let mut cache = KvCache::new(KvType::F16, 8 * SPAN, 8, &shapes);
+        for pos in 0..5 * SPAN {
+            cache.write(0, pos, &vec![0.0; n_head_kv * hk], &vec![0.0; n_head_kv * hv]);
+            cache.commit(1);
+        }
+        let s = AttnShape { n_head, n_head_kv, head_dim_k: hk, head_dim_v: hv, scale: 0.125, window: None };
+        let q = vec![0.0; n_head * hk];
+        // A decoded token at depth: its spans shared out, every item reading whole rows for all groups.
+        let deep = Plan::new(&cache, 0, &s, &q, 5 * SPAN, 1, 8, ITEM_FLOATS);
+        assert_eq!((deep.heads, deep.kv_groups, deep.ranges, deep.n_spans), (3, 3, 6, 6));
+        assert_eq!(deep.items(), 6);
+        // Near the start there is one span: single heads instead.
+        let short = Plan::new(&cache, 0, &s, &q, 10, 1, 8, ITEM_FLOATS);
+        assert_eq!((short.heads, short.ranges), (1, 1));
     }
 
     #[test]
