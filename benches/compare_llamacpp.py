@@ -3,7 +3,13 @@ thread count and the same tests (ppN: read N prompt tokens; tgN: generate N
 tokens), alternating one run of each so both share the machine's noise.
 
     python benches/compare_llamacpp.py [-m FILE ...] [--threads T] [-p 512] [-n 128] [-r 3]
-                                       [--llama-bench PATH] [--cache DIR]
+                                       [-d 0,1024,4096] [-ctk f16|q8_0] [--llama-bench PATH] [--cache DIR]
+                                       [--ik-llama-bench PATH]
+
+-d measures each test after that many tokens are already in the context
+(llama-bench's --n-depth, passed to it as given). --ik-llama-bench adds a
+third column: ik_llama.cpp's llama-bench, built by hand, run with flash
+attention on (-fa 1), its fastest path at depth.
 
 llama-bench is built once from the llama-cpp-python source package (which
 vendors llama.cpp) into the cache, with native CPU flags; --llama-bench names
@@ -196,21 +202,29 @@ def _run(cmd: list[str], what: str) -> str:
     return r.stdout
 
 
-def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int) -> float:
+def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0, kv: str = "f16") -> float:
     out = _run([sys.executable, "-m", "ember", "bench", "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen),
-                "-t", str(threads), "-r", "1", "--json"], "ember bench")
+                "-t", str(threads), "-r", "1", "-d", str(depth), "-ctk", kv, "--json"], "ember bench")
     objs = [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
     if len(objs) != 1:
         raise SystemExit(f"compare_llamacpp: ember bench printed {len(objs)} results, expected 1:\n{out}")
     return float(objs[0]["avg_ts"])
 
 
-def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int) -> float:
+def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0, kv: str = "f16",
+               flash: bool = False) -> float:
+    extra = ["-d", str(depth)] if depth else []
+    if kv != "f16":
+        extra += ["-ctk", kv, "-ctv", kv]
+    # A quantized value cache needs llama.cpp's flash attention.
+    if flash or kv != "f16":
+        extra += ["-fa", "1"]
     out = _run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads),
-                "-r", "1", "-o", "json"], "llama-bench")
+                "-r", "1", "-o", "json", *extra], "llama-bench")
     start = out.find("[")
     objs = json.loads(out[start:]) if start >= 0 else []
-    objs = [o for o in objs if o.get("n_prompt") == n_prompt and o.get("n_gen") == n_gen]
+    objs = [o for o in objs if o.get("n_prompt") == n_prompt and o.get("n_gen") == n_gen
+            and o.get("n_depth", 0) == depth]
     if len(objs) != 1:
         raise SystemExit(f"compare_llamacpp: cannot find the pp{n_prompt}/tg{n_gen} result in llama-bench's output:\n{out}")
     return float(objs[0]["avg_ts"])
@@ -229,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-p", "--n-prompt", type=int, default=512, help="prompt tokens of the pp test (0: skip it)")
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the tg test (0: skip it)")
     ap.add_argument("-r", "--repetitions", type=int, default=3, help="alternating runs of each engine per test")
+    ap.add_argument("-d", "--n-depth", default="0", help="tokens already in the context, comma-separated (0,4096)")
+    ap.add_argument("-ctk", "--cache-type", default="f16", choices=["f16", "q8_0"], help="KV cache type for all")
+    ap.add_argument("--ik-llama-bench", type=Path, help="ik_llama.cpp's llama-bench, run with -fa 1 as a third column")
     ap.add_argument("--llama-bench", type=Path, help="an existing llama-bench binary (skips the build)")
     ap.add_argument("--cache", type=Path, help="where llama-bench is built (default: ~/.cache/ember/llama-bench/VERSION)")
     ap.add_argument("--llama-cpp-python-version", default=LLAMA_CPP_PYTHON_VERSION,
@@ -239,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("-p and -n must be >= 0, and not both 0")
     if a.repetitions < 1:
         ap.error("-r must be >= 1")
+    try:
+        depths = [int(d) for d in a.n_depth.split(",")]
+    except ValueError:
+        ap.error(f"-d {a.n_depth}: expected depths such as 0,1024,4096")
+    if any(d < 0 for d in depths):
+        ap.error("-d: depths must be >= 0")
+    if a.ik_llama_bench and not a.ik_llama_bench.is_file():
+        ap.error(f"--ik-llama-bench {a.ik_llama_bench}: no such file")
     threads = a.threads or physical_cores()
     models = a.models or default_models()
     missing = [m for m in models if not m.is_file()]
@@ -259,25 +284,36 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ember kernels: {_native.simd_level()}; threads {threads}; mean t/s over {a.repetitions} alternating "
           f"run(s), each after a warm-up", flush=True)
     tests = [(a.n_prompt, 0)] * bool(a.n_prompt) + [(0, a.n_gen)] * bool(a.n_gen)
+    kv = a.cache_type
     rows = []
     for model in models:
-        for n_prompt, n_gen in tests:
-            name = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
-            ours, theirs = [], []
-            for rep in range(a.repetitions):
-                ours.append(ember_rate(model, n_prompt, n_gen, threads))
-                theirs.append(llama_rate(binary, model, n_prompt, n_gen, threads))
-                log(f"{model.name} {name} run {rep + 1}/{a.repetitions}: ember {ours[-1]:.1f} t/s, "
-                    f"llama.cpp {theirs[-1]:.1f} t/s")
-            e, l = statistics.fmean(ours), statistics.fmean(theirs)
-            rows.append((model.name, name, e, l, e / l))
+        for depth in depths:
+            for n_prompt, n_gen in tests:
+                name = (f"pp{n_prompt}" if n_prompt else f"tg{n_gen}") + (f" @ d{depth}" if depth else "")
+                ours, theirs, ik = [], [], []
+                for rep in range(a.repetitions):
+                    ours.append(ember_rate(model, n_prompt, n_gen, threads, depth, kv))
+                    theirs.append(llama_rate(binary, model, n_prompt, n_gen, threads, depth, kv))
+                    line = (f"{model.name} {name} run {rep + 1}/{a.repetitions}: ember {ours[-1]:.1f} t/s, "
+                            f"llama.cpp {theirs[-1]:.1f} t/s")
+                    if a.ik_llama_bench:
+                        ik.append(llama_rate(a.ik_llama_bench, model, n_prompt, n_gen, threads, depth, kv, flash=True))
+                        line += f", ik_llama.cpp -fa 1 {ik[-1]:.1f} t/s"
+                    log(line)
+                e, l = statistics.fmean(ours), statistics.fmean(theirs)
+                rows.append((model.name, name, e, l, e / l, statistics.fmean(ik) if ik else None))
 
     w = max([len("model")] + [len(r[0]) for r in rows])
+    tw = max(len(r[1]) for r in rows)
+    ik_head = f" {'ik_llama.cpp -fa 1 t/s':>22} | {'ember/ik':>8} |" if a.ik_llama_bench else ""
+    ik_rule = f" {'-' * 21}: | {'-' * 7}: |" if a.ik_llama_bench else ""
     print()
-    print(f"| {'model':<{w}} | {'test':>6} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |")
-    print(f"| {'-' * w} | {'-' * 5}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |")
-    for name, test, e, l, ratio in rows:
-        print(f"| {name:<{w}} | {test:>6} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |")
+    print(f"| {'model':<{w}} | {'test':>{tw}} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |"
+          + ik_head)
+    print(f"| {'-' * w} | {'-' * (tw - 1)}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |" + ik_rule)
+    for name, test, e, l, ratio, k in rows:
+        ik_cells = f" {k:22.2f} | {e / k:7.2f}x |" if k is not None else ""
+        print(f"| {name:<{w}} | {test:>{tw}} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |" + ik_cells)
     return 0
 
 

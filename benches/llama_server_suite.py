@@ -6,6 +6,7 @@ the other fails.
 
     python3 benches/llama_server_suite.py --source DIR/llama_cpp_python-0.3.36 \\
         --llama-server BUILD/bin/llama-server [--files test_basic.py ...] [-k EXPR]
+        [--save OUT.json] [--llama-results EARLIER.json]
 
 Needs the suite's requirements beside ember's test extras (prometheus-client,
 wget, filelock, requests). The suite starts a server per test through
@@ -20,6 +21,7 @@ words; those fail on both servers alike, and the comparison says so.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -104,15 +106,27 @@ def main() -> int:
     p.add_argument("--llama-server", default="llama-server", help="llama.cpp's llama-server binary")
     p.add_argument("--files", nargs="*", default=FILES, help="the suite's test files (default: the issue's twelve)")
     p.add_argument("-k", dest="keyword", help="pytest's -k, to run a part")
+    p.add_argument("--save", type=Path, help="write both servers' outcomes to this JSON file")
+    p.add_argument("--llama-results", type=Path,
+                   help="llama-server's outcomes from an earlier --save, instead of running it again")
     p.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.as_server:
         return as_server(a.as_server, a.llama_server, a.rest)
     if a.source is None:
         p.error("--source is required")
+    results = {}
+    if a.llama_results:
+        results["llama"] = json.loads(a.llama_results.read_text())["llama"]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        results = {w: run_suite(w, a.source, a.llama_server, a.files, a.keyword, work) for w in ("llama", "ember")}
+        for w in ("llama", "ember"):
+            if w not in results:
+                results[w] = run_suite(w, a.source, a.llama_server, a.files, a.keyword, work)
+    if a.llama_results:  # the earlier run's tests that this run's selection holds
+        results["llama"] = {n: o for n, o in results["llama"].items() if n in results["ember"]}
+    if a.save:
+        a.save.write_text(json.dumps(results, indent=1, sort_keys=True))
     names = sorted(set(results["llama"]) | set(results["ember"]))
 
     def passed(w: str) -> set[str]:

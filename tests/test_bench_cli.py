@@ -54,9 +54,22 @@ def test_zero_skips_a_test(smollm2_path):
     assert [json.loads(line)["test"] for line in r.stdout.strip().splitlines()] == ["tg2"]
 
 
+def test_depth_and_cache_type_as_llama_bench_names_them(smollm2_path):
+    """-d: the tests start from a context holding that many tokens (read
+    untimed), named "ppN @ dD" as llama-bench's; -ctk: the cache's type."""
+    r = ember("bench", "-m", str(smollm2_path), "-p", "8", "-n", "2", "-r", "1", "-d", "0,32", "-ctk", "q8_0", "--json")
+    assert r.returncode == 0, r.stderr
+    objs = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert [o["test"] for o in objs] == ["pp8", "tg2", "pp8 @ d32", "tg2 @ d32"]
+    assert [o["n_depth"] for o in objs] == [0, 0, 32, 32] and {o["type_k"] for o in objs} == {"q8_0"}
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
+        (["-d", "-4"], "-d/--n-depth must be >= 0"),
+        (["-d", "1k"], "-d/--n-depth: expected depths"),
+        (["-ctk", "q4_0"], "-ctk/--cache-type"),
         (["-p", "-1"], "-p/--n-prompt"),
         (["-n", "-5"], "-n/--n-gen"),
         (["-r", "0"], "-r/--repetitions"),

@@ -79,9 +79,12 @@ def test_a_file_ember_cannot_read_is_a_clear_error(tmp_path):
 
 
 def test_ctrl_c_interrupts_a_generation(smollm2_path):
+    # As from a terminal: Ctrl-C's default disposition, whatever this process
+    # inherited or set (an ignored SIGINT is inherited, and Python keeps it).
     p = subprocess.Popen(
         [sys.executable, "-m", "ember", "run", "-m", str(smollm2_path), "-p", "Once", "-n", "100000", "--ignore-eos", "-c", "4096"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Wait until tokens flow, then interrupt.
     first = p.stdout.read(6)

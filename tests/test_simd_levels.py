@@ -63,7 +63,12 @@ def test_the_scalar_level_gives_the_detected_levels_answers(tmp_path):
             # hundredths of a logit at most, as in the hybrids' prefill
             # against decode (tests/fixtures/make_tiny_models.py).
             assert diff.mean() < 0.02 and diff.max() < 0.5, (p, diff.mean(), diff.max())
-        assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.97, p
+        # The top choice is the same wherever it leads clearly: random weights
+        # leave near ties, which a few hundredths of a logit may turn.
+        top2 = np.sort(a, axis=-1)[..., -2:]
+        clear = (top2[..., 1] - top2[..., 0]) > 4 * diff.max(axis=-1)
+        assert clear.mean() > 0.5, (p, clear.mean())
+        assert (a.argmax(-1) == b.argmax(-1))[clear].all(), p
 
 
 @pytest.mark.parametrize("value, says", [("avx9", "expected scalar, avx2 or avx512vnni"),

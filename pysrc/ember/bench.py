@@ -2,8 +2,10 @@
 measured and printed the way llama.cpp's llama-bench does, so the figures can
 sit beside its own.
 
-``ppN`` reads N prompt tokens into an empty context (logits of the last
-position only); ``tgN`` decodes N tokens one at a time from an empty context.
+``ppN`` reads N prompt tokens (logits of the last position only); ``tgN``
+decodes N tokens one at a time. Both start from an empty context, or from one
+that already holds D tokens (``-d``, llama-bench's ``--n-depth``: the test is
+then named ``ppN @ dD``), read before the clock starts.
 Each test runs once untimed, then ``repetitions`` times; the rate is tokens per
 second, reported as mean ± sample standard deviation over the repetitions.
 """
@@ -35,11 +37,15 @@ class TestResult:
     n_batch: int
     n_prompt: int
     n_gen: int
+    n_depth: int = 0
+    #: the KV cache's element type (llama-bench's type_k and type_v)
+    kv_type: str = "f16"
     samples_ts: list[float] = field(default_factory=list)
 
     @property
     def test(self) -> str:
-        return f"pp{self.n_prompt}" if self.n_prompt else f"tg{self.n_gen}"
+        name = f"pp{self.n_prompt}" if self.n_prompt else f"tg{self.n_gen}"
+        return f"{name} @ d{self.n_depth}" if self.n_depth else name
 
     @property
     def avg_ts(self) -> float:
@@ -55,6 +61,9 @@ class TestResult:
             "test": self.test,
             "n_prompt": self.n_prompt,
             "n_gen": self.n_gen,
+            "n_depth": self.n_depth,
+            "type_k": self.kv_type,
+            "type_v": self.kv_type,
             "threads": self.threads,
             "kernels": self.kernels,
             "n_batch": self.n_batch,
@@ -71,6 +80,17 @@ def prompt_tokens(n: int, n_vocab: int, bos: int | None) -> list[int]:
     ids; a fixed stride keeps runs comparable)."""
     start = (bos if bos is not None else 1) + 1
     return [(start + i * 7919) % n_vocab for i in range(n)]
+
+
+def parse_depths(raw: str) -> list[int]:
+    """-d's comma-separated depths (llama-bench's list form)."""
+    try:
+        depths = [int(x) for x in raw.split(",")]
+    except ValueError:
+        raise BenchError(f"-d/--n-depth: expected depths such as 0,1024,4096 (got {raw!r})") from None
+    if any(d < 0 for d in depths):
+        raise BenchError(f"-d/--n-depth must be >= 0 (got {raw})")
+    return list(dict.fromkeys(depths))
 
 
 def check_args(n_prompt: int, n_gen: int, repetitions: int, threads: int, batch: int) -> None:
@@ -106,28 +126,41 @@ def run_bench(
     threads: int = 0,
     batch: int = 512,
     on_result: Callable[[TestResult], None] | None = None,
+    depths: list[int] | None = None,
+    kv_type: str = "f16",
 ) -> list[TestResult]:
     """Measures the tests (ppN unless ``n_prompt`` is 0, tgN unless ``n_gen`` is 0)
-    and returns their results, handing each to ``on_result`` as it finishes."""
+    at each depth and returns their results, handing each to ``on_result`` as
+    it finishes."""
     from ember import _native
 
     check_args(n_prompt, n_gen, repetitions, threads, batch)
+    depths = depths or [0]
+    if kv_type not in ("f16", "f32", "q8_0"):
+        raise BenchError(f"-ctk/--cache-type: expected f16, f32 or q8_0 (got {kv_type!r})")
     path = Path(path)
     if not path.is_file():
         raise BenchError(f"model file {path}: no such file")
     size, params = _model_facts(path)
-    model = _native.Model(str(path), max(n_prompt, n_gen, 1), threads, "f16", batch)
+    model = _native.Model(str(path), max(depths) + max(n_prompt, n_gen, 1), threads, kv_type, batch)
     base = dict(
-        model=path.name, size=size, params=params, kernels=_native.simd_level(), threads=model.threads, n_batch=batch
+        model=path.name, size=size, params=params, kernels=_native.simd_level(), threads=model.threads, n_batch=batch,
+        kv_type=kv_type,
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
-    if n_prompt:
-        ids = prompt_tokens(n_prompt, model.n_vocab, bos)
-        tests.append((TestResult(n_prompt=n_prompt, n_gen=0, **base), lambda: model.bench_prompt(ids)))
-    if n_gen:
-        first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
-        tests.append((TestResult(n_prompt=0, n_gen=n_gen, **base), lambda: model.bench_generation(first, n_gen)))
+    for depth in depths:
+        # The held tokens start with the BOS; the measured ones follow them.
+        held = prompt_tokens(depth, model.n_vocab, bos)
+        if n_prompt:
+            ids = prompt_tokens(depth + n_prompt, model.n_vocab, bos)[depth:] if depth else \
+                prompt_tokens(n_prompt, model.n_vocab, bos)
+            tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **base),
+                          lambda ids=ids, held=held: model.bench_prompt(ids, held)))
+        if n_gen:
+            first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
+            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, **base),
+                          lambda first=first, held=held: model.bench_generation(first, n_gen, held)))
     results = []
     for result, measure in tests:
         n = result.n_prompt or result.n_gen
@@ -192,7 +225,7 @@ def format_jsonl(result: TestResult) -> str:
 
 
 def main_bench(path: Path, n_prompt: int, n_gen: int, repetitions: int, threads: int, batch: int, as_json: bool,
-               out: TextIO = sys.stdout) -> int:
+               out: TextIO = sys.stdout, depths: list[int] | None = None, kv_type: str = "f16") -> int:
     """Runs the tests and prints them: a table (after the last test), or a JSON
     object per line as each test finishes."""
 
@@ -200,7 +233,8 @@ def main_bench(path: Path, n_prompt: int, n_gen: int, repetitions: int, threads:
         if as_json:
             print(format_jsonl(r), file=out, flush=True)
 
-    results = run_bench(path, n_prompt, n_gen, repetitions, threads, batch, on_result=emit)
+    results = run_bench(path, n_prompt, n_gen, repetitions, threads, batch, on_result=emit, depths=depths,
+                        kv_type=kv_type)
     if not as_json:
         print(format_table(results), file=out, flush=True)
     return 0

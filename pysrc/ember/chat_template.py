@@ -119,6 +119,14 @@ NAMED: dict[str, str] = {
         "{%- endfor -%}"
         "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
     ),
+    "command-r": (
+        "{%- for message in messages -%}"
+        "{%- set tag = {'system': 'SYSTEM', 'user': 'USER', 'assistant': 'CHATBOT'}.get(message['role']) -%}"
+        "{%- if tag -%}{{- '<|START_OF_TURN_TOKEN|><|' + tag + '_TOKEN|>' + " + _TEXT + " | trim "
+        "+ '<|END_OF_TURN_TOKEN|>' -}}{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"
+    ),
     "zephyr": (
         "{%- for message in messages -%}"
         "{{- '<|' + message['role'] + '|>\\n' + " + _TEXT + " + '<|endoftext|>\\n' -}}"

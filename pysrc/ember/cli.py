@@ -162,16 +162,18 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from ember.bench import BenchError, check_args, main_bench
+    from ember.bench import BenchError, check_args, main_bench, parse_depths
 
     try:
         check_args(a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size)
+        depths = parse_depths(a.n_depth)
         path = a.model
         if path is None:
             from ember.fetch import default_model_path
 
             path = default_model_path()
-        return main_bench(path, a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size, a.json)
+        return main_bench(path, a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size, a.json, depths=depths,
+                          kv_type=a.cache_type)
     except BenchError as e:
         print(f"ember bench: error: {e}", file=sys.stderr)
         return 2
@@ -238,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-r", "--repetitions", type=int, default=3, help="timed runs of each test, after one warm-up")
     bench.add_argument("-t", "--threads", type=int, default=0, help="worker threads (0: physical cores)")
     bench.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass")
+    bench.add_argument("-d", "--n-depth", default="0",
+                       help="tokens already in the context before each test, comma-separated for several (0,4096)")
+    bench.add_argument("-ctk", "--cache-type", default="f16", help="KV cache type: f16 (default), q8_0 or f32")
     bench.add_argument("--json", action="store_true", help="one JSON object per line per test instead of a table")
     bench.set_defaults(func=cmd_bench, parser=bench)
     _one_line_errors(bench)

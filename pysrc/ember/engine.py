@@ -27,7 +27,7 @@ from typing import AsyncIterator, Sequence
 
 from ember.errors import EmberError
 from ember import _native
-from ember.model import Completion, CompletionBuilder, Model, Piece
+from ember.model import Completion, CompletionBuilder, Model, Piece, PromptProgress
 from ember.sampling import SamplingParams
 
 __all__ = ["Checkpoints", "Engine", "GenerationRequest", "Job", "EngineOverloaded", "EngineStopped"]
@@ -53,6 +53,8 @@ class GenerationRequest:
     slot: int | None = None
     #: whose prompt it is: a slot's cache is reused only for its owner's (0: everyone's)
     owner: int = 0
+    #: send `PromptProgress` events while the prompt is read (llama-server's return_progress)
+    progress: bool = False
 
 
 class Job:
@@ -71,6 +73,8 @@ class Job:
         self.n_cached: int | None = None
         #: how the prompt met what the slot held (for the log line)
         self.resume: str | None = None
+        #: prompt tokens read or found in the cache so far (engine side, for `PromptProgress`)
+        self.read = 0
 
     def cancel(self) -> None:
         """Stops the job: before it starts, it never reaches the model; after,
@@ -256,6 +260,10 @@ class Engine:
         self.n_processed = 0
         #: positions the busy slots hold in their KV caches
         self.kv_tokens = 0
+        #: forward passes run, the slots they served added up, and the most tokens one pass read (/metrics)
+        self.n_passes = 0
+        self.n_slot_passes = 0
+        self.n_tokens_max = 0
         self._debug = os.environ.get("EMBER_DEBUG_BATCHES") == "1"
 
     def start(self) -> None:
@@ -298,6 +306,7 @@ class Engine:
         """What /metrics and /slots read, taken on the engine thread (through `call`)."""
         b = self.batcher
         return {"busy": self.n_busy, "waiting": self.waiting(), "kv_tokens": self.kv_tokens,
+                "passes": self.n_passes, "slot_passes": self.n_slot_passes, "tokens_max": self.n_tokens_max,
                 "slots": [{"busy": b.is_busy(i), "cached": b.cached_tokens(i), "checkpoints": b.checkpoints(i)}
                           for i in range(self.n_slots)]}
 
@@ -377,6 +386,9 @@ class Engine:
         job.slot, job.n_cached, job.resume = slot, build.done.n_cached, build.resume
         self._active[slot] = (job, build)
         job._mark_started()
+        if req.progress:
+            job.read = build.done.n_cached
+            job._deliver(PromptProgress(len(req.prompt), job.read, job.read, 0.0))
 
     def _run(self) -> None:
         try:
@@ -392,8 +404,18 @@ class Engine:
                     continue
                 t0 = time.perf_counter()
                 events = self.batcher.step()
+                served = self.batcher.last_pass()
+                self.n_passes += 1
+                self.n_slot_passes += len(served)
+                self.n_tokens_max = max(self.n_tokens_max, sum(n for _, n, _ in served))
+                for slot, n, reading in served:
+                    job, build = self._active.get(slot, (None, None))
+                    if reading and job is not None and job.request.progress:
+                        job.read += n
+                        job._deliver(PromptProgress(len(job.request.prompt), build.done.n_cached, job.read,
+                                                    (time.perf_counter() - build.t_start) * 1e3))
                 if self._debug:
-                    parts = ", ".join(f"slot {s} {'prompt' if p else 'decode'} {n}" for s, n, p in self.batcher.last_pass())
+                    parts = ", ".join(f"slot {s} {'prompt' if p else 'decode'} {n}" for s, n, p in served)
                     print(f"ember: pass [{parts}] in {(time.perf_counter() - t0) * 1e3:.1f} ms, {len(events)} drew",
                           file=sys.stderr, flush=True)
                 # Bookkeeping first, deliveries after: a client that reads its

@@ -36,6 +36,19 @@ class Piece:
 
 
 @dataclass
+class PromptProgress:
+    """How far the reading of a prompt has come (llama-server's prompt_progress):
+    sent before its first pass and after each, to a request that asked."""
+
+    total: int
+    #: prompt tokens the cache held (not read); `processed` counts them too
+    cache: int
+    processed: int
+    #: milliseconds spent reading so far
+    time_ms: float
+
+
+@dataclass
 class Completion:
     """A finished generation."""
 

@@ -50,6 +50,9 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     #: log-probabilities of this many top tokens with each draw
     n_probs: int = 0
+    #: ...from the distribution the token was drawn from, after the samplers (llama-server's
+    #: post_sampling_probs), not the model's own
+    post_sampling_probs: bool = False
     #: reuse what the slot holds of the prompt
     cache_prompt: bool = True
     #: the compiled grammar (`ember.structured.compile_grammar`) the output is held to
@@ -76,7 +79,8 @@ class SamplingParams:
             top_p=self.top_p, min_p=self.min_p, typical_p=self.typical_p, repeat_penalty=self.repeat_penalty,
             repeat_last_n=self.repeat_last_n, frequency_penalty=self.frequency_penalty,
             presence_penalty=self.presence_penalty, logit_bias=list(self.logit_bias.items()), seed=self.seed,
-            n_probs=self.n_probs, cache_prompt=self.cache_prompt, grammar=self.grammar,
+            n_probs=self.n_probs, post_sampling_probs=self.post_sampling_probs, cache_prompt=self.cache_prompt,
+            grammar=self.grammar,
             grammar_trigger=self.grammar_trigger,
             thought_budget=self.thought_budget.native() if self.thought_budget is not None else None)
 

@@ -60,9 +60,11 @@ def test_queued_request_cancelled_never_runs(server):
 
 
 def test_a_client_gone_while_queued_never_reaches_a_slot(smollm2_path):
-    with ServerProcess(smollm2_path, "-np", "1", "-n", "200") as s:
+    # The busy request outlasts the queued client's wait and the server's look at it
+    # (every 0.2 s) on a fast machine too: 1,500 tokens, seconds at any speed here.
+    with ServerProcess(smollm2_path, "-np", "1", "-n", "1500") as s:
         busy = threading.Thread(target=http, args=(s.url + "/completion",
-                                                   {"prompt": "Once upon a time", "n_predict": 200, "ignore_eos": True}))
+                                                   {"prompt": "Once upon a time", "n_predict": 1500, "ignore_eos": True}))
         busy.start()
         time.sleep(0.3)
         # A queued request whose client gives up before a slot frees.

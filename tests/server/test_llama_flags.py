@@ -67,7 +67,7 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--path": [files["site"]], "--embedding": [], "--embeddings": [], "--api-key": ["k2"],
         "--api-key-file": [files["keys"]], "--timeout": ["60"], "--system-prompt-file": [files["system"]],
         "--metrics": [], "--no-slots": [], "--slot-save-path": [files["slots"]], "-sps": ["0.5"],
-        "--slot-prompt-similarity": ["0.0"],
+        "--slot-prompt-similarity": ["0.0"], "-v": [], "--verbose": [],
         "-hfr": ["nobody/nothing-GGUF", "--offline"], "--hf-repo": ["nobody/nothing-GGUF:Q8_0", "--offline"],
         "-hff": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
         "--hf-file": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
@@ -135,6 +135,7 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
     (["-kvu"], "-kvu: each slot keeps a cache of its own"),
     (["--swa-full"], "--swa-full: sliding-window layers keep their window"),
     (["--webui"], "--webui: the chat page is served at /"),
+    (["--backend_sampling"], "--backend_sampling: tokens are drawn on the CPU"),
 ])
 def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
     _, lines = parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=BIG_MEM)

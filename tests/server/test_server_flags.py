@@ -35,7 +35,7 @@ def server(smollm2_path, tmp_path_factory):
     system.write_text(SYSTEM, encoding="utf-8")
     with ServerProcess(smollm2_path, "--temp", "0.3", "--top-k", "7", "-s", "42", "--repeat-penalty", "1.2",
                        "--system-prompt-file", str(system), "--chat-template", "llama3", "--no-slots",
-                       "-b", "64", "-ub", "128", "-sps", "0.5", "-np", "2") as s:
+                       "-b", "64", "-ub", "128", "-sps", "0.5", "-np", "2", "-v") as s:
         yield s
 
 
@@ -135,6 +135,10 @@ _NAMED_EXPECTED = {
             "<|assistant|>\n",
     "zephyr": "<|system|>\nS<|endoftext|>\n<|user|>\nhi<|endoftext|>\n<|assistant|>\nyo<|endoftext|>\n<|user|>\n"
               "again<|endoftext|>\n<|assistant|>\n",
+    "command-r": "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>S<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>hi"
+                 "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>yo<|END_OF_TURN_TOKEN|>"
+                 "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>again<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|>"
+                 "<|CHATBOT_TOKEN|>",
     "llama3": "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>"
               "\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nyo<|eot_id|><|start_header_id|>"
               "user<|end_header_id|>\n\nagain<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
@@ -181,3 +185,70 @@ def test_https_with_a_certificate_and_its_key(smollm2_path, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_several_addresses_aliases_tags_and_local_origins(smollm2_path, tmp_path):
+    """llama-server's newer spellings: --host a list (and a UNIX socket),
+    -a a list of names (the id the first in sorted order), --tags, and
+    --cors-origins localhost (any page of this machine, no other)."""
+    import socket
+
+    sock = tmp_path / "ember.sock"
+    hosts = ["127.0.0.1", *(["::1"] if _ipv6_loopback() else []), str(sock)]
+    with ServerProcess(smollm2_path, "--host", ",".join(hosts), "-a", "tiny, code,fim", "--tags", "small,chat",
+                       "--cors-origins", "localhost") as s:
+        port = s.url.rsplit(":", 1)[1]
+        entry = json.loads(http(s.url + "/v1/models")[2])["data"][0]
+        assert (entry["id"], entry["aliases"], entry["tags"]) == ("code", ["code", "fim", "tiny"], ["chat", "small"])
+        if "::1" in hosts:
+            assert http(f"http://[::1]:{port}/health")[0] == 200
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(str(sock))
+            c.sendall(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            assert c.recv(4096).split(b"\r\n", 1)[0].endswith(b" 200 OK")
+        for origin in ("http://localhost", "http://127.0.0.1:3000", "https://[::1]:8443"):
+            status, headers, _ = http(s.url + "/v1/chat/completions", method="OPTIONS",
+                                      headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+            assert status == 200 and headers["Access-Control-Allow-Origin"] == origin, origin
+        for origin in ("http://localhost.evil.example", "http://notlocalhost", "http://evil.example"):
+            status, headers, _ = http(s.url + "/v1/chat/completions", method="OPTIONS",
+                                      headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+            assert status == 200 and "Access-Control-Allow-Origin" not in headers, origin
+    assert any("model names: code, fim, tiny, the id code" in line for line in s.lines)
+
+
+@pytest.mark.parametrize("argv, refused", [
+    (["--host", " , "], "--host"), (["-a", ","], "--alias"), (["--cors-origins", "localhost,null"], "null"),
+    (["--cors-origins", "http://a.example/path"], "no path"), (["--host", "0.0.0.0,127.0.0.1"], "no API key"),
+])
+def test_bad_lists_are_refused_by_name(argv, refused, smollm2_path):
+    with pytest.raises(OptionError, match=refused):
+        parse_options(["-m", str(smollm2_path), *argv], {}, mem_available=BIG_MEM)
+
+
+def test_verbose_replies_carry_llama_server_s_debug_object(server, plain_server):
+    """`__verbose`: the reply as llama-server's /completion gives it, with the
+    prompt as the model read it; every reply under -v, on request without."""
+    chat = {"messages": [{"role": "system", "content": "Book"}, {"role": "user", "content": "best book?"}],
+            "max_tokens": 2}
+    body = post_ok(server, "/v1/chat/completions", chat)
+    v = body["__verbose"]
+    assert v["prompt"].startswith("<|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|>"), v["prompt"]
+    assert v["tokens_predicted"] == body["usage"]["completion_tokens"] and v["stop_type"] == "limit"
+    assert v["content"] == body["choices"][0]["message"]["content"]
+    assert "__verbose" not in post_ok(server, "/v1/chat/completions", {**chat, "verbose": False})
+    assert "__verbose" not in post_ok(plain_server, "/v1/chat/completions", chat)
+    asked = post_ok(plain_server, "/v1/completions", {"prompt": "Once upon", "max_tokens": 2, "verbose": True})
+    assert asked["__verbose"]["prompt"] == "Once upon" and asked["__verbose"]["tokens_evaluated"] == 2
+    assert any(line.startswith("ember: replies carry __verbose (-v)") for line in server.lines)

@@ -16,12 +16,14 @@ HTML = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0
 
 
 def test_a_browser_gets_the_page_and_a_client_probing_the_root_gets_ollama_s_line(plain_server):
-    status, headers, body = http(plain_server.url + "/", headers=HTML)
-    assert status == 200 and headers["Content-Type"].startswith("text/html")
-    assert b'<script src="/webui/app.js"' in body
-    policy = headers["Content-Security-Policy"]
-    assert "script-src 'self'" in policy and "connect-src 'self'" in policy and "frame-ancestors 'none'" in policy
-    for accept in ({}, {"Accept": "*/*"}, {"Accept": "application/json"}):
+    for accept in (HTML, {"Accept": "*/*"}):  # a browser, and curl as llama-server's users call it
+        status, headers, body = http(plain_server.url + "/", headers=accept)
+        assert status == 200 and headers["Content-Type"].startswith("text/html")
+        assert b'<script src="/webui/app.js"' in body
+        policy = headers["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "connect-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    # Ollama's clients ask for JSON (its Python client) or name nothing.
+    for accept in ({}, {"Accept": "application/json"}, {"Accept": "text/plain"}):
         status, headers, body = http(plain_server.url + "/", headers=accept)
         assert status == 200 and body == b"Ollama is running (ember)", (accept, body)
 
@@ -52,13 +54,15 @@ def test_with_a_key_the_page_is_public_and_the_api_is_not(keyed):
     assert http(keyed.url + "/webui/app.js")[0] == 200
     assert http(keyed.url + "/props")[0] == 401
     assert http(keyed.url + "/webui/nothing.js")[0] == 401, "a path that is not the page's is the key's first"
-    assert http(keyed.url + "/", headers={"Accept": "*/*"})[0] == 401, "the probe is an API route"
+    assert http(keyed.url + "/", headers={"Accept": "application/json"})[0] == 401, "the probe is an API route"
     assert http(keyed.url + "/props", headers={"Authorization": "Bearer sekrit"})[0] == 200
 
 
 def test_no_webui_leaves_only_the_line(smollm2_path):
     with ServerProcess(smollm2_path, "--no-webui") as s:
-        status, _, body = http(s.url + "/", headers=HTML)
+        for accept in (HTML, {"Accept": "*/*"}):  # 404, as llama-server's --no-webui
+            assert http(s.url + "/", headers=accept)[0] == 404
+        status, _, body = http(s.url + "/", headers={"Accept": "application/json"})
         assert status == 200 and body == b"Ollama is running (ember)"
         assert http(s.url + "/webui/app.js")[0] == 404
 

@@ -79,12 +79,15 @@ def message_locator(origins: list[Origin], then: Locate | None = None) -> Locate
 
 
 async def chat_prompt(state: ServerState, request: ChatRequest, params: SamplingParams, *,
-                      locate: Locate | None = None, after: list[int] | None = None) -> tuple[list[int], ChatShaper]:
+                      locate: Locate | None = None, after: list[int] | None = None,
+                      add_generation_prompt: bool = True) -> tuple[list[int], ChatShaper]:
     """The prompt's ids and the shaper its reply goes through; what the
     generation needs beyond the request's own options goes into `params`.
     `after`, an earlier reply's tokens (Ollama's context), comes first: the
-    new turn follows it without a BOS of its own."""
-    p = await _built(state, request, locate)
+    new turn follows it without a BOS of its own. Without
+    `add_generation_prompt` the last turn is left open as the template
+    writes it (no reply's turn is opened, no assistant's words continued)."""
+    p = await _built(state, request, locate, add_generation_prompt)
     p.apply(params)
     if not after:
         return state.model.chat_text_ids(p.text, p.literal), p.shaper

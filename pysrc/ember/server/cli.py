@@ -62,7 +62,8 @@ _FLAGS = [
     _Flag("hf-token", ("-hft", "--hf-token"), str, None, "the hub's access token (default: HF_TOKEN)"),
     _Flag("offline", ("--offline",), bool, "LLAMA_OFFLINE", "fetch nothing: --hf-repo uses only what is cached",
           False),
-    _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "address to listen on (default 127.0.0.1)", "127.0.0.1"),
+    _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "addresses to listen on, comma-separated, or a UNIX socket's "
+          "path ending in .sock (default 127.0.0.1)", "127.0.0.1"),
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
     _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
@@ -76,13 +77,17 @@ _FLAGS = [
           "tokens in one forward pass at most, all slots together (default 512)", 512),
     _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), f32 or q8_0", "f16"),
     _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
-    _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS", "model name the API reports"),
+    _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS",
+          "model names the API reports, comma-separated (the first in sorted order is the id, as llama-server's)"),
+    _Flag("tags", ("--tags",), str, "LLAMA_ARG_TAGS", "the model's tags, comma-separated, listed in /v1/models"),
     _Flag("api-key", ("--api-key",), str, "LLAMA_API_KEY", "comma-separated keys a request must present"),
     _Flag("api-key-file", ("--api-key-file",), str, "LLAMA_ARG_API_KEY_FILE",
           "file of keys, one a line (blank lines and lines starting with # are skipped); adds to --api-key"),
     _Flag("cors-origin", ("--cors-origin",), str, None,
-          "a browser origin allowed to call the server (repeatable; * for any, without credentials; default: "
-          "none, pages of the server's own origin only)"),
+          "a browser origin allowed to call the server (repeatable; * for any, without credentials; localhost for "
+          "any page served from this machine; default: none, pages of the server's own origin only)"),
+    _Flag("cors-origins", ("--cors-origins",), str, "LLAMA_ARG_CORS_ORIGINS",
+          "llama-server's spelling: the origins of --cors-origin, comma-separated"),
     _Flag("insecure-no-key", ("--insecure-no-key",), bool, None,
           "serve an address beyond this machine (--host other than loopback) without an API key", False),
     _Flag("chat-template-file", ("--chat-template-file",), str, "LLAMA_ARG_CHAT_TEMPLATE_FILE", "Jinja chat template replacing the model's"),
@@ -113,6 +118,9 @@ _FLAGS = [
           "least recently used one (default 0.1; 0: always the least recently used)", 0.1),
     _Flag("ssl-key-file", ("--ssl-key-file",), str, "LLAMA_ARG_SSL_KEY_FILE", "PEM private key: serve HTTPS"),
     _Flag("ssl-cert-file", ("--ssl-cert-file",), str, "LLAMA_ARG_SSL_CERT_FILE", "PEM certificate chain for HTTPS"),
+    _Flag("verbose", ("-v", "--verbose", "--log-verbose"), bool, None,
+          "every reply carries llama-server's __verbose object (the prompt as the model read it, the stop, the "
+          "timings) unless the request sets verbose false; the log is as without it", False),
     _Flag("metrics", ("--metrics",), bool, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics at /metrics", False),
     _Flag("cache-ram", ("-cram", "--cache-ram"), int, "LLAMA_ARG_CACHE_RAM",
           "MiB of host memory for conversations whose slot went to another (0: off, -1: no limit; default: "
@@ -153,7 +161,7 @@ _FLAGS = [
 ]
 _BY_NAME = {f.name: f for f in _FLAGS}
 #: Flags whose values from every source add up rather than one replacing another.
-_ADDED_UP = ("api-key", "api-key-file", "cors-origin")
+_ADDED_UP = ("api-key", "api-key-file", "cors-origin", "cors-origins")
 #: Flags given once per value.
 _REPEATED = ("cors-origin", "logit-bias")
 _READ_ENV = {f.env for f in _FLAGS if f.env} | llama_flags.ENV_NAMES
@@ -238,20 +246,31 @@ def _env_value(f: _Flag, raw: str) -> Any:
     return raw
 
 
-def _cors_origins(args, config: dict[str, Any]) -> list[str]:
-    """--cors-origin's origins and the config's ("cors-origin": comma-separated)."""
-    given = list(getattr(args, "cors-origin") or [])
-    raw = config.get("cors-origin")
-    given += raw.split(",") if isinstance(raw, str) else []
+def _cors_origins(args, config: dict[str, Any], environ: Mapping[str, str]) -> list[str]:
+    """Every allowed origin, added up: --cors-origin (repeated), --cors-origins
+    (comma-separated, llama-server's), the config's keys of both names and
+    LLAMA_ARG_CORS_ORIGINS."""
+    given = [("--cors-origin", o) for o in getattr(args, "cors-origin") or []]
+    lists = [("--cors-origins", getattr(args, "cors-origins")), ("LLAMA_ARG_CORS_ORIGINS",
+                                                                  environ.get("LLAMA_ARG_CORS_ORIGINS"))]
+    lists += [(f"--config {args.config}: \"{k}\"", config.get(k)) for k in ("cors-origin", "cors-origins")]
+    given += [(where, o) for where, raw in lists if isinstance(raw, str) for o in raw.split(",")]
     out = []
-    for o in (x.strip() for x in given):
+    for where, o in ((w, x.strip()) for w, x in given):
         if o == "null":
-            raise OptionError("--cors-origin null: the opaque origin of sandboxed pages and files is never trusted")
-        if o != "*" and not (o.startswith(("http://", "https://")) and "/" not in o.split("://", 1)[1]):
-            raise OptionError(f"--cors-origin {o!r}: expected * or an origin such as http://localhost:3000 "
+            raise OptionError(f"{where} null: the opaque origin of sandboxed pages and files is never trusted")
+        if o not in ("*", "localhost") and not (o.startswith(("http://", "https://"))
+                                                and "/" not in o.split("://", 1)[1]):
+            raise OptionError(f"{where} {o!r}: expected *, localhost or an origin such as http://localhost:3000 "
                               "(scheme and host, no path)")
         out.append(o)
     return list(dict.fromkeys(out))
+
+
+def _names(raw: str | None) -> list[str]:
+    """A comma-separated list's items, stripped, empty ones dropped, each once, sorted
+    (llama-server keeps aliases and tags in an ordered set)."""
+    return sorted({x.strip() for x in (raw or "").split(",") if x.strip()})
 
 
 def _keys_named(where: str, raw: str) -> list[str]:
@@ -317,10 +336,11 @@ def _key_file(where: str, path: str, rules: dict) -> list[str]:
 
 def _loopback(host: str) -> bool:
     """Whether `host` is reached from this machine only. A name other than
-    localhost may resolve anywhere, so it counts as reaching beyond."""
+    localhost may resolve anywhere, so it counts as reaching beyond; a UNIX
+    socket is this machine's."""
     import ipaddress
 
-    if host.lower() in ("localhost", "localhost."):
+    if host.lower() in ("localhost", "localhost.") or host.endswith(".sock"):
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -518,8 +538,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
             raise bad(name, "must be at least 1")
     if not 0.0 <= values["slot-prompt-similarity"] <= 1.0:
         raise bad("slot-prompt-similarity", "must be between 0.0 and 1.0")
-    if not values["host"]:
-        raise bad("host", "is empty")
+    hosts = [h.strip() for h in values["host"].split(",")]
+    if not any(hosts):
+        raise bad("host", "names no address")
+    hosts = list(dict.fromkeys(h for h in hosts if h))
     kv_type = _kv_type(values, sources, bad)
 
     if values["hf-repo"] is not None:
@@ -559,9 +581,18 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     if values["n-predict"] >= 0:
         lines.append(f"max tokens per request: {values['n-predict']} unless the request asks for fewer or more")
 
-    alias = values["alias"]
-    lines.append(f"model name: {alias} (from {sources['alias']})" if alias is not None
-                 else f"model name: {meta.get('general.name') or Path(model).stem} (from the file)")
+    aliases = _names(values["alias"])
+    if values["alias"] is not None and not aliases:
+        raise bad("alias", "names no model name")
+    alias = aliases[0] if aliases else None
+    if len(aliases) > 1:
+        lines.append(f"model names: {', '.join(aliases)}, the id {alias} (from {sources['alias']})")
+    else:
+        lines.append(f"model name: {alias} (from {sources['alias']})" if alias is not None
+                     else f"model name: {meta.get('general.name') or Path(model).stem} (from the file)")
+    tags = _names(values["tags"])
+    if tags:
+        lines.append(f"model tags: {', '.join(tags)} (from {sources['tags']})")
 
     template = values["chat-template-file"]
     template_text = None
@@ -624,10 +655,10 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     key_rules: dict = {}
     keys = _api_keys(args, config, environ, key_rules)
-    origins = _cors_origins(args, config)
+    origins = _cors_origins(args, config, environ)
     if values["insecure-no-key"] and keys:
         raise OptionError("--insecure-no-key: API keys are set, so the server is not keyless; give one or the other")
-    if not keys and not _loopback(values["host"]) and not values["insecure-no-key"]:
+    if not keys and not all(_loopback(h) for h in hosts) and not values["insecure-no-key"]:
         raise bad("host", "reaches beyond this machine, and no API key is set: anyone who reaches the address could "
                   "use the server. Give --api-key or --api-key-file, or --insecure-no-key to serve it open")
     lines.append(f"API keys: {len(keys)} accepted (Authorization: Bearer KEY)" if keys
@@ -678,6 +709,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         lines.append("responses kept: none (--responses-max 0); store and previous_response_id are refused")
     if values["metrics"]:
         lines.append("metrics: at /metrics")
+    if values["verbose"]:
+        lines.append("replies carry __verbose (-v): the prompt as the model read it, the stop and the timings")
     static_path = values["path"]
     if static_path is not None:
         if not Path(static_path).expanduser().is_dir():
@@ -694,8 +727,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
                  f"/api/generate...){embed}")
 
     opts = ServerOptions(
-        model=model, host=values["host"], port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
-        threads=threads, alias=alias, api_keys=keys, key_rules=key_rules, cors_origins=origins,
+        model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
+        threads=threads, alias=alias, aliases=aliases, tags=tags, api_keys=keys, key_rules=key_rules, cors_origins=origins,
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
@@ -705,7 +738,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
         static_path=static_path, responses_max=values["responses-max"],
-        responses_max_mib=values["responses-max-mib"],
+        responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
     )
     return opts, lines
 
@@ -902,17 +935,24 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
 
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(opts.ssl_cert_file, opts.ssl_key_file)
-    site = web.TCPSite(runner, opts.host, opts.port, ssl_context=tls)
     scheme = "https" if tls else "http"
-    try:
-        await site.start()
-    except OSError as e:
-        _say(f"cannot listen on {_url(opts.host, opts.port, scheme)}: {e.strerror or e}")
-        await runner.cleanup()
-        return 1
-    sockets = getattr(site._server, "sockets", None) or []
-    port = sockets[0].getsockname()[1] if sockets else opts.port
-    _say(f"listening on {_url(opts.host, port, scheme)}")
+    port = opts.port
+    for host in opts.hosts:
+        # Port 0 takes a free port once; every other address listens on the same one.
+        site = (web.UnixSite(runner, host, ssl_context=tls) if host.endswith(".sock")
+                else web.TCPSite(runner, host, port, ssl_context=tls))
+        where = host if host.endswith(".sock") else _url(host, port, scheme)
+        try:
+            await site.start()
+        except OSError as e:
+            _say(f"cannot listen on {where}: {e.strerror or e}")
+            await runner.cleanup()
+            return 1
+        if not host.endswith(".sock"):
+            sockets = getattr(site._server, "sockets", None) or []
+            port = sockets[0].getsockname()[1] if sockets else port
+            where = _url(host, port, scheme)
+        _say(f"listening on {where}")
 
     waits: list[asyncio.Future] = [stop]
     failed = app.get("load_failed")

@@ -10,7 +10,7 @@ import time
 
 from aiohttp import web
 
-from ember.model import Completion
+from ember.model import Completion, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import envelope_of, sse_start
@@ -29,7 +29,8 @@ class Generation:
     /metrics read. Use as ``async with``: leaving early cancels the job."""
 
     def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams,
-                 slot: int | None = None, *, watch_client: bool = True):
+                 slot: int | None = None, *, watch_client: bool = True, progress: bool = False):
+        """`progress`: the events include `PromptProgress` while the prompt is read."""
         from ember.engine import GenerationRequest
 
         self.request = request
@@ -61,7 +62,11 @@ class Generation:
         self.cut_by_shutdown = False
         self.n_drawn = 0
         self.t0 = time.perf_counter()
-        self._req = GenerationRequest(prompt, max_tokens, params, slot, owner=request.get("owner", 0))
+        self._req = GenerationRequest(prompt, max_tokens, params, slot, owner=request.get("owner", 0),
+                                      progress=progress)
+        #: the latest prompt progress, and when the first token came (for the timings of a reply under way)
+        self.progress: PromptProgress | None = None
+        self._t_first: float | None = None
         self.job = None
         self._watch: asyncio.Task | None = None
         #: a background job outlives its request: its client is not watched
@@ -91,7 +96,8 @@ class Generation:
         else:
             m = self.state.metrics
             m.requests += 1
-            m.prompt_tokens += self.completion.n_prompt
+            m.prompt_tokens += self.completion.n_prompt - self.completion.n_cached
+            m.prompt_tokens_cached += self.completion.n_cached
             m.prompt_seconds += self.completion.prompt_ms / 1e3
             m.predicted_tokens += len(self.completion.tokens)
             m.predicted_seconds += self.completion.gen_ms / 1e3
@@ -153,9 +159,12 @@ class Generation:
             async for ev in self.job.events():
                 if isinstance(ev, Completion):
                     self.completion = ev
-                else:
-                    if ev.token is not None:
-                        self.n_drawn += 1
+                elif isinstance(ev, PromptProgress):
+                    self.progress = ev
+                elif ev.token is not None:
+                    self.n_drawn += 1
+                    if self._t_first is None:
+                        self._t_first = time.perf_counter()
                 yield ev
         except ClientGone:
             raise
@@ -167,13 +176,23 @@ class Generation:
 
     @property
     def n_cached(self) -> int:
-        return self.completion.n_cached if self.completion else 0
+        if self.completion is not None:
+            return self.completion.n_cached
+        return (self.job.n_cached if self.job is not None else None) or 0
 
     def timings(self) -> dict:
         # As llama-server: prompt_n counts the prompt tokens read, cache_n those reused.
         c = self.completion
-        n_p, n_g = len(self.prompt) - self.n_cached, len(c.tokens) if c else self.n_drawn
-        p_ms, g_ms = (c.prompt_ms, c.gen_ms) if c else (0.0, 0.0)
+        if c is not None:
+            n_p, n_g, p_ms, g_ms = len(self.prompt) - c.n_cached, len(c.tokens), c.prompt_ms, c.gen_ms
+        elif self._t_first is not None:  # under way: as the loop saw it (the finished reply's are the engine's)
+            n_p, n_g = len(self.prompt) - self.n_cached, self.n_drawn
+            p_ms, g_ms = (self._t_first - self.t0) * 1e3, (time.perf_counter() - self._t_first) * 1e3
+        else:  # the prompt being read
+            pr = self.progress
+            n_p, n_g, p_ms, g_ms = (pr.processed - pr.cache, 0, pr.time_ms, 0.0) if pr else (0, 0, 0.0, 0.0)
+        # The first token is drawn from the prompt's last pass, so the rate is over the steps after it.
+        steps = n_g - 1
         return {
             "cache_n": self.n_cached,
             "prompt_n": n_p,
@@ -182,12 +201,45 @@ class Generation:
             "prompt_per_second": n_p * 1e3 / p_ms if p_ms > 0 else 0.0,
             "predicted_n": n_g,
             "predicted_ms": g_ms,
-            "predicted_per_token_ms": g_ms / n_g if n_g else 0.0,
-            "predicted_per_second": n_g * 1e3 / g_ms if g_ms > 0 else 0.0,
+            "predicted_per_token_ms": g_ms / steps if steps > 0 else 0.0,
+            "predicted_per_second": steps * 1e3 / g_ms if steps > 0 and g_ms > 0 else 0.0,
         }
 
 
-class Choices:
+class _SideBySide:
+    """Several generations answered side by side, entered together (each
+    subclass's `__aenter__` says how) and left together."""
+
+    gens: list[Generation]
+
+    def __init__(self) -> None:
+        self._stack = contextlib.AsyncExitStack()
+
+    async def _enter(self, body) -> None:
+        """Runs `body()` (entering the generations) inside the stack, which
+        unwinds whatever was entered when it fails."""
+        await self._stack.__aenter__()
+        try:
+            await body()
+        except BaseException as e:
+            if not await self._stack.__aexit__(type(e), e, e.__traceback__):
+                raise
+
+    async def __aexit__(self, et, ev, tb):
+        return await self._stack.__aexit__(et, ev, tb)
+
+    async def events(self):
+        """(index, event) of every generation, as they come."""
+        async for pair in interleaved(self.gens):
+            yield pair
+
+    async def stream(self, request: web.Request, write) -> web.StreamResponse:
+        """The reply as server-sent events (see `Generation.stream`; on entry
+        the first events have come)."""
+        return await _sse_reply(request, self, write)
+
+
+class Choices(_SideBySide):
     """OpenAI's `n`: answers to one prompt, each its own generation with its
     own seed (the request's plus its index, or a fresh one). The first reads
     the prompt; each other starts in a copy of its slot (`Batcher.fork`), so
@@ -195,7 +247,8 @@ class Choices:
     exceed the slots; past the free ones, they wait as any request waits.
     Use as ``async with``: on entry the prompt has been read."""
 
-    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams, n: int):
+    def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams, n: int,
+                 *, progress: bool = False):
         slots = request.app["state"].opts.parallel
         if n > slots:
             raise ApiError(400, f"n: {n} choices are answered side by side, a slot each; this server has {slots} "
@@ -209,16 +262,16 @@ class Choices:
         if n > 1:
             # A hybrid's copies resume from its recurrent state where the prompt's last token begins.
             self.params[0].checkpoint_hints.append(len(prompt) - 1)
-        self.gens = [Generation(request, prompt, max_tokens, self.params[0])]
-        self._stack = contextlib.AsyncExitStack()
+        # Progress is reported for one choice only: the others are forked once the prompt is read.
+        self.gens = [Generation(request, prompt, max_tokens, self.params[0], progress=progress and n == 1)]
+        super().__init__()
 
     @property
     def n(self) -> int:
         return len(self.params)
 
     async def __aenter__(self) -> "Choices":
-        await self._stack.__aenter__()
-        try:
+        async def body():
             first = await self._stack.enter_async_context(self.gens[0])
             await first.first_event()
             if self.n > 1:
@@ -227,50 +280,63 @@ class Choices:
                 g = Generation(self.request, self.prompt, self.max_tokens, p)
                 await self._stack.enter_async_context(g)
                 self.gens.append(g)
-        except BaseException as e:
-            if not await self._stack.__aexit__(type(e), e, e.__traceback__):
-                raise
+
+        await self._enter(body)
         return self
 
-    async def __aexit__(self, et, ev, tb):
-        return await self._stack.__aexit__(et, ev, tb)
 
-    async def events(self):
-        """(choice index, event) of every choice, as they come."""
-        if self.n == 1:
-            async for ev in self.gens[0].events():
-                yield 0, ev
-            return
-        queue: asyncio.Queue = asyncio.Queue()
+class Prompts(_SideBySide):
+    """llama-server's /completion of several prompts: a generation each, side
+    by side (past the free slots they wait as any request waits). Use as
+    ``async with``: on entry every one's first event has come, so a prompt
+    the engine refuses is answered with its status before any stream."""
 
-        async def pump(i: int, g: Generation) -> None:
-            try:
-                async for ev in g.events():
-                    queue.put_nowait((i, ev, None))
-            except Exception as e:  # handed to the reader, which raises it in the route
-                queue.put_nowait((i, None, e))
-                return
-            queue.put_nowait((i, None, None))
+    def __init__(self, gens: list[Generation]):
+        self.gens = gens
+        super().__init__()
 
-        tasks = [asyncio.get_running_loop().create_task(pump(i, g)) for i, g in enumerate(self.gens)]
+    async def __aenter__(self) -> "Prompts":
+        async def body():
+            for g in self.gens:
+                await self._stack.enter_async_context(g)
+            for g in self.gens:
+                await g.first_event()
+
+        await self._enter(body)
+        return self
+
+
+async def interleaved(gens: list[Generation]):
+    """(index, event) of several generations, in the order they come."""
+    if len(gens) == 1:
+        async for ev in gens[0].events():
+            yield 0, ev
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, g: Generation) -> None:
         try:
-            left = self.n
-            while left:
-                i, ev, err = await queue.get()
-                if err is not None:
-                    raise err
-                if ev is None:
-                    left -= 1
-                else:
-                    yield i, ev
-        finally:
-            for t in tasks:
-                t.cancel()
+            async for ev in g.events():
+                queue.put_nowait((i, ev, None))
+        except Exception as e:  # handed to the reader, which raises it in the route
+            queue.put_nowait((i, None, e))
+            return
+        queue.put_nowait((i, None, None))
 
-    async def stream(self, request: web.Request, write) -> web.StreamResponse:
-        """The choices' reply as server-sent events (see `Generation.stream`;
-        on entry the first choice's first event has come)."""
-        return await _sse_reply(request, self, write)
+    tasks = [asyncio.get_running_loop().create_task(pump(i, g)) for i, g in enumerate(gens)]
+    try:
+        left = len(gens)
+        while left:
+            i, ev, err = await queue.get()
+            if err is not None:
+                raise err
+            if ev is None:
+                left -= 1
+            else:
+                yield i, ev
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def _sse_reply(request: web.Request, begun, write) -> web.StreamResponse:

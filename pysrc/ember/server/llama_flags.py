@@ -102,7 +102,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--verbose-prompt",), 0, _refused(_CLI)),
     CompatFlag(("--no-display-prompt",), 0, _refused(_CLI)),
     CompatFlag(("-co", "--color"), 0, _refused(_CLI)),
-    CompatFlag(("-v", "--verbose", "--log-verbose"), 0, _refused(_LOGS)),
     CompatFlag(("--verbosity", "-lv", "--log-verbosity"), 1, _refused(_LOGS)),
     CompatFlag(("-tb", "--threads-batch"), 1,
                _accepted("prompts are read by the same threads as generation (-t): ember keeps one pool"),
@@ -149,6 +148,9 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--sampling-seq", "--sampler-seq"), 1, _refused(
         "ember's samplers run in one order (penalties, top-k, typical, top-p, min-p, temperature); a custom "
         "order is not supported")),
+    CompatFlag(("-bs", "--backend-sampling", "--backend_sampling"), 0, _accepted(
+        "tokens are drawn on the CPU beside the model, as always here; where they are drawn does not change them"),
+        "LLAMA_ARG_BACKEND_SAMPLING"),
     CompatFlag(("--penalize-nl",), 0, _accepted("newlines count in the penalties like any other token")),
     CompatFlag(("--tfs",), 1, _when(_number_is(1.0), "tail-free sampling stays off",
                                     _SAMPLER.format("tail-free", "1.0"))),

@@ -86,11 +86,25 @@ def _same_origin(origin: str, request: web.Request) -> bool:
     return origin in (f"http://{request.host}", f"https://{request.host}")
 
 
+def _local_origin(origin: str) -> bool:
+    """A page served from this machine: http(s) on localhost, 127.0.0.1 or [::1], any port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin)
+        parts.port  # a malformed port raises
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and parts.path == "" and parts.hostname in ("localhost", "127.0.0.1", "::1")
+            and not parts.username)
+
+
 def _cors(origin: str, opts) -> dict | None:
     """The CORS headers an allowed cross-origin `origin` gets, or None when
     it is not allowed. A page with the opaque origin "null" (a sandboxed
     frame, a file) is never trusted by name, and never with credentials."""
-    if origin in opts.cors_origins and origin != "null":
+    allowed = opts.cors_origins
+    if origin != "null" and (origin in allowed or ("localhost" in allowed and _local_origin(origin))):
         return {"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true", "Vary": "Origin"}
     if "*" in opts.cors_origins:
         return {"Access-Control-Allow-Origin": "*"}
@@ -120,7 +134,7 @@ def _host_allowed(host: str, opts) -> bool:
     else:
         name = host.split(":")[0] if host.count(":") == 1 else host  # name:port, or a bare v6 literal
     name = name.lower().rstrip(".")
-    if name in ("localhost", opts.host.strip("[]").lower()):
+    if name == "localhost" or name in (h.strip("[]").lower() for h in opts.hosts):
         return True
     try:
         ip = ipaddress.ip_address(name)
@@ -130,7 +144,7 @@ def _host_allowed(host: str, opts) -> bool:
         return True
     # Bound to every address, the server cannot tell which of them it was
     # reached at: any address of this machine (an IP literal) is answered.
-    return opts.host in ("0.0.0.0", "::", "[::]")
+    return any(h in ("0.0.0.0", "::", "[::]") for h in opts.hosts)
 
 
 async def allow_origin(request: web.Request, response: web.StreamResponse) -> None:
@@ -149,10 +163,14 @@ async def middleware(request: web.Request, handler):
     if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
         try:
             _browser_guard(request, state)
-            resp = web.Response(status=204, headers=_CORS_PREFLIGHT)
+            resp = web.Response(status=200, headers=_CORS_PREFLIGHT)  # as llama-server answers one
         except ApiError as e:
             state.refused(e.cause)  # type: ignore[attr-defined]
-            resp = shape.response(e)
+            # A preflight from an origin not allowed gets no CORS headers, which
+            # is what a browser reads as the refusal (llama-server answers so);
+            # the request itself, should the page send it anyway, gets the 403.
+            resp = (web.Response(status=200, headers={"X-Ember-Refused": e.message})
+                    if e.cause == "origin" else shape.response(e))  # type: ignore[attr-defined]
         _log_request(request, resp, t0, state)
         return resp
     resp = None

@@ -12,6 +12,7 @@ from ember.sampling import SamplingParams
 class ServerOptions:
     #: GGUF file; None means ember's default model (fetched once)
     model: str | None = None
+    #: addresses to listen on, comma-separated (a path ending in .sock: a UNIX socket)
     host: str = "127.0.0.1"
     #: 0 takes a free port (printed at start)
     port: int = 8080
@@ -25,11 +26,16 @@ class ServerOptions:
     threads: int = 0
     #: model name the API reports; default general.name, else the file's stem
     alias: str | None = None
+    #: every name the model answers to (-a's list, sorted; `alias` is the first)
+    aliases: list[str] = field(default_factory=list)
+    #: informational tags, listed in /v1/models (--tags)
+    tags: list[str] = field(default_factory=list)
     api_keys: list[str] = field(default_factory=list)
     #: the scope and limits of the keys whose key-file line gave some
     #: (`ember.server.keys.KeyRule`); any other key may do everything
     key_rules: dict = field(default_factory=dict)
-    #: browsers' origins allowed to call the server ("*": any, without credentials)
+    #: browsers' origins allowed to call the server ("*": any, without credentials; "localhost":
+    #: any page of this machine, http(s) on localhost, 127.0.0.1 or [::1] at any port)
     cors_origins: list[str] = field(default_factory=list)
     chat_template_file: str | None = None
     metrics: bool = False
@@ -80,6 +86,12 @@ class ServerOptions:
     #: responses the Responses API keeps (0: none), and MiB they may take
     responses_max: int = 1024
     responses_max_mib: int = 64
+    #: every reply carries llama-server's `__verbose` object unless the request says otherwise (-v)
+    verbose: bool = False
     #: HTTPS: a PEM key and certificate chain
     ssl_key_file: str | None = None
     ssl_cert_file: str | None = None
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h for h in self.host.split(",") if h]

@@ -16,7 +16,9 @@ __all__ = ["Metrics", "ServerState", "unavailable"]
 
 @dataclass
 class Metrics:
+    #: prompt tokens read, and those found in the cache instead (as llama-server counts them apart)
     prompt_tokens: int = 0
+    prompt_tokens_cached: int = 0
     prompt_seconds: float = 0.0
     predicted_tokens: int = 0
     predicted_seconds: float = 0.0

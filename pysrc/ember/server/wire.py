@@ -4,9 +4,10 @@ clients send many), ranges checked here, failures raised as 400s naming the fiel
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -58,9 +59,16 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     seed: int | None = None
-    # OpenAI: {"token id": bias}; llama-server also takes [[id, bias], ...] with bias false for "never"
-    logit_bias: dict[str, float] | list[list[int | float | bool]] | None = None
+    # OpenAI: {"token id": bias}; llama-server also takes [[id, bias], ...] with bias false for "never",
+    # and a text in place of an id for each of its tokens
+    logit_bias: dict[str, float | bool] | list[list[Any]] | None = None
     ignore_eos: bool = False
+    # llama-server's: the finished reply carries `__verbose`, its own /completion body (default: -v)
+    verbose: bool | None = None
+    # llama-server's, in a stream: every chunk carries `timings`, and the prompt's reading is
+    # reported (`prompt_progress`) before its first pass and after each
+    timings_per_token: bool = False
+    return_progress: bool = False
     # Structured output (checked and compiled by `grammar_option`).
     response_format: Any = None
     grammar: Any = None
@@ -134,6 +142,30 @@ class ChatRequest(Sampling):
     reasoning_budget: Any = None
     reasoning_format: Any = None
     n_predict: int | None = None
+    # llama-server's and vLLM's: a reply's turn opened (the default), or the last assistant
+    # message continued (which ember does by default when the conversation ends in one)
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+
+    def generation_prompt(self) -> bool:
+        """Whether the prompt opens the reply's turn (or continues the
+        assistant's last words); False leaves the last turn as it is."""
+        if self.continue_final_message:
+            if self.add_generation_prompt:
+                raise ApiError(400, "continue_final_message: cannot be true with add_generation_prompt true (one "
+                               "opens a new turn, the other continues the last)", param="continue_final_message")
+            last = self.messages[-1] if self.messages else None
+            if last is None or last.role != "assistant" or last.tool_calls:
+                raise ApiError(400, "continue_final_message: the last message must be the assistant's words (not "
+                               "its tool calls) to continue", param="continue_final_message")
+            return True
+        opened = self.add_generation_prompt is not False
+        m = self.messages
+        if opened and len(m) >= 2 and m[-1].role == m[-2].role == "assistant" and not m[-1].tool_calls:
+            # The last is continued (the assistant's prefill); what the one before it is, is not clear.
+            raise ApiError(400, f"messages[{len(m) - 1}]: two assistant messages end the conversation; the last is "
+                           "continued, so it may follow only another role's turn", param=f"messages[{len(m) - 1}]")
+        return opened
 
     def chat(self) -> Chat:
         """The chat core's request (its answer format compiled, so a bad
@@ -168,7 +200,11 @@ def check_text_completion(req: TextCompletionRequest) -> None:
 
 
 class LlamaCompletionRequest(Sampling):
-    prompt: str | list[int] = ""
+    # the probabilities after the samplers, as `prob`/`top_probs` (else the model's, as log-probabilities)
+    post_sampling_probs: bool = False
+    # a string, token ids, ids and strings mixed, {"prompt_string": ...}, or a list of those
+    # (read by the route: msgspec takes one array type per union)
+    prompt: str | list[Any] | dict[str, Any] = ""
     n_predict: int | None = None
     max_tokens: int | None = None
     n_probs: int = 0
@@ -190,8 +226,6 @@ class DetokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):
 
 class ApplyTemplateRequest(ChatRequest):
     """A chat request whose prompt is wanted, not its reply (llama-server's /apply-template)."""
-
-    add_generation_prompt: bool = True
 
 
 def decode(body: bytes, type):
@@ -259,11 +293,13 @@ def max_tokens(name: str, v: int | None, default: int) -> int:
     return v
 
 
-def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams) -> SamplingParams:
+def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams,
+                     tokenize: Callable[[str], list[int]] | None = None) -> SamplingParams:
     """The generation's options: the fields the request set, checked, and the
     server's `defaults` (llama-server's, the model file's and the flags') for
     the rest. The grammar is the route's to set (`grammar_option` for a
-    completion, `answer_format` for a chat)."""
+    completion, `answer_format` for a chat). `tokenize` reads a logit bias
+    keyed by text (llama-server's), where a route takes one."""
     refuse_unhonoured(req)
     _finite("temperature", req.temperature, 0.0)
     _finite("top_p", req.top_p, 0.0, 1.0)
@@ -293,7 +329,7 @@ def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams) -> S
             raise ApiError(400, "stop: at most 16 stop strings", param="stop")
         params.stop = [s for s in stops if s]
     if req.logit_bias:
-        params.logit_bias = _logit_bias(req.logit_bias, n_vocab)
+        params.logit_bias = _logit_bias(req.logit_bias, n_vocab, tokenize)
     return params
 
 
@@ -382,29 +418,43 @@ def answer_format(asked: list[tuple[str, dict]]) -> AnswerFormat | None:
     return AnswerFormat(grammar, gbnf="grammar" in kwargs)
 
 
-def _logit_bias(raw, n_vocab: int) -> dict[int, float]:
+def text_tokens(model) -> Callable[[str], list[int]]:
+    """A logit bias's text as llama-server reads it: its tokens, no special ones."""
+    return lambda text: model.tokenize(text, add_special=False, parse_special=False)
+
+
+def _logit_bias(raw, n_vocab: int, tokenize: Callable[[str], list[int]] | None) -> dict[int, float]:
+    """Token id -> bias. A key that is not an id is a text whose every token
+    gets the bias (llama-server's), on the routes that can tokenize."""
     out: dict[int, float] = {}
-    items = raw.items() if isinstance(raw, dict) else raw
-    for item in items:
-        if isinstance(raw, dict):
-            key, bias = item
-            try:
-                tok = int(key)
-            except ValueError:
-                raise ApiError(400, f"logit_bias: keys are token ids, got {key!r}", param="logit_bias")
+    what = "token ids or texts" if tokenize else "token ids"
+    for item in raw.items() if isinstance(raw, dict) else raw:
+        if not isinstance(raw, dict) and (not isinstance(item, list) or len(item) != 2):
+            pair = "[token id or text, bias]" if tokenize else "[token id, bias]"
+            raise ApiError(400, f"logit_bias: expected {pair} pairs", param="logit_bias")
+        key, bias = item
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise ApiError(400, f"logit_bias: keys are {what}, got {json.dumps(key)}", param="logit_bias")
+        if isinstance(key, int):
+            toks = [key]
         else:
-            if len(item) != 2 or isinstance(item[0], bool) or not isinstance(item[0], int):
-                raise ApiError(400, "logit_bias: expected [token id, bias] pairs", param="logit_bias")
-            tok, bias = item
+            try:
+                toks = [int(key)]
+            except ValueError:
+                if tokenize is None or not key:
+                    raise ApiError(400, f"logit_bias: keys are {what}, got {key!r}", param="logit_bias") from None
+                toks = tokenize(key)
         if bias is False:
             bias = -math.inf
-        elif isinstance(bias, bool):
+        elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
             raise ApiError(400, "logit_bias: a bias is a number, or false for 'never'", param="logit_bias")
         elif not math.isfinite(bias):
             raise ApiError(400, "logit_bias: biases must be finite", param="logit_bias")
-        if not 0 <= tok < n_vocab:
-            raise ApiError(400, f"logit_bias: token id {tok} is outside the vocabulary (0..{n_vocab - 1})", param="logit_bias")
-        out[tok] = float(bias)
+        for tok in toks:
+            if not 0 <= tok < n_vocab:
+                raise ApiError(400, f"logit_bias: token id {tok} is outside the vocabulary (0..{n_vocab - 1})",
+                               param="logit_bias")
+            out[tok] = float(bias)
     return out
 
 

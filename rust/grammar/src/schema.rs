@@ -77,7 +77,7 @@ const ANNOTATIONS: &[&str] = &[
     "definitions",
 ];
 const OBJECT_KEYWORDS: &[&str] = &["properties", "required", "additionalProperties"];
-const ARRAY_KEYWORDS: &[&str] = &["items", "prefixItems", "minItems", "maxItems"];
+const ARRAY_KEYWORDS: &[&str] = &["items", "prefixItems", "additionalItems", "minItems", "maxItems"];
 const STRING_KEYWORDS: &[&str] = &["minLength", "maxLength", "pattern", "format"];
 const NUMBER_KEYWORDS: &[&str] = &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 const OTHER_KEYWORDS: &[&str] = &["type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"];
@@ -974,17 +974,25 @@ impl<'a> Compiler<'a> {
     }
 
     fn array(&mut self, m: &Map<String, Value>, path: &str, hint: &str) -> Out {
-        let prefix: &[Value] = match m.get("prefixItems") {
-            None => &[],
-            Some(Value::Array(a)) => a,
-            Some(_) => return Err(invalid(path, "prefixItems must be an array of schemas")),
+        // The tuple and the schema of the items after it: 2020-12's prefixItems
+        // and items, or the drafts before it's items (an array) and additionalItems.
+        let (prefix, rest): (&[Value], &str) = match (m.get("prefixItems"), m.get("items")) {
+            (Some(_), Some(Value::Array(_))) => {
+                return Err(invalid(path, "items is an array (the tuple of the drafts before 2020-12) beside prefixItems"));
+            }
+            (None, Some(Value::Array(a))) => (a, "additionalItems"),
+            (None, _) => (&[], "items"),
+            (Some(Value::Array(a)), _) => (a, "items"),
+            (Some(_), _) => return Err(invalid(path, "prefixItems must be an array of schemas")),
         };
-        let items = match m.get("items") {
+        if rest == "items" && m.contains_key("additionalItems") {
+            return Err(invalid(path, "additionalItems goes with items as an array (the tuple); here it is items"));
+        }
+        let items = match m.get(rest) {
             None => Some(&Value::Bool(true)),
             Some(Value::Bool(false)) => None,
-            Some(Value::Array(_)) => return Err(unsupported("items (the array form; use prefixItems)", path)),
             Some(v @ (Value::Bool(true) | Value::Object(_))) => Some(v),
-            Some(_) => return Err(invalid(path, "items must be a schema")),
+            Some(_) => return Err(invalid(path, format!("{rest} must be a schema"))),
         };
         let min = count(m, "minItems", path)?.unwrap_or(0);
         let max = count(m, "maxItems", path)?;
@@ -993,13 +1001,17 @@ impl<'a> Compiler<'a> {
         if prefix.is_empty() && items.is_some_and(free) && min == 0 && max.is_none() {
             return Ok(Some(self.builtin(Builtin::Array)?));
         }
-        self.after_byte(|c| c.array_body(prefix, items, min, max, path, hint))
+        let keys = if rest == "items" { ("prefixItems", "items") } else { ("items", "additionalItems") };
+        self.after_byte(|c| c.array_body(prefix, items, keys, min, max, path, hint))
     }
 
+    /// `keys`: what the schema calls the tuple and the items after it (for the paths of errors).
+    #[allow(clippy::too_many_arguments)]
     fn array_body(
         &mut self,
         prefix: &[Value],
         items: Option<&Value>,
+        keys: (&str, &str),
         min: u64,
         max: Option<u64>,
         path: &str,
@@ -1013,7 +1025,7 @@ impl<'a> Compiler<'a> {
             if max.is_some_and(|max| i as u64 >= max) {
                 break;
             }
-            match self.atom(s, &child(&child(path, "prefixItems"), &i.to_string()), &format!("{hint}-{i}"))? {
+            match self.atom(s, &child(&child(path, keys.0), &i.to_string()), &format!("{hint}-{i}"))? {
                 Some(e) => positions.push(e),
                 None => {
                     cap = Some(i as u64);
@@ -1024,7 +1036,7 @@ impl<'a> Compiler<'a> {
         let mut item = None;
         if cap.is_none() && max.is_none_or(|max| max > prefix.len() as u64) {
             let s = items.expect("no cap without items");
-            item = self.atom(s, &child(path, "items"), &format!("{hint}-item"))?;
+            item = self.atom(s, &child(path, keys.1), &format!("{hint}-item"))?;
             if item.is_none() {
                 cap = Some(prefix.len() as u64);
             }

@@ -233,6 +233,22 @@ fn arrays() {
     );
     // Large bounds stay compilable.
     check(json!({"type": "array", "items": {"type": "null"}, "maxItems": 500}), &["[null, null]"], &["[1]"]);
+    // The drafts before 2020-12 spell the tuple `items: [...]`, the rest `additionalItems` (any, by default).
+    check(
+        json!({"items": [{"type": "integer"}]}),
+        &["[]", "[-3000]", "[1, \"a\", null]"],
+        &["[\"a\"]", "[1.5]"],
+    );
+    check(
+        json!({"type": "array", "items": [{"type": "string"}], "additionalItems": false}),
+        &["[]", "[\"a\"]"],
+        &["[\"a\", 1]", "[2]"],
+    );
+    check(
+        json!({"type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "integer"}, "minItems": 2}),
+        &["[\"a\", 1]", "[\"a\", 1, 2]"],
+        &["[\"a\"]", "[\"a\", \"b\"]"],
+    );
 }
 
 #[test]
@@ -727,7 +743,6 @@ fn unsupported_keywords_are_named_with_their_place() {
             "contentEncoding",
             "/$defs/A",
         ),
-        (json!({"type": "array", "items": [{"type": "string"}]}), "items", ""),
         (json!({"anyOf": [{"type": "string"}], "oneOf": [{"type": "string"}]}), "oneOf", ""),
         (json!({"type": "object", "properties": {"a/b": {"nullable": true}}}), "nullable", "/properties/a~1b"),
     ];
@@ -753,6 +768,9 @@ fn invalid_schemas() {
         (json!({"type": "string", "minLength": -1}), ""),
         (json!({"type": "string", "maxLength": 20000}), ""),
         (json!({"type": "array", "minItems": 3, "maxItems": 2}), ""),
+        (json!({"type": "array", "items": [{"type": "string"}], "prefixItems": [{"type": "string"}]}), ""),
+        (json!({"type": "array", "items": {"type": "string"}, "additionalItems": false}), ""),
+        (json!({"type": "array", "items": [{"type": "string"}], "additionalItems": 3}), ""),
         (json!({"type": "object", "required": "a"}), ""),
         (json!({"enum": []}), ""),
         (json!({"type": "object", "properties": {"a": false}, "required": ["a"]}), "/properties/a"),

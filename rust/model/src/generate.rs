@@ -22,6 +22,9 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Report the log-probabilities of the `n_probs` most likely tokens at each draw (0: none).
     pub n_probs: usize,
+    /// Report them from the distribution the token was drawn from, after the
+    /// samplers (llama-server's `post_sampling_probs`), not the model's own.
+    pub post_sampling_probs: bool,
     pub sampling: SamplingParams,
     /// Holds the output to a grammar: refused tokens are masked before the
     /// draw, and the turn ends only where the document may end.
@@ -243,7 +246,7 @@ impl Draws {
         // Probabilities are the model's own softmax, before the samplers' transforms.
         let top = if self.params.n_probs > 0 { ember_sample::top_logprobs(logits, self.params.n_probs) } else { Vec::new() };
         let logprob_of = |logits: &[f32], token| (self.params.n_probs > 0).then(|| ember_sample::token_logprob(logits, token));
-        let (token, logprob) = if self.matcher.is_some() {
+        let (token, mut logprob) = if self.matcher.is_some() {
             // The reported probability stays the model's, so it is read before masking.
             let raw: Option<Vec<f32>> = (self.params.n_probs > 0).then(|| logits.to_vec());
             self.constrain(model, logits)?;
@@ -253,6 +256,13 @@ impl Draws {
             let token = self.sampler.sample(logits);
             (token, logprob_of(logits, token))
         };
+        let mut top = top;
+        if self.params.n_probs > 0 && self.params.post_sampling_probs {
+            // As log-probabilities, as the model's are carried: ln 1 = 0 for a greedy draw.
+            let (own, kept) = self.sampler.drawn_probs(token, self.params.n_probs);
+            logprob = Some(own.ln());
+            top = kept.into_iter().map(|(t, p)| (t, p.ln())).collect();
+        }
         self.sampler.accept(token);
         self.n_generated += 1;
         let mut stop = None;

@@ -27,6 +27,7 @@ fn params(grammar: &Arc<Automaton>, temperature: f32, seed: u64) -> GeneratePara
         max_tokens: 64,
         ignore_eos: false,
         n_probs: 0,
+        post_sampling_probs: false,
         sampling: SamplingParams { temperature, seed: Some(seed), ..Default::default() },
         grammar: Some(grammar.clone()),
         grammar_trigger: None,

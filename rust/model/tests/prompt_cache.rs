@@ -88,6 +88,7 @@ fn a_generation_hands_its_tokens_to_the_next() {
         max_tokens: 6,
         ignore_eos: true,
         n_probs: 0,
+        post_sampling_probs: false,
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         grammar: None,
         grammar_trigger: None,

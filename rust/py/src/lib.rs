@@ -62,7 +62,7 @@ impl GenerateOptions {
     #[pyo3(signature = (max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
         logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None,
-        thought_budget = None))]
+        thought_budget = None, post_sampling_probs = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_tokens: usize,
@@ -83,6 +83,7 @@ impl GenerateOptions {
         grammar: Option<PyRef<'_, grammar::Grammar>>,
         grammar_trigger: Option<String>,
         thought_budget: Option<ThoughtBudgetArg>,
+        post_sampling_probs: bool,
     ) -> PyResult<GenerateOptions> {
         if grammar_trigger.is_some() && grammar.is_none() {
             return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
@@ -111,6 +112,7 @@ impl GenerateOptions {
             max_tokens,
             ignore_eos,
             n_probs,
+            post_sampling_probs,
             sampling,
             grammar: grammar.map(|g| g.inner.clone()),
             grammar_trigger: grammar_trigger.map(String::into_bytes),
@@ -398,21 +400,29 @@ impl Model {
         self.slot.lock().unwrap().as_ref().map(|s| s.tokens.len()).unwrap_or(0)
     }
 
-    /// Seconds to read `ids` into an empty context (logits of the last position only),
-    /// as llama-bench's `pp` measures it.
-    fn bench_prompt(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<f64> {
+    /// Seconds to read `ids` (logits of the last position only) into a
+    /// context already holding `depth`, read before the clock starts, as
+    /// llama-bench's `pp` measures it.
+    #[pyo3(signature = (ids, depth = Vec::new()))]
+    fn bench_prompt(&self, py: Python<'_>, ids: Vec<u32>, depth: Vec<u32>) -> PyResult<f64> {
         self.check_ids(&ids)?;
-        let max_batch = self.max_batch;
-        py.detach(|| ember_model::bench::prompt_processing(&self.inner, &ids, max_batch))
+        self.check_ids(&depth)?;
+        let (max_batch, kv) = (self.max_batch, self.kv_type);
+        py.detach(|| ember_model::bench::prompt_processing(&self.inner, &depth, &ids, max_batch, kv))
             .map(|t| t.seconds)
             .map_err(map_err)
     }
 
-    /// Seconds to decode `n` tokens one at a time from an empty context, as
+    /// Seconds to decode `n` tokens one at a time after `depth`, as
     /// llama-bench's `tg` measures it.
-    fn bench_generation(&self, py: Python<'_>, first: u32, n: usize) -> PyResult<f64> {
+    #[pyo3(signature = (first, n, depth = Vec::new()))]
+    fn bench_generation(&self, py: Python<'_>, first: u32, n: usize, depth: Vec<u32>) -> PyResult<f64> {
         self.check_ids(&[first])?;
-        py.detach(|| ember_model::bench::text_generation(&self.inner, first, n)).map(|t| t.seconds).map_err(map_err)
+        self.check_ids(&depth)?;
+        let (max_batch, kv) = (self.max_batch, self.kv_type);
+        py.detach(|| ember_model::bench::text_generation(&self.inner, &depth, first, n, max_batch, kv))
+            .map(|t| t.seconds)
+            .map_err(map_err)
     }
 }
 

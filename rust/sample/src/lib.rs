@@ -45,6 +45,8 @@ pub struct Sampler {
     counts: Vec<u32>,
     seed: u64,
     rng: Rng,
+    /// The last draw was greedy (temperature 0): its candidates are not filled.
+    last_greedy: bool,
 }
 
 impl Sampler {
@@ -87,6 +89,7 @@ impl Sampler {
             counts,
             seed,
             rng: Rng::new(seed),
+            last_greedy: false,
         })
     }
 
@@ -118,7 +121,8 @@ impl Sampler {
         );
         let p = &self.params;
         let adjust = adjust_of(p, &self.bias, &self.counts);
-        if p.temperature <= 0.0 {
+        self.last_greedy = p.temperature <= 0.0;
+        if self.last_greedy {
             return stages::argmax(logits, &adjust);
         }
         let c = &mut self.cands;
@@ -134,6 +138,23 @@ impl Sampler {
         stages::min_p(c, p.min_p);
         stages::temperature(c, p.temperature);
         stages::draw(c, &mut self.rng)
+    }
+
+    /// The distribution the last [`Sampler::sample`] drew `token` from, after
+    /// the whole chain (llama-server's `post_sampling_probs`): the drawn
+    /// token's probability and the `n` most likely candidates that survived,
+    /// most likely first (equal ones by lower id), none at probability 0. A
+    /// greedy draw had one candidate, the token, at probability 1.
+    pub fn drawn_probs(&mut self, token: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
+        if self.last_greedy {
+            return (1.0, if n > 0 { vec![(token, 1.0)] } else { Vec::new() });
+        }
+        let c = &mut self.cands.data;
+        let own = c.iter().find(|x| x.id == token).map_or(0.0, |x| x.p);
+        let mut kept: Vec<(u32, f32)> = c.iter().filter(|x| x.p > 0.0).map(|x| (x.id, x.p)).collect();
+        kept.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        kept.truncate(n);
+        (own, kept)
     }
 
     /// Records a token as part of the sequence so the penalties see it.
@@ -703,6 +724,26 @@ mod tests {
         Sampler::new(SamplingParams::default(), 3)
             .unwrap()
             .sample(&[0.0, 1.0]);
+    }
+
+    #[test]
+    fn drawn_probs_are_the_chain_s_distribution() {
+        // top_k 2 of four tokens at temperature 0.5: the two kept share the
+        // mass as softmax(logits / 0.5), the others have none.
+        let logits = [1.0f32, 3.0, 2.0, 0.0];
+        let params = SamplingParams { top_k: 2, ..plain(0.5, 7) };
+        let mut s = Sampler::new(params, 4).unwrap();
+        let token = s.sample(&logits);
+        let (own, kept) = s.drawn_probs(token, 10);
+        let want = softmax(&[3.0 / 0.5, 2.0 / 0.5]);
+        assert_eq!(kept.iter().map(|k| k.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert!((kept[0].1 as f64 - want[0]).abs() < 1e-6 && (kept[1].1 as f64 - want[1]).abs() < 1e-6);
+        assert!([1, 2].contains(&token) && own == kept.iter().find(|k| k.0 == token).unwrap().1);
+        assert_eq!(s.drawn_probs(token, 1).1.len(), 1);
+        // A greedy draw had one candidate.
+        let mut g = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() }, 4).unwrap();
+        let t = g.sample(&logits);
+        assert_eq!((t, g.drawn_probs(t, 5)), (1, (1.0, vec![(1, 1.0)])));
     }
 
     #[test]

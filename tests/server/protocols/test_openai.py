@@ -248,3 +248,47 @@ def test_a_growing_conversation_reads_only_its_new_part(server):
     assert cached >= first["usage"]["prompt_tokens"] - 1, (first["usage"], second["usage"])
     assert second["timings"]["cache_n"] == cached
     assert second["timings"]["prompt_n"] == second["usage"]["prompt_tokens"] - cached
+
+
+# -- llama-server's fields on chat completions --------------------------------------
+
+BOOK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
+
+
+def _prompt_of(plain_server, body: dict) -> str:
+    status, _, raw = http(plain_server.url + "/v1/chat/completions", {**body, "max_tokens": 1, "verbose": True})
+    assert status == 200, raw
+    return json.loads(raw)["__verbose"]["prompt"]
+
+
+def test_continue_final_message_and_add_generation_prompt(plain_server):
+    prefilled = [*BOOK, {"role": "assistant", "content": "Whill"}]
+    continued = _prompt_of(plain_server, {"messages": prefilled, "add_generation_prompt": False,
+                                          "continue_final_message": True})
+    assert continued.endswith("<|im_start|>assistant\nWhill") and continued == _prompt_of(plain_server,
+                                                                                          {"messages": prefilled})
+    assert _prompt_of(plain_server, {"messages": BOOK}).endswith("<|im_start|>assistant\n")
+    left_open = _prompt_of(plain_server, {"messages": BOOK, "add_generation_prompt": False})
+    assert left_open.endswith("What is the best book<|im_end|>\n"), left_open
+    both = {"messages": prefilled, "add_generation_prompt": True, "continue_final_message": True}
+    e = error_of(http(plain_server.url + "/v1/chat/completions", both), 400)
+    assert e["param"] == "continue_final_message" and "add_generation_prompt" in e["message"]
+    e = error_of(http(plain_server.url + "/v1/chat/completions", {"messages": BOOK, "continue_final_message": True}),
+                 400)
+    assert "the last message must be the assistant's" in e["message"]
+    twice = [*prefilled, {"role": "assistant", "content": "and again"}]
+    e = error_of(http(plain_server.url + "/v1/chat/completions", {"messages": twice}), 400)
+    assert e["param"] == "messages[3]" and "two assistant messages" in e["message"]
+
+
+def test_input_tokens_count_what_the_reply_would_read(plain_server):
+    status, _, raw = http(plain_server.url + "/v1/chat/completions/input_tokens", {"messages": BOOK})
+    counted = json.loads(raw)
+    assert status == 200 and counted["object"] == "response.input_tokens"
+    usage = json.loads(http(plain_server.url + "/v1/chat/completions", {"messages": BOOK, "max_tokens": 1})[2])["usage"]
+    assert counted["input_tokens"] == usage["prompt_tokens"]
+    body = {"input": "What is the best book", "instructions": "Book"}
+    counted = json.loads(http(plain_server.url + "/v1/responses/input_tokens", body)[2])
+    usage = json.loads(http(plain_server.url + "/v1/responses", {**body, "max_output_tokens": 1, "store": False})[2])
+    assert counted["input_tokens"] == usage["usage"]["input_tokens"]
+    assert error_of(http(plain_server.url + "/v1/chat/completions/input_tokens", {"messages": []}), 400)

@@ -6,42 +6,49 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 from aiohttp import web
 
 from ember.chat.events import Stop
 from ember.errors import EmberError
-from ember.model import Completion, Piece
+from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server import wire
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
-from ember.server.generation import Generation
+from ember.server.generation import Generation, Prompts
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.slot_files import check_name, read_slot_file, write_slot_file
 from ember.server.state import ServerState, unavailable
 
-__all__ = ["add_routes"]
+__all__ = ["add_routes", "final_body", "progress_body"]
 
 def _settings(state: ServerState, n_predict: int, params: SamplingParams, stream: bool) -> dict:
     """The generation's settings as llama-server reports them."""
     s = params.settings()
     s.update({
         "n_predict": n_predict, "seed": -1 if params.seed is None else params.seed, "stream": stream,
-        "logit_bias": [[t, finite(b)] for t, b in params.logit_bias.items()],
+        # As llama-server lists them (a bias of -inf as null), ignore_eos as the end tokens' bans it stands for.
+        "logit_bias": [{"bias": None if b == -math.inf else finite(b), "token": t} for t, b in params.logit_bias.items()]
+        + ([{"bias": None, "token": t} for t in state.model._native.eog_ids if t not in params.logit_bias]
+           if params.ignore_eos else []),
         "n_keep": 0, "n_discard": 0, "min_keep": 0, "model": state.model_id(),
     })
     return s
 
 
-def _probs(model, p: Piece, k: int) -> dict:
+def _probs(model, p: Piece, k: int, post_sampling: bool = False) -> dict:
+    """One draw's probabilities as llama-server reports them: the model's as
+    log-probabilities, or those after the samplers as probabilities."""
     def entry(t: int, lp: float | None) -> dict:
         raw = model.token_to_piece(t)
-        return {"id": t, "token": raw.decode("utf-8", "replace"), "logprob": finite(lp), "bytes": list(raw)}
+        value = {"prob": math.exp(lp) if lp is not None else 0.0} if post_sampling else {"logprob": finite(lp)}
+        return {"id": t, "token": raw.decode("utf-8", "replace"), **value, "bytes": list(raw)}
 
     e = entry(p.token, p.logprob)
-    e["top_logprobs"] = [entry(t, lp) for t, lp in (p.top or [])[:k]]
+    e["top_probs" if post_sampling else "top_logprobs"] = [entry(t, lp) for t, lp in (p.top or [])[:k]]
     return e
 
 
@@ -54,6 +61,27 @@ def _stop_type(c: Completion) -> str:
     return STOP_TYPE[Stop.of(c)]
 
 
+def progress_body(p: PromptProgress) -> dict:
+    """llama-server's prompt_progress object."""
+    return {"total": p.total, "cache": p.cache, "processed": p.processed, "time_ms": p.time_ms}
+
+
+def final_body(state: ServerState, gen: Generation, c: Completion, *, content: str, prompt_text: str,
+               n_predict: int, stream: bool, return_tokens: bool = False) -> dict:
+    """A finished completion as llama-server's /completion reports it (also
+    the `__verbose` object of its OpenAI routes)."""
+    return {
+        "index": 0, "content": content, "tokens": c.tokens if return_tokens else [], "id_slot": gen.job.slot,
+        "stop": True, "model": state.model_id(), "tokens_predicted": len(c.tokens),
+        "tokens_evaluated": len(gen.prompt), "generation_settings": _settings(state, n_predict, gen.params, stream),
+        "prompt": prompt_text, "has_new_line": "\n" in c.text, "truncated": False,
+        # As llama-server counts them: the last token drawn is not in the cache.
+        "stop_type": _stop_type(c), "stopping_word": c.stop_string or "",
+        "tokens_cached": len(gen.prompt) + max(0, len(c.tokens) - 1),
+        "timings": gen.timings(),
+    }
+
+
 @reads(wire.LlamaCompletionRequest)
 async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
@@ -62,18 +90,14 @@ async def completion(request: web.Request) -> web.StreamResponse:
     name, v = ("n_predict", req.n_predict) if req.n_predict is not None else ("max_tokens", req.max_tokens)
     n_predict = wire.max_tokens(name, v, state.opts.n_predict)
     wire.check_logprobs("n_probs", req.n_probs)
-    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     params.grammar = wire.grammar_option(req)
     if req.n_probs:
         params.n_probs = req.n_probs
+        params.post_sampling_probs = req.post_sampling_probs
     if not req.cache_prompt:
         params.cache_prompt = False
-    if isinstance(req.prompt, str):
-        prompt = model.tokenize(req.prompt, add_special=True, parse_special=True)
-        prompt_text = req.prompt
-    else:
-        prompt = list(req.prompt)
-        prompt_text = None
+    prompts, texts = completion_prompts(model, req.prompt, limit=state.opts.parallel + state.opts.queue_depth)
     n_slots = state.engine.n_slots
     if req.id_slot >= 0 and "admin" not in request.get("scopes", ("admin",)):
         raise ApiError(403, "id_slot: choosing a slot needs the admin scope", param="id_slot",
@@ -81,48 +105,91 @@ async def completion(request: web.Request) -> web.StreamResponse:
     if not -1 <= req.id_slot < n_slots:
         raise ApiError(400, f"id_slot: no slot {req.id_slot} (there are {n_slots}; -1 lets the server choose)",
                        param="id_slot")
-    gen = Generation(request, prompt, n_predict, params, slot=req.id_slot if req.id_slot >= 0 else None)
-    if prompt_text is None:
-        prompt_text = model.detokenize(prompt)
+    if req.id_slot >= 0 and len(prompts) > 1:
+        raise ApiError(400, f"id_slot: names one slot, and the request has {len(prompts)} prompts", param="id_slot")
+    gens = [Generation(request, p, n_predict, params.copy(), slot=req.id_slot if req.id_slot >= 0 else None,
+                       progress=req.stream and req.return_progress) for p in prompts]
+    texts = [t if t is not None else model.detokenize(p) for p, t in zip(prompts, texts)]
+    many = len(prompts) > 1  # answered as a list, each with its index (one prompt: the object alone)
 
-    def final(c: Completion, content: str, probs: list | None) -> dict:
-        body = {
-            "index": 0, "content": content, "tokens": c.tokens if req.return_tokens else [], "id_slot": gen.job.slot,
-            "stop": True, "model": state.model_id(), "tokens_predicted": len(c.tokens),
-            "tokens_evaluated": len(prompt), "generation_settings": _settings(state, n_predict, params, req.stream),
-            "prompt": prompt_text, "has_new_line": "\n" in c.text, "truncated": False,
-            # As llama-server counts them: the last token drawn is not in the cache.
-            "stop_type": _stop_type(c), "stopping_word": c.stop_string or "",
-            "tokens_cached": len(prompt) + max(0, len(c.tokens) - 1),
-            "timings": gen.timings(),
-        }
+    def final(i: int, c: Completion, content: str, probs: list | None) -> dict:
+        body = final_body(state, gens[i], c, content=content, prompt_text=texts[i], n_predict=n_predict,
+                          stream=req.stream, return_tokens=req.return_tokens)
+        body["index"] = i
         if probs is not None:
             body["completion_probabilities"] = probs
         return body
 
+    batch = Prompts(gens)
     if not req.stream:
-        probs: list | None = [] if req.n_probs else None
-        async with gen:
-            async for ev in gen.events():
-                if isinstance(ev, Piece) and probs is not None and ev.token is not None:
-                    probs.append(_probs(model, ev, req.n_probs))
-        return json_response(final(gen.completion, gen.completion.text, probs))
+        probs: list[list | None] = [[] if req.n_probs else None for _ in gens]
+        async with batch:
+            async for i, ev in batch.events():
+                if isinstance(ev, Piece) and probs[i] is not None and ev.token is not None:
+                    probs[i].append(_probs(model, ev, req.n_probs, req.post_sampling_probs))
+        bodies = [final(i, g.completion, g.completion.text, probs[i]) for i, g in enumerate(gens)]
+        return json_response(bodies if many else bodies[0])
+
+    def partial(i: int, text: str, tokens: list[int]) -> dict:
+        g = gens[i]
+        chunk = {"index": i, "content": text, "tokens": tokens, "stop": False, "id_slot": g.job.slot,
+                 "tokens_predicted": g.n_drawn, "tokens_evaluated": len(g.prompt)}
+        if req.timings_per_token:
+            chunk["timings"] = g.timings()
+        return chunk
 
     async def write(resp) -> None:
-        async for ev in gen.events():
-            if isinstance(ev, Piece):
+        async for i, ev in batch.events():
+            if isinstance(ev, PromptProgress):
+                await sse_send(resp, {**partial(i, "", []), "prompt_progress": progress_body(ev)})
+            elif isinstance(ev, Piece):
                 if not ev.text and not (req.n_probs and ev.token is not None):
                     continue
-                chunk = {"index": 0, "content": ev.text,
-                         "tokens": [ev.token] if req.return_tokens and ev.token is not None else [],
-                         "stop": False, "id_slot": gen.job.slot, "tokens_predicted": gen.n_drawn,
-                         "tokens_evaluated": len(prompt)}
+                chunk = partial(i, ev.text, [ev.token] if req.return_tokens and ev.token is not None else [])
                 if req.n_probs and ev.token is not None:
-                    chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs)]
+                    chunk["completion_probabilities"] = [_probs(model, ev, req.n_probs, req.post_sampling_probs)]
                 await sse_send(resp, chunk)
             elif isinstance(ev, Completion):
-                await sse_send(resp, final(ev, "", None))
-    return await gen.stream(request, write)
+                await sse_send(resp, final(i, ev, "", None))
+    return await batch.stream(request, write)
+
+
+def completion_prompts(model, raw, limit: int) -> tuple[list[list[int]], list[str | None]]:
+    """The prompts of a /completion request, as llama-server reads `prompt`:
+    a string; token ids; ids and strings mixed in one sequence (each string
+    tokenized in its place, the first with the BOS); {"prompt_string": ...};
+    or a list of those, each a prompt of its own. With each, its text where
+    it was one string (None: detokenized for the reply)."""
+    if isinstance(raw, list) and raw and not any(_is_id(x) for x in raw):
+        if len(raw) > limit:
+            raise ApiError(400, f"prompt: {len(raw)} prompts; at most {limit} at once (the slots and the queue)",
+                           param="prompt")
+        pairs = [_subprompt(model, p, f"prompt[{i}]") for i, p in enumerate(raw)]
+    else:
+        pairs = [_subprompt(model, raw, "prompt")]
+    return [p for p, _ in pairs], [t for _, t in pairs]
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _subprompt(model, p, where: str) -> tuple[list[int], str | None]:
+    if isinstance(p, str):
+        return model.tokenize(p, add_special=True, parse_special=True), p
+    if isinstance(p, dict):
+        if "multimodal_data" in p:
+            raise ApiError(400, f"{where}.multimodal_data: ember's models read text only", param=where)
+        if "prompt_string" not in p:
+            raise ApiError(400, f"{where}: an object prompt needs \"prompt_string\"", param=where)
+        return _subprompt(model, p["prompt_string"], f"{where}.prompt_string")
+    if isinstance(p, list) and all(_is_id(x) or isinstance(x, str) for x in p):
+        ids: list[int] = []
+        for k, x in enumerate(p):
+            ids += model.tokenize(x, add_special=k == 0, parse_special=True) if isinstance(x, str) else [x]
+        return ids, None
+    raise ApiError(400, f"{where}: expected a string, token ids, strings and token ids in one list, "
+                   "{\"prompt_string\": ...}, or a list of those", param=where)
 
 
 @reads(wire.TokenizeRequest)
@@ -159,8 +226,8 @@ async def apply_template(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
-    wire.sampling_options(req, state.model.n_vocab, state.opts.sampling)
-    return json_response({"prompt": await chat_text(state, req.chat(), req.add_generation_prompt)})
+    wire.sampling_options(req, state.model.n_vocab, state.opts.sampling, wire.text_tokens(state.model))
+    return json_response({"prompt": await chat_text(state, req.chat(), req.generation_prompt())})
 
 
 async def props(request: web.Request) -> web.Response:
@@ -198,6 +265,8 @@ async def metrics(request: web.Request) -> web.Response:
     snap = await state.engine.call(state.engine.snapshot)
     rows = [
         ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.prompt_tokens),
+        ("prompt_tokens_cached_total", "counter", "Number of prompt tokens found in the cache, not processed.",
+         s.prompt_tokens_cached),
         ("prompt_seconds_total", "counter", "Prompt process time", s.prompt_seconds),
         ("tokens_predicted_total", "counter", "Number of generation tokens processed.", s.predicted_tokens),
         ("tokens_predicted_seconds_total", "counter", "Predict process time", s.predicted_seconds),
@@ -207,6 +276,15 @@ async def metrics(request: web.Request) -> web.Response:
          s.predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0),
         ("requests_processing", "gauge", "Number of requests processing.", snap["busy"]),
         ("requests_deferred", "gauge", "Number of requests deferred.", snap["waiting"]),
+        ("n_decode_total", "counter", "Total number of forward passes.", snap["passes"]),
+        ("n_tokens_max", "counter", "Largest number of tokens one forward pass read.", snap["tokens_max"]),
+        ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per forward pass.",
+         snap["slot_passes"] / snap["passes"] if snap["passes"] else 0.0),
+        # Always 0: ember drafts no tokens (it has no speculative decoding); kept so dashboards find them.
+        ("spec_decode_num_draft_tokens_total", "counter", "Tokens drafted (no speculative decoding: 0).", 0),
+        ("spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted (no speculative decoding: 0).",
+         0),
+        ("spec_decode_num_drafts_total", "counter", "Drafts made (no speculative decoding: 0).", 0),
         ("kv_cache_tokens", "gauge", "KV-cache tokens.", snap["kv_tokens"]),
         ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
          snap["kv_tokens"] / state.model.n_ctx if state.model is not None else 0.0),
@@ -219,7 +297,8 @@ async def metrics(request: web.Request) -> web.Response:
     for cause in ("key", "scope", "inflight", "rate", "host", "origin"):
         lines.append(f'ember:requests_refused_total{{cause="{cause}"}} {s.refusals.get(cause, 0)}')
     return web.Response(body=("\n".join(lines) + "\n").encode(),
-                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8",
+                                 "Process-Start-Time-Unix": str(int(state.started))})
 
 
 async def health(request: web.Request) -> web.Response:

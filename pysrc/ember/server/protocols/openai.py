@@ -12,12 +12,13 @@ from datetime import datetime, timezone
 from aiohttp import web
 
 from ember.chat.events import Stop, chat_delta
-from ember.model import Completion, Piece
+from ember.model import Completion, Piece, PromptProgress
 from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
 from ember.server.generation import Choices
 from ember.server.http import finite, json_response, read_body, reads, sse_send
+from ember.server.protocols.llama_server import final_body, progress_body
 from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
@@ -66,12 +67,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = req.chat()
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
-    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = await chat_prompt(state, chat, params)
-    choices = Choices(request, prompt, max_tokens, params, n)
+    prompt, shaper = await chat_prompt(state, chat, params, add_generation_prompt=req.generation_prompt())
+    choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress)
     # Each choice's reply is read by a shaper of its own, all of the same prompt.
     shapers = [shaper, *(copy.deepcopy(shaper) for _ in range(n - 1))]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -90,7 +91,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     content[i].append(_chat_logprobs(model, ev, k))
         for sh, g in zip(shapers, choices.gens):
             sh.read_whole(g.completion)
-        return json_response({
+        return json_response(_verbose(state, req, choices, max_tokens) | {
             "id": cid, "object": "chat.completion", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint(),
             "choices": [{
@@ -106,13 +107,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def chunk(i: int, delta: dict, lp: list | None = None, finish: str | None = None, **extra) -> dict:
+        if req.timings_per_token and "timings" not in extra:
+            extra["timings"] = choices.gens[i].timings()
         return {**base, "choices": [{"index": i, "delta": delta, "logprobs": {"content": lp} if lp else None,
                                      "finish_reason": finish}], **extra}
 
     async def write(resp) -> None:
-        for i in range(n):
-            await sse_send(resp, chunk(i, {"role": "assistant", "content": ""}))
+        roles_sent = False
         async for i, ev in choices.events():
+            if isinstance(ev, PromptProgress):  # a chunk of no choice, as the usage chunk
+                await sse_send(resp, _progress_chunk(base, ev, choices.gens[0], req.timings_per_token))
+                continue
+            if not roles_sent:  # each choice's role first, with no timings yet, as llama-server's stream starts
+                roles_sent = True
+                for j in range(n):
+                    await sse_send(resp, {**base, "choices": [{"index": j, "delta": {"role": "assistant", "content": None},
+                                                               "logprobs": None, "finish_reason": None}]})
             sh = shapers[i]
             if isinstance(ev, Piece):
                 lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
@@ -126,9 +136,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     await sse_send(resp, chunk(i, d))
                 await sse_send(resp, chunk(i, {}, finish=FINISH[sh.stop], timings=choices.gens[i].timings()))
         if include_usage:
-            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices)})
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices),
+                                  **({"timings": choices.gens[0].timings()} if req.timings_per_token else {})})
         await resp.write(b"data: [DONE]\n\n")
     return await choices.stream(request, write)
+
+
+def _progress_chunk(base: dict, p: PromptProgress, gen, timings: bool) -> dict:
+    """llama-server's prompt_progress, in a chunk of no choice."""
+    out = {**base, "choices": [], "prompt_progress": progress_body(p)}
+    if timings:
+        out["timings"] = gen.timings()
+    return out
+
+
+@reads(wire.ChatRequest)
+async def chat_input_tokens(request: web.Request) -> web.Response:
+    """The prompt's length in tokens, as the reply would read it (llama-server's
+    /chat/completions/input_tokens, in the shape of OpenAI's token count)."""
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), wire.ChatRequest)
+    params = wire.sampling_options(req, state.model.n_vocab, state.opts.sampling, wire.text_tokens(state.model))
+    prompt, _ = await chat_prompt(state, req.chat(), params, add_generation_prompt=req.generation_prompt())
+    return json_response({"object": "response.input_tokens", "input_tokens": len(prompt)})
 
 
 def _completion_prompt(model, prompt) -> list[int]:
@@ -180,12 +210,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
     max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
-    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling)
+    params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)
     if req.logprobs is not None:
         params.n_probs = max(1, req.logprobs)
-    choices = Choices(request, prompt, max_tokens, params, n)
+    choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress)
     cid = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     echo = ""
@@ -201,7 +231,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             async for i, ev in choices.events():
                 if isinstance(ev, Piece) and lps[i] is not None and ev.token is not None:
                     lps[i].add(ev)
-        return json_response({**base, "choices": [{
+        return json_response(_verbose(state, req, choices, max_tokens) | {**base, "choices": [{
             "text": echo + g.completion.text, "index": i, "logprobs": lps[i].body() if lps[i] else None,
             "finish_reason": FINISH[Stop.of(g.completion)]} for i, g in enumerate(choices.gens)],
             "usage": _usage(choices), "timings": choices.gens[0].timings()})
@@ -209,6 +239,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def piece(i: int, text: str, logprobs=None, finish=None, **extra) -> dict:
+        if req.timings_per_token and "timings" not in extra:
+            extra["timings"] = choices.gens[i].timings()
         return {**base, "choices": [{"text": text, "index": i, "logprobs": logprobs, "finish_reason": finish}],
                 **extra}
 
@@ -218,7 +250,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 await sse_send(resp, piece(i, echo))
         async for i, ev in choices.events():
             lp = lps[i]
-            if isinstance(ev, Piece):
+            if isinstance(ev, PromptProgress):
+                await sse_send(resp, _progress_chunk(base, ev, choices.gens[0], req.timings_per_token))
+            elif isinstance(ev, Piece):
                 seen = len(lp.tokens) if lp else 0
                 if lp is not None and ev.token is not None:
                     lp.add(ev)
@@ -227,7 +261,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
             elif isinstance(ev, Completion):
                 await sse_send(resp, piece(i, "", finish=FINISH[Stop.of(ev)], timings=choices.gens[i].timings()))
         if include_usage:
-            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices)})
+            await sse_send(resp, {**base, "choices": [], "usage": _usage(choices),
+                                  **({"timings": choices.gens[0].timings()} if req.timings_per_token else {})})
         await resp.write(b"data: [DONE]\n\n")
     return await choices.stream(request, write)
 
@@ -242,10 +277,23 @@ async def models(request: web.Request) -> web.Response:
     created = datetime.fromtimestamp(int(state.started), timezone.utc).isoformat().replace("+00:00", "Z")
     return json_response({"object": "list", "data": [{
         "id": mid, "object": "model", "created": int(state.started), "owned_by": "ember",
+        "aliases": state.opts.aliases or [mid], "tags": state.opts.tags,
         "type": "model", "display_name": mid, "created_at": created,
         "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m._native.n_ctx_train,
                  "architecture": m.architecture},
     }], "has_more": False, "first_id": mid, "last_id": mid})
+
+
+def _verbose(state: ServerState, req: wire.Sampling, choices: Choices, max_tokens: int) -> dict:
+    """llama-server's `__verbose`: the first choice as its /completion reports
+    it, with the prompt as the model read it (asked by the request's
+    `verbose`, or for every request by -v)."""
+    if not (state.opts.verbose if req.verbose is None else req.verbose):
+        return {}
+    g = choices.gens[0]
+    return {"__verbose": final_body(state, g, g.completion, content=g.completion.text,
+                                    prompt_text=state.model.detokenize(g.prompt, special=True), n_predict=max_tokens,
+                                    stream=req.stream)}
 
 
 def _fingerprint() -> str:
@@ -257,5 +305,6 @@ def _fingerprint() -> str:
 def add_routes(app: web.Application) -> None:
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_post(f"{prefix}/chat/completions/input_tokens", chat_input_tokens)
         app.router.add_get(f"{prefix}/models", models)
     app.router.add_post("/v1/completions", completions)

@@ -30,13 +30,14 @@ from aiohttp import web
 from ember.chat.events import CallStart
 from ember.chat.output import ChatShaper
 from ember.chat.request import AnswerFormat, ChatRequest
-from ember.model import Completion, Piece
+from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server import wire
 from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
 from ember.server.generation import Generation
 from ember.server.http import json_response, read_body, reads, sse_send
+from ember.server.protocols.llama_server import progress_body
 from ember.server.response_store import Stored, as_message
 from ember.server.segments import Segments
 from ember.server.state import ServerState
@@ -158,6 +159,10 @@ class ResponsesRequest(wire.CoreSampling):
     truncation: str | None = None
     #: None: stored when the server keeps a store (OpenAI's default, true)
     store: bool | None = None
+    # llama-server's, in a stream: `timings` on each text delta and on the last event, and the
+    # prompt's reading reported in response.in_progress events
+    timings_per_token: bool = False
+    return_progress: bool = False
 
 
 def _items(raw: list[dict[str, Any]]) -> list[Any]:
@@ -470,7 +475,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
     owner = request.get("owner", 0)
     max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
     prompt, shaper, params, conversation = await _prompt(state, req, owner)
-    gen = Generation(request, prompt, max_tokens, params, watch_client=not req.background)
+    gen = Generation(request, prompt, max_tokens, params, watch_client=not req.background,
+                     progress=req.stream and req.return_progress)
     created = int(time.time())
     head = {
         "id": f"resp_{_hex()}", "object": "response", "created_at": created, "model": state.model_id(),
@@ -530,19 +536,34 @@ async def responses(request: web.Request) -> web.StreamResponse:
         async def send(events) -> None:
             nonlocal seq
             for kind, data in events:
+                if req.timings_per_token and kind in ("response.output_text.delta", "response.completed",
+                                                      "response.incomplete"):
+                    data = {**data, "timings": gen.timings()}
                 await sse_send(resp, {"type": kind, "sequence_number": seq, **data}, event=kind)
                 seq += 1
 
         start = {**head, "status": "in_progress", "output": [], "incomplete_details": None, "usage": None}
         await send([("response.created", {"response": start}), ("response.in_progress", {"response": start})])
         async for ev in gen.events():
-            if isinstance(ev, Piece):
+            if isinstance(ev, PromptProgress):
+                await send([("response.in_progress", {"response": start, "prompt_progress": progress_body(ev)})])
+            elif isinstance(ev, Piece):
                 await send(items.feed(shaper.feed(ev.text)))
             elif isinstance(ev, Completion):
                 await send(items.feed(shaper.finish(ev)))
                 await send(items.close(item_status()))
                 await send([finished(ev)])
     return await gen.stream(request, write)
+
+
+@reads(ResponsesRequest)
+async def input_tokens(request: web.Request) -> web.Response:
+    """OpenAI's token count of a Responses request: the prompt it would read,
+    the chained conversation and the instructions included."""
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), ResponsesRequest)
+    prompt, *_ = await _prompt(state, req, request.get("owner", 0))
+    return json_response({"object": "response.input_tokens", "input_tokens": len(prompt)})
 
 
 async def _in_background(entry: Stored, answer_whole) -> None:
@@ -620,6 +641,7 @@ async def input_items(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_post(f"{prefix}/responses/input_tokens", input_tokens)
         app.router.add_get(f"{prefix}/responses/{{id}}", get_response)
         app.router.add_delete(f"{prefix}/responses/{{id}}", delete_response)
         app.router.add_post(f"{prefix}/responses/{{id}}/cancel", cancel_response)

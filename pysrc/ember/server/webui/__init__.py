@@ -2,9 +2,12 @@
 no CDN (its two libraries, marked and DOMPurify, are vendored with their
 licences). It talks to `/v1/chat/completions` as any client does.
 
-`GET /` answers by what the request accepts: a browser (text/html) gets the
-page, any other client Ollama's "is running" line, which its clients probe.
-`--no-webui` leaves only the line; `--path DIR` serves the user's own files
+`GET /` answers by what the request accepts. One that takes HTML (a
+browser's text/html, or curl's and most libraries' */*) gets the page, as
+from llama-server; one that asks for JSON or text only, or names nothing (as
+Ollama's clients probe the root), gets Ollama's "is running" line.
+`--no-webui` answers the first kind 404, as llama-server does, and the
+second kind still gets the line; `--path DIR` serves the user's own files
 instead of the page, as llama-server's does.
 
 The page and its files are public (the page is where a user enters the API
@@ -35,7 +38,8 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".
 
 
 def _wants_html(request: web.Request) -> bool:
-    return "text/html" in request.headers.get("Accept", "")
+    accept = request.headers.get("Accept", "")
+    return "text/html" in accept or "*/*" in accept
 
 
 def _own_file(root: str, path: str) -> Path | None:
@@ -81,7 +85,9 @@ async def root(request: web.Request) -> web.Response:
         found = _own_file(opts.static_path, "/")
         if found is not None:
             return _file_response(found)
-    elif opts.webui and _wants_html(request):
+    elif _wants_html(request):
+        if not opts.webui:
+            raise web.HTTPNotFound(text="no page here (--no-webui)")
         return _file_response(HERE / "index.html", page=True)
     # Ollama's clients probe the root for this line.
     return web.Response(text="Ollama is running (ember)", content_type="text/plain")

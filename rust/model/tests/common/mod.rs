@@ -183,6 +183,7 @@ pub fn greedy(max_tokens: usize, n_probs: usize) -> GenerateParams {
         max_tokens,
         ignore_eos: true,
         n_probs,
+        post_sampling_probs: false,
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         grammar: None,
         grammar_trigger: None,
