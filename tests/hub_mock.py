@@ -85,6 +85,9 @@ class MockHub:
         repo, name, data = found
         rng = request.headers.get("Range")
         self.gets.append((name, rng))
+        if rng and request.headers.get("If-Range", self._headers(repo, name, data)["ETag"]) != \
+                self._headers(repo, name, data)["ETag"]:
+            rng = None  # the file changed since the bytes held were sent: all of it again, as HTTP says
         start = int(rng.split("=")[1].split("-")[0]) if rng else 0
         resp = web.StreamResponse(status=206 if rng else 200, headers=self._headers(repo, name, data))
         resp.content_length = len(data) - start

@@ -112,28 +112,40 @@ def test_a_name_that_picks_no_file_is_an_error_listing_what_there_is(hub, tmp_pa
 
 
 def test_a_cut_download_is_taken_up_again_and_ends_whole(hub, tmp_path, model_bytes):
-    """The connection drops halfway: the library asks again and the file is
-    whole, checked against its checksum. (huggingface_hub 2.4 asks for the
-    whole file again rather than a Range from where it stopped, and each
-    run downloads into a temporary file of its own: a run stopped by the
-    user starts over. The test holds what the library does.)"""
+    """The connection drops halfway: the same run asks for the rest, from
+    the byte where it stopped, and the file is whole, checked against its
+    checksum."""
     env = _env(hub, tmp_path)
-    hub.cuts[(REPO, "tiny-llama-F16.gguf")] = Cut(at=len(model_bytes) // 2, times=1)
+    half = len(model_bytes) // 2
+    hub.cuts[(REPO, "tiny-llama-F16.gguf")] = Cut(at=half, times=1)
     del hub.gets[:]
     r = ember(env, "pull", f"{REPO}:F16")
     assert r.returncode == 0, r.stderr
-    assert [name for name, _ in hub.gets] == ["tiny-llama-F16.gguf"] * 2, hub.gets
+    assert hub.gets == [("tiny-llama-F16.gguf", None), ("tiny-llama-F16.gguf", f"bytes={half}-")], hub.gets
     assert open(r.stdout.strip(), "rb").read() == model_bytes
 
 
-def test_a_download_cut_for_good_is_an_error_saying_so(hub, tmp_path):
+def test_a_run_that_stopped_is_resumed_by_the_next_from_the_bytes_it_kept(hub, tmp_path, model_bytes):
+    """A run gives up on a connection that keeps dropping (or its user
+    stops it); the bytes it had are kept in the cache's blob on its way,
+    and the next run asks only for the rest."""
     env = _env(hub, tmp_path)
-    hub.cuts[(REPO, "tiny-llama-F16.gguf")] = Cut(at=1000, times=100)
+    third = len(model_bytes) // 3
+    hub.cuts[(REPO, "tiny-llama-F16.gguf")] = Cut(at=third, times=100)
     try:
         r = ember(env, "pull", f"{REPO}:F16")
     finally:
         hub.cuts.clear()
-    assert r.returncode == 1 and "the download was cut" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1 and "the download was cut" in r.stderr and "run it again to resume" in r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    kept = list(tmp_path.rglob("*.incomplete"))
+    assert len(kept) == 1 and kept[0].stat().st_size == third, kept
+    del hub.gets[:]
+    r = ember(env, "pull", f"{REPO}:F16")
+    assert r.returncode == 0, r.stderr
+    assert hub.gets == [("tiny-llama-F16.gguf", f"bytes={third}-")], hub.gets
+    assert open(r.stdout.strip(), "rb").read() == model_bytes
+    assert not list(tmp_path.rglob("*.incomplete*")), "nothing of the transfer is left behind"
 
 
 def test_a_file_whose_checksum_is_wrong_is_refused_and_removed(hub, tmp_path):
@@ -143,7 +155,7 @@ def test_a_file_whose_checksum_is_wrong_is_refused_and_removed(hub, tmp_path):
         r = ember(env, "pull", f"{REPO}:Q8_0")
     finally:
         del hub.wrong_sha256[(REPO, "tiny-llama-Q8_0.gguf")]
-    assert r.returncode == 1 and "does not match the repository's checksum" in r.stderr, r.stderr
+    assert r.returncode == 1 and "does not match the checksum listed for it" in r.stderr, r.stderr
     assert "expected 0000" in r.stderr
     assert not list(tmp_path.rglob("tiny-llama-Q8_0.gguf")) or not any(
         p.exists() for p in tmp_path.rglob("tiny-llama-Q8_0.gguf")), "nothing of it is left in the cache"
@@ -196,3 +208,42 @@ def test_the_token_is_sent_as_the_library_sends_it(hub, tmp_path):
     finally:
         hub._listing = original
     assert seen and seen[0] == "Bearer hf_test_token"
+
+
+def test_a_model_by_url_is_fetched_resumed_and_served(hub, tmp_path, model_bytes):
+    """-mu/--model-url, as llama-server's: the file fetched once into
+    ember's cache (or to --model's path), a cut run resumed by the next,
+    and a file that changed on the server in between fetched whole again
+    (If-Range), never stitched onto the old bytes."""
+    env = {**_env(hub, tmp_path), "EMBER_CACHE": str(tmp_path / "ember")}
+    name = "tiny-llama-Q8_0.gguf"
+    url = f"{hub.url}/{REPO}/resolve/main/{name}"
+    hub.cuts[(REPO, name)] = Cut(at=len(model_bytes) // 4, times=100)
+    try:
+        r = ember(env, "pull", url)
+    finally:
+        hub.cuts.clear()
+    assert r.returncode == 1 and "run it again to resume" in r.stderr, r.stderr
+    changed = model_bytes[:-1] + bytes([model_bytes[-1] ^ 1])
+    hub.repos[REPO][name] = changed
+    try:
+        del hub.gets[:]
+        r = ember(env, "pull", url)
+        assert r.returncode == 0, r.stderr
+        path = r.stdout.strip()
+        assert path.startswith(str(tmp_path / "ember" / "models")) and path.endswith(name)
+        assert open(path, "rb").read() == changed
+        # The resumed request named the bytes it held; the server sent all of the new file.
+        assert hub.gets == [(name, f"bytes={len(model_bytes) // 4}-")], hub.gets
+    finally:
+        hub.repos[REPO][name] = model_bytes
+    own = tmp_path / "mine.gguf"
+    with ServerProcess(None, "-mu", f"{hub.url}/{REPO}/resolve/main/tiny-llama-F16.gguf", "-m", str(own),
+                       env=env) as s:
+        assert http(s.url + "/completion", {"prompt": "hi", "n_predict": 2})[0] == 200
+        assert any("model:" in line and str(own) in line for line in s.lines), s.lines
+    assert own.read_bytes() == model_bytes
+    r = ember(env, "serve", "-mu", "ftp://example.invalid/x.gguf")
+    assert r.returncode == 1 and "not an http(s) URL" in r.stderr, r.stderr
+    r = ember(env, "serve", "-mu", f"{hub.url}/{REPO}/resolve/main/nothing.gguf")
+    assert r.returncode == 1 and "the server answered 404" in r.stderr, r.stderr

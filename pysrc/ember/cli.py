@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from ember.errors import EmberError
+from ember.errors import EmberError, ModelFetchError
 
 __all__ = ["main"]
 
@@ -180,9 +180,21 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_pull(a: argparse.Namespace) -> int:
+    from ember.download import fetch_url, url_target
+    from ember.fetch import models_dir
     from ember.hub import fetch
 
-    path = fetch(a.ref, file=a.hf_file, token=a.hf_token)
+    by_url = a.ref.startswith(("http://", "https://"))
+    if by_url and a.hf_file is not None:
+        raise ModelFetchError("--hf-file names a file of a repository, not of a URL")
+    try:
+        if by_url:
+            path = fetch_url(a.ref, url_target(a.ref, models_dir()))
+        else:
+            path = fetch(a.ref, file=a.hf_file, token=a.hf_token)
+    except KeyboardInterrupt:
+        print("\nember: stopped; the bytes fetched are kept, and the same command resumes from them", file=sys.stderr)
+        return 130
     print(path)
     return 0
 
@@ -246,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="one JSON object per line per test instead of a table")
     bench.set_defaults(func=cmd_bench, parser=bench)
     _one_line_errors(bench)
-    pull = sub.add_parser("pull", help="fetch a model by name from the hub into its cache (OWNER/NAME[:QUANT])")
-    pull.add_argument("ref", metavar="OWNER/NAME[:QUANT]")
+    pull = sub.add_parser("pull", help="fetch a model by name from the hub into its cache (OWNER/NAME[:QUANT]), "
+                                       "or by URL into ember's")
+    pull.add_argument("ref", metavar="OWNER/NAME[:QUANT]|URL")
     pull.add_argument("-hff", "--hf-file", help="the file to fetch, by name, instead of a quantization")
     pull.add_argument("-hft", "--hf-token", help="the hub's access token (default: HF_TOKEN)")
     pull.set_defaults(func=cmd_pull)

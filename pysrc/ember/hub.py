@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember.download import DownloadError
 from ember.errors import ModelFetchError
 
 __all__ = ["CachedModel", "HubError", "cached_models", "fetch", "parse_ref", "pick", "remove"]
@@ -114,13 +115,16 @@ def _digest(path: Path, h, head: bytes = b"") -> str:
     return h.hexdigest()
 
 
+def _listed_sha256(sibling) -> str | None:
+    """The sha256 the repository lists for a large (LFS) file."""
+    return (getattr(sibling, "lfs", None) or {}).get("sha256") or None
+
+
 def _check(path: Path, sibling, repo: str) -> None:
     """Refuses (and removes) a fetched file whose bytes are not the ones
-    the repository lists."""
-    lfs = getattr(sibling, "lfs", None)
-    if lfs is not None and lfs.get("sha256"):
-        want, got, kind = lfs["sha256"], _digest(path, hashlib.sha256()), "sha256"
-    elif getattr(sibling, "blob_id", None):
+    the repository lists by git blob id (a large file's sha256 is checked
+    as it arrives)."""
+    if getattr(sibling, "blob_id", None):
         # git's id of a blob: the sha1 of its header and bytes
         head = b"blob %d\0" % path.stat().st_size
         want, got, kind = sibling.blob_id, _digest(path, hashlib.sha1(), head), "git blob id"
@@ -160,18 +164,44 @@ def fetch(ref: str, *, file: str | None = None, offline: bool = False, token: st
     names = _file_named(list(siblings), file, repo) if file else pick(list(siblings), quant, repo)
     paths = []
     for name in names:
+        cached = _in_cache(repo, name, info.sha)
         try:
-            cached = _in_cache(repo, name, info.sha)
+            if not cached:
+                _download_blob(repo, name, info.sha, siblings[name], token)
+            # The bytes are in the cache now: the library links them into its snapshot.
             path = Path(hf_hub_download(repo, name, revision=info.sha, token=token))
         except HfHubHTTPError as e:
             raise HubError(f"{repo}/{name}: the download failed ({e}); run it again to resume") from None
-        except Exception as e:  # the transport's errors (a cut connection, a timeout) are the library's own types
+        except DownloadError as e:
+            raise HubError(f"{repo}/{e}") from None
+        except Exception as e:  # the transport's errors (a refused connection, a timeout) are the library's own types
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise HubError(f"{repo}/{name}: the download was cut ({first}); run it again to resume") from None
-        if not cached:
+            raise HubError(f"{repo}/{name}: the hub cannot be reached ({first}); run it again to resume") from None
+        if not cached and not _listed_sha256(siblings[name]):
             _check(path, siblings[name], repo)
         paths.append(path)
     return paths[0]
+
+
+def _download_blob(repo: str, name: str, revision: str, sibling, token: str | None) -> None:
+    """The bytes of `repo`/`name` fetched into the blob the hub's cache
+    keeps them in, resumed from what a cut or stopped run left there (the
+    library itself starts every run over), and checked against the sha256
+    the repository lists before they take the blob's name."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    from ember.download import download
+
+    url = hf_hub_url(repo, name, revision=revision)
+    meta = get_hf_file_metadata(url, token=token)
+    if not meta.etag:
+        raise DownloadError(f"{name}: the hub gave no ETag for the file, so its place in the cache is unknown")
+    blob = Path(constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--")) / "blobs" / meta.etag
+    if blob.is_file():
+        return
+    download(url, blob, headers=build_hf_headers(token=token), sha256=_listed_sha256(sibling), size=meta.size,
+             label=name, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT)
 
 
 def _in_cache(repo: str, name: str, revision: str | None) -> bool:

@@ -33,7 +33,7 @@ SPELLINGS = [(s, n) for spellings, n in ROWS for s in spellings]
 #: Flags that print and exit.
 EXITING = {"-h", "--help", "--usage", "--version"}
 #: The hub's flags.
-_HUB = {"-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token"}
+_HUB = {"-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token", "-mu", "--model-url"}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +73,8 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--hf-file": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
         "-hft": ["t", "-hf", "nobody/nothing-GGUF", "--offline"],
         "--hf-token": ["t", "-hf", "nobody/nothing-GGUF", "--offline"],
+        "-mu": ["http://127.0.0.1:9/nothing.gguf", "--offline"],
+        "--model-url": ["http://127.0.0.1:9/nothing-00001-of-00002.gguf", "--offline"],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]

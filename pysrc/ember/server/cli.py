@@ -60,7 +60,9 @@ _FLAGS = [
           "llama-server picks it: Q4_K_M by default)"),
     _Flag("hf-file", ("-hff", "--hf-file"), str, "LLAMA_ARG_HF_FILE", "the file of --hf-repo to fetch, by name"),
     _Flag("hf-token", ("-hft", "--hf-token"), str, None, "the hub's access token (default: HF_TOKEN)"),
-    _Flag("offline", ("--offline",), bool, "LLAMA_OFFLINE", "fetch nothing: --hf-repo uses only what is cached",
+    _Flag("model-url", ("-mu", "--model-url"), str, "LLAMA_ARG_MODEL_URL",
+          "a model by URL, fetched once (resumed if cut) to --model's path, else into ember's cache"),
+    _Flag("offline", ("--offline",), bool, "LLAMA_OFFLINE", "fetch nothing: --hf-repo and --model-url use only what is cached",
           False),
     _Flag("host", ("--host",), str, "LLAMA_ARG_HOST", "addresses to listen on, comma-separated, or a UNIX socket's "
           "path ending in .sock (default 127.0.0.1)", "127.0.0.1"),
@@ -416,6 +418,23 @@ def _fetch_model(values: dict[str, Any], lines: list[str]) -> str:
     return str(path)
 
 
+def _fetch_url(values: dict[str, Any], lines: list[str]) -> str:
+    """The local path of the model --model-url names: --model's path when
+    given (as llama-server's), else a place of its own in ember's cache."""
+    from ember.download import DownloadError, fetch_url, url_target
+    from ember.fetch import models_dir
+
+    url = values["model-url"]
+    try:
+        target = Path(values["model"]).expanduser() if values["model"] else url_target(url, models_dir())
+        cached = target.is_file()
+        path = fetch_url(url, target, offline=bool(values["offline"]))
+    except DownloadError as e:
+        raise OptionError(f"--model-url: {e}", 1) from None
+    lines.append(f"model: {path} (from {url}{', fetched before: remove the file to fetch it again' if cached else ''})")
+    return str(path)
+
+
 def _choose_ctx(requested: int, info: Mapping[str, Any], mem_available: int | None, lines: list[str],
                 kv_scale: float = 1.0) -> int:
     meta = info["metadata"]
@@ -547,7 +566,11 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     if values["hf-repo"] is not None:
         if values["model"] is not None:
             raise bad("hf-repo", f"and --model ({sources['model']}) both name the model; give one")
+        if values["model-url"] is not None:
+            raise bad("hf-repo", f"and --model-url ({sources['model-url']}) both name the model; give one")
         model = _fetch_model(values, lines)
+    elif values["model-url"] is not None:
+        model = _fetch_url(values, lines)
     else:
         if values["hf-file"] is not None:
             raise bad("hf-file", "names a file of --hf-repo, which is not given")

@@ -226,8 +226,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--control-vector",), 1, _refused(_ADAPTERS)),
     CompatFlag(("--control-vector-scaled",), 2, _refused(_ADAPTERS)),
     CompatFlag(("--control-vector-layer-range",), 2, _refused(_ADAPTERS)),
-    CompatFlag(("-mu", "--model-url"), 1, _refused(
-        "fetching a model by URL is not in this build; download the file and pass -m FILE"), "LLAMA_ARG_MODEL_URL"),
     CompatFlag(("--threads-http",), 1, _accepted(
         "one event loop answers HTTP (requests wait on the engine, not on a thread)"), "LLAMA_ARG_THREADS_HTTP"),
     CompatFlag(("--log-format",), 1, _when(lambda v: v == "text", "the log is text", _LOGS)),
