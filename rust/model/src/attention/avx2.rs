@@ -49,6 +49,42 @@ mod avx {
         }
     }
 
+    /// Per block: each key's quants made non-negative (`|k|`, and the
+    /// query's quants given the key's sign) so that `maddubs` multiplies
+    /// them in pairs (|k| <= 128 and |q| <= 127, as the quantizer writes a
+    /// query, cannot saturate its 16 bits), `madd` against ones widening to
+    /// eight 32-bit sums per key, and the eight keys' sums gathered into one
+    /// register by horizontal adds: exact integer dots, whatever the order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
+        use ember_kv::Q8_0_BYTES;
+        let nb = q.len() / Q8_0_BYTES;
+        assert!(dk.len() >= 8 * nb && keys.iter().all(|k| k.len() >= q.len()));
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            let qb = q.as_ptr().add(b * Q8_0_BYTES);
+            let dq = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([*qb, *qb.add(1)]))));
+            let qv = _mm256_loadu_si256(qb.add(2).cast());
+            let dot = |i: usize| {
+                let kv = _mm256_loadu_si256(keys[i].as_ptr().add(b * Q8_0_BYTES + 2).cast());
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv)), ones)
+            };
+            let h01 = _mm256_hadd_epi32(dot(0), dot(1));
+            let h23 = _mm256_hadd_epi32(dot(2), dot(3));
+            let h45 = _mm256_hadd_epi32(dot(4), dot(5));
+            let h67 = _mm256_hadd_epi32(dot(6), dot(7));
+            let (h03, h47) = (_mm256_hadd_epi32(h01, h23), _mm256_hadd_epi32(h45, h67));
+            // Each 128-bit half holds four keys' partial sums: low halves plus high halves.
+            let sums = _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(h03, h47),
+                                        _mm256_permute2x128_si256::<0x31>(h03, h47));
+            let scale = _mm256_mul_ps(_mm256_set1_ps(dq), _mm256_loadu_ps(dk.as_ptr().add(8 * b)));
+            acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
+        }
+        _mm256_storeu_ps(out.as_mut_ptr(), acc);
+    }
+
     /// The output held in registers, 64 floats at a time (eight
     /// accumulators, then one for each eight left), while the rows go by;
     /// each row's elements widened as they are met.
@@ -349,6 +385,10 @@ mod avx {
 }
 
 impl Lanes for Avx2 {
+    #[inline(always)]
+    unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
+        avx::scores8_q8_0(q, keys, dk, out)
+    }
     #[inline(always)]
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         avx::scores8(q, k, out)

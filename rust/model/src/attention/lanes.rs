@@ -11,6 +11,12 @@ pub(super) trait Lanes {
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]);
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
+    /// The dots of a Q8_0 query `q` (blocks of an f16 scale and 32 quants)
+    /// with eight Q8_0 key rows read in place, the keys' block scales given
+    /// widened (block `b` of key `i` at `dk[8 * b + i]`): per block the exact
+    /// integer dot of the quants, scaled by `dq * dk` (one rounding) and
+    /// added by a fused multiply-add, the blocks in order.
+    unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]);
     /// f32 to f16, rounding to nearest even (as `f16::from_f32`).
     unsafe fn narrow(src: &[f32], dst: &mut [f16]);
     /// f16 to f32 (exact).
@@ -67,6 +73,18 @@ impl Lanes for Scalar {
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
         for (o, key) in out.iter_mut().zip(keys) {
             *o = dot8_by(q, |i| key[i].to_f32());
+        }
+    }
+    #[inline(always)]
+    unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
+        for (i, (o, key)) in out.iter_mut().zip(keys).enumerate() {
+            let mut acc = 0.0f32;
+            for (b, (qb, kb)) in q.chunks_exact(Q8_0_BYTES).zip(key.chunks_exact(Q8_0_BYTES)).enumerate() {
+                let dq = f16::from_le_bytes([qb[0], qb[1]]).to_f32();
+                let dot: i32 = qb[2..].iter().zip(&kb[2..]).map(|(&a, &b)| a as i8 as i32 * b as i8 as i32).sum();
+                acc = (dq * dk[8 * b + i]).mul_add(dot as f32, acc);
+            }
+            *o = acc;
         }
     }
     #[inline(always)]

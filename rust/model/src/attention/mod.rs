@@ -10,10 +10,12 @@
 //! scores are exponentiated in f32 with `ops::exp_shifted` (rounded to f16 for
 //! an f16 cache) and summed in f64 over four lanes (`lanes::sum4`); and the
 //! outputs are the value rows weighted by fused multiply-adds in position
-//! order. A Q8_0 cache's keys and values are widened exactly
-//! (quant times scale) and met by the f32 query and probabilities (llama.cpp
-//! instead quantizes the query to Q8_0 for the dot: the two differ by that
-//! rounding).
+//! order. With a Q8_0 cache the query is quantized to Q8_0 once per head (as
+//! llama.cpp does) and a score is taken in integers: per block of 32 the
+//! exact dot of the quants, scaled by the product of the two block scales
+//! (one rounding) and added by a fused multiply-add, block after block; its
+//! values are widened exactly (quant times scale) and met by the f32
+//! probabilities.
 //!
 //! Positions are met in spans of [`SPAN`], aligned on multiples of it. A
 //! query's softmax is taken over each span it sees (the span's maximum, the
@@ -36,7 +38,7 @@
 
 use std::cell::RefCell;
 
-use ember_kv::{KvCache, Rows};
+use ember_kv::{KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::f16;
 
 use crate::pool::Pool;
@@ -67,6 +69,10 @@ struct Scratch {
     scores: Vec<f32>,
     q16: Vec<f16>,
     qw: Vec<f32>,
+    /// The queries quantized to Q8_0, for a Q8_0 cache's keys, and the block
+    /// scales of the eight keys being scored, widened.
+    q8: Vec<u8>,
+    dk: Vec<f32>,
     k8: Vec<f32>,
     v32: Vec<f32>,
     o: Vec<f32>,
@@ -560,6 +566,16 @@ unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s
     let (hk, heads) = (p.hk, p.heads);
     let nq = (j1 - j0) * heads;
     let hkp = hk.next_multiple_of(8);
+    if matches!(p.keys, Rows::Q8_0(_)) {
+        let bytes = hk / Q8_0_BLOCK * Q8_0_BYTES;
+        sc.q8.resize(nq * bytes, 0);
+        for j in j0..j1 {
+            let src = &p.q[j * p.n_head * hk + h0 * hk..][..heads * hk];
+            let dst = &mut sc.q8[(j - j0) * heads * bytes..][..heads * bytes];
+            ember_quant::quantize_row_q8_0(src, dst).expect("a Q8_0 cache's heads are whole blocks");
+        }
+        return;
+    }
     let Scratch { q16, qw, .. } = sc;
     qw.clear();
     qw.resize(nq * hkp, 0.0);
@@ -604,7 +620,7 @@ unsafe fn span<L: Lanes>(
     let hkp = hk.next_multiple_of(8);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, k8, v32, o, span_m, span_l, .. } = sc;
+    let Scratch { scores, qw, q8, dk, k8, v32, o, span_m, span_l, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -615,7 +631,12 @@ unsafe fn span<L: Lanes>(
     // With few queries an item reads f16 keys in place (converting them in the
     // dot, exactly as widening would) rather than widening each block first.
     let direct = matches!(p.keys, Rows::F16(_)) && hk == hkp && nq < DIRECT_QUERIES;
-    if !direct {
+    // Q8_0 keys are always met in place, by the quantized queries.
+    let q8_keys = matches!(p.keys, Rows::Q8_0(_));
+    let (kbytes, kblocks) = (hk / Q8_0_BLOCK * Q8_0_BYTES, hk / Q8_0_BLOCK);
+    if q8_keys {
+        dk.resize(8 * kblocks, 0.0);
+    } else if !direct {
         k8.clear();
         k8.resize(8 * hkp, 0.0);
     }
@@ -642,7 +663,14 @@ unsafe fn span<L: Lanes>(
                 false => prefetch_head_row(&p.values, row, p.vw, kvh, hv),
             }
         }
-        if !direct {
+        let keys8 = q8_keys.then(|| rows8.map(|row| p.keys.slice(row * p.kw + kvh * hk, hk).bytes()));
+        if let Some(keys8) = &keys8 {
+            for (i, key) in keys8.iter().enumerate() {
+                for b in 0..kblocks {
+                    dk[8 * b + i] = f16::from_le_bytes([key[b * Q8_0_BYTES], key[b * Q8_0_BYTES + 1]]).to_f32();
+                }
+            }
+        } else if !direct {
             for pos in b0..b1 {
                 head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
             }
@@ -657,6 +685,10 @@ unsafe fn span<L: Lanes>(
                 let qi = (j - j0) * heads + g;
                 let mut s8 = [0.0f32; 8];
                 match &p.keys {
+                    Rows::Q8_0(_) => {
+                        let keys8 = keys8.as_ref().expect("Q8_0 keys are met in place");
+                        L::scores8_q8_0(&q8[qi * kbytes..][..kbytes], keys8, dk, &mut s8);
+                    }
                     Rows::F16(k) if direct => {
                         let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
                         L::scores8_f16(&qw[qi * hkp..][..hkp], &keys, &mut s8);
@@ -822,9 +854,14 @@ mod tests {
                 let mut max = f32::NEG_INFINITY;
                 for p in s0..s1 {
                     let row = cache.row_of(il, p);
-                    let mut key = vec![0.0; hk];
-                    keys.widen(row * kw + kvh * hk, &mut key);
-                    let score = s.scale * dot8(&qp, &pad(key));
+                    let score = match &keys {
+                        Rows::Q8_0(_) => s.scale * q8_0_dot(qh, keys.slice(row * kw + kvh * hk, hk).bytes()),
+                        _ => {
+                            let mut key = vec![0.0; hk];
+                            keys.widen(row * kw + kvh * hk, &mut key);
+                            s.scale * dot8(&qp, &pad(key))
+                        }
+                    };
                     max = max.max(score);
                     scores.push(score);
                 }
@@ -845,6 +882,77 @@ mod tests {
                 fold(&mut acc_m, &mut acc_l, &mut acc_o, max, sum, &o_k);
             }
             finish(acc_l, &acc_o, o);
+        }
+    }
+
+    /// A query's score against a Q8_0 key as the module's doc defines it:
+    /// the query quantized, then block by block.
+    fn q8_0_dot(q: &[f32], key: &[u8]) -> f32 {
+        let mut q8 = vec![0u8; key.len()];
+        ember_quant::quantize_row_q8_0(q, &mut q8).unwrap();
+        let scale = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let mut acc = 0.0f32;
+        for (qb, kb) in q8.chunks_exact(Q8_0_BYTES).zip(key.chunks_exact(Q8_0_BYTES)) {
+            let dot: i32 = qb[2..].iter().zip(&kb[2..]).map(|(&a, &b)| a as i8 as i32 * b as i8 as i32).sum();
+            acc = (scale(qb) * scale(kb)).mul_add(dot as f32, acc);
+        }
+        acc
+    }
+
+    /// The 8-bit scores against the exact ones (the f32 query with the
+    /// widened key): they part by the query's rounding to Q8_0 alone, at most
+    /// half a quantization step of each block per element, times the key.
+    /// And the vector form gives the scalar's bits, with key quants at the
+    /// ends of their range (-128, which no quantizer writes but a restored
+    /// state may hold, and 127).
+    #[test]
+    fn q8_0_scores_are_the_exact_ones_but_for_the_querys_rounding() {
+        let mut rng = Rng(0x8b175);
+        for hk in [32, 64, 256] {
+            for trial in 0..20 {
+                let q = rng.vec(hk, if trial % 2 == 0 { 3.0 } else { 0.01 });
+                let mut keys = vec![0u8; 8 * hk / Q8_0_BLOCK * Q8_0_BYTES];
+                let bytes = hk / Q8_0_BLOCK * Q8_0_BYTES;
+                for key in keys.chunks_exact_mut(bytes) {
+                    ember_quant::quantize_row_q8_0(&rng.vec(hk, 2.0), key).unwrap();
+                }
+                if trial == 3 {
+                    for (i, b) in keys.iter_mut().enumerate() {
+                        if i % Q8_0_BYTES >= 2 {
+                            *b = if i % 3 == 0 { 0x80 } else { 0x7f };
+                        }
+                    }
+                }
+                let rows: [&[u8]; 8] = std::array::from_fn(|i| &keys[i * bytes..][..bytes]);
+                let mut dk = vec![0.0f32; 8 * hk / Q8_0_BLOCK];
+                for (i, key) in rows.iter().enumerate() {
+                    for b in 0..hk / Q8_0_BLOCK {
+                        dk[8 * b + i] = f16::from_le_bytes([key[b * Q8_0_BYTES], key[b * Q8_0_BYTES + 1]]).to_f32();
+                    }
+                }
+                let mut q8 = vec![0u8; bytes];
+                ember_quant::quantize_row_q8_0(&q, &mut q8).unwrap();
+                let mut got = [0.0f32; 8];
+                unsafe { Scalar::scores8_q8_0(&q8, &rows, &dk, &mut got) };
+                #[cfg(target_arch = "x86_64")]
+                if simd() {
+                    let mut vector = [0.0f32; 8];
+                    unsafe { avx2::Avx2::scores8_q8_0(&q8, &rows, &dk, &mut vector) };
+                    assert_eq!(vector.map(f32::to_bits), got.map(f32::to_bits), "hk {hk} trial {trial}");
+                }
+                for (i, key) in rows.iter().enumerate() {
+                    assert_eq!(got[i].to_bits(), q8_0_dot(&q, key).to_bits());
+                    let mut wide = vec![0.0f32; hk];
+                    Rows::Q8_0(key).widen(0, &mut wide);
+                    let exact: f64 = q.iter().zip(&wide).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    // Half a step of the query's block per element, plus the f32 roundings of the sum.
+                    let bound: f64 = q.chunks(Q8_0_BLOCK).zip(wide.chunks(Q8_0_BLOCK)).map(|(qb, kb)| {
+                        let step = qb.iter().fold(0.0f32, |m, x| m.max(x.abs())) as f64 / 127.0;
+                        kb.iter().map(|&k| (k as f64).abs()).sum::<f64>() * (0.5 * step * 1.001)
+                    }).sum::<f64>() + 1e-5 * exact.abs() + 1e-6;
+                    assert!((got[i] as f64 - exact).abs() <= bound, "hk {hk} trial {trial} key {i}: {} vs {exact} (bound {bound})", got[i]);
+                }
+            }
         }
     }
 
