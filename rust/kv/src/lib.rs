@@ -157,6 +157,7 @@ pub enum Rows<'a> {
 impl<'a> Rows<'a> {
     /// Elements `at..at + n` alone (whole blocks for Q8_0): a head of a
     /// row, say.
+    #[inline]
     pub fn slice(&self, at: usize, n: usize) -> Rows<'a> {
         match *self {
             Rows::F16(r) => Rows::F16(&r[at..at + n]),
@@ -170,6 +171,7 @@ impl<'a> Rows<'a> {
     }
 
     /// The bytes the elements are stored in.
+    #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         match *self {
             Rows::F16(r) => as_bytes(r),

@@ -157,6 +157,77 @@ mod avx {
         }
     }
 
+    /// [`weigh_q8_0`] for up to three heads over the same rows (head `g`'s
+    /// weights at `w[g * stride..]`, its output `o[g * n..][..n]`): a row's
+    /// block is widened once and met by every head's weight, the heads'
+    /// outputs for the block (twelve registers) held while the rows go by.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_q8_0_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
+                                                             o: &mut [f32], n: usize) {
+        use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+        assert!(n.is_multiple_of(Q8_0_BLOCK) && o.len() >= H * n);
+        let rows = v.clone().count();
+        assert!(w.len() >= (H - 1) * stride + rows);
+        let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
+        for b in 0..n / Q8_0_BLOCK {
+            let at = |g: usize, u: usize| op.add(g * n + Q8_0_BLOCK * b + 8 * u);
+            let mut acc: [[__m256; 4]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm256_loadu_ps(at(g, u))));
+            for (i, row) in v.clone().enumerate() {
+                assert!(row.len() >= (b + 1) * Q8_0_BYTES);
+                let blk = row.as_ptr().add(b * Q8_0_BYTES);
+                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+                for u in 0..4 {
+                    let q = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast()))));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        a[u] = _mm256_fmadd_ps(_mm256_set1_ps(*wp.add(g * stride + i)), q, a[u]);
+                    }
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                for (u, a) in a.iter().enumerate() {
+                    _mm256_storeu_ps(at(g, u), *a);
+                }
+            }
+        }
+    }
+
+    /// [`weigh_f16`] for up to three heads over the same rows, laid out as in
+    /// [`weigh_q8_0_heads`]: 32 floats of each head's output in registers,
+    /// each row's elements widened once for every head.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
+                                                            o: &mut [f32], n: usize) {
+        assert!(n.is_multiple_of(8) && o.len() >= H * n);
+        let rows = v.clone().count();
+        assert!(w.len() >= (H - 1) * stride + rows);
+        let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
+        let mut e = 0;
+        while e < n {
+            let width = (n - e).min(32) / 8;
+            let at = |g: usize, u: usize| op.add(g * n + e + 8 * u);
+            let mut acc: [[__m256; 4]; H] =
+                std::array::from_fn(|g| std::array::from_fn(|u| if u < width { _mm256_loadu_ps(at(g, u)) } else { _mm256_setzero_ps() }));
+            for (i, row) in v.clone().enumerate() {
+                assert!(row.len() >= n);
+                let r = row.as_ptr().add(e);
+                for u in 0..width {
+                    let x = _mm256_cvtph_ps(_mm_loadu_si128(r.add(8 * u).cast()));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        a[u] = _mm256_fmadd_ps(_mm256_set1_ps(*wp.add(g * stride + i)), x, a[u]);
+                    }
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                for (u, a) in a.iter().enumerate().take(width) {
+                    _mm256_storeu_ps(at(g, u), *a);
+                }
+            }
+            e += 8 * width;
+        }
+    }
+
     /// Eight quants at a time, widened and multiplied by the block's scale.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -412,6 +483,42 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
         avx::weigh_q8_0(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
+                                  o: &mut [f32]) {
+        let n = o.len() / heads;
+        if !n.is_multiple_of(8) {
+            for (g, o) in o.chunks_exact_mut(n).enumerate() {
+                avx::weigh_f16(&w[g * stride..], v.clone(), o);
+            }
+            return;
+        }
+        let mut g = 0;
+        while g < heads {
+            let (w, o) = (&w[g * stride..], &mut o[g * n..]);
+            match heads - g {
+                1 => avx::weigh_f16_heads::<1>(w, stride, v.clone(), o, n),
+                2 => avx::weigh_f16_heads::<2>(w, stride, v.clone(), o, n),
+                _ => avx::weigh_f16_heads::<3>(w, stride, v.clone(), o, n),
+            }
+            g += 3;
+        }
+    }
+    #[inline(always)]
+    unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
+                                   o: &mut [f32]) {
+        let n = o.len() / heads;
+        let mut g = 0;
+        while g < heads {
+            let (w, o) = (&w[g * stride..], &mut o[g * n..]);
+            match heads - g {
+                1 => avx::weigh_q8_0_heads::<1>(w, stride, v.clone(), o, n),
+                2 => avx::weigh_q8_0_heads::<2>(w, stride, v.clone(), o, n),
+                _ => avx::weigh_q8_0_heads::<3>(w, stride, v.clone(), o, n),
+            }
+            g += 3;
+        }
     }
     #[inline(always)]
     unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {

@@ -49,6 +49,24 @@ pub(super) trait Lanes {
             }
         }
     }
+    /// [`Lanes::weigh_f16`] for `heads` heads over the same rows, laid out
+    /// as in [`Lanes::weigh_heads`]: each row is read (and widened) once for
+    /// all the heads that share it.
+    unsafe fn weigh_f16_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
+                                  o: &mut [f32]) {
+        let n = o.len() / heads;
+        for (g, o) in o.chunks_exact_mut(n).enumerate() {
+            Self::weigh_f16(&w[g * stride..], v.clone(), o);
+        }
+    }
+    /// The same over rows of Q8_0 blocks.
+    unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
+                                   o: &mut [f32]) {
+        let n = o.len() / heads;
+        for (g, o) in o.chunks_exact_mut(n).enumerate() {
+            Self::weigh_q8_0(&w[g * stride..], v.clone(), o);
+        }
+    }
     /// [`Lanes::weigh`] for `heads` heads over the same value rows: head
     /// `g`'s weights at `w[g * stride..]`, its output the `g`-th of the
     /// `heads` equal parts of `o`.

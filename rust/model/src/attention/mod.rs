@@ -744,14 +744,17 @@ unsafe fn span<L: Lanes>(
             if a >= b {
                 continue;
             }
-            for g in 0..heads {
-                let qi = (j - j0) * heads + g;
-                let (w, o) = (&scores[qi * width + a - s0..][..b - a], &mut o[qi * hv..][..hv]);
-                match p.values {
-                    Rows::F16(v) => L::weigh_f16(w, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o),
-                    Rows::Q8_0(_) => L::weigh_q8_0(w, (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
-                    Rows::F32(_) => unreachable!("f32 values are widened by copy"),
+            // The row's heads see the same positions: each value row is read once for all of them.
+            let qi = (j - j0) * heads;
+            let w = &scores[qi * width + a - s0..][..(heads - 1) * width + b - a];
+            let o = &mut o[qi * hv..][..heads * hv];
+            match p.values {
+                Rows::F16(v) => {
+                    L::weigh_f16_heads(w, width, heads, (a..b).map(|pos| &v[ring.row(pos) * p.vw + kvh * hv..][..hv]), o)
                 }
+                Rows::Q8_0(_) => L::weigh_q8_0_heads(w, width, heads,
+                    (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
+                Rows::F32(_) => unreachable!("f32 values are widened by copy"),
             }
         }
         return;
@@ -1045,6 +1048,8 @@ mod tests {
         check(KvType::Q8_0, 6, 2, 64, 32);
         check(KvType::Q8_0, 4, 1, 256, 256);
         check(KvType::Q8_0, 9, 3, 64, 64);
+        check(KvType::Q8_0, 4, 2, 32, 64);
+        check(KvType::Q8_0, 10, 2, 32, 32);
     }
 
     #[test]
@@ -1053,6 +1058,10 @@ mod tests {
         check(KvType::F16, 9, 3, 64, 64);
         check(KvType::F16, 4, 1, 256, 256);
         check(KvType::F16, 4, 4, 19, 7);
+        // Heads sharing value rows in twos (over rows not a whole number of
+        // 32-float chunks), and in fives.
+        check(KvType::F16, 4, 2, 32, 48);
+        check(KvType::F16, 10, 2, 32, 72);
     }
 
     /// A pass of several decoded tokens, one per conversation (the plan
