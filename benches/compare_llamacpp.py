@@ -9,7 +9,9 @@ tokens), alternating one run of each so both share the machine's noise.
 -d measures each test after that many tokens are already in the context
 (llama-bench's --n-depth, passed to it as given). --ik-llama-bench adds a
 third column: ik_llama.cpp's llama-bench, built by hand, run with flash
-attention on (-fa 1), its fastest path at depth.
+attention on (-fa 1), its fastest path at depth. It has no -d: at a depth its
+tg is `-gp DEPTH,N`, and its pp is derived from the times of two prompts
+(DEPTH and DEPTH + N tokens, each from an empty cache).
 
 llama-bench is built once from the llama-cpp-python source package (which
 vendors llama.cpp) into the cache, with native CPU flags; --llama-bench names
@@ -230,6 +232,35 @@ def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: in
     return float(objs[0]["avg_ts"])
 
 
+def ik_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0,
+            kv: str = "f16") -> float:
+    """ik_llama.cpp's llama-bench, flash attention on. It has no -d: at a
+    depth, tg is its `-gp DEPTH,N` (N tokens timed after a prompt of DEPTH)
+    and pp is derived from two prompts, DEPTH and DEPTH + N, each read from
+    an empty cache: N tokens over the difference of their times."""
+    if not depth:
+        return llama_rate(binary, model, n_prompt, n_gen, threads, 0, kv, flash=True)
+    cache = ["-ctk", kv, "-ctv", kv] if kv != "f16" else []
+
+    def run(args: list[str]) -> list[dict]:
+        out = _run([str(binary), "-m", str(model), "-t", str(threads), "-r", "1", "-o", "json", "-fa", "1",
+                    *cache, *args], "ik_llama.cpp's llama-bench")
+        start = out.find("[")
+        return json.loads(out[start:]) if start >= 0 else []
+
+    if n_gen:
+        objs = [o for o in run(["-p", "0", "-n", "0", "-gp", f"{depth},{n_gen}"]) if o.get("n_gen") == n_gen]
+        if len(objs) != 1:
+            raise SystemExit(f"compare_llamacpp: no tg{n_gen} at depth {depth} in ik_llama.cpp's output")
+        return float(objs[0]["avg_ts"])
+    seconds = {}
+    for o in run(["-p", f"{depth},{depth + n_prompt}", "-n", "0"]):
+        seconds[o.get("n_prompt")] = o["n_prompt"] / float(o["avg_ts"])
+    if set(seconds) != {depth, depth + n_prompt}:
+        raise SystemExit(f"compare_llamacpp: ik_llama.cpp's prompts of {depth} and {depth + n_prompt} are not both there")
+    return n_prompt / (seconds[depth + n_prompt] - seconds[depth])
+
+
 def default_models() -> list[Path]:
     env = os.environ.get("EMBER_TEST_MODELS")
     d = Path(env) if env else Path.home() / ".cache" / "ember" / "models"
@@ -297,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                     line = (f"{model.name} {name} run {rep + 1}/{a.repetitions}: ember {ours[-1]:.1f} t/s, "
                             f"llama.cpp {theirs[-1]:.1f} t/s")
                     if a.ik_llama_bench:
-                        ik.append(llama_rate(a.ik_llama_bench, model, n_prompt, n_gen, threads, depth, kv, flash=True))
+                        ik.append(ik_rate(a.ik_llama_bench, model, n_prompt, n_gen, threads, depth, kv))
                         line += f", ik_llama.cpp -fa 1 {ik[-1]:.1f} t/s"
                     log(line)
                 e, l = statistics.fmean(ours), statistics.fmean(theirs)

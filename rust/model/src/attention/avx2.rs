@@ -455,6 +455,15 @@ mod avx {
     }
 }
 
+/// `each(first head, heads)` over `heads` heads taken three at a time (the
+/// most whose outputs a block's weighing holds in registers).
+#[inline(always)]
+fn in_threes(heads: usize, mut each: impl FnMut(usize, usize)) {
+    for g in (0..heads).step_by(3) {
+        each(g, (heads - g).min(3));
+    }
+}
+
 impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
@@ -494,31 +503,27 @@ impl Lanes for Avx2 {
             }
             return;
         }
-        let mut g = 0;
-        while g < heads {
+        in_threes(heads, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
-            match heads - g {
+            match count {
                 1 => avx::weigh_f16_heads::<1>(w, stride, v.clone(), o, n),
                 2 => avx::weigh_f16_heads::<2>(w, stride, v.clone(), o, n),
                 _ => avx::weigh_f16_heads::<3>(w, stride, v.clone(), o, n),
             }
-            g += 3;
-        }
+        });
     }
     #[inline(always)]
     unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
                                    o: &mut [f32]) {
         let n = o.len() / heads;
-        let mut g = 0;
-        while g < heads {
+        in_threes(heads, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
-            match heads - g {
+            match count {
                 1 => avx::weigh_q8_0_heads::<1>(w, stride, v.clone(), o, n),
                 2 => avx::weigh_q8_0_heads::<2>(w, stride, v.clone(), o, n),
                 _ => avx::weigh_q8_0_heads::<3>(w, stride, v.clone(), o, n),
             }
-            g += 3;
-        }
+        });
     }
     #[inline(always)]
     unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
