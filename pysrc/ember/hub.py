@@ -1,7 +1,9 @@
-"""Models by name: a GGUF of a model repository fetched through
-`huggingface_hub` into its standard cache (so a file another tool fetched is
-used as it is), with its progress bar and its resuming of a cut download;
-`HF_TOKEN`, `HF_ENDPOINT` and `HF_HUB_OFFLINE` as the library reads them.
+"""Models by name: a GGUF of a model repository fetched into
+`huggingface_hub`'s standard cache (so a file another tool fetched is used as
+it is), its bytes by `ember.download` (a progress bar, and a cut or stopped
+download resumed from the bytes it kept) and its place in the cache by the
+library; `HF_TOKEN`, `HF_ENDPOINT` and `HF_HUB_OFFLINE` as the library reads
+them.
 
 `REPO[:QUANT]` picks the file as llama-server does: the file whose name
 carries the quantization tag (case-insensitive; Q4_K_M, else Q8_0, else the
