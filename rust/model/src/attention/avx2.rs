@@ -167,14 +167,13 @@ mod avx {
                                                              o: &mut [f32], n: usize) {
         use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
         assert!(n.is_multiple_of(Q8_0_BLOCK) && o.len() >= H * n);
-        let rows = v.clone().count();
-        assert!(w.len() >= (H - 1) * stride + rows);
         let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
         for b in 0..n / Q8_0_BLOCK {
             let at = |g: usize, u: usize| op.add(g * n + Q8_0_BLOCK * b + 8 * u);
             let mut acc: [[__m256; 4]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm256_loadu_ps(at(g, u))));
             for (i, row) in v.clone().enumerate() {
-                assert!(row.len() >= (b + 1) * Q8_0_BYTES);
+                // Each head's weight of this row is read through the pointer below.
+                assert!(row.len() >= (b + 1) * Q8_0_BYTES && (H - 1) * stride + i < w.len());
                 let blk = row.as_ptr().add(b * Q8_0_BYTES);
                 let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
                 for u in 0..4 {
@@ -200,8 +199,6 @@ mod avx {
     pub(super) unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
                                                             o: &mut [f32], n: usize) {
         assert!(n.is_multiple_of(8) && o.len() >= H * n);
-        let rows = v.clone().count();
-        assert!(w.len() >= (H - 1) * stride + rows);
         let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
         let mut e = 0;
         while e < n {
@@ -210,7 +207,7 @@ mod avx {
             let mut acc: [[__m256; 4]; H] =
                 std::array::from_fn(|g| std::array::from_fn(|u| if u < width { _mm256_loadu_ps(at(g, u)) } else { _mm256_setzero_ps() }));
             for (i, row) in v.clone().enumerate() {
-                assert!(row.len() >= n);
+                assert!(row.len() >= n && (H - 1) * stride + i < w.len());
                 let r = row.as_ptr().add(e);
                 for u in 0..width {
                     let x = _mm256_cvtph_ps(_mm_loadu_si128(r.add(8 * u).cast()));
