@@ -9,6 +9,11 @@ pub(super) trait Lanes {
     /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
     /// multiple of eight), in the lane order of the module's doc.
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]);
+    /// [`Lanes::scores8`] of two queries with the same keys.
+    unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
+        Self::scores8(qa, k, a);
+        Self::scores8(qb, k, b);
+    }
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
     /// The dots of a Q8_0 query `q` (blocks of an f16 scale and 32 quants)

@@ -39,6 +39,7 @@
 use std::cell::RefCell;
 
 use ember_kv::{KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use ember_quant::SimdLevel;
 use half::f16;
 
 use crate::pool::Pool;
@@ -46,6 +47,8 @@ use crate::pool::Pool;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 use lanes::{Lanes, Scalar};
 #[cfg(test)]
@@ -122,10 +125,11 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Whether the F16C/AVX2 conversions and vector loops below run: the level
-/// ember runs at has them (see `ember_quant::level`).
-fn simd() -> bool {
-    ember_quant::level() >= ember_quant::SimdLevel::Avx2
+/// Which element loops run: the level ember runs at (see
+/// `ember_quant::level`): the scalar twin, AVX2 with FMA and F16C, or
+/// AVX-512 where the level has it.
+fn level() -> SimdLevel {
+    ember_quant::level()
 }
 
 /// Query row budget of one item: its outputs and f16 queries stay around 16 KiB each.
@@ -165,7 +169,7 @@ pub struct AttnPart<'a> {
 /// layer, not one per sequence (two where a sequence's spans are shared out).
 /// Each sequence's output is what it would get alone.
 pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPart<'_>]) {
-    let simd = simd();
+    let level = level();
     let mut plans = Vec::with_capacity(parts.len());
     // The items of all sequences share the threads: each sequence needs only
     // its share of them, so several decoded tokens keep whole head groups
@@ -181,13 +185,12 @@ pub fn attention_many(pool: &Pool, il: usize, s: &AttnShape, parts: &mut [AttnPa
         let out = &mut p.out[..p.t * s.n_head * s.head_dim_v];
         plans.push((plan, OutPtr(out.as_mut_ptr())));
     }
-    execute(pool, &plans, simd);
+    execute(pool, &plans, level);
 }
 
 /// One sequence's attention split for `threads` threads with items of about
-/// `item_floats` floats of output, with the vector loops where `simd` (which
-/// must be false where [`simd`] is): every split the planner can make, for
-/// the tests.
+/// `item_floats` floats of output, with the element loops of `level` (one
+/// this CPU runs): every split the planner can make, for the tests.
 #[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn attention_with(
@@ -201,21 +204,21 @@ fn attention_with(
     out: &mut [f32],
     threads: usize,
     item_floats: usize,
-    simd: bool,
+    level: SimdLevel,
 ) {
     if t == 0 {
         return;
     }
-    assert!(!simd || self::simd(), "vector loops on a CPU without them");
+    assert!(level.runs_here(), "vector loops on a CPU without them");
     let plan = Plan::new(cache, il, s, q, start, t, ITEMS_PER_THREAD * threads.max(1), item_floats);
     assert!(q.len() >= t * s.n_head * s.head_dim_k, "query rows");
     let out = &mut out[..t * s.n_head * s.head_dim_v];
-    execute(pool, &[(plan, OutPtr(out.as_mut_ptr()))], simd);
+    execute(pool, &[(plan, OutPtr(out.as_mut_ptr()))], level);
 }
 
 /// Runs every item of `plans` on the pool, then folds the spans of the plans
 /// that shared them out.
-fn execute(pool: &Pool, plans: &[(Plan, OutPtr)], simd: bool) {
+fn execute(pool: &Pool, plans: &[(Plan, OutPtr)], level: SimdLevel) {
     // Where each plan's items, and its kept span results, begin.
     let (mut ends, mut merges, mut at) = (Vec::with_capacity(plans.len()), Vec::new(), Vec::new());
     let (mut total, mut n_merge, mut floats) = (0, 0, 0);
@@ -249,7 +252,7 @@ fn execute(pool: &Pool, plans: &[(Plan, OutPtr)], simd: bool) {
                 // SAFETY: as in `attention_with`: each plan's items write disjoint
                 // parts of its own output (and of the kept span results, at its
                 // own offset), which outlive the loop.
-                unsafe { plan.run(i - first, sc, *dst, kept.at(at[k], hv), simd) }
+                unsafe { plan.run(i - first, sc, *dst, kept.at(at[k], hv), level) }
             })
         });
         if n_merge > 0 {
@@ -455,16 +458,19 @@ impl<'a> Plan<'a> {
     }
 
     /// # Safety
-    /// `simd` only where [`simd`] says so; `dst` is the pass's output and
+    /// `level` one this CPU runs; `dst` is the pass's output and
     /// `kept` the plan's span results, and no other item runs `i` at the
     /// same time.
-    unsafe fn run(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept, simd: bool) {
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            return run_avx(self, i, sc, dst, kept);
+    unsafe fn run(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept, level: SimdLevel) {
+        match level {
+            SimdLevel::Scalar => run_item::<Scalar>(self, i, sc, dst, kept),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => run_avx2(self, i, sc, dst, kept),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Vnni => run_avx512(self, i, sc, dst, kept),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => run_item::<Scalar>(self, i, sc, dst, kept),
         }
-        let _ = simd;
-        run_item::<Scalar>(self, i, sc, dst, kept)
     }
 
     /// The second step of a split pass: merge item `i` (a row, a head group)
@@ -494,8 +500,14 @@ impl<'a> Plan<'a> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+unsafe fn run_avx2(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
     run_item::<avx2::Avx2>(plan, i, sc, dst, kept)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn run_avx512(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+    run_item::<avx512::Avx512>(plan, i, sc, dst, kept)
 }
 
 /// One item, written once for the scalar and the vector element loops: its
@@ -676,6 +688,22 @@ unsafe fn span<L: Lanes>(
             }
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
+        // Query qi's scores of positions a..b, scaled, into its row of scores.
+        let mut store = |qi: usize, a: usize, b: usize, s8: &[f32; 8]| {
+            let row = scores.get_unchecked_mut(qi * width + a - s0..qi * width + b - s0);
+            // A block the row sees whole (most of them) is scaled and stored as one vector.
+            if let (Ok(row), Ok(s8)) = (<&mut [f32; 8]>::try_from(&mut *row), <&[f32; 8]>::try_from(&s8[a - b0..b - b0])) {
+                for (d, &x) in row.iter_mut().zip(s8) {
+                    *d = p.scale * x;
+                }
+            } else {
+                for (d, &x) in row.iter_mut().zip(&s8[a - b0..b - b0]) {
+                    *d = p.scale * x;
+                }
+            }
+        };
+        // Widened keys are met by two queries at a time; this one waits for its partner.
+        let mut waiting: Option<(usize, usize, usize)> = None;
         for j in ja..jb {
             let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
             if a >= b {
@@ -693,12 +721,23 @@ unsafe fn span<L: Lanes>(
                         let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
                         L::scores8_f16(&qw[qi * hkp..][..hkp], &keys, &mut s8);
                     }
-                    _ => L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8),
+                    _ => {
+                        let Some((qa, aa, ba)) = waiting.take() else {
+                            waiting = Some((qi, a, b));
+                            continue;
+                        };
+                        let mut first = [0.0f32; 8];
+                        L::scores8x2(&qw[qa * hkp..][..hkp], &qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut first, &mut s8);
+                        store(qa, aa, ba, &first);
+                    }
                 }
-                for pos in a..b {
-                    *scores.get_unchecked_mut(qi * width + pos - s0) = p.scale * s8[pos - b0];
-                }
+                store(qi, a, b, &s8);
             }
+        }
+        if let Some((qi, a, b)) = waiting {
+            let mut s8 = [0.0f32; 8];
+            L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8);
+            store(qi, a, b, &s8);
         }
         b0 = b1;
     }
@@ -938,7 +977,7 @@ mod tests {
                 let mut got = [0.0f32; 8];
                 unsafe { Scalar::scores8_q8_0(&q8, &rows, &dk, &mut got) };
                 #[cfg(target_arch = "x86_64")]
-                if simd() {
+                if SimdLevel::Avx2.runs_here() {
                     let mut vector = [0.0f32; 8];
                     unsafe { avx2::Avx2::scores8_q8_0(&q8, &rows, &dk, &mut vector) };
                     assert_eq!(vector.map(f32::to_bits), got.map(f32::to_bits), "hk {hk} trial {trial}");
@@ -997,7 +1036,7 @@ mod tests {
         let mut cache = KvCache::new(ty, ctx, max_batch, &shapes);
         let mut rng = Rng(0x5eed ^ (hk * 31 + hv + ctx) as u64);
         let mut start = 0;
-        let simds: &[bool] = if simd() { &[false, true] } else { &[false] };
+        let levels = SimdLevel::all_here();
         let pool = Pool::new(2).unwrap();
         for &t in passes {
             for il in 0..2 {
@@ -1020,12 +1059,12 @@ mod tests {
                 let mut want = vec![0.0; t * n_head * hv];
                 reference(&cache, il, &s, &q, start, t, &mut want);
                 for &(threads, floats) in splits {
-                    for &simd in simds {
+                    for &level in &levels {
                         let mut got = vec![f32::NAN; t * n_head * hv];
-                        attention_with(&pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, simd);
+                        attention_with(&pool, &cache, il, &s, &q, start, t, &mut got, threads, floats, level);
                         let bad = got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits());
                         assert!(bad.is_none(), "{ty:?} layer {il} t {t} start {start} threads {threads} floats {floats} \
-                             simd {simd}: element {bad:?}");
+                             level {level:?}: element {bad:?}");
                     }
                 }
                 // The pass's entry point, the sequence beside an empty one.

@@ -77,6 +77,11 @@ pub fn exp_fast(x: f32) -> f32 {
 /// `row[i] = exp(row[i] - shift)` for every element (a softmax's numerators).
 pub fn exp_shifted(row: &mut [f32], shift: f32) {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU has the features `avx512` needs.
+        return unsafe { avx512::exp_shifted(row, shift) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has the features `avx` needs.
         return unsafe { avx2::exp_shifted(row, shift) };
@@ -111,6 +116,8 @@ pub fn silu_mul_scalar(out: &mut [f32], g: &[f32], u: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// GELU, tanh approximation (as ggml's `gelu`).
 #[inline]
@@ -224,6 +231,18 @@ mod tests {
             exp_shifted(&mut a, shift);
             exp_shifted_scalar(&mut b, shift);
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "shift {shift}");
+            // Each vector form where the CPU has it, whatever level was chosen.
+            #[cfg(target_arch = "x86_64")]
+            for (name, form, here) in [
+                ("avx2", avx2::exp_shifted as unsafe fn(&mut [f32], f32), avx2::available()),
+                ("avx512", avx512::exp_shifted, avx512::available()),
+            ] {
+                if here {
+                    let mut a = xs.clone();
+                    unsafe { form(&mut a, shift) };
+                    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
+                }
+            }
         }
         let u: Vec<f32> = xs.iter().map(|x| 1.0 - x * 0.01).collect();
         let (mut a, mut b) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);

@@ -1,0 +1,258 @@
+//! The element loops of attention in AVX-512 (F, BW, VL), where the level
+//! ember runs at has it: sixteen lanes where AVX2 has eight, and twice the
+//! registers, rounding as the scalar twin (`super::lanes::Scalar`) does. A
+//! score keeps the eight lanes of the module's doc, two keys to a register;
+//! an output element's chain of multiply-adds is its own whatever the width.
+//! What gains nothing from the width (reading f16 or Q8_0 rows in place,
+//! where a decoded token waits on memory; the f64 sums) is AVX2's.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::avx2::{reduce8, Avx2};
+use super::lanes::Lanes;
+
+/// Reachable only through `super::run_avx512`, after `super::level`.
+pub(super) struct Avx512;
+
+/// The low and high eight floats of a register.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn halves(x: __m512) -> (__m256, __m256) {
+    (_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))))
+}
+
+/// Eight floats at `lo` in the low half of a register, eight at `hi` in the high.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn pair(lo: *const f32, hi: *const f32) -> __m512 {
+    let lo = _mm512_castps256_ps512(_mm256_loadu_ps(lo));
+    _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(lo), _mm256_castps_pd(_mm256_loadu_ps(hi))))
+}
+
+/// Eight dots of one query with eight keys: key `r` in the low half of
+/// accumulator `r % 4` for r < 4, in the high half for the others, so each
+/// key's eight lanes are those of the AVX2 form; then the same reduction.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
+    let n = q.len();
+    assert!(n.is_multiple_of(8) && k.len() >= 8 * n);
+    let (qp, kp) = (q.as_ptr(), k.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i < n {
+        let qv = pair(qp.add(i), qp.add(i));
+        for (r, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_fmadd_ps(qv, pair(kp.add(r * n + i), kp.add((r + 4) * n + i)), *a);
+        }
+        i += 8;
+    }
+    let [(l0, h0), (l1, h1), (l2, h2), (l3, h3)] = acc.map(|a| halves(a));
+    reduce8(&[l0, l1, l2, l3, h0, h1, h2, h3], out)
+}
+
+/// [`scores8`] of two queries with the same eight keys: query `a` in the low
+/// halves of eight accumulators (one per key), `b` in the high halves, each
+/// key's eight floats loaded into both halves at once; the same lanes, the
+/// same reduction.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
+    let n = qa.len();
+    assert!(n.is_multiple_of(8) && qb.len() == n && k.len() >= 8 * n);
+    let kp = k.as_ptr();
+    let mut acc = [_mm512_setzero_ps(); 8];
+    let mut i = 0;
+    while i < n {
+        let qv = pair(qa.as_ptr().add(i), qb.as_ptr().add(i));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(kp.add(r * n + i)))));
+            *acc = _mm512_fmadd_ps(qv, kv, *acc);
+        }
+        i += 8;
+    }
+    let lanes = acc.map(|x| halves(x));
+    reduce8(&lanes.map(|(lo, _)| lo), a);
+    reduce8(&lanes.map(|(_, hi)| hi), b);
+}
+
+/// `H` heads' outputs over the same value rows (as the AVX2 form), `U`
+/// registers of sixteen floats of each head held across all the rows: a
+/// value row is loaded once for the `H` heads, and `H * U` chains of
+/// multiply-adds are in flight. Each output element is the same chain, in
+/// row order, as in the scalar twin.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_heads<const H: usize, const U: usize>(
+    w: *const f32,
+    stride: usize,
+    rows: usize,
+    v: *const f32,
+    n: usize,
+    o: *mut f32,
+    i: usize,
+) {
+    let at = |g: usize, u: usize| o.add(g * n + i + 16 * u);
+    let mut acc: [[__m512; U]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm512_loadu_ps(at(g, u))));
+    for r in 0..rows {
+        let row = v.add(r * n + i);
+        let x: [__m512; U] = std::array::from_fn(|u| _mm512_loadu_ps(row.add(16 * u)));
+        for (g, a) in acc.iter_mut().enumerate() {
+            let wg = _mm512_set1_ps(*w.add(g * stride + r));
+            for (a, &x) in a.iter_mut().zip(&x) {
+                *a = _mm512_fmadd_ps(wg, x, *a);
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (u, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(at(g, u), *a);
+        }
+    }
+}
+
+/// [`weigh_heads`] over all of each head's `n` floats: four registers per
+/// head (eight for one head alone), so that eight or more chains are in
+/// flight, then one, then single floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_all<const H: usize>(w: *const f32, stride: usize, rows: usize, v: *const f32, n: usize, o: *mut f32) {
+    const { assert!(H >= 1 && H <= 4) };
+    let mut i = 0;
+    if H == 1 {
+        while i + 128 <= n {
+            weigh_heads::<H, 8>(w, stride, rows, v, n, o, i);
+            i += 128;
+        }
+    }
+    while i + 64 <= n {
+        weigh_heads::<H, 4>(w, stride, rows, v, n, o, i);
+        i += 64;
+    }
+    while i + 16 <= n {
+        weigh_heads::<H, 1>(w, stride, rows, v, n, o, i);
+        i += 16;
+    }
+    for e in i..n {
+        for g in 0..H {
+            let mut acc = *o.add(g * n + e);
+            for r in 0..rows {
+                acc = (*w.add(g * stride + r)).mul_add(*v.add(r * n + e), acc);
+            }
+            *o.add(g * n + e) = acc;
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+    let (n, r) = (row.len(), row.as_mut_ptr());
+    let vinv = _mm512_set1_ps(inv);
+    let mut i = 0;
+    while i + 16 <= n {
+        let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_mul_ps(_mm512_loadu_ps(r.add(i)), vinv));
+        _mm512_storeu_ps(r.add(i), _mm512_cvtph_ps(h));
+        i += 16;
+    }
+    Avx2::probs_f16(&mut row[i..], inv)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn max(row: &[f32]) -> f32 {
+    let (n, r) = (row.len(), row.as_ptr());
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i + 16 <= n {
+        m = _mm512_max_ps(m, _mm512_loadu_ps(r.add(i)));
+        i += 16;
+    }
+    _mm512_reduce_max_ps(m).max(Avx2::max(&row[i..]))
+}
+
+impl Lanes for Avx512 {
+    #[inline(always)]
+    unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
+        scores8(q, k, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
+        scores8x2(qa, qb, k, a, b)
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
+        Avx2::scores8_f16(q, keys, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
+        Avx2::scores8_q8_0(q, keys, dk, out)
+    }
+    #[inline(always)]
+    unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
+        Avx2::narrow(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        Avx2::widen(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
+        Avx2::widen_q8_0(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
+        probs_f16(row, inv)
+    }
+    #[inline(always)]
+    unsafe fn max(row: &[f32]) -> f32 {
+        max(row)
+    }
+    #[inline(always)]
+    unsafe fn sum(row: &[f32]) -> f64 {
+        Avx2::sum(row)
+    }
+    #[inline(always)]
+    unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
+        let n = o.len();
+        let rows = w.len().min(v.len() / n.max(1));
+        weigh_all::<1>(w.as_ptr(), 0, rows, v.as_ptr(), n, o.as_mut_ptr())
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
+        Avx2::weigh_f16(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_q8_0<'r>(w: &[f32], v: impl Iterator<Item = &'r [u8]> + Clone, o: &mut [f32]) {
+        Avx2::weigh_q8_0(w, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_f16_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
+                                  o: &mut [f32]) {
+        Avx2::weigh_f16_heads(w, stride, heads, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
+                                   o: &mut [f32]) {
+        Avx2::weigh_q8_0_heads(w, stride, heads, v, o)
+    }
+    #[inline(always)]
+    unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
+        let n = o.len() / heads;
+        let rows = v.len() / n.max(1);
+        assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
+        let mut g = 0;
+        while g < heads {
+            let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
+            match heads - g {
+                1 => weigh_all::<1>(ws, stride, rows, v.as_ptr(), n, os),
+                2 => weigh_all::<2>(ws, stride, rows, v.as_ptr(), n, os),
+                3 => weigh_all::<3>(ws, stride, rows, v.as_ptr(), n, os),
+                _ => weigh_all::<4>(ws, stride, rows, v.as_ptr(), n, os),
+            }
+            g += (heads - g).min(4);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The softmax's exponential on sixteen lanes (AVX-512 F), operation for
+//! operation as the eight-lane form and the scalar twin, so the three agree
+//! bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::*;
+
+/// The level ember runs at has AVX-512 (see `ember_quant::level`).
+pub(super) fn available() -> bool {
+    ember_quant::level() >= ember_quant::SimdLevel::Avx512Vnni
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn exp16(x: __m512) -> __m512 {
+    let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
+    // Round to nearest, halves to even, as `_mm256_round_ps` and `round_ties_even`.
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+        x,
+        _mm512_set1_ps(LOG2E),
+    ));
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0));
+    let scale =
+        _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127))));
+    _mm512_mul_ps(y, scale)
+}
+
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
+    let (n, p) = (row.len(), row.as_mut_ptr());
+    let s = _mm512_set1_ps(shift);
+    let mut i = 0;
+    while i + 16 <= n {
+        _mm512_storeu_ps(p.add(i), exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s)));
+        i += 16;
+    }
+    exp_shifted_scalar(&mut row[i..], shift);
+}
