@@ -17,6 +17,11 @@ llama-bench is built once from the llama-cpp-python source package (which
 vendors llama.cpp) into the cache, with native CPU flags; --llama-bench names
 a binary to use instead. Nothing of llama.cpp lives in this repository.
 
+For tg the table adds the limit: the fastest decode this machine allows, the
+bytes a token reads (every weight once, and the keys and values its queries see
+at the test's middle token) over the bytes a second the threads stream from
+memory, both from `ember bench`'s run, and ember's share of it.
+
 Each repetition is one `ember bench -r 1` process and one `llama-bench -r 1`
 process per test; both do one untimed warm-up run of the test before the timed
 one. The table gives the mean over the repetitions and the ratio ember/llama.cpp.
@@ -204,13 +209,17 @@ def _run(cmd: list[str], what: str) -> str:
     return r.stdout
 
 
-def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0, kv: str = "f16") -> float:
+def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0,
+               kv: str = "f16") -> tuple[float, float | None]:
+    """ember's rate, and for tg the fastest decode the machine allows (the
+    bytes a token reads against the bytes a second its threads stream, as
+    `ember bench` measures them in the same run)."""
     out = _run([sys.executable, "-m", "ember", "bench", "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen),
                 "-t", str(threads), "-r", "1", "-d", str(depth), "-ctk", kv, "--json"], "ember bench")
     objs = [json.loads(line) for line in out.splitlines() if line.strip().startswith("{")]
     if len(objs) != 1:
         raise SystemExit(f"compare_llamacpp: ember bench printed {len(objs)} results, expected 1:\n{out}")
-    return float(objs[0]["avg_ts"])
+    return float(objs[0]["avg_ts"]), objs[0].get("limit_ts")
 
 
 def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0, kv: str = "f16",
@@ -321,30 +330,39 @@ def main(argv: list[str] | None = None) -> int:
         for depth in depths:
             for n_prompt, n_gen in tests:
                 name = (f"pp{n_prompt}" if n_prompt else f"tg{n_gen}") + (f" @ d{depth}" if depth else "")
-                ours, theirs, ik = [], [], []
+                ours, theirs, ik, limits = [], [], [], []
                 for rep in range(a.repetitions):
-                    ours.append(ember_rate(model, n_prompt, n_gen, threads, depth, kv))
+                    rate, limit = ember_rate(model, n_prompt, n_gen, threads, depth, kv)
+                    ours.append(rate)
+                    if limit is not None:
+                        limits.append(limit)
                     theirs.append(llama_rate(binary, model, n_prompt, n_gen, threads, depth, kv))
                     line = (f"{model.name} {name} run {rep + 1}/{a.repetitions}: ember {ours[-1]:.1f} t/s, "
                             f"llama.cpp {theirs[-1]:.1f} t/s")
                     if a.ik_llama_bench:
                         ik.append(ik_rate(a.ik_llama_bench, model, n_prompt, n_gen, threads, depth, kv))
                         line += f", ik_llama.cpp -fa 1 {ik[-1]:.1f} t/s"
+                    if limit is not None:
+                        line += f" (limit {limit:.1f} t/s)"
                     log(line)
                 e, l = statistics.fmean(ours), statistics.fmean(theirs)
-                rows.append((model.name, name, e, l, e / l, statistics.fmean(ik) if ik else None))
+                rows.append((model.name, name, e, l, e / l, statistics.fmean(ik) if ik else None,
+                             statistics.fmean(limits) if limits else None))
 
     w = max([len("model")] + [len(r[0]) for r in rows])
     tw = max(len(r[1]) for r in rows)
     ik_head = f" {'ik_llama.cpp -fa 1 t/s':>22} | {'ember/ik':>8} |" if a.ik_llama_bench else ""
     ik_rule = f" {'-' * 21}: | {'-' * 7}: |" if a.ik_llama_bench else ""
     print()
+    # tg's limit: the bytes a token reads over the bytes a second both threads stream.
     print(f"| {'model':<{w}} | {'test':>{tw}} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |"
-          + ik_head)
-    print(f"| {'-' * w} | {'-' * (tw - 1)}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |" + ik_rule)
-    for name, test, e, l, ratio, k in rows:
+          + ik_head + f" {'limit t/s':>9} | {'ember/limit':>11} |")
+    print(f"| {'-' * w} | {'-' * (tw - 1)}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |" + ik_rule
+          + f" {'-' * 8}: | {'-' * 10}: |")
+    for name, test, e, l, ratio, k, limit in rows:
         ik_cells = f" {k:22.2f} | {e / k:7.2f}x |" if k is not None else ""
-        print(f"| {name:<{w}} | {test:>{tw}} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |" + ik_cells)
+        limit_cells = f" {limit:9.1f} | {e / limit:10.0%} |" if limit else f" {'':>9} | {'':>11} |"
+        print(f"| {name:<{w}} | {test:>{tw}} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |" + ik_cells + limit_cells)
     return 0
 
 

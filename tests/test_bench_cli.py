@@ -64,6 +64,40 @@ def test_depth_and_cache_type_as_llama_bench_names_them(smollm2_path):
     assert [o["n_depth"] for o in objs] == [0, 0, 32, 32] and {o["type_k"] for o in objs} == {"q8_0"}
 
 
+def test_tg_gives_the_bytes_a_token_reads_and_the_limit_they_set(smollm2_path, gemma3_path):
+    """A tg result carries what a decoded token reads (every weight once, the
+    token table only where it is the output head too; the keys and values
+    its queries see at the test's middle token, a sliding window's at most)
+    and the threads' streaming rate: their quotient is the limit."""
+    from ember import _native
+
+    for path, depth, kv in [(smollm2_path, 32, "q8_0"), (gemma3_path, 1024, "f16")]:
+        r = ember("bench", "-m", str(path), "-p", "0", "-n", "2", "-r", "1", "-d", str(depth), "-ctk", kv, "--json")
+        assert r.returncode == 0, r.stderr
+        (o,) = [json.loads(line) for line in r.stdout.strip().splitlines()]
+        info = _native.inspect(str(path), 0)
+        names = {t[0] for t in info["tensors"]}
+        tied = "output.weight" not in names
+        weights = sum(t[3] for t in info["tensors"] if tied or t[0] != "token_embd.weight")
+        assert o["weights_bytes"] == weights
+        meta = dict(info["metadata"])
+        arch = meta["general.architecture"]
+        n_layer, n_kv = meta[f"{arch}.block_count"], meta[f"{arch}.attention.head_count_kv"]
+        hk = meta.get(f"{arch}.attention.key_length") or meta[f"{arch}.embedding_length"] // meta[f"{arch}.attention.head_count"]
+        row = 2 * (n_kv * hk // 32 * 34 if kv == "q8_0" else n_kv * hk * 2)
+        seen = depth + 1 + 1  # the test's middle token of two sees the depth, the first drawn and itself
+        if arch == "gemma3":
+            # Every sixth layer global, the others the window's last positions.
+            window = meta["gemma3.attention.sliding_window"]
+            n_global = n_layer // 6
+            assert window < seen
+            assert o["cache_bytes"] == (n_global * seen + (n_layer - n_global) * window) * row
+        else:
+            assert o["cache_bytes"] == n_layer * seen * row
+        assert o["stream_bytes_per_s"] > 1e8
+        assert o["limit_ts"] == pytest.approx(o["stream_bytes_per_s"] / (o["weights_bytes"] + o["cache_bytes"]))
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

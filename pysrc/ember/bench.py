@@ -41,6 +41,19 @@ class TestResult:
     #: the KV cache's element type (llama-bench's type_k and type_v)
     kv_type: str = "f16"
     samples_ts: list[float] = field(default_factory=list)
+    #: tg only: bytes a decoded token reads (weights; keys and values at the
+    #: test's middle token), and the bytes a second the threads stream from
+    #: memory at best, measured in the same run: their quotient is the
+    #: fastest decode this machine allows
+    weights_bytes: int | None = None
+    cache_bytes: int | None = None
+    stream_bytes_per_s: float | None = None
+
+    @property
+    def limit_ts(self) -> float | None:
+        if self.stream_bytes_per_s is None or self.weights_bytes is None or self.cache_bytes is None:
+            return None
+        return self.stream_bytes_per_s / (self.weights_bytes + self.cache_bytes)
 
     @property
     def test(self) -> str:
@@ -72,6 +85,12 @@ class TestResult:
             "samples_ts": self.samples_ts,
             "avg_ts": self.avg_ts,
             "stddev_ts": self.stddev_ts,
+            **({} if self.limit_ts is None else {
+                "weights_bytes": self.weights_bytes,
+                "cache_bytes": self.cache_bytes,
+                "stream_bytes_per_s": self.stream_bytes_per_s,
+                "limit_ts": self.limit_ts,
+            }),
         }
 
 
@@ -149,6 +168,7 @@ def run_bench(
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
+    stream = None
     for depth in depths:
         # The held tokens start with the BOS; the measured ones follow them.
         held = prompt_tokens(depth, model.n_vocab, bos)
@@ -159,7 +179,11 @@ def run_bench(
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
         if n_gen:
             first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
-            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, **base),
+            weights, cache = model.token_bytes(depth + n_gen // 2)
+            if stream is None:
+                stream = model.stream_rate()
+            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, weights_bytes=weights, cache_bytes=cache,
+                                     stream_bytes_per_s=stream, **base),
                           lambda first=first, held=held: model.bench_generation(first, n_gen, held)))
     results = []
     for result, measure in tests:

@@ -60,7 +60,7 @@ impl KvType {
         self != KvType::Q8_0 || dim.is_multiple_of(Q8_0_BLOCK)
     }
     /// Bytes of `n` elements (a whole number of blocks for Q8_0).
-    fn bytes(self, n: usize) -> usize {
+    pub fn bytes(self, n: usize) -> usize {
         match self {
             KvType::F16 => 2 * n,
             KvType::F32 => 4 * n,

@@ -6,6 +6,7 @@
 
 use std::time::Instant;
 
+use crate::config::KvSource;
 use crate::error::Result;
 use crate::forward::Logits;
 use crate::{KvType, Model};
@@ -50,4 +51,72 @@ pub fn text_generation(model: &Model, depth: &[u32], first: u32, n: usize, max_b
         token = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
     }
     Ok(Throughput { tokens: n, seconds: t0.elapsed().as_secs_f64() })
+}
+
+/// What decoding one token reads: the weights and the cache, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBytes {
+    pub weights: u64,
+    pub cache: u64,
+}
+
+/// Bytes a token decoded after `depth` held positions reads: every weight
+/// once (the token table only where it is the output head too, a row
+/// otherwise; a mixture's experts in the share a token uses), and the keys
+/// and values each layer's query sees (a sliding window's at most) in the
+/// cache type's bytes. At the memory's streaming rate these give the
+/// fastest decode the machine allows.
+pub fn token_bytes(model: &Model, depth: usize, kv: KvType) -> TokenBytes {
+    let header = model.file().header();
+    let tied = header.tensor("output.weight").is_none();
+    let mut weights = 0u64;
+    for t in &header.tensors {
+        let per_token_rows = (t.name == "token_embd.weight" && !tied) || t.name.starts_with("per_layer_token_embd");
+        if per_token_rows {
+            continue;
+        }
+        weights += match &model.config.moe {
+            Some(moe) if t.name.contains("_exps") && moe.n_expert > 0 => t.n_bytes * moe.n_used as u64 / moe.n_expert as u64,
+            _ => t.n_bytes,
+        };
+    }
+    let cache = model
+        .config
+        .layers
+        .iter()
+        .filter(|l| matches!(l.kv, KvSource::Own(_)))
+        .map(|l| {
+            let seen = l.window.map_or(depth + 1, |w| w.min(depth + 1));
+            (seen * (kv.bytes(l.k_width()) + kv.bytes(l.v_width()))) as u64
+        })
+        .sum();
+    TokenBytes { weights, cache }
+}
+
+/// Bytes a second the model's threads read from memory at best: each
+/// thread sums its share of a buffer eight times the size of any cache
+/// here, the best of a few sweeps (as weights are streamed: sequentially,
+/// every thread at once).
+pub fn stream_rate(model: &Model) -> f64 {
+    const BYTES: usize = 512 << 20;
+    let words = vec![1u64; BYTES / 8];
+    let threads = model.pool.threads().max(1);
+    let share = words.len().div_ceil(threads);
+    let mut best = 0.0f64;
+    for _ in 0..4 {
+        let t0 = Instant::now();
+        model.pool.for_each(threads, |i| {
+            let part = &words[(i * share).min(words.len())..((i + 1) * share).min(words.len())];
+            // Eight independent sums, so the adds keep up with the loads.
+            let mut lanes = [0u64; 8];
+            for c in part.chunks_exact(8) {
+                for (l, &w) in lanes.iter_mut().zip(c) {
+                    *l = l.wrapping_add(w);
+                }
+            }
+            std::hint::black_box(lanes);
+        });
+        best = best.max(BYTES as f64 / t0.elapsed().as_secs_f64());
+    }
+    best
 }

@@ -413,6 +413,18 @@ impl Model {
             .map_err(map_err)
     }
 
+    /// (weight bytes, cache bytes) that decoding a token reads after `depth`
+    /// held positions, in this model's cache type.
+    fn token_bytes(&self, depth: usize) -> (u64, u64) {
+        let b = ember_model::bench::token_bytes(&self.inner, depth, self.kv_type);
+        (b.weights, b.cache)
+    }
+
+    /// Bytes a second this model's threads stream from memory at best.
+    fn stream_rate(&self, py: Python<'_>) -> f64 {
+        py.detach(|| ember_model::bench::stream_rate(&self.inner))
+    }
+
     /// Seconds to decode `n` tokens one at a time after `depth`, as
     /// llama-bench's `tg` measures it.
     #[pyo3(signature = (first, n, depth = Vec::new()))]
