@@ -78,6 +78,33 @@ unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut
     reduce8(&lanes.map(|(_, hi)| hi), b);
 }
 
+/// The AVX2 form's `scores8_f16` for three queries at once, with the keys
+/// read in place: each eight halves of a key widened once for the three
+/// (24 accumulators, which AVX-512's 32 registers hold), where a query at a
+/// time widens every key once per query. The same lanes, the same reduction.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
+    let n = q[0].len();
+    assert!(n.is_multiple_of(8) && q.iter().all(|q| q.len() == n) && keys.iter().all(|k| k.len() >= n));
+    let kp = keys.map(|k| k.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 8]; 3];
+    let mut i = 0;
+    while i < n {
+        let qv = q.map(|q| _mm256_loadu_ps(q.as_ptr().add(i)));
+        for (r, k) in kp.iter().enumerate() {
+            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(i).cast()));
+            for (a, qv) in acc.iter_mut().zip(&qv) {
+                a[r] = _mm256_fmadd_ps(*qv, kv, a[r]);
+            }
+        }
+        i += 8;
+    }
+    for (a, out) in acc.iter().zip(out) {
+        reduce8(a, out);
+    }
+}
+
 /// `H` heads' outputs over the same value rows (as the AVX2 form), `U`
 /// registers of sixteen floats of each head held across all the rows: a
 /// value row is loaded once for the `H` heads, and `H * U` chains of
@@ -185,6 +212,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
         Avx2::scores8_f16(q, keys, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
+        scores8_f16_x3(q, keys, out)
     }
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {

@@ -16,6 +16,12 @@ pub(super) trait Lanes {
     }
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
+    /// [`Lanes::scores8_f16`] of three queries with the same keys.
+    unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
+        for (q, out) in q.into_iter().zip(out) {
+            Self::scores8_f16(q, keys, out);
+        }
+    }
     /// The dots of a Q8_0 query `q` (blocks of an f16 scale and 32 quants)
     /// with eight Q8_0 key rows read in place, the keys' block scales given
     /// widened (block `b` of key `i` at `dk[8 * b + i]`): per block the exact

@@ -704,6 +704,9 @@ unsafe fn span<L: Lanes>(
         };
         // Widened keys are met by two queries at a time; this one waits for its partner.
         let mut waiting: Option<(usize, usize, usize)> = None;
+        // Keys read in place are met by all the block's queries (fewer than
+        // DIRECT_QUERIES) at once.
+        let (mut direct_q, mut n_direct) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
         for j in ja..jb {
             let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
             if a >= b {
@@ -717,9 +720,11 @@ unsafe fn span<L: Lanes>(
                         let keys8 = keys8.as_ref().expect("Q8_0 keys are met in place");
                         L::scores8_q8_0(&q8[qi * kbytes..][..kbytes], keys8, dk, &mut s8);
                     }
-                    Rows::F16(k) if direct => {
-                        let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
-                        L::scores8_f16(&qw[qi * hkp..][..hkp], &keys, &mut s8);
+                    Rows::F16(_) if direct => {
+                        // Met below, with the block's other queries.
+                        direct_q[n_direct] = (qi, a, b);
+                        n_direct += 1;
+                        continue;
                     }
                     _ => {
                         let Some((qa, aa, ba)) = waiting.take() else {
@@ -738,6 +743,21 @@ unsafe fn span<L: Lanes>(
             let mut s8 = [0.0f32; 8];
             L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8);
             store(qi, a, b, &s8);
+        }
+        if let (Rows::F16(k), 1..) = (&p.keys, n_direct) {
+            let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
+            let query = |i: usize| &qw[direct_q[i.min(n_direct - 1)].0 * hkp..][..hkp];
+            let mut s8 = [[0.0f32; 8]; 3];
+            let [sa, sb, sc] = &mut s8;
+            if n_direct == 1 {
+                L::scores8_f16(query(0), &keys, sa);
+            } else {
+                // Two queries: the second's scores taken twice, the copy unused.
+                L::scores8_f16_x3([query(0), query(1), query(2)], &keys, [sa, sb, sc]);
+            }
+            for (&(qi, a, b), s8) in direct_q[..n_direct].iter().zip(&s8) {
+                store(qi, a, b, s8);
+            }
         }
         b0 = b1;
     }
