@@ -10,8 +10,9 @@ tokens), alternating one run of each so both share the machine's noise.
 (llama-bench's --n-depth, passed to it as given). --ik-llama-bench adds a
 third column: ik_llama.cpp's llama-bench, built by hand, run with flash
 attention on (-fa 1), its fastest path at depth. It has no -d: at a depth its
-tg is `-gp DEPTH,N`, and its pp is derived from the times of two prompts
-(DEPTH and DEPTH + N tokens, each from an empty cache).
+tg is `-gp DEPTH,N`, and its pp is the window read at DEPTH in the sweep of
+its llama-sweep-bench, when that is built beside it (else derived from the
+times of two prompts, DEPTH and DEPTH + N tokens, each from an empty cache).
 
 llama-bench is built once from the llama-cpp-python source package (which
 vendors llama.cpp) into the cache, with native CPU flags; --llama-bench names
@@ -201,12 +202,12 @@ def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
 
 
 # -- one run of each -------------------------------------------------------------
-def _run(cmd: list[str], what: str) -> str:
+def _run(cmd: list[str], what: str, stderr_too: bool = False) -> str:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
         raise SystemExit(f"compare_llamacpp: {what} failed ({r.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
-    return r.stdout
+    return r.stdout + r.stderr if stderr_too else r.stdout
 
 
 def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int, depth: int = 0,
@@ -245,8 +246,11 @@ def ik_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int, 
             kv: str = "f16") -> float:
     """ik_llama.cpp's llama-bench, flash attention on. It has no -d: at a
     depth, tg is its `-gp DEPTH,N` (N tokens timed after a prompt of DEPTH)
-    and pp is derived from two prompts, DEPTH and DEPTH + N, each read from
-    an empty cache: N tokens over the difference of their times."""
+    and pp is what its llama-sweep-bench (built beside it) times for the
+    window of N tokens read at DEPTH; without that tool, pp is derived from
+    two prompts, DEPTH and DEPTH + N, each read from an empty cache: N
+    tokens over the difference of their times (noisy: a small difference of
+    two large times)."""
     if not depth:
         return llama_rate(binary, model, n_prompt, n_gen, threads, 0, kv, flash=True)
     cache = ["-ctk", kv, "-ctv", kv] if kv != "f16" else []
@@ -262,6 +266,17 @@ def ik_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: int, 
         if len(objs) != 1:
             raise SystemExit(f"compare_llamacpp: no tg{n_gen} at depth {depth} in ik_llama.cpp's output")
         return float(objs[0]["avg_ts"])
+    sweep = binary.with_name("llama-sweep-bench")
+    if sweep.is_file():
+        # Its sweep reads a window of N prompt tokens at each depth 0, N, 2N, ... in turn.
+        out = _run([str(sweep), "-m", str(model), "-t", str(threads), "-c", str(depth + n_prompt), "-ub", str(n_prompt),
+                    "-b", str(n_prompt), "-fa", "1", "--output-format", "jsonl", *cache],
+                   "ik_llama.cpp's llama-sweep-bench", stderr_too=True)  # it writes its results to both
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        at = [o for o in rows if o.get("n_kv") == depth and o.get("pp") == n_prompt]
+        if len(at) != 1:
+            raise SystemExit(f"compare_llamacpp: no pp{n_prompt} at n_kv {depth} in llama-sweep-bench's output:\n{out}")
+        return float(at[0]["speed_pp"])
     seconds = {}
     for o in run(["-p", f"{depth},{depth + n_prompt}", "-n", "0"]):
         seconds[o.get("n_prompt")] = o["n_prompt"] / float(o["avg_ts"])
