@@ -1,10 +1,12 @@
 //! The element loops of attention in AVX-512 (F, BW, VL), where the level
 //! ember runs at has it: sixteen lanes where AVX2 has eight, and twice the
 //! registers, rounding as the scalar twin (`super::lanes::Scalar`) does. A
-//! score keeps the eight lanes of the module's doc, two keys to a register;
-//! an output element's chain of multiply-adds is its own whatever the width.
-//! What gains nothing from the width (reading f16 or Q8_0 rows in place,
-//! where a decoded token waits on memory; the f64 sums) is AVX2's.
+//! score keeps the eight lanes of the module's doc, two keys or two queries
+//! to a register (or, for keys read in place, three queries' accumulators in
+//! the extra registers); an output element's chain of multiply-adds is its
+//! own whatever the width. What gains nothing from the width (the f64 sums,
+//! Q8_0 rows, f16 values read in place, where a decoded token waits on
+//! memory) is AVX2's.
 
 use std::arch::x86_64::*;
 
