@@ -4,7 +4,7 @@
 use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::f16;
 
-/// Element loops with a scalar and an AVX2/F16C form that round identically.
+/// Element loops with a scalar form and AVX2/F16C and AVX-512 forms that round identically.
 pub(super) trait Lanes {
     /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
     /// multiple of eight), in the lane order of the module's doc.

@@ -47,8 +47,9 @@ pub fn silu(x: f32) -> f32 {
 }
 
 // The exponential of the softmax and of SiLU, in one arithmetic that the
-// scalar form and the AVX2 form (eight lanes) follow operation for operation,
-// fused multiply-adds included, so they agree bit for bit: x = n ln2 + r with
+// scalar form, the AVX2 form (eight lanes) and the softmax's AVX-512 form
+// (sixteen) follow operation for operation, fused multiply-adds included,
+// so they agree bit for bit: x = n ln2 + r with
 // n = round(x log2 e) (halves to even) and ln2 split in two, a degree-6
 // polynomial in r (Cephes' expf coefficients, within a couple of ulp of
 // exp), scaled by 2^n. Inputs are clamped to where 2^n is a normal float.
