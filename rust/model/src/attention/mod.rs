@@ -263,7 +263,7 @@ fn execute(pool: &Pool, plans: &[(Plan, OutPtr)], level: SimdLevel) {
                 SCRATCH.with_borrow_mut(|sc| {
                     // SAFETY: each merge item writes its own (row, head group) of
                     // the plan's output, reading what the first step kept.
-                    unsafe { plan.merge(i - first, sc, *dst, kept.at(at[k], hv)) }
+                    unsafe { plan.merge(i - first, sc, *dst, kept.at(at[k], hv), level) }
                 })
             });
         }
@@ -478,7 +478,24 @@ impl<'a> Plan<'a> {
     ///
     /// # Safety
     /// `kept` holds what the first step wrote; no other merge item runs `i`.
-    unsafe fn merge(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+    unsafe fn merge(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept, level: SimdLevel) {
+        match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 | SimdLevel::Avx512Vnni => self.merge_fma(i, sc, dst, kept),
+            _ => self.merge_item(i, sc, dst, kept),
+        }
+    }
+
+    /// [`Plan::merge_item`] with the fold's fused multiply-adds as
+    /// instructions rather than calls (the same roundings).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn merge_fma(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+        self.merge_item(i, sc, dst, kept)
+    }
+
+    #[inline(always)]
+    unsafe fn merge_item(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
         let per_row = self.n_head / self.heads;
         let (j, h0) = (i / per_row, (i % per_row) * self.heads);
         let hv = self.hv;
