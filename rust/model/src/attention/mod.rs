@@ -31,7 +31,9 @@
 //! covers every span of its rows folds them itself; where there are too few
 //! rows to keep the threads busy (a decoded token), a head group's spans are
 //! shared out among several items, each writing its spans' results apart, and
-//! a second step folds them in order. Every output element is the same
+//! a second step folds them in order. Such an item (with an f16 cache) meets
+//! each block of eight cache rows with every group's queries in turn, so the
+//! rows are read once, in order. Every output element is the same
 //! sequence of roundings whatever the split: a token gets the same attention
 //! alone, in a prompt, or in a batch, and a long conversation's positions are
 //! read by every thread.
@@ -535,8 +537,9 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
     let (j0, j1, h0, k0, k1) = p.item(i);
     let (hv, heads) = (p.hv, p.heads);
     let nq = (j1 - j0) * heads;
-    if p.kv_groups == 1 {
-        prepare_queries::<L>(p, j0, j1, h0, sc);
+    let rows_at_once = reads_rows_at_once(p, j1 - j0);
+    if p.kv_groups == 1 || rows_at_once {
+        prepare_queries::<L>(p, j0, j1, h0, heads * p.kv_groups, sc);
     }
     let inline = p.ranges == 1;
     debug_assert!(inline <= (p.kv_groups == 1), "an item of several groups keeps its spans apart");
@@ -554,10 +557,21 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
         if s0 >= s1 {
             continue;
         }
+        if rows_at_once {
+            span_rows::<L>(p, j0, j1, h0, s0, s1, sc);
+            let hh = heads * p.kv_groups;
+            for qi in 0..nq * p.kv_groups {
+                let e = p.entry(j0 + qi / hh, h0 + qi % hh, k);
+                *kept.m.add(e) = sc.span_m[qi];
+                *kept.l.add(e) = sc.span_l[qi];
+                std::slice::from_raw_parts_mut(kept.o.add(e * hv), hv).copy_from_slice(&sc.o[qi * hv..][..hv]);
+            }
+            continue;
+        }
         for g in 0..p.kv_groups {
             let hg = h0 + g * heads;
             if p.kv_groups > 1 {
-                prepare_queries::<L>(p, j0, j1, hg, sc);
+                prepare_queries::<L>(p, j0, j1, hg, heads, sc);
             }
             // The first group of a whole-row item asks for the rows whole.
             span::<L>(p, j0, j1, hg, s0, s1, p.kv_groups > 1 && g == 0, sc);
@@ -589,10 +603,11 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
     }
 }
 
-/// The item's queries as zero-padded f32 rows (through f16 for an f16 cache).
+/// The queries of rows j0..j1 and heads h0..h0 + heads as zero-padded f32
+/// rows (through f16 for an f16 cache).
 #[inline(always)]
-unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, sc: &mut Scratch) {
-    let (hk, heads) = (p.hk, p.heads);
+unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, heads: usize, sc: &mut Scratch) {
+    let hk = p.hk;
     let nq = (j1 - j0) * heads;
     let hkp = hk.next_multiple_of(8);
     if matches!(p.keys, Rows::Q8_0(_)) {
@@ -707,17 +722,7 @@ unsafe fn span<L: Lanes>(
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
         // Query qi's scores of positions a..b, scaled, into its row of scores.
         let mut store = |qi: usize, a: usize, b: usize, s8: &[f32; 8]| {
-            let row = scores.get_unchecked_mut(qi * width + a - s0..qi * width + b - s0);
-            // A block the row sees whole (most of them) is scaled and stored as one vector.
-            if let (Ok(row), Ok(s8)) = (<&mut [f32; 8]>::try_from(&mut *row), <&[f32; 8]>::try_from(&s8[a - b0..b - b0])) {
-                for (d, &x) in row.iter_mut().zip(s8) {
-                    *d = p.scale * x;
-                }
-            } else {
-                for (d, &x) in row.iter_mut().zip(&s8[a - b0..b - b0]) {
-                    *d = p.scale * x;
-                }
-            }
+            store_scaled(scores.get_unchecked_mut(qi * width + a - s0..qi * width + b - s0), &s8[a - b0..b - b0], p.scale)
         };
         // Widened keys are met by two queries at a time; this one waits for its partner.
         let mut waiting: Option<(usize, usize, usize)> = None;
@@ -779,32 +784,8 @@ unsafe fn span<L: Lanes>(
         b0 = b1;
     }
 
-    // The exponentials per query over the positions it sees, shifted by
-    // their maximum, in position order; they replace the scores (rounded to
-    // f16 for f16 values).
-    let f16_values = matches!(p.values, Rows::F16(_));
-    span_m.clear();
-    span_m.resize(nq, f32::NEG_INFINITY);
-    span_l.clear();
-    span_l.resize(nq, 0.0);
+    span_softmax::<L>(p, j0, j1, heads, s0, s1, scores, span_m, span_l);
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
-    for j in j0..j1 {
-        let (a, b) = seen(j);
-        if a >= b {
-            continue;
-        }
-        for g in 0..heads {
-            let qi = (j - j0) * heads + g;
-            let row = &mut scores[qi * width..][a - s0..b - s0];
-            let max = L::max(row);
-            crate::ops::exp_shifted(row, max);
-            let sum = L::sum(row);
-            if f16_values {
-                L::probs_f16(row, 1.0);
-            }
-            (span_m[qi], span_l[qi]) = (max, sum);
-        }
-    }
 
     // Outputs: the value rows weighted by the exponentials, in position
     // order, a block of value rows (widened to f32) at a time.
@@ -857,6 +838,169 @@ unsafe fn span<L: Lanes>(
             let qi = (j - j0) * heads;
             let w = &scores[qi * width + a - s0..][..(heads - 1) * width + b - a];
             L::weigh_heads(w, width, heads, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..heads * hv]);
+        }
+        c0 = c1;
+    }
+}
+
+/// A block's scores of one query, scaled, into its row of scores.
+#[inline(always)]
+fn store_scaled(row: &mut [f32], s8: &[f32], scale: f32) {
+    // A block the row sees whole (most of them) is scaled and stored as one vector.
+    if let (Ok(row), Ok(s8)) = (<&mut [f32; 8]>::try_from(&mut *row), <&[f32; 8]>::try_from(s8)) {
+        for (d, &x) in row.iter_mut().zip(s8) {
+            *d = scale * x;
+        }
+    } else {
+        for (d, &x) in row.iter_mut().zip(s8) {
+            *d = scale * x;
+        }
+    }
+}
+
+/// The exponentials per query of rows j0..j1 and `heads` heads over the
+/// positions of s0..s1 it sees, shifted by their maximum, in position order;
+/// they replace the scores (rounded to f16 for f16 values). Each query's
+/// maximum and sum go to `span_m` and `span_l` (-inf and 0 where it sees
+/// none of the span).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn span_softmax<L: Lanes>(
+    p: &Plan,
+    j0: usize,
+    j1: usize,
+    heads: usize,
+    s0: usize,
+    s1: usize,
+    scores: &mut [f32],
+    span_m: &mut Vec<f32>,
+    span_l: &mut Vec<f64>,
+) {
+    let (nq, width) = ((j1 - j0) * heads, s1 - s0);
+    let f16_values = matches!(p.values, Rows::F16(_));
+    span_m.clear();
+    span_m.resize(nq, f32::NEG_INFINITY);
+    span_l.clear();
+    span_l.resize(nq, 0.0);
+    for j in j0..j1 {
+        let (a, b) = (p.first(j).max(s0), (p.start + j + 1).min(s1));
+        if a >= b {
+            continue;
+        }
+        for g in 0..heads {
+            let qi = (j - j0) * heads + g;
+            let row = &mut scores[qi * width..][a - s0..b - s0];
+            let max = L::max(row);
+            crate::ops::exp_shifted(row, max);
+            let sum = L::sum(row);
+            if f16_values {
+                L::probs_f16(row, 1.0);
+            }
+            (span_m[qi], span_l[qi]) = (max, sum);
+        }
+    }
+}
+
+/// Whether an item of `rows` query rows meets every head group in one walk
+/// of the span ([`span_rows`]): a decoded token's item of whole rows, with
+/// f16 keys and values and few enough queries per group that they are read
+/// in place.
+#[inline(always)]
+fn reads_rows_at_once(p: &Plan, rows: usize) -> bool {
+    p.kv_groups > 1
+        && matches!((&p.keys, &p.values), (Rows::F16(_), Rows::F16(_)))
+        && p.hk.is_multiple_of(8)
+        && rows * p.heads < DIRECT_QUERIES
+}
+
+/// Value rows a [`span_rows`] walk weighs for every group before the next.
+const ROWS_AT_ONCE: usize = 16;
+
+/// [`span`] for an item of whole cache rows ([`reads_rows_at_once`]), its
+/// queries those of rows j0..j1 and heads h0..h0 + heads * kv_groups: each
+/// block of eight rows is met by every group's queries in turn, then the
+/// value rows likewise, so the rows are read once and in order, and the
+/// requests for the next ones are spread over all the groups' arithmetic
+/// rather than bunched in the first group's. Each query meets the same
+/// positions in the same order as in [`span`], so its results are the same.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usize, s1: usize, sc: &mut Scratch) {
+    let (hk, hv, heads) = (p.hk, p.hv, p.heads);
+    let hh = heads * p.kv_groups;
+    let kvh0 = h0 / p.group;
+    let nq = (j1 - j0) * hh;
+    let (width, hi) = (s1 - s0, s1 - 1);
+    let (Rows::F16(kc), Rows::F16(vc)) = (&p.keys, &p.values) else {
+        unreachable!("an item of whole rows reads f16 keys and values")
+    };
+    let Scratch { scores, qw, o, span_m, span_l, .. } = sc;
+    let ring = p.cache.ring_rows(p.il, s0);
+    if scores.len() < nq * width {
+        scores.resize(nq * width, 0.0);
+    }
+    let mut b0 = s0;
+    while b0 <= hi {
+        let b1 = (b0 + 8).min(hi + 1);
+        // Past the span, the last row again: those lanes are never stored.
+        let rows8: [usize; 8] = std::array::from_fn(|i| ring.row((b0 + i).min(b1 - 1)));
+        for pos in (b1 + 8).min(hi + 1)..(b1 + 16).min(hi + 1) {
+            prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw);
+        }
+        for &row in &rows8[..b1 - b0] {
+            prefetch_head_row(&p.values, row, p.vw, 0, p.vw);
+        }
+        let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
+        for g in 0..p.kv_groups {
+            let kvh = kvh0 + g;
+            let keys = rows8.map(|row| &kc[row * p.kw + kvh * hk..][..hk]);
+            let (mut seen, mut n) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
+            for j in ja..jb {
+                let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
+                if a >= b {
+                    continue;
+                }
+                for h in 0..heads {
+                    seen[n] = ((j - j0) * hh + g * heads + h, a, b);
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                continue;
+            }
+            let query = |i: usize| &qw[seen[i.min(n - 1)].0 * hk..][..hk];
+            let mut s8 = [[0.0f32; 8]; 3];
+            let [sa, sb, sc] = &mut s8;
+            if n == 1 {
+                L::scores8_f16(query(0), &keys, sa);
+            } else {
+                // Two queries: the second's scores taken twice, the copy unused.
+                L::scores8_f16_x3([query(0), query(1), query(2)], &keys, [sa, sb, sc]);
+            }
+            for (&(qi, a, b), s8) in seen[..n].iter().zip(&s8) {
+                store_scaled(&mut scores[qi * width + a - s0..][..b - a], &s8[a - b0..b - b0], p.scale);
+            }
+        }
+        b0 = b1;
+    }
+    span_softmax::<L>(p, j0, j1, hh, s0, s1, scores, span_m, span_l);
+    o.clear();
+    o.resize(nq * hv, 0.0);
+    let mut c0 = s0;
+    while c0 <= hi {
+        let c1 = (c0 + ROWS_AT_ONCE).min(hi + 1);
+        for g in 0..p.kv_groups {
+            let kvh = kvh0 + g;
+            for j in j0..j1 {
+                let (a, b) = (p.first(j).max(c0), (p.start + j + 1).min(c1));
+                if a >= b {
+                    continue;
+                }
+                let qi = (j - j0) * hh + g * heads;
+                let w = &scores[qi * width + a - s0..][..(heads - 1) * width + b - a];
+                let rows = (a..b).map(|pos| &vc[ring.row(pos) * p.vw + kvh * hv..][..hv]);
+                L::weigh_f16_heads(w, width, heads, rows, &mut o[qi * hv..][..heads * hv]);
+            }
         }
         c0 = c1;
     }
