@@ -768,15 +768,7 @@ unsafe fn span<L: Lanes>(
         }
         if let (Rows::F16(k), 1..) = (&p.keys, n_direct) {
             let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
-            let query = |i: usize| &qw[direct_q[i.min(n_direct - 1)].0 * hkp..][..hkp];
-            let mut s8 = [[0.0f32; 8]; 3];
-            let [sa, sb, sc] = &mut s8;
-            if n_direct == 1 {
-                L::scores8_f16(query(0), &keys, sa);
-            } else {
-                // Two queries: the second's scores taken twice, the copy unused.
-                L::scores8_f16_x3([query(0), query(1), query(2)], &keys, [sa, sb, sc]);
-            }
+            let s8 = scores_in_place::<L>(n_direct, |i| &qw[direct_q[i].0 * hkp..][..hkp], &keys);
             for (&(qi, a, b), s8) in direct_q[..n_direct].iter().zip(&s8) {
                 store(qi, a, b, s8);
             }
@@ -841,6 +833,22 @@ unsafe fn span<L: Lanes>(
         }
         c0 = c1;
     }
+}
+
+/// The scores of `n` queries (1 to 3, `query(i)` the i-th) with eight f16
+/// key rows read in place.
+#[inline(always)]
+unsafe fn scores_in_place<'q, L: Lanes>(n: usize, query: impl Fn(usize) -> &'q [f32], keys: &[&[f16]; 8]) -> [[f32; 8]; 3] {
+    let query = |i: usize| query(i.min(n - 1));
+    let mut s8 = [[0.0f32; 8]; 3];
+    let [sa, sb, sc] = &mut s8;
+    if n == 1 {
+        L::scores8_f16(query(0), keys, sa);
+    } else {
+        // Two queries: the second's scores taken twice, the copy unused.
+        L::scores8_f16_x3([query(0), query(1), query(2)], keys, [sa, sb, sc]);
+    }
+    s8
 }
 
 /// A block's scores of one query, scaled, into its row of scores.
@@ -968,15 +976,7 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
             if n == 0 {
                 continue;
             }
-            let query = |i: usize| &qw[seen[i.min(n - 1)].0 * hk..][..hk];
-            let mut s8 = [[0.0f32; 8]; 3];
-            let [sa, sb, sc] = &mut s8;
-            if n == 1 {
-                L::scores8_f16(query(0), &keys, sa);
-            } else {
-                // Two queries: the second's scores taken twice, the copy unused.
-                L::scores8_f16_x3([query(0), query(1), query(2)], &keys, [sa, sb, sc]);
-            }
+            let s8 = scores_in_place::<L>(n, |i| &qw[seen[i].0 * hk..][..hk], &keys);
             for (&(qi, a, b), s8) in seen[..n].iter().zip(&s8) {
                 store_scaled(&mut scores[qi * width + a - s0..][..b - a], &s8[a - b0..b - b0], p.scale);
             }
