@@ -60,7 +60,15 @@ CMAKE_OPTIONS = {
     "LLAMA_BUILD_TOOLS": "ON",
     "BUILD_SHARED_LIBS": "OFF",
 }
-_ALWAYS = {"CMAKE_BUILD_TYPE"}
+_ALWAYS = {"CMAKE_BUILD_TYPE", "CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS"}
+
+# The vendored llama.cpp's AMX matrix path (compiled in by native flags where
+# the CPU reports AMX) dies with a segmentation fault in
+# ggml_backend_amx_mul_mat on both test models, on a CPU whose AMX tiles work
+# (a tile multiply-add run by hand gives the right sums). There llama-bench is
+# built without AMX, in a build directory of its own: its AVX-512 kernels,
+# the path it has that runs.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
 def log(msg: str) -> None:
@@ -83,6 +91,17 @@ def physical_cores() -> int:
         elif key == "core id":
             cores.add((phys, value))
     return len(cores) or os.cpu_count() or 1
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return set()
 
 
 def cpu_summary() -> str:
@@ -197,7 +216,11 @@ def build_llama_tool(target: str, cache: Path, version: str, jobs: int, options:
 
 
 def build_llama_bench(cache: Path, version: str, jobs: int) -> Path:
-    """<cache>/build/bin/llama-bench, building it on first use."""
+    """<cache>/build/bin/llama-bench, building it on first use (without AMX,
+    in build-noamx, where the CPU has it: see NO_AMX_FLAGS)."""
+    if "amx_int8" in cpu_flags():
+        options = {**CMAKE_OPTIONS, "CMAKE_C_FLAGS": NO_AMX_FLAGS, "CMAKE_CXX_FLAGS": NO_AMX_FLAGS}
+        return build_llama_tool("llama-bench", cache, version, jobs, options, build_dir="build-noamx")
     return build_llama_tool("llama-bench", cache, version, jobs)
 
 

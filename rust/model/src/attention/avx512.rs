@@ -1,10 +1,11 @@
 //! The element loops of attention in AVX-512 (F, BW, VL), where the level
 //! ember runs at has it: sixteen lanes where AVX2 has eight, and twice the
 //! registers, rounding as the scalar twin (`super::lanes::Scalar`) does. A
-//! score keeps the eight lanes of the module's doc, two keys or two queries
-//! to a register (or, for keys read in place, three queries' accumulators in
-//! the extra registers); an output element's chain of multiply-adds is its
-//! own whatever the width. f16 value rows read in place are walked once
+//! score keeps the eight lanes of the module's doc, two keys to a register,
+//! and widened keys are met by up to six queries at once (or, for keys read
+//! in place, three queries' accumulators in the extra registers); the lanes
+//! are summed in 512-bit steps, the same additions as AVX2's. An output
+//! element's chain of multiply-adds is its own whatever the width. f16 value rows read in place are walked once
 //! for all sixty-four floats of a head, where AVX2's thirty-two take two
 //! walks. What gains nothing from the width (the f64 sums, Q8_0 rows) is
 //! AVX2's.
@@ -18,13 +19,6 @@ use super::lanes::Lanes;
 
 /// Reachable only through `super::run_avx512`, after `super::level`.
 pub(super) struct Avx512;
-
-/// The low and high eight floats of a register.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn halves(x: __m512) -> (__m256, __m256) {
-    (_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))))
-}
 
 /// Eight floats at `lo` in the low half of a register, eight at `hi` in the high.
 #[inline]
@@ -52,33 +46,48 @@ unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         }
         i += 8;
     }
-    let [(l0, h0), (l1, h1), (l2, h2), (l3, h3)] = acc.map(|a| halves(a));
-    reduce8(&[l0, l1, l2, l3, h0, h1, h2, h3], out)
+    _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(&acc))
 }
 
-/// [`scores8`] of two queries with the same eight keys: query `a` in the low
-/// halves of eight accumulators (one per key), `b` in the high halves, each
-/// key's eight floats loaded into both halves at once; the same lanes, the
-/// same reduction.
+/// Eight scores from four accumulators laid out as [`scores8`]'s (key `r`'s
+/// eight lanes in the low half of `acc[r % 4]`, key `r + 4`'s in the high
+/// half), reduced in 512-bit steps: two levels of pairwise sums within each
+/// 128-bit quarter give every key's `(l0 + l1) + (l2 + l3)` and
+/// `(l4 + l5) + (l6 + l7)`, and one last sum adds them, the same additions as
+/// AVX2's `reduce8` in half its instructions.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
-    let n = qa.len();
-    assert!(n.is_multiple_of(8) && qb.len() == n && k.len() >= 8 * n);
-    let kp = k.as_ptr();
-    let mut acc = [_mm512_setzero_ps(); 8];
+unsafe fn reduce_pairs(acc: &[__m512; 4]) -> __m256 {
+    // Per quarter, as `_mm256_hadd_ps`: [x0 + x1, x2 + x3, y0 + y1, y2 + y3].
+    let hadd = |x: __m512, y: __m512| _mm512_add_ps(_mm512_shuffle_ps::<0x88>(x, y), _mm512_shuffle_ps::<0xDD>(x, y));
+    // Quarters: keys 0-3's first four lanes summed, their last four; keys 4-7's likewise.
+    let q = hadd(hadd(acc[0], acc[1]), hadd(acc[2], acc[3]));
+    let t = _mm512_shuffle_f32x4::<0xD8>(q, q);
+    _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t))))
+}
+
+/// [`scores8`] of `N` queries with the same eight keys: each step's four
+/// registers of key pairs are loaded once for the `N` queries (`4 * N`
+/// accumulators; six queries fill 29 of the 32 registers), the same lanes,
+/// the same sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, k: *const f32, out: &mut [[f32; 8]]) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; N];
     let mut i = 0;
     while i < n {
-        let qv = pair(qa.as_ptr().add(i), qb.as_ptr().add(i));
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(kp.add(r * n + i)))));
-            *acc = _mm512_fmadd_ps(qv, kv, *acc);
+        let kv: [__m512; 4] = std::array::from_fn(|r| pair(k.add(r * n + i), k.add((r + 4) * n + i)));
+        for (a, &q) in acc.iter_mut().zip(&q) {
+            let qv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.add(i)))));
+            for (a, &kv) in a.iter_mut().zip(&kv) {
+                *a = _mm512_fmadd_ps(qv, kv, *a);
+            }
         }
         i += 8;
     }
-    let lanes = acc.map(|x| halves(x));
-    reduce8(&lanes.map(|(lo, _)| lo), a);
-    reduce8(&lanes.map(|(_, hi)| hi), b);
+    for (a, out) in acc.iter().zip(out) {
+        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
+    }
 }
 
 /// The AVX2 form's `scores8_f16` for three queries at once, with the keys
@@ -251,8 +260,22 @@ impl Lanes for Avx512 {
         scores8(q, k, out)
     }
     #[inline(always)]
-    unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
-        scores8x2(qa, qb, k, a, b)
+    unsafe fn scores8_many(q: &[f32], at: &[usize], n: usize, k: &[f32], out: &mut [[f32; 8]]) {
+        assert!(n.is_multiple_of(8) && k.len() >= 8 * n && out.len() >= at.len());
+        assert!(at.iter().all(|&a| (a + 1) * n <= q.len()));
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let row = |i: usize| qp.add(at[i] * n);
+        let mut i = 0;
+        while i < at.len() {
+            let out = &mut out[i..];
+            let step = match at.len() - i {
+                6.. => { scores8_n::<6>(std::array::from_fn(|j| row(i + j)), n, kp, out); 6 }
+                4 | 5 => { scores8_n::<4>(std::array::from_fn(|j| row(i + j)), n, kp, out); 4 }
+                2 | 3 => { scores8_n::<2>(std::array::from_fn(|j| row(i + j)), n, kp, out); 2 }
+                _ => { scores8_n::<1>([row(i)], n, kp, out); 1 }
+            };
+            i += step;
+        }
     }
     #[inline(always)]
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {
@@ -289,6 +312,10 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn sum(row: &[f32]) -> f64 {
         Avx2::sum(row)
+    }
+    #[inline(always)]
+    unsafe fn sums(rows: &[f32], stride: usize, n: usize, out: &mut [f64]) {
+        Avx2::sums(rows, stride, n, out)
     }
     #[inline(always)]
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {

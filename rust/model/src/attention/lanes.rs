@@ -14,6 +14,21 @@ pub(super) trait Lanes {
         Self::scores8(qa, k, a);
         Self::scores8(qb, k, b);
     }
+    /// [`Lanes::scores8`] of several queries with the same keys (rows of
+    /// `n` floats): query `i` is the row of `q` at `at[i] * n`, and its
+    /// dots go to `out[i]`.
+    unsafe fn scores8_many(q: &[f32], at: &[usize], n: usize, k: &[f32], out: &mut [[f32; 8]]) {
+        let row = |i: usize| &q[at[i] * n..][..n];
+        let mut i = 0;
+        while i + 2 <= at.len() {
+            let [a, b] = &mut out[i..i + 2] else { unreachable!() };
+            Self::scores8x2(row(i), row(i + 1), k, a, b);
+            i += 2;
+        }
+        if i < at.len() {
+            Self::scores8(row(i), k, &mut out[i]);
+        }
+    }
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
     /// [`Lanes::scores8_f16`] of three queries with the same keys.
@@ -44,6 +59,12 @@ pub(super) trait Lanes {
     /// The elements' sum in f64 as [`sum4`] takes it.
     unsafe fn sum(row: &[f32]) -> f64 {
         sum4(row)
+    }
+    /// [`Lanes::sum`] of `out.len()` rows of `n` elements, row `g` at `rows[g * stride..]`.
+    unsafe fn sums(rows: &[f32], stride: usize, n: usize, out: &mut [f64]) {
+        for (g, out) in out.iter_mut().enumerate() {
+            *out = Self::sum(&rows[g * stride..][..n]);
+        }
     }
     /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);

@@ -79,6 +79,11 @@ struct Scratch {
     q8: Vec<u8>,
     dk: Vec<f32>,
     k8: Vec<f32>,
+    /// The queries that meet a block of widened keys (their indices, the
+    /// positions of the block each sees) and their scores.
+    met: Vec<usize>,
+    met_seen: Vec<(usize, usize)>,
+    met_s8: Vec<[f32; 8]>,
     v32: Vec<f32>,
     o: Vec<f32>,
     /// One span's maximum and sum per query (the maximum -inf where the
@@ -664,7 +669,7 @@ unsafe fn span<L: Lanes>(
     let hkp = hk.next_multiple_of(8);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, dk, k8, v32, o, span_m, span_l, .. } = sc;
+    let Scratch { scores, qw, q8, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -724,8 +729,9 @@ unsafe fn span<L: Lanes>(
         let mut store = |qi: usize, a: usize, b: usize, s8: &[f32; 8]| {
             store_scaled(scores.get_unchecked_mut(qi * width + a - s0..qi * width + b - s0), &s8[a - b0..b - b0], p.scale)
         };
-        // Widened keys are met by two queries at a time; this one waits for its partner.
-        let mut waiting: Option<(usize, usize, usize)> = None;
+        // Widened keys are met by all the block's queries at once, below.
+        met.clear();
+        met_seen.clear();
         // Keys read in place are met by all the block's queries (fewer than
         // DIRECT_QUERIES) at once.
         let (mut direct_q, mut n_direct) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
@@ -749,22 +755,20 @@ unsafe fn span<L: Lanes>(
                         continue;
                     }
                     _ => {
-                        let Some((qa, aa, ba)) = waiting.take() else {
-                            waiting = Some((qi, a, b));
-                            continue;
-                        };
-                        let mut first = [0.0f32; 8];
-                        L::scores8x2(&qw[qa * hkp..][..hkp], &qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut first, &mut s8);
-                        store(qa, aa, ba, &first);
+                        met.push(qi);
+                        met_seen.push((a, b));
+                        continue;
                     }
                 }
                 store(qi, a, b, &s8);
             }
         }
-        if let Some((qi, a, b)) = waiting {
-            let mut s8 = [0.0f32; 8];
-            L::scores8(&qw[qi * hkp..][..hkp], &k8[..8 * hkp], &mut s8);
-            store(qi, a, b, &s8);
+        if !met.is_empty() {
+            met_s8.resize(met.len().max(met_s8.len()), [0.0; 8]);
+            L::scores8_many(qw, met, hkp, &k8[..8 * hkp], met_s8);
+            for ((&qi, &(a, b)), s8) in met.iter().zip(met_seen.iter()).zip(met_s8.iter()) {
+                store(qi, a, b, s8);
+            }
         }
         if let (Rows::F16(k), 1..) = (&p.keys, n_direct) {
             let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
@@ -895,16 +899,18 @@ unsafe fn span_softmax<L: Lanes>(
         if a >= b {
             continue;
         }
-        for g in 0..heads {
-            let qi = (j - j0) * heads + g;
+        let q0 = (j - j0) * heads;
+        for qi in q0..q0 + heads {
             let row = &mut scores[qi * width..][a - s0..b - s0];
-            let max = L::max(row);
-            crate::ops::exp_shifted(row, max);
-            let sum = L::sum(row);
-            if f16_values {
-                L::probs_f16(row, 1.0);
+            span_m[qi] = L::max(row);
+            crate::ops::exp_shifted(row, span_m[qi]);
+        }
+        // The row's heads see the same positions: their sums are taken side by side.
+        L::sums(&scores[q0 * width + a - s0..], width, b - a, &mut span_l[q0..q0 + heads]);
+        if f16_values {
+            for qi in q0..q0 + heads {
+                L::probs_f16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
             }
-            (span_m[qi], span_l[qi]) = (max, sum);
         }
     }
 }
