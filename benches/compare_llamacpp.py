@@ -20,8 +20,9 @@ a binary to use instead. Nothing of llama.cpp lives in this repository.
 
 For tg the table adds the limit: the fastest decode this machine allows, the
 bytes a token reads (every weight once, and the keys and values its queries see
-at the test's middle token) over the bytes a second the threads stream from
-memory, both from `ember bench`'s run, and ember's share of it.
+at the test's middle token) over the bytes a second the threads re-read a
+buffer of that size (memory's rate, or a last-level cache's that holds it),
+both from `ember bench`'s run, and ember's share of it.
 
 Each repetition is one `ember bench -r 1` process and one `llama-bench -r 1`
 process per test; both do one untimed warm-up run of the test before the timed

@@ -42,8 +42,9 @@ class TestResult:
     kv_type: str = "f16"
     samples_ts: list[float] = field(default_factory=list)
     #: tg only: bytes a decoded token reads (weights; keys and values at the
-    #: test's middle token), and the bytes a second the threads stream from
-    #: memory at best, measured in the same run: their quotient is the
+    #: test's middle token), and the bytes a second the threads re-read a
+    #: buffer of that size at best (from memory, or from a last-level cache
+    #: that holds it), measured in the same run: their quotient is the
     #: fastest decode this machine allows
     weights_bytes: int | None = None
     cache_bytes: int | None = None
@@ -168,7 +169,6 @@ def run_bench(
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
-    stream = None
     for depth in depths:
         # The held tokens start with the BOS; the measured ones follow them.
         held = prompt_tokens(depth, model.n_vocab, bos)
@@ -180,8 +180,9 @@ def run_bench(
         if n_gen:
             first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
             weights, cache = model.token_bytes(depth + n_gen // 2)
-            if stream is None:
-                stream = model.stream_rate()
+            # The rate of re-reading as many bytes as a token reads: memory's,
+            # or a large last-level cache's where they fit it.
+            stream = model.stream_rate(weights + cache)
             tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, weights_bytes=weights, cache_bytes=cache,
                                      stream_bytes_per_s=stream, **base),
                           lambda first=first, held=held: model.bench_generation(first, n_gen, held)))

@@ -93,17 +93,22 @@ pub fn token_bytes(model: &Model, depth: usize, kv: KvType) -> TokenBytes {
     TokenBytes { weights, cache }
 }
 
-/// Bytes a second the model's threads read from memory at best: each
-/// thread sums its share of a buffer eight times the size of any cache
-/// here, the best of a few sweeps (as weights are streamed: sequentially,
-/// every thread at once).
-pub fn stream_rate(model: &Model) -> f64 {
-    const BYTES: usize = 512 << 20;
-    let words = vec![1u64; BYTES / 8];
+/// Bytes a second the model's threads re-read a buffer of `bytes` (what a
+/// token reads, [`token_bytes`]) at best: each thread sums its share, the
+/// best of several sweeps after one that brings it in (as weights are
+/// streamed: sequentially, every thread at once, the same bytes token after
+/// token). Where the bytes exceed the caches this is the memory's streaming
+/// rate; where they fit the last level (a CPU with hundreds of MB of L3),
+/// that cache's, and decode can outrun the memory.
+pub fn stream_rate(model: &Model, bytes: u64) -> f64 {
+    let words = vec![1u64; (bytes.max(1 << 20) / 8) as usize];
     let threads = model.pool.threads().max(1);
     let share = words.len().div_ceil(threads);
+    // At least 2 GB read in all, so a buffer that fits a cache is timed over
+    // many sweeps rather than a few microseconds.
+    let sweeps = (2u64 << 30).div_ceil(bytes.max(1 << 20)).clamp(4, 2048);
     let mut best = 0.0f64;
-    for _ in 0..4 {
+    for sweep in 0..=sweeps {
         let t0 = Instant::now();
         model.pool.for_each(threads, |i| {
             let part = &words[(i * share).min(words.len())..((i + 1) * share).min(words.len())];
@@ -116,7 +121,9 @@ pub fn stream_rate(model: &Model) -> f64 {
             }
             std::hint::black_box(lanes);
         });
-        best = best.max(BYTES as f64 / t0.elapsed().as_secs_f64());
+        if sweep > 0 {
+            best = best.max((words.len() * 8) as f64 / t0.elapsed().as_secs_f64());
+        }
     }
     best
 }

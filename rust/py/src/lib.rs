@@ -420,9 +420,9 @@ impl Model {
         (b.weights, b.cache)
     }
 
-    /// Bytes a second this model's threads stream from memory at best.
-    fn stream_rate(&self, py: Python<'_>) -> f64 {
-        py.detach(|| ember_model::bench::stream_rate(&self.inner))
+    /// Bytes a second this model's threads re-read a buffer of `bytes` at best.
+    fn stream_rate(&self, py: Python<'_>, bytes: u64) -> f64 {
+        py.detach(|| ember_model::bench::stream_rate(&self.inner, bytes))
     }
 
     /// Seconds to decode `n` tokens one at a time after `depth`, as
