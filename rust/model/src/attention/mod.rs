@@ -725,6 +725,20 @@ unsafe fn span<L: Lanes>(
             }
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
+        // A block of widened keys that every query of the item sees whole
+        // (most blocks of a long context) is met by them all at once, with
+        // no bounds to work out per query.
+        if !q8_keys && !direct && p.first(j1 - 1) <= b0 && p.start + j0 + 1 >= b1 {
+            met.clear();
+            met.extend(0..nq);
+            met_s8.resize(nq.max(met_s8.len()), [0.0; 8]);
+            L::scores8_many(qw, met, hkp, &k8[..8 * hkp], met_s8);
+            for (qi, s8) in met_s8[..nq].iter().enumerate() {
+                store_scaled(&mut scores[qi * width + b0 - s0..][..b1 - b0], &s8[..b1 - b0], p.scale);
+            }
+            b0 = b1;
+            continue;
+        }
         // Query qi's scores of positions a..b, scaled, into its row of scores.
         let mut store = |qi: usize, a: usize, b: usize, s8: &[f32; 8]| {
             store_scaled(scores.get_unchecked_mut(qi * width + a - s0..qi * width + b - s0), &s8[a - b0..b - b0], p.scale)
