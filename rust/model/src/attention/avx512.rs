@@ -90,6 +90,46 @@ unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, k: *const f32,
     }
 }
 
+/// [`Lanes::scores8_q8_0`] with VNNI's byte dots: per block, two keys to a
+/// register (key `r` in the low half, key `r + 4` in the high), each key's
+/// quants offset to unsigned (`k + 128`) and met by the query's signed ones
+/// in `vpdpbusd`, which starts from `-128` times the query's sums so that
+/// what it leaves is the exact `k · q`; the eight partial sums of each key
+/// are added as [`reduce_pairs`] adds floats (integers: any order is exact),
+/// then scaled and added block after block as AVX2 does.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
+    use ember_kv::Q8_0_BYTES;
+    let nb = q.len() / Q8_0_BYTES;
+    assert!(dk.len() >= 8 * nb && keys.iter().all(|k| k.len() >= q.len()));
+    // 0x80 in every byte: the offset, and 128 as an unsigned quant.
+    let offset = _mm512_set1_epi8(-128);
+    let hadd = |x: __m512i, y: __m512i| {
+        let (x, y) = (_mm512_castsi512_ps(x), _mm512_castsi512_ps(y));
+        _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps::<0x88>(x, y)), _mm512_castps_si512(_mm512_shuffle_ps::<0xDD>(x, y)))
+    };
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let qb = q.as_ptr().add(b * Q8_0_BYTES);
+        let dq = _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([*qb, *qb.add(1)]))));
+        let qv = _mm512_broadcast_i64x4(_mm256_loadu_si256(qb.add(2).cast()));
+        // -128 times each four quants' sum: (k + 128) · q - 128 · Σq = k · q.
+        let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, qv));
+        let dot = |r: usize| {
+            let lo = _mm512_castsi256_si512(_mm256_loadu_si256(keys[r].as_ptr().add(b * Q8_0_BYTES + 2).cast()));
+            let kv = _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(keys[r + 4].as_ptr().add(b * Q8_0_BYTES + 2).cast()));
+            _mm512_dpbusd_epi32(start, _mm512_xor_si512(kv, offset), qv)
+        };
+        let quarters = hadd(hadd(dot(0), dot(1)), hadd(dot(2), dot(3)));
+        let t = _mm512_shuffle_i32x4::<0xD8>(quarters, quarters);
+        let sums = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64::<1>(t));
+        let scale = _mm256_mul_ps(_mm256_set1_ps(dq), _mm256_loadu_ps(dk.as_ptr().add(8 * b)));
+        acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
+    }
+    _mm256_storeu_ps(out.as_mut_ptr(), acc);
+}
+
 /// The AVX2 form's `scores8_f16` for three queries at once, with the keys
 /// read in place: each eight halves of a key widened once for the three
 /// (24 accumulators, which AVX-512's 32 registers hold), where a query at a
@@ -287,7 +327,7 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
-        Avx2::scores8_q8_0(q, keys, dk, out)
+        scores8_q8_0(q, keys, dk, out)
     }
     #[inline(always)]
     unsafe fn narrow(src: &[f32], dst: &mut [f16]) {

@@ -529,7 +529,7 @@ unsafe fn run_avx2(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: K
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn run_avx512(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
     run_item::<avx512::Avx512>(plan, i, sc, dst, kept)
 }
