@@ -1,14 +1,15 @@
-//! The element loops of attention in AVX-512 (F, BW, VL), where the level
-//! ember runs at has it: sixteen lanes where AVX2 has eight, and twice the
-//! registers, rounding as the scalar twin (`super::lanes::Scalar`) does. A
-//! score keeps the eight lanes of the module's doc, two keys to a register,
-//! and widened keys are met by up to six queries at once (or, for keys read
-//! in place, three queries' accumulators in the extra registers); the lanes
-//! are summed in 512-bit steps, the same additions as AVX2's. An output
-//! element's chain of multiply-adds is its own whatever the width. f16 value rows read in place are walked once
-//! for all sixty-four floats of a head, where AVX2's thirty-two take two
-//! walks. What gains nothing from the width (the f64 sums, Q8_0 rows) is
-//! AVX2's.
+//! The element loops of attention in AVX-512 (F, BW, VL, VNNI), where the
+//! level ember runs at has it: sixteen lanes where AVX2 has eight, and twice
+//! the registers, rounding as the scalar twin (`super::lanes::Scalar`) does.
+//! A score keeps the eight lanes of the module's doc, two keys to a
+//! register, and widened keys are met by up to six queries at once (or, for
+//! keys read in place, three queries' accumulators in the extra registers);
+//! the lanes are summed in 512-bit steps, the same additions as AVX2's. A
+//! Q8_0 key's block dots are VNNI's byte dots, exact as AVX2's are. An
+//! output element's chain of multiply-adds is its own whatever the width:
+//! f16 value rows read in place are walked once for all sixty-four floats of
+//! a head, where AVX2's thirty-two take two walks. What gains nothing from
+//! the width (the f64 sums, Q8_0 value rows) is AVX2's.
 
 use std::arch::x86_64::*;
 
