@@ -67,17 +67,36 @@ unsafe fn reduce_pairs(acc: &[__m512; 4]) -> __m256 {
     _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t))))
 }
 
-/// [`scores8`] of `N` queries with the same eight keys: each step's four
-/// registers of key pairs are loaded once for the `N` queries (`4 * N`
-/// accumulators; six queries fill 29 of the 32 registers), the same lanes,
-/// the same sums.
+/// Eight key rows of `n` floats laid out as [`scores8_n`] reads them: for
+/// each step of eight elements, four registers of sixteen floats, the `r`-th
+/// holding key `r`'s eight then key `r + 4`'s, so that a step's keys are four
+/// plain loads (an insert per register would take the port that also
+/// executes half the multiply-adds, once per register and query group).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, k: *const f32, out: &mut [[f32; 8]]) {
+unsafe fn pair_keys(k: *const f32, n: usize, paired: *mut f32) {
+    let mut i = 0;
+    while i < n {
+        for r in 0..4 {
+            let at = paired.add((i / 8 * 4 + r) * 16);
+            _mm256_storeu_ps(at, _mm256_loadu_ps(k.add(r * n + i)));
+            _mm256_storeu_ps(at.add(8), _mm256_loadu_ps(k.add((r + 4) * n + i)));
+        }
+        i += 8;
+    }
+}
+
+/// [`scores8`] of `N` queries with the same eight keys (paired by
+/// [`pair_keys`]): each step's four registers of key pairs are loaded once
+/// for the `N` queries (`4 * N` accumulators; six queries fill 29 of the 32
+/// registers), the same lanes, the same sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, paired: *const f32, out: &mut [[f32; 8]]) {
     let mut acc = [[_mm512_setzero_ps(); 4]; N];
     let mut i = 0;
     while i < n {
-        let kv: [__m512; 4] = std::array::from_fn(|r| pair(k.add(r * n + i), k.add((r + 4) * n + i)));
+        let kv: [__m512; 4] = std::array::from_fn(|r| _mm512_loadu_ps(paired.add((i / 8 * 4 + r) * 16)));
         for (a, &q) in acc.iter_mut().zip(&q) {
             let qv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.add(i)))));
             for (a, &kv) in a.iter_mut().zip(&kv) {
@@ -304,7 +323,17 @@ impl Lanes for Avx512 {
     unsafe fn scores8_many(q: &[f32], at: &[usize], n: usize, k: &[f32], out: &mut [[f32; 8]]) {
         assert!(n.is_multiple_of(8) && k.len() >= 8 * n && out.len() >= at.len());
         assert!(at.iter().all(|&a| (a + 1) * n <= q.len()));
-        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        // Heads of up to 256 floats pair their keys on the stack.
+        let mut stack = [std::mem::MaybeUninit::<__m512>::uninit(); 128];
+        let mut heap = Vec::new();
+        let kp = if n <= 256 {
+            stack.as_mut_ptr().cast::<f32>()
+        } else {
+            heap.resize(8 * n, 0.0f32);
+            heap.as_mut_ptr()
+        };
+        pair_keys(k.as_ptr(), n, kp);
+        let qp = q.as_ptr();
         let row = |i: usize| qp.add(at[i] * n);
         let mut i = 0;
         while i < at.len() {

@@ -1302,6 +1302,9 @@ mod tests {
         // 32-float chunks), and in fives.
         check(KvType::F16, 4, 2, 32, 48);
         check(KvType::F16, 10, 2, 32, 72);
+        // Heads as wide as Gemma 4's global layers', past the keys the
+        // AVX-512 scores pair on the stack.
+        check(KvType::F16, 4, 2, 512, 512);
     }
 
     /// A pass of several decoded tokens, one per conversation (the plan
