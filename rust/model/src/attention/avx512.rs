@@ -92,7 +92,8 @@ unsafe fn pair_keys(k: *const f32, n: usize, paired: *mut f32) {
 /// registers), the same lanes, the same sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, paired: *const f32, out: &mut [[f32; 8]]) {
+unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, paired: *const f32, scale: f32, dst: *mut f32,
+                                    stride: usize) {
     let mut acc = [[_mm512_setzero_ps(); 4]; N];
     let mut i = 0;
     while i < n {
@@ -105,8 +106,10 @@ unsafe fn scores8_n<const N: usize>(q: [*const f32; N], n: usize, paired: *const
         }
         i += 8;
     }
-    for (a, out) in acc.iter().zip(out) {
-        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
+    // Query `i`'s dots times `scale` (1 leaves them as they are) at `dst + i * stride`.
+    let scale = _mm256_set1_ps(scale);
+    for (i, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(dst.add(i * stride), _mm256_mul_ps(scale, reduce_pairs(a)));
     }
 }
 
@@ -314,6 +317,36 @@ unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl 
     }
 }
 
+/// The scores of `count` queries (`query(i)` the i-th, of `n` floats) with
+/// eight key rows `k`, six at a time then fewer, each query's eight times
+/// `scale` at `dst + i * stride`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8_queries(query: impl Fn(usize) -> *const f32, count: usize, n: usize, k: &[f32], scale: f32,
+                          dst: *mut f32, stride: usize) {
+    assert!(n.is_multiple_of(8) && k.len() >= 8 * n);
+    // Heads of up to 256 floats pair their keys on the stack.
+    let mut stack = [std::mem::MaybeUninit::<__m512>::uninit(); 128];
+    let mut heap = Vec::new();
+    let kp = if n <= 256 {
+        stack.as_mut_ptr().cast::<f32>()
+    } else {
+        heap.resize(8 * n, 0.0f32);
+        heap.as_mut_ptr()
+    };
+    pair_keys(k.as_ptr(), n, kp);
+    let mut i = 0;
+    while i < count {
+        let d = dst.add(i * stride);
+        i += match count - i {
+            6.. => { scores8_n::<6>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 6 }
+            4 | 5 => { scores8_n::<4>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 4 }
+            2 | 3 => { scores8_n::<2>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 2 }
+            _ => { scores8_n::<1>([query(i)], n, kp, scale, d, stride); 1 }
+        };
+    }
+}
+
 impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
@@ -321,31 +354,15 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn scores8_many(q: &[f32], at: &[usize], n: usize, k: &[f32], out: &mut [[f32; 8]]) {
-        assert!(n.is_multiple_of(8) && k.len() >= 8 * n && out.len() >= at.len());
-        assert!(at.iter().all(|&a| (a + 1) * n <= q.len()));
-        // Heads of up to 256 floats pair their keys on the stack.
-        let mut stack = [std::mem::MaybeUninit::<__m512>::uninit(); 128];
-        let mut heap = Vec::new();
-        let kp = if n <= 256 {
-            stack.as_mut_ptr().cast::<f32>()
-        } else {
-            heap.resize(8 * n, 0.0f32);
-            heap.as_mut_ptr()
-        };
-        pair_keys(k.as_ptr(), n, kp);
+        assert!(out.len() >= at.len() && at.iter().all(|&a| (a + 1) * n <= q.len()));
         let qp = q.as_ptr();
-        let row = |i: usize| qp.add(at[i] * n);
-        let mut i = 0;
-        while i < at.len() {
-            let out = &mut out[i..];
-            let step = match at.len() - i {
-                6.. => { scores8_n::<6>(std::array::from_fn(|j| row(i + j)), n, kp, out); 6 }
-                4 | 5 => { scores8_n::<4>(std::array::from_fn(|j| row(i + j)), n, kp, out); 4 }
-                2 | 3 => { scores8_n::<2>(std::array::from_fn(|j| row(i + j)), n, kp, out); 2 }
-                _ => { scores8_n::<1>([row(i)], n, kp, out); 1 }
-            };
-            i += step;
-        }
+        scores8_queries(|i| qp.add(at[i] * n), at.len(), n, k, 1.0, out.as_mut_ptr().cast(), 8)
+    }
+    #[inline(always)]
+    unsafe fn scores8_scaled(q: &[f32], count: usize, n: usize, k: &[f32], scale: f32, dst: *mut f32, stride: usize) {
+        assert!(count * n <= q.len());
+        let qp = q.as_ptr();
+        scores8_queries(|i| qp.add(i * n), count, n, k, scale, dst, stride)
     }
     #[inline(always)]
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]) {

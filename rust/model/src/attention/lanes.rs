@@ -29,6 +29,23 @@ pub(super) trait Lanes {
             Self::scores8(row(i), k, &mut out[i]);
         }
     }
+    /// [`Lanes::scores8_many`] of queries `0..count`, each query's eight
+    /// dots times `scale` (one rounding, as `store_scaled`) written at
+    /// `dst + i * stride`.
+    unsafe fn scores8_scaled(q: &[f32], count: usize, n: usize, k: &[f32], scale: f32, dst: *mut f32, stride: usize) {
+        let mut s8 = [[0.0f32; 8]; 2];
+        let mut i = 0;
+        while i < count {
+            let m = (count - i).min(2);
+            Self::scores8_many(q, &[i, i + 1][..m], n, k, &mut s8[..m]);
+            for (j, s8) in s8[..m].iter().enumerate() {
+                for (e, &x) in s8.iter().enumerate() {
+                    *dst.add((i + j) * stride + e) = scale * x;
+                }
+            }
+            i += m;
+        }
+    }
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
     /// [`Lanes::scores8_f16`] of three queries with the same keys.
