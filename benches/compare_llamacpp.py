@@ -106,14 +106,13 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_summary() -> str:
-    model, flags = "unknown CPU", set()
+    model, flags = "unknown CPU", cpu_flags()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == "unknown CPU":
+            if key.strip() == "model name":
                 model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = set(value.split())
+                break
     except OSError:
         pass
     wanted = ["avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",

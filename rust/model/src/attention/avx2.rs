@@ -267,19 +267,9 @@ mod avx {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn sum(row: &[f32]) -> f64 {
-        let (n, r) = (row.len(), row.as_ptr());
-        let mut acc = _mm256_setzero_pd();
-        let mut i = 0;
-        while i + 4 <= n {
-            acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(r.add(i))));
-            i += 4;
-        }
-        let mut l = [0.0f64; 4];
-        _mm256_storeu_pd(l.as_mut_ptr(), acc);
-        for (k, j) in (i..n).enumerate() {
-            l[k] += *r.add(j) as f64;
-        }
-        (l[0] + l[1]) + (l[2] + l[3])
+        let mut out = [0.0f64];
+        sums::<1>(row.as_ptr(), 0, row.len(), &mut out);
+        out[0]
     }
 
     /// [`sum`] of `N` rows of `n` elements side by side, row `g` at

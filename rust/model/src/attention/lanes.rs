@@ -9,24 +9,12 @@ pub(super) trait Lanes {
     /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
     /// multiple of eight), in the lane order of the module's doc.
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]);
-    /// [`Lanes::scores8`] of two queries with the same keys.
-    unsafe fn scores8x2(qa: &[f32], qb: &[f32], k: &[f32], a: &mut [f32; 8], b: &mut [f32; 8]) {
-        Self::scores8(qa, k, a);
-        Self::scores8(qb, k, b);
-    }
     /// [`Lanes::scores8`] of several queries with the same keys (rows of
     /// `n` floats): query `i` is the row of `q` at `at[i] * n`, and its
     /// dots go to `out[i]`.
     unsafe fn scores8_many(q: &[f32], at: &[usize], n: usize, k: &[f32], out: &mut [[f32; 8]]) {
-        let row = |i: usize| &q[at[i] * n..][..n];
-        let mut i = 0;
-        while i + 2 <= at.len() {
-            let [a, b] = &mut out[i..i + 2] else { unreachable!() };
-            Self::scores8x2(row(i), row(i + 1), k, a, b);
-            i += 2;
-        }
-        if i < at.len() {
-            Self::scores8(row(i), k, &mut out[i]);
+        for (&a, out) in at.iter().zip(out) {
+            Self::scores8(&q[a * n..][..n], k, out);
         }
     }
     /// [`Lanes::scores8_many`] of queries `0..count`, each query's eight

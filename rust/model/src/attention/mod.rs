@@ -725,23 +725,12 @@ unsafe fn span<L: Lanes>(
             }
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
-        // A block of widened keys that every query of the item sees whole
-        // (most blocks of a long context) is met by them all at once, with
-        // no bounds to work out per query.
-        if !q8_keys && !direct && p.first(j1 - 1) <= b0 && p.start + j0 + 1 >= b1 {
-            if b1 - b0 == 8 {
-                // Scaled and stored by the kernel, straight into the rows.
-                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qw.len() >= nq * hkp);
-                L::scores8_scaled(qw, nq, hkp, &k8[..8 * hkp], p.scale, scores.as_mut_ptr().add(b0 - s0), width);
-            } else {
-                met.clear();
-                met.extend(0..nq);
-                met_s8.resize(nq.max(met_s8.len()), [0.0; 8]);
-                L::scores8_many(qw, met, hkp, &k8[..8 * hkp], met_s8);
-                for (qi, s8) in met_s8[..nq].iter().enumerate() {
-                    store_scaled(&mut scores[qi * width + b0 - s0..][..b1 - b0], &s8[..b1 - b0], p.scale);
-                }
-            }
+        // A block of eight widened keys that every query of the item sees
+        // (most blocks of a long context) is met by them all at once, its
+        // scores scaled and stored by the kernel straight into the rows.
+        if !q8_keys && !direct && b1 - b0 == 8 && p.first(j1 - 1) <= b0 && p.start + j0 + 1 >= b1 {
+            assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qw.len() >= nq * hkp);
+            L::scores8_scaled(qw, nq, hkp, &k8[..8 * hkp], p.scale, scores.as_mut_ptr().add(b0 - s0), width);
             b0 = b1;
             continue;
         }
