@@ -101,12 +101,15 @@ pub fn token_bytes(model: &Model, depth: usize, kv: KvType) -> TokenBytes {
 /// rate; where they fit the last level (a CPU with hundreds of MB of L3),
 /// that cache's, and decode can outrun the memory.
 pub fn stream_rate(model: &Model, bytes: u64) -> f64 {
-    let words = vec![1u64; (bytes.max(1 << 20) / 8) as usize];
+    // No cache holds a gigabyte: past it, a larger model's buffer would only
+    // take memory beside the model to measure the same rate.
+    let bytes = bytes.clamp(1 << 20, 1 << 30);
+    let words = vec![1u64; (bytes / 8) as usize];
     let threads = model.pool.threads().max(1);
     let share = words.len().div_ceil(threads);
     // At least 2 GB read in all, so a buffer that fits a cache is timed over
     // many sweeps rather than a few microseconds.
-    let sweeps = (2u64 << 30).div_ceil(bytes.max(1 << 20)).clamp(4, 2048);
+    let sweeps = (2u64 << 30).div_ceil(bytes).clamp(4, 2048);
     let mut best = 0.0f64;
     for sweep in 0..=sweeps {
         let t0 = Instant::now();
