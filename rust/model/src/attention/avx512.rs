@@ -284,35 +284,49 @@ unsafe fn max(row: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
                                               o: &mut [f32], n: usize) {
-    let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
     let mut e = 0;
+    while e + 64 <= n {
+        weigh_f16_chunk::<H, 4>(w, stride, v.clone(), o, n, e);
+        e += 64;
+    }
     while e + 16 <= n {
-        let width = (n - e).min(64) / 16;
-        let at = |g: usize, u: usize| op.add(g * n + e + 16 * u);
-        let mut acc: [[__m512; 4]; H] =
-            std::array::from_fn(|g| std::array::from_fn(|u| if u < width { _mm512_loadu_ps(at(g, u)) } else { _mm512_setzero_ps() }));
-        for (i, row) in v.clone().enumerate() {
-            assert!(row.len() >= n && (H - 1) * stride + i < w.len());
-            let r = row.as_ptr().add(e);
-            let wg: [__m512; H] = std::array::from_fn(|g| _mm512_set1_ps(*wp.add(g * stride + i)));
-            for u in 0..width {
-                let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(16 * u).cast()));
-                for (a, &wg) in acc.iter_mut().zip(&wg) {
-                    a[u] = _mm512_fmadd_ps(wg, x, a[u]);
-                }
-            }
-        }
-        for (g, a) in acc.iter().enumerate() {
-            for (u, a) in a.iter().enumerate().take(width) {
-                _mm512_storeu_ps(at(g, u), *a);
-            }
-        }
-        e += 16 * width;
+        weigh_f16_chunk::<H, 1>(w, stride, v.clone(), o, n, e);
+        e += 16;
     }
     if e < n {
         let v = v.map(move |row| &row[e..]);
         for g in 0..H {
             Avx2::weigh_f16(&w[g * stride..], v.clone(), &mut o[g * n + e..][..n - e]);
+        }
+    }
+}
+
+/// [`weigh_f16_heads`] for the `16 * U` floats of each head from `e`: the
+/// `H * U` accumulators are fixed in number, so they stay in registers
+/// across all the rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_f16_chunk<'r, const H: usize, const U: usize>(w: &[f32], stride: usize,
+                                                              v: impl Iterator<Item = &'r [f16]>, o: &mut [f32],
+                                                              n: usize, e: usize) {
+    assert!(e + 16 * U <= n && o.len() >= (H - 1) * n + e + 16 * U);
+    let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
+    let at = |g: usize, u: usize| op.add(g * n + e + 16 * u);
+    let mut acc: [[__m512; U]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm512_loadu_ps(at(g, u))));
+    for (i, row) in v.enumerate() {
+        assert!(row.len() >= e + 16 * U && (H - 1) * stride + i < w.len());
+        let r = row.as_ptr().add(e);
+        let wg: [__m512; H] = std::array::from_fn(|g| _mm512_set1_ps(*wp.add(g * stride + i)));
+        for u in 0..U {
+            let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(16 * u).cast()));
+            for (a, &wg) in acc.iter_mut().zip(&wg) {
+                a[u] = _mm512_fmadd_ps(wg, x, a[u]);
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (u, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(at(g, u), *a);
         }
     }
 }
