@@ -9,8 +9,6 @@ use super::lanes::Lanes;
 /// Reachable only through `super::run_avx2`, after `super::level`.
 pub(super) struct Avx2;
 
-pub(super) use avx::reduce8;
-
 mod avx {
     use std::arch::x86_64::*;
 
@@ -361,7 +359,7 @@ mod avx {
     /// The eight accumulators' sums, by pairwise horizontal adds.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::attention) unsafe fn reduce8(acc: &[__m256; 8], out: &mut [f32; 8]) {
+    unsafe fn reduce8(acc: &[__m256; 8], out: &mut [f32; 8]) {
         // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
         let h01 = _mm256_hadd_ps(acc[0], acc[1]);
         let h23 = _mm256_hadd_ps(acc[2], acc[3]);

@@ -2,8 +2,8 @@
 //! level ember runs at has it: sixteen lanes where AVX2 has eight, and twice
 //! the registers, rounding as the scalar twin (`super::lanes::Scalar`) does.
 //! A score keeps the eight lanes of the module's doc, two keys to a
-//! register, and widened keys are met by up to six queries at once (or, for
-//! keys read in place, three queries' accumulators in the extra registers);
+//! register, and widened keys are met by up to six queries at once (keys
+//! read in place, widened two at a time, by three);
 //! the lanes are summed in 512-bit steps, the same additions as AVX2's. A
 //! Q8_0 key's block dots are VNNI's byte dots, exact as AVX2's are. An
 //! output element's chain of multiply-adds is its own whatever the width:
@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::avx2::{reduce8, Avx2};
+use super::avx2::Avx2;
 use super::lanes::Lanes;
 
 /// Reachable only through `super::run_avx512`, after `super::level`.
@@ -153,30 +153,32 @@ unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 
     _mm256_storeu_ps(out.as_mut_ptr(), acc);
 }
 
-/// The AVX2 form's `scores8_f16` for three queries at once, with the keys
-/// read in place: each eight halves of a key widened once for the three
-/// (24 accumulators, which AVX-512's 32 registers hold), where a query at a
-/// time widens every key once per query. The same lanes, the same reduction.
+/// [`Lanes::scores8_f16`] for three queries at once, with the keys read in
+/// place and laid out as [`scores8`]'s: each step widens the eight halves of
+/// keys `r` and `r + 4` into one register, once for the three queries (12
+/// accumulators), and the lanes are summed by [`reduce_pairs`]. The same
+/// lanes, the same sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
     let n = q[0].len();
     assert!(n.is_multiple_of(8) && q.iter().all(|q| q.len() == n) && keys.iter().all(|k| k.len() >= n));
     let kp = keys.map(|k| k.as_ptr());
-    let mut acc = [[_mm256_setzero_ps(); 8]; 3];
+    let mut acc = [[_mm512_setzero_ps(); 4]; 3];
     let mut i = 0;
     while i < n {
-        let qv = q.map(|q| _mm256_loadu_ps(q.as_ptr().add(i)));
-        for (r, k) in kp.iter().enumerate() {
-            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(i).cast()));
+        let qv = q.map(|q| _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.as_ptr().add(i))))));
+        for r in 0..4 {
+            let lo = _mm256_castsi128_si256(_mm_loadu_si128(kp[r].add(i).cast()));
+            let kv = _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(kp[r + 4].add(i).cast())));
             for (a, qv) in acc.iter_mut().zip(&qv) {
-                a[r] = _mm256_fmadd_ps(*qv, kv, a[r]);
+                a[r] = _mm512_fmadd_ps(*qv, kv, a[r]);
             }
         }
         i += 8;
     }
     for (a, out) in acc.iter().zip(out) {
-        reduce8(a, out);
+        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
     }
 }
 
