@@ -1007,9 +1007,16 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
     span_softmax::<L>(p, j0, j1, hh, s0, s1, scores, span_m, span_l);
     o.clear();
     o.resize(nq * hv, 0.0);
+    // The next span's first keys, which the walk above asks for only from
+    // its fourth block on, are asked for while these values are weighed.
+    let (next, last) = (s1, p.start + j1);
     let mut c0 = s0;
     while c0 <= hi {
         let c1 = (c0 + ROWS_AT_ONCE).min(hi + 1);
+        let ahead = next + (c0 - s0) * KEYS_AHEAD / SPAN;
+        for pos in ahead.min(last)..(ahead + ROWS_AT_ONCE * KEYS_AHEAD / SPAN).min(last) {
+            prefetch_head_row(&p.keys, p.cache.row_of(p.il, pos), p.kw, 0, p.kw);
+        }
         for g in 0..p.kv_groups {
             let kvh = kvh0 + g;
             for j in j0..j1 {
