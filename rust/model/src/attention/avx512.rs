@@ -8,8 +8,10 @@
 //! Q8_0 key's block dots are VNNI's byte dots, exact as AVX2's are. An
 //! output element's chain of multiply-adds is its own whatever the width:
 //! f16 value rows read in place are walked once for all sixty-four floats of
-//! a head, where AVX2's thirty-two take two walks. What gains nothing from
-//! the width (the f64 sums, Q8_0 value rows) is AVX2's.
+//! a head, where AVX2's thirty-two take two walks, and Q8_0 value rows read
+//! in place are walked once for two blocks, where AVX2 walks them once per
+//! block. What gains nothing from the width (the f64 sums, Q8_0 rows widened
+//! into a buffer) is AVX2's.
 
 use std::arch::x86_64::*;
 
@@ -333,6 +335,65 @@ unsafe fn weigh_f16_chunk<'r, const H: usize, const U: usize>(w: &[f32], stride:
     }
 }
 
+/// [`Lanes::weigh_q8_0_heads`] for `H` heads over Q8_0 value rows of `n`
+/// floats read in place: each row is walked once for up to two blocks (64
+/// floats, four registers per head), its quants widened sixteen at a time and
+/// multiplied by their block's scale (exact, as the scalar twin's), then met
+/// by every head's weight. AVX2's form walks every row once per block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_q8_0_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
+                                               o: &mut [f32], n: usize) {
+    use ember_kv::Q8_0_BLOCK;
+    assert!(n.is_multiple_of(Q8_0_BLOCK) && o.len() >= H * n);
+    let mut b = 0;
+    while (b + 2) * Q8_0_BLOCK <= n {
+        weigh_q8_0_chunk::<H, 2>(w, stride, v.clone(), o, n, b);
+        b += 2;
+    }
+    if b * Q8_0_BLOCK < n {
+        weigh_q8_0_chunk::<H, 1>(w, stride, v, o, n, b);
+    }
+}
+
+/// [`weigh_q8_0_heads`] for blocks `b..b + B` of each head: `H * 2 * B`
+/// accumulators, fixed in number so that they stay in registers.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_q8_0_chunk<'r, const H: usize, const B: usize>(w: &[f32], stride: usize,
+                                                               v: impl Iterator<Item = &'r [u8]>, o: &mut [f32],
+                                                               n: usize, b: usize) {
+    use ember_kv::{Q8_0_BLOCK, Q8_0_BYTES};
+    assert!((b + B) * Q8_0_BLOCK <= n && o.len() >= (H - 1) * n + (b + B) * Q8_0_BLOCK);
+    let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
+    // Sixteen floats `u` of block `b + k` of head `g`.
+    let at = |g: usize, k: usize, u: usize| op.add(g * n + (b + k) * Q8_0_BLOCK + 16 * u);
+    let mut acc: [[[__m512; 2]; B]; H] =
+        std::array::from_fn(|g| std::array::from_fn(|k| std::array::from_fn(|u| _mm512_loadu_ps(at(g, k, u)))));
+    for (i, row) in v.enumerate() {
+        assert!(row.len() >= (b + B) * Q8_0_BYTES && (H - 1) * stride + i < w.len());
+        let wg: [__m512; H] = std::array::from_fn(|g| _mm512_set1_ps(*wp.add(g * stride + i)));
+        for k in 0..B {
+            let blk = row.as_ptr().add((b + k) * Q8_0_BYTES);
+            let d = _mm512_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            for u in 0..2 {
+                let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(2 + 16 * u).cast()));
+                let x = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+                for (a, &wg) in acc.iter_mut().zip(&wg) {
+                    a[k][u] = _mm512_fmadd_ps(wg, x, a[k][u]);
+                }
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (k, a) in a.iter().enumerate() {
+            for (u, a) in a.iter().enumerate() {
+                _mm512_storeu_ps(at(g, k, u), *a);
+            }
+        }
+    }
+}
+
 /// The scores of `count` queries (`query(i)` the i-th, of `n` floats) with
 /// eight key rows `k`, six at a time then fewer, each query's eight times
 /// `scale` at `dst + i * stride`.
@@ -453,7 +514,17 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
                                    o: &mut [f32]) {
-        Avx2::weigh_q8_0_heads(w, stride, heads, v, o)
+        let n = o.len() / heads;
+        let mut g = 0;
+        while g < heads {
+            let (w, o) = (&w[g * stride..], &mut o[g * n..]);
+            match heads - g {
+                1 => weigh_q8_0_heads::<1>(w, stride, v.clone(), o, n),
+                2 => weigh_q8_0_heads::<2>(w, stride, v.clone(), o, n),
+                _ => weigh_q8_0_heads::<3>(w, stride, v.clone(), o, n),
+            }
+            g += (heads - g).min(3);
+        }
     }
     #[inline(always)]
     unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
