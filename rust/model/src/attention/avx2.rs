@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::lanes::Lanes;
+use super::lanes::{in_groups, Lanes};
 
 /// Reachable only through `super::run_avx2`, after `super::level`.
 pub(super) struct Avx2;
@@ -466,15 +466,6 @@ mod avx {
     }
 }
 
-/// `each(first head, heads)` over `heads` heads taken three at a time (the
-/// most whose outputs a block's weighing holds in registers).
-#[inline(always)]
-fn in_threes(heads: usize, mut each: impl FnMut(usize, usize)) {
-    for g in (0..heads).step_by(3) {
-        each(g, (heads - g).min(3));
-    }
-}
-
 impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
@@ -514,7 +505,7 @@ impl Lanes for Avx2 {
             }
             return;
         }
-        in_threes(heads, |g, count| {
+        in_groups(heads, 3, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
             match count {
                 1 => avx::weigh_f16_heads::<1>(w, stride, v.clone(), o, n),
@@ -527,7 +518,7 @@ impl Lanes for Avx2 {
     unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
                                    o: &mut [f32]) {
         let n = o.len() / heads;
-        in_threes(heads, |g, count| {
+        in_groups(heads, 3, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
             match count {
                 1 => avx::weigh_q8_0_heads::<1>(w, stride, v.clone(), o, n),
@@ -576,16 +567,14 @@ impl Lanes for Avx2 {
         let rows = v.len() / n.max(1);
         assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
         // Four heads at most per sweep: two outputs vectors each fill eight accumulators.
-        let mut g = 0;
-        while g < heads {
+        in_groups(heads, 4, |g, count| {
             let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
-            match heads - g {
+            match count {
                 1 => avx::weigh(&w[g * stride..][..rows], v, &mut o[g * n..][..n]),
                 2 => avx::weigh_heads::<2>(ws, stride, rows, v.as_ptr(), n, os),
                 3 => avx::weigh_heads::<3>(ws, stride, rows, v.as_ptr(), n, os),
                 _ => avx::weigh_heads::<4>(ws, stride, rows, v.as_ptr(), n, os),
             }
-            g += (heads - g).min(4);
-        }
+        });
     }
 }

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::Avx2;
-use super::lanes::Lanes;
+use super::lanes::{in_groups, Lanes};
 
 /// Reachable only through `super::run_avx512`, after `super::level`.
 pub(super) struct Avx512;
@@ -499,48 +499,42 @@ impl Lanes for Avx512 {
     unsafe fn weigh_f16_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
                                   o: &mut [f32]) {
         let n = o.len() / heads;
-        let mut g = 0;
-        while g < heads {
+        in_groups(heads, 4, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
-            match heads - g {
+            match count {
                 1 => weigh_f16_heads::<1>(w, stride, v.clone(), o, n),
                 2 => weigh_f16_heads::<2>(w, stride, v.clone(), o, n),
                 3 => weigh_f16_heads::<3>(w, stride, v.clone(), o, n),
                 _ => weigh_f16_heads::<4>(w, stride, v.clone(), o, n),
             }
-            g += (heads - g).min(4);
-        }
+        });
     }
     #[inline(always)]
     unsafe fn weigh_q8_0_heads<'r>(w: &[f32], stride: usize, heads: usize, v: impl Iterator<Item = &'r [u8]> + Clone,
                                    o: &mut [f32]) {
         let n = o.len() / heads;
-        let mut g = 0;
-        while g < heads {
+        in_groups(heads, 3, |g, count| {
             let (w, o) = (&w[g * stride..], &mut o[g * n..]);
-            match heads - g {
+            match count {
                 1 => weigh_q8_0_heads::<1>(w, stride, v.clone(), o, n),
                 2 => weigh_q8_0_heads::<2>(w, stride, v.clone(), o, n),
                 _ => weigh_q8_0_heads::<3>(w, stride, v.clone(), o, n),
             }
-            g += (heads - g).min(3);
-        }
+        });
     }
     #[inline(always)]
     unsafe fn weigh_heads(w: &[f32], stride: usize, heads: usize, v: &[f32], o: &mut [f32]) {
         let n = o.len() / heads;
         let rows = v.len() / n.max(1);
         assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
-        let mut g = 0;
-        while g < heads {
+        in_groups(heads, 4, |g, count| {
             let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
-            match heads - g {
+            match count {
                 1 => weigh_all::<1>(ws, stride, rows, v.as_ptr(), n, os),
                 2 => weigh_all::<2>(ws, stride, rows, v.as_ptr(), n, os),
                 3 => weigh_all::<3>(ws, stride, rows, v.as_ptr(), n, os),
                 _ => weigh_all::<4>(ws, stride, rows, v.as_ptr(), n, os),
             }
-            g += (heads - g).min(4);
-        }
+        });
     }
 }

@@ -218,3 +218,12 @@ pub(super) fn fma_row(w: f32, v: &[f32], o: &mut [f32]) {
         *o = w.mul_add(x, *o);
     }
 }
+
+/// `each(first head, heads)` over `heads` heads taken `most` at a time (the
+/// most whose outputs a vector form's weighing holds in registers).
+#[inline(always)]
+pub(super) fn in_groups(heads: usize, most: usize, mut each: impl FnMut(usize, usize)) {
+    for g in (0..heads).step_by(most) {
+        each(g, (heads - g).min(most));
+    }
+}

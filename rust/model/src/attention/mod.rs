@@ -1037,8 +1037,8 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
 /// Asks the memory system for head `head`'s `dim` elements of cache row
 /// `row` (rows `width` wide), into the core's second-level cache; reads
 /// nothing. Not into the first: its few outstanding misses fill with the
-/// requests, and the loads of the rows being scored wait behind them (a
-/// decoded token at depth 4096 read its cache 1.4x slower so on a Zen 4).
+/// requests, and the loads of the rows being scored wait behind them (on a
+/// Zen 4 that held a decoded token at depth to well under memory's rate).
 #[inline(always)]
 fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: usize) {
     #[cfg(target_arch = "x86_64")]
