@@ -1,0 +1,397 @@
+//! Finding and opening a device, its buffers, and a pass: kernels recorded
+//! into one command buffer and submitted together.
+//!
+//! wgpu reports most errors to a handler rather than to the call that made
+//! them; the handler keeps the first one, and the next submission or read
+//! returns it, so a refused command fails its pass instead of panicking.
+
+use std::sync::{mpsc, Arc, Mutex};
+
+use ember_gguf::GgmlType;
+use wgpu::util::DeviceExt;
+
+use crate::error::{GpuError, Result};
+use crate::kernels::{Kernel, Pipelines};
+
+/// What kind of device an adapter is, as the driver says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Discrete,
+    Integrated,
+    Virtual,
+    /// A software rasteriser on the CPU (Mesa's lavapipe): correct, not fast.
+    Cpu,
+    Other,
+}
+
+impl DeviceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Discrete => "discrete GPU",
+            DeviceKind::Integrated => "integrated GPU",
+            DeviceKind::Virtual => "virtual GPU",
+            DeviceKind::Cpu => "CPU (software)",
+            DeviceKind::Other => "other",
+        }
+    }
+
+    /// Which device is taken when none is named: a card before a shared
+    /// one, and a software one last.
+    fn preference(self) -> u8 {
+        match self {
+            DeviceKind::Discrete => 0,
+            DeviceKind::Integrated => 1,
+            DeviceKind::Virtual => 2,
+            DeviceKind::Other => 3,
+            DeviceKind::Cpu => 4,
+        }
+    }
+}
+
+/// A device as `--list-devices` shows it.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// The name `--device` takes, as llama.cpp names Vulkan devices: Vulkan0, Vulkan1, ...
+    pub name: String,
+    /// The adapter's own name ("NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)").
+    pub description: String,
+    pub kind: DeviceKind,
+    pub driver: String,
+    /// The largest buffer one binding may hold: a weight matrix must fit in it.
+    pub max_binding_bytes: u64,
+}
+
+fn vulkan_adapters() -> Vec<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::VULKAN;
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::VULKAN))
+}
+
+fn describe(index: usize, adapter: &wgpu::Adapter) -> DeviceInfo {
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => DeviceKind::Discrete,
+        wgpu::DeviceType::IntegratedGpu => DeviceKind::Integrated,
+        wgpu::DeviceType::VirtualGpu => DeviceKind::Virtual,
+        wgpu::DeviceType::Cpu => DeviceKind::Cpu,
+        wgpu::DeviceType::Other => DeviceKind::Other,
+    };
+    let driver = [info.driver.as_str(), info.driver_info.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    DeviceInfo {
+        name: format!("Vulkan{index}"),
+        description: info.name,
+        kind,
+        driver,
+        max_binding_bytes: (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size),
+    }
+}
+
+/// Every Vulkan device this machine has, in the driver's order.
+pub fn list_devices() -> Vec<DeviceInfo> {
+    vulkan_adapters().iter().enumerate().map(|(i, a)| describe(i, a)).collect()
+}
+
+/// An open device: its queue, its kernels, and the first fault it reported.
+pub struct Gpu {
+    info: DeviceInfo,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    limits: wgpu::Limits,
+    pipelines: Pipelines,
+    fault: Arc<Mutex<Option<GpuError>>>,
+}
+
+impl Gpu {
+    /// Opens the device named `name` (`Vulkan1`, case aside), or with none
+    /// the one `DeviceKind::preference` ranks first.
+    pub fn open(name: Option<&str>) -> Result<Gpu> {
+        let adapters = vulkan_adapters();
+        if adapters.is_empty() {
+            return Err(GpuError::NoDevice);
+        }
+        let infos: Vec<DeviceInfo> = adapters.iter().enumerate().map(|(i, a)| describe(i, a)).collect();
+        let index = match name {
+            Some(name) => infos.iter().position(|d| d.name.eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
+                GpuError::NoSuchDevice {
+                    name: name.to_string(),
+                    available: infos.iter().map(|d| format!("{} ({})", d.name, d.description)).collect::<Vec<_>>().join(", "),
+                }
+            })?,
+            None => (0..infos.len()).min_by_key(|&i| (infos[i].kind.preference(), i)).expect("not empty"),
+        };
+        let info = infos[index].clone();
+        let adapter = &adapters[index];
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("ember"),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::Open { device: info.name.clone(), reason: e.to_string() })?;
+
+        let fault: Arc<Mutex<Option<GpuError>>> = Arc::default();
+        let keep = {
+            let fault = fault.clone();
+            move |e: GpuError| {
+                let mut slot = fault.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert(e);
+            }
+        };
+        let on_error = keep.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            on_error(match e {
+                wgpu::Error::OutOfMemory { .. } => GpuError::OutOfMemory(e.to_string()),
+                _ => GpuError::Device(e.to_string()),
+            })
+        }));
+        device.set_device_lost_callback(move |reason, message| {
+            keep(GpuError::Lost(format!("{reason:?}: {message}")));
+        });
+        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), fault })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The first fault the device reported since the last check, if any.
+    fn check(&self) -> Result<()> {
+        match self.fault.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn fits(&self, what: impl FnOnce() -> String, bytes: u64) -> Result<()> {
+        let limit = self.info.max_binding_bytes;
+        // The kernels address bytes with 32-bit offsets.
+        let limit = limit.min(u32::MAX as u64);
+        if bytes > limit {
+            return Err(GpuError::TooLarge { what: what(), bytes, limit });
+        }
+        Ok(())
+    }
+
+    /// A storage buffer of `bytes` (rounded up to whole words, and one word
+    /// more, so a read of four bytes at the last byte stays inside it),
+    /// holding `data` at its start.
+    fn storage(&self, label: &str, data: &[u8], bytes: usize) -> Result<wgpu::Buffer> {
+        let size = (bytes.div_ceil(4) + 1) * 4;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::OutOfMemory(format!("{label}: {e}")));
+        }
+        let whole = data.len() / 4 * 4;
+        if whole > 0 {
+            self.queue.write_buffer(&buf, 0, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(&buf, whole as u64, &tail);
+        }
+        self.check()?;
+        Ok(buf)
+    }
+
+    /// A weight matrix of `rows` rows of `cols`, in the file's layout of
+    /// `ty`, copied to the device as it is.
+    pub fn upload_matrix(&self, name: &str, ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Result<DeviceMatrix> {
+        if !crate::matmul_supports(ty) {
+            return Err(GpuError::UnsupportedType { ty });
+        }
+        if cols % ty.block_size() != 0 {
+            return Err(GpuError::Shape(format!("{name}: {cols} columns are not whole blocks of {ty}")));
+        }
+        let row_bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        if data.len() != rows * row_bytes {
+            return Err(GpuError::Shape(format!(
+                "{name}: {} bytes given for {rows} rows of {cols} {ty} ({} bytes)",
+                data.len(),
+                rows * row_bytes
+            )));
+        }
+        self.fits(|| name.to_string(), data.len() as u64 + 8)?;
+        let buf = self.storage(name, data, data.len())?;
+        Ok(DeviceMatrix { ty, rows, cols, row_bytes, buf })
+    }
+
+    /// f32 values on the device.
+    pub fn upload(&self, label: &str, values: &[f32]) -> Result<DeviceBuffer> {
+        self.fits(|| label.to_string(), values.len() as u64 * 4 + 4)?;
+        let buf = self.storage(label, bytemuck::cast_slice(values), values.len() * 4)?;
+        Ok(DeviceBuffer { buf, len: values.len() })
+    }
+
+    /// `len` f32 values on the device, zeroed.
+    pub fn zeros(&self, label: &str, len: usize) -> Result<DeviceBuffer> {
+        self.fits(|| label.to_string(), len as u64 * 4 + 4)?;
+        // A new buffer is zeroed by wgpu.
+        let buf = self.storage(label, &[], len * 4)?;
+        Ok(DeviceBuffer { buf, len })
+    }
+
+    /// The buffer's values, once every pass submitted before has run.
+    pub fn read(&self, from: &DeviceBuffer) -> Result<Vec<f32>> {
+        let size = from.len as u64 * 4;
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read back"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&from.buf, 0, &staging, 0, size);
+        self.queue.submit([encoder.finish()]);
+        let (tx, rx) = mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
+        self.check()?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(GpuError::Device(format!("reading a buffer back: {e}"))),
+            Err(_) => return Err(GpuError::Lost("the read back was never answered".into())),
+        }
+        let view = staging.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+        let values = bytemuck::cast_slice::<u8, f32>(&view).to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(values)
+    }
+
+    /// A pass: kernels recorded in order, run when it is submitted.
+    pub fn pass(&self) -> Pass<'_> {
+        Pass { gpu: self, encoder: self.device.create_command_encoder(&Default::default()) }
+    }
+}
+
+/// f32 values on the device.
+pub struct DeviceBuffer {
+    buf: wgpu::Buffer,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A weight matrix on the device, in its file format: `rows` outputs of `cols` inputs.
+pub struct DeviceMatrix {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    row_bytes: usize,
+    buf: wgpu::Buffer,
+}
+
+impl DeviceMatrix {
+    /// Bytes it holds on the device.
+    pub fn bytes(&self) -> u64 {
+        self.buf.size()
+    }
+}
+
+/// Kernels recorded into one command buffer.
+pub struct Pass<'g> {
+    gpu: &'g Gpu,
+    encoder: wgpu::CommandEncoder,
+}
+
+impl Pass<'_> {
+    fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
+        let gpu = self.gpu;
+        let pipeline = gpu.pipelines.get(&gpu.device, kernel).expect("a kernel with a source");
+        let uniform = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: bytemuck::cast_slice(params),
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+        let mut entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniform.as_entire_binding() });
+        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut cpass = self.encoder.begin_compute_pass(&Default::default());
+        cpass.set_pipeline(&pipeline);
+        cpass.set_bind_group(0, &bind, &[]);
+        cpass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+    }
+
+    fn max_groups(&self) -> usize {
+        self.gpu.limits.max_compute_workgroups_per_dimension as usize
+    }
+
+    /// y[c] = w · x[c] for the `n` rows c of x (each `w.cols` wide); y's
+    /// rows are `w.rows` wide.
+    pub fn matmul(&mut self, w: &DeviceMatrix, x: &DeviceBuffer, n: usize, y: &DeviceBuffer) -> Result<()> {
+        if n == 0 || x.len < n * w.cols || y.len < n * w.rows {
+            return Err(GpuError::Shape(format!(
+                "matmul of {} x {} over {n} rows: x holds {}, y holds {}",
+                w.rows, w.cols, x.len, y.len
+            )));
+        }
+        let max = self.max_groups();
+        if n > max || w.rows > max * max {
+            return Err(GpuError::Shape(format!("matmul of {} rows over {n} inputs is past the dispatch limit of {max}", w.rows)));
+        }
+        let groups_x = w.rows.min(max);
+        let groups_y = w.rows.div_ceil(groups_x);
+        let params = [w.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, 0].map(|v| v as u32);
+        self.dispatch(Kernel::Matmul(w.ty), &[&w.buf, &x.buf, &y.buf], &params, [groups_x as u32, groups_y as u32, n as u32]);
+        Ok(())
+    }
+
+    /// out = x / rms(x) * weight, over `rows` rows of `weight.len()`.
+    pub fn rms_norm(&mut self, x: &DeviceBuffer, weight: &DeviceBuffer, out: &DeviceBuffer, rows: usize, eps: f32) -> Result<()> {
+        let width = weight.len;
+        if rows == 0 || width == 0 || x.len < rows * width || out.len < rows * width {
+            return Err(GpuError::Shape(format!(
+                "rms_norm of {rows} rows of {width}: x holds {}, out holds {}",
+                x.len, out.len
+            )));
+        }
+        if rows > self.max_groups() {
+            return Err(GpuError::Shape(format!("rms_norm of {rows} rows is past the dispatch limit")));
+        }
+        let params = [width as u32, rows as u32, eps.to_bits(), 0];
+        self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, [rows as u32, 1, 1]);
+        Ok(())
+    }
+
+    /// Runs what was recorded; a fault the device reported while it was
+    /// recorded or run fails here (or at the next read).
+    pub fn submit(self) -> Result<()> {
+        self.gpu.queue.submit([self.encoder.finish()]);
+        self.gpu.check()
+    }
+}

@@ -1,0 +1,16 @@
+//! ember's kernels on a GPU, through wgpu on Vulkan: the device and its
+//! buffers, weight matrices uploaded in their file formats (no f32 copies on
+//! the card), and WGSL kernels recorded into one command buffer a pass.
+//!
+//! It knows tensors and kernels, not models: the model crate decides which
+//! layers live here. Every kernel is tested against the CPU's arithmetic by
+//! normalised error (`tests/kernels.rs`), on any Vulkan device, Mesa's
+//! lavapipe included.
+
+mod device;
+mod error;
+mod kernels;
+
+pub use device::{list_devices, DeviceBuffer, DeviceInfo, DeviceKind, DeviceMatrix, Gpu, Pass};
+pub use error::{GpuError, Result};
+pub use kernels::matmul_supports;

@@ -1,0 +1,32 @@
+// 16 bytes of 4-bit (scale, min) pairs, 64 bytes of 2-bit values, d and
+// dmin: f16. Two halves of 128; in half n, the shift-th pair of bits of
+// bytes 0..16 and 16..32 of its 32 make 16 elements each, with scales
+// 8n + 2j and 8n + 2j + 1 (j = shift / 2): d * (sc & 15) * q - dmin * (sc >> 4).
+const BLOCK: u32 = 256u;
+const BLOCK_BYTES: u32 = 84u;
+
+fn block_dot(o: u32, xo: u32) -> f32 {
+    let d = f16_at(o + 80u);
+    let dmin = f16_at(o + 82u);
+    var s = 0.0;
+    for (var n = 0u; n < 2u; n++) {
+        for (var j = 0u; j < 4u; j++) {
+            for (var part = 0u; part < 2u; part++) {
+                let sc = byte_at(o + 8u * n + 2u * j + part);
+                var sq = 0.0;
+                var sx = 0.0;
+                for (var l = 0u; l < 16u; l += 4u) {
+                    let q = bytes_at(o + 16u + 32u * n + 16u * part + l);
+                    for (var k = 0u; k < 4u; k++) {
+                        let v = (q >> (8u * k + 2u * j)) & 3u;
+                        let xv = x[xo + 128u * n + 32u * j + 16u * part + l + k];
+                        sq += f32(v) * xv;
+                        sx += xv;
+                    }
+                }
+                s += d * f32(sc & 15u) * sq - dmin * f32(sc >> 4u) * sx;
+            }
+        }
+    }
+    return s;
+}

@@ -1,0 +1,16 @@
+// d: f16, then 16 bytes: element j in the low nibble of byte j, element
+// j + 16 in its high nibble, each less 8.
+const BLOCK: u32 = 32u;
+const BLOCK_BYTES: u32 = 18u;
+
+fn block_dot(o: u32, xo: u32) -> f32 {
+    var s = 0.0;
+    for (var j = 0u; j < 16u; j += 4u) {
+        let q = bytes_at(o + 2u + j);
+        for (var k = 0u; k < 4u; k++) {
+            let b = (q >> (8u * k)) & 0xffu;
+            s += (f32(b & 15u) - 8.0) * x[xo + j + k] + (f32(b >> 4u) - 8.0) * x[xo + j + k + 16u];
+        }
+    }
+    return f16_at(o) * s;
+}

@@ -1,0 +1,40 @@
+// 128 bytes of low nibbles, 64 of 2-bit highs, 16 signed scales, d: f16.
+// Two halves of 128; in each, byte l of the lows and highs makes elements
+// l, l + 32, l + 64 and l + 96 (each less 32), scaled by the scale of its
+// 16 (scales is, is + 2, is + 4, is + 6 of the half, is = l / 16).
+const BLOCK: u32 = 256u;
+const BLOCK_BYTES: u32 = 210u;
+
+fn block_dot(o: u32, xo: u32) -> f32 {
+    var s = 0.0;
+    for (var h = 0u; h < 2u; h++) {
+        let ql = o + 64u * h;
+        let qh = o + 128u + 32u * h;
+        let sc = bytes_at(o + 192u + 8u * h);
+        let sc2 = bytes_at(o + 196u + 8u * h);
+        let xb = xo + 128u * h;
+        for (var is = 0u; is < 2u; is++) {
+            var s1 = 0.0;
+            var s2 = 0.0;
+            var s3 = 0.0;
+            var s4 = 0.0;
+            for (var l = 16u * is; l < 16u * is + 16u; l += 4u) {
+                let a = bytes_at(ql + l);
+                let b = bytes_at(ql + l + 32u);
+                let hh = bytes_at(qh + l);
+                for (var k = 0u; k < 4u; k++) {
+                    let av = (a >> (8u * k)) & 0xffu;
+                    let bv = (b >> (8u * k)) & 0xffu;
+                    let hv = (hh >> (8u * k)) & 0xffu;
+                    let e = xb + l + k;
+                    s1 += (f32((av & 15u) | ((hv & 3u) << 4u)) - 32.0) * x[e];
+                    s2 += (f32((bv & 15u) | (((hv >> 2u) & 3u) << 4u)) - 32.0) * x[e + 32u];
+                    s3 += (f32((av >> 4u) | (((hv >> 4u) & 3u) << 4u)) - 32.0) * x[e + 64u];
+                    s4 += (f32((bv >> 4u) | (((hv >> 6u) & 3u) << 4u)) - 32.0) * x[e + 96u];
+                }
+            }
+            s += i8_of(sc, is) * s1 + i8_of(sc, is + 2u) * s2 + i8_of(sc2, is) * s3 + i8_of(sc2, is + 2u) * s4;
+        }
+    }
+    return f16_at(o + 208u) * s;
+}

@@ -1,0 +1,43 @@
+// out[r, i] = x[r, i] / sqrt(mean_i(x[r, i]^2) + eps) * weight[i], one
+// workgroup a row.
+
+struct Params {
+    width: u32,
+    rows: u32,
+    eps: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> weight: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const WG: u32 = 64u;
+var<workgroup> partial: array<f32, WG>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = g.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let start = row * p.width;
+    var acc = 0.0;
+    for (var i = lid; i < p.width; i += WG) {
+        let v = x[start + i];
+        acc += v * v;
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var half = WG / 2u; half > 0u; half >>= 1u) {
+        if (lid < half) {
+            partial[lid] += partial[lid + half];
+        }
+        workgroupBarrier();
+    }
+    let scale = inverseSqrt(partial[0] / f32(p.width) + p.eps);
+    for (var i = lid; i < p.width; i += WG) {
+        out[start + i] = x[start + i] * scale * weight[i];
+    }
+}

@@ -1,0 +1,211 @@
+//! Every device kernel against the CPU's arithmetic, by normalised error
+//! (‖device − reference‖ / ‖reference‖) within a budget stated per kernel.
+//! The reference dequantizes with ember-quant (itself checked bit for bit
+//! against the `gguf` package's numpy formats) and sums in f64.
+//!
+//! These run on any Vulkan device, Mesa's lavapipe included. Without one
+//! they say so and pass, unless EMBER_REQUIRE_GPU is set (CI sets it after
+//! installing lavapipe): then a missing device fails them.
+
+use std::sync::OnceLock;
+
+use ember_gguf::GgmlType;
+use ember_gpu::{matmul_supports, Gpu, GpuError};
+use half::{bf16, f16};
+
+fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| match Gpu::open(None) {
+        Ok(g) => Some(g),
+        Err(e) if std::env::var_os("EMBER_REQUIRE_GPU").is_some() => {
+            panic!("EMBER_REQUIRE_GPU is set, and no device opened: {e}")
+        }
+        Err(e) => {
+            eprintln!("no device, so the kernel tests are skipped: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// xorshift64*: the same values on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Where each format keeps its f16 scales (byte offsets in a block): random
+/// bytes there would make infinities and NaNs, so they get sane values, one
+/// in eight negative, as a quantizer may write.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// `rows` rows of `cols` in `ty`'s file layout, filled at random.
+fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    use GgmlType::*;
+    let n = rows * cols;
+    match ty {
+        F32 => (0..n).flat_map(|_| rng.unit().to_le_bytes()).collect(),
+        F16 => (0..n).flat_map(|_| f16::from_f32(rng.unit()).to_le_bytes()).collect(),
+        BF16 => (0..n).flat_map(|_| bf16::from_f32(rng.unit()).to_le_bytes()).collect(),
+        _ => {
+            let mut data = rng.bytes(n / ty.block_size() * ty.type_size());
+            for block in data.chunks_exact_mut(ty.type_size()) {
+                for &at in f16_fields(ty) {
+                    let mut d = 1e-3 + 2e-2 * (rng.unit() + 1.0) / 2.0;
+                    if rng.next() % 8 == 0 {
+                        d = -d;
+                    }
+                    block[at..at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                }
+            }
+            data
+        }
+    }
+}
+
+fn normalised_error(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let diff: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    (diff / norm).sqrt()
+}
+
+/// The matrix product's budget: f32 sums of a block's products, against f64 sums.
+const MATMUL_BUDGET: f64 = 1e-5;
+
+fn check_matmul(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let data = random_matrix(&mut rng, ty, rows, cols);
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
+    let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
+    let mut want = vec![0f64; n * rows];
+    let mut deq = vec![0f32; cols];
+    for r in 0..rows {
+        ember_quant::dequantize_row(ty, &data[r * row_bytes..(r + 1) * row_bytes], &mut deq).unwrap();
+        for c in 0..n {
+            want[c * rows + r] = deq.iter().zip(&x[c * cols..(c + 1) * cols]).map(|(&w, &v)| w as f64 * v as f64).sum();
+        }
+    }
+    let w = gpu.upload_matrix("test", ty, rows, cols, &data).unwrap();
+    let xb = gpu.upload("x", &x).unwrap();
+    let y = gpu.zeros("y", n * rows).unwrap();
+    let mut pass = gpu.pass();
+    pass.matmul(&w, &xb, n, &y).unwrap();
+    pass.submit().unwrap();
+    let got = gpu.read(&y).unwrap();
+    let err = normalised_error(&got, &want);
+    assert!(err <= MATMUL_BUDGET, "{ty} {rows}x{cols} over {n}: normalised error {err:e} > {MATMUL_BUDGET:e}");
+}
+
+const FORMATS: [GgmlType; 12] = {
+    use GgmlType::*;
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K]
+};
+
+#[test]
+fn matmul_of_every_format_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        assert!(matmul_supports(ty));
+        // Legacy formats: five blocks a row, so rows start at bytes that are
+        // not whole words (Q4_0's 90). K formats: two super-blocks. Rows and
+        // inputs not multiples of anything the kernel groups by.
+        let cols = if ty.block_size() == 256 { 512 } else { 160 };
+        check_matmul(gpu, ty, 37, cols, 3, 0x5eed + i as u64);
+    }
+}
+
+#[test]
+fn matmul_of_long_rows_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    // A row of SmolLM2's FFN down projection: more blocks than threads.
+    check_matmul(gpu, GgmlType::Q4_1, 9, 1536, 2, 11);
+    check_matmul(gpu, GgmlType::Q6_K, 9, 2048, 1, 12);
+}
+
+#[test]
+fn matmul_past_the_dispatch_width_reaches_every_row() {
+    let Some(gpu) = gpu() else { return };
+    // More rows than one dimension of a dispatch holds (65535): the rest go
+    // to the second dimension, as a vocabulary of 150k rows does.
+    check_matmul(gpu, GgmlType::Q8_0, 65535 + 77, 32, 1, 13);
+}
+
+#[test]
+fn rms_norm_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(21);
+    for (rows, width) in [(5, 576), (3, 7), (2, 2048)] {
+        let x: Vec<f32> = (0..rows * width).map(|_| 3.0 * rng.unit()).collect();
+        let weight: Vec<f32> = (0..width).map(|_| 1.0 + rng.unit() / 2.0).collect();
+        let eps = 1e-6f32;
+        let mut want = Vec::new();
+        for row in x.chunks(width) {
+            let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / width as f64;
+            let scale = 1.0 / (ms + eps as f64).sqrt();
+            want.extend(row.iter().zip(&weight).map(|(&v, &w)| v as f64 * scale * w as f64));
+        }
+        let (xb, wb, out) =
+            (gpu.upload("x", &x).unwrap(), gpu.upload("w", &weight).unwrap(), gpu.zeros("out", rows * width).unwrap());
+        let mut pass = gpu.pass();
+        pass.rms_norm(&xb, &wb, &out, rows, eps).unwrap();
+        pass.submit().unwrap();
+        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        assert!(err <= 1e-6, "rms_norm {rows}x{width}: normalised error {err:e}");
+    }
+}
+
+#[test]
+fn a_type_without_a_kernel_is_refused_by_name() {
+    let Some(gpu) = gpu() else { return };
+    let err = gpu.upload_matrix("blk.0.ffn_up.weight", GgmlType::Q3_K, 1, 256, &[0; 110]).err().unwrap();
+    assert!(matches!(err, GpuError::UnsupportedType { ty: GgmlType::Q3_K }));
+    assert_eq!(err.to_string(), "Q3_K has no device kernel");
+}
+
+#[test]
+fn shapes_that_do_not_fit_are_refused() {
+    let Some(gpu) = gpu() else { return };
+    let err = gpu.upload_matrix("w", GgmlType::Q4_0, 2, 48, &[0; 36]).err().unwrap();
+    assert!(err.to_string().contains("48 columns are not whole blocks of Q4_0"), "{err}");
+    let err = gpu.upload_matrix("w", GgmlType::Q4_0, 2, 32, &[0; 35]).err().unwrap();
+    assert!(err.to_string().contains("35 bytes given for 2 rows of 32 Q4_0 (36 bytes)"), "{err}");
+    let w = gpu.upload_matrix("w", GgmlType::Q4_0, 2, 32, &[0; 36]).unwrap();
+    let (x, y) = (gpu.zeros("x", 32).unwrap(), gpu.zeros("y", 2).unwrap());
+    let err = gpu.pass().matmul(&w, &x, 2, &y).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "{err}");
+}
+
+#[test]
+fn an_unknown_device_name_is_refused_with_the_names_there_are() {
+    if gpu().is_none() {
+        return;
+    }
+    let err = Gpu::open(Some("Vulkan99")).err().unwrap();
+    let text = err.to_string();
+    assert!(text.starts_with("no device named \"Vulkan99\"; the devices are: Vulkan0 ("), "{text}");
+}
