@@ -121,7 +121,11 @@ impl Gpu {
             Some(name) => infos.iter().position(|d| d.name.eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
                 GpuError::NoSuchDevice {
                     name: name.to_string(),
-                    available: infos.iter().map(|d| format!("{} ({})", d.name, d.description)).collect::<Vec<_>>().join(", "),
+                    available: infos
+                        .iter()
+                        .map(|d| format!("{} ({})", d.name, d.description))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 }
             })?,
             None => (0..infos.len()).min_by_key(|&i| (infos[i].kind.preference(), i)).expect("not empty"),
@@ -209,7 +213,14 @@ impl Gpu {
 
     /// A weight matrix of `rows` rows of `cols`, in the file's layout of
     /// `ty`, copied to the device as it is.
-    pub fn upload_matrix(&self, name: &str, ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Result<DeviceMatrix> {
+    pub fn upload_matrix(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+    ) -> Result<DeviceMatrix> {
         if !crate::matmul_supports(ty) {
             return Err(GpuError::UnsupportedType { ty });
         }
@@ -277,6 +288,20 @@ impl Gpu {
         Ok(values)
     }
 
+    /// A layer's cache of `ring` rows of keys `width_k` and values
+    /// `width_v` wide (both even: rows are f16 pairs).
+    pub fn kv_layer(&self, ring: usize, width_k: usize, width_v: usize) -> Result<DeviceKvLayer> {
+        if ring == 0 || width_k % 2 != 0 || width_v % 2 != 0 {
+            return Err(GpuError::Shape(format!("a cache of {ring} rows of keys {width_k} and values {width_v} wide")));
+        }
+        let (kb, vb) = (ring * width_k * 2, ring * width_v * 2);
+        self.fits(|| "the keys of a cache layer".into(), kb as u64 + 4)?;
+        self.fits(|| "the values of a cache layer".into(), vb as u64 + 4)?;
+        let k = self.storage("keys", &[], kb)?;
+        let v = self.storage("values", &[], vb)?;
+        Ok(DeviceKvLayer { ring, width_k, width_v, k, v })
+    }
+
     /// A pass: kernels recorded in order, run when it is submitted.
     pub fn pass(&self) -> Pass<'_> {
         Pass { gpu: self, encoder: self.device.create_command_encoder(&Default::default()) }
@@ -314,6 +339,45 @@ impl DeviceMatrix {
         self.buf.size()
     }
 }
+
+/// One layer's keys and values on the device, as f16 rows of `width_k` and
+/// `width_v` (every key-value head side by side); the row of position p is
+/// p % ring, so a sliding-window layer keeps a ring and a full one a row
+/// per position of the context.
+pub struct DeviceKvLayer {
+    pub ring: usize,
+    pub width_k: usize,
+    pub width_v: usize,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+}
+
+/// The FFN's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation (ggml's `gelu`).
+    GeluTanh,
+}
+
+/// The shape of one attention call: `t` queries of a sequence at positions
+/// `start..start + t`, their heads `head_dim_k` wide in rows of
+/// `n_head * head_dim_k`, each group of `n_head / n_head_kv` heads reading
+/// one key-value head.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub t: usize,
+    pub start: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim_k: usize,
+    pub head_dim_v: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+}
+
+/// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
+pub const MAX_HEAD_DIM_V: usize = 512;
 
 /// Kernels recorded into one command buffer.
 pub struct Pass<'g> {
@@ -362,17 +426,32 @@ impl Pass<'_> {
         }
         let max = self.max_groups();
         if n > max || w.rows > max * max {
-            return Err(GpuError::Shape(format!("matmul of {} rows over {n} inputs is past the dispatch limit of {max}", w.rows)));
+            return Err(GpuError::Shape(format!(
+                "matmul of {} rows over {n} inputs is past the dispatch limit of {max}",
+                w.rows
+            )));
         }
         let groups_x = w.rows.min(max);
         let groups_y = w.rows.div_ceil(groups_x);
         let params = [w.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, 0].map(|v| v as u32);
-        self.dispatch(Kernel::Matmul(w.ty), &[&w.buf, &x.buf, &y.buf], &params, [groups_x as u32, groups_y as u32, n as u32]);
+        self.dispatch(
+            Kernel::Matmul(w.ty),
+            &[&w.buf, &x.buf, &y.buf],
+            &params,
+            [groups_x as u32, groups_y as u32, n as u32],
+        );
         Ok(())
     }
 
     /// out = x / rms(x) * weight, over `rows` rows of `weight.len()`.
-    pub fn rms_norm(&mut self, x: &DeviceBuffer, weight: &DeviceBuffer, out: &DeviceBuffer, rows: usize, eps: f32) -> Result<()> {
+    pub fn rms_norm(
+        &mut self,
+        x: &DeviceBuffer,
+        weight: &DeviceBuffer,
+        out: &DeviceBuffer,
+        rows: usize,
+        eps: f32,
+    ) -> Result<()> {
         let width = weight.len;
         if rows == 0 || width == 0 || x.len < rows * width || out.len < rows * width {
             return Err(GpuError::Shape(format!(
@@ -385,6 +464,171 @@ impl Pass<'_> {
         }
         let params = [width as u32, rows as u32, eps.to_bits(), 0];
         self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, [rows as u32, 1, 1]);
+        Ok(())
+    }
+
+    /// Groups of 64 threads for `n` threads, spread over x and y past the
+    /// dispatch limit; returns the groups and the threads along x.
+    fn spread(&self, n: usize, what: &str) -> Result<([u32; 3], u32)> {
+        let groups = n.div_ceil(64).max(1);
+        let max = self.max_groups();
+        let gx = groups.min(max);
+        let gy = groups.div_ceil(gx);
+        if gy > max {
+            return Err(GpuError::Shape(format!("{what} of {n} values is past the dispatch limit")));
+        }
+        Ok(([gx as u32, gy as u32, 1], (gx * 64) as u32))
+    }
+
+    /// out = act(gate) * up, over `n` values.
+    pub fn gated(
+        &mut self,
+        act: Activation,
+        gate: &DeviceBuffer,
+        up: &DeviceBuffer,
+        out: &DeviceBuffer,
+        n: usize,
+    ) -> Result<()> {
+        let kernel = match act {
+            Activation::Silu => Kernel::SiluMul,
+            Activation::GeluTanh => Kernel::GeluMul,
+        };
+        self.elementwise(kernel, gate, up, out, n)
+    }
+
+    /// out = a + b, over `n` values (`out` may not be `a` or `b`: wgpu
+    /// refuses a buffer bound as read and written at once).
+    pub fn add(&mut self, a: &DeviceBuffer, b: &DeviceBuffer, out: &DeviceBuffer, n: usize) -> Result<()> {
+        self.elementwise(Kernel::Add, a, b, out, n)
+    }
+
+    fn elementwise(
+        &mut self,
+        kernel: Kernel,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        out: &DeviceBuffer,
+        n: usize,
+    ) -> Result<()> {
+        if n == 0 || a.len < n || b.len < n || out.len < n {
+            return Err(GpuError::Shape(format!(
+                "{kernel:?} over {n} values: the buffers hold {}, {} and {}",
+                a.len, b.len, out.len
+            )));
+        }
+        let (groups, threads_x) = self.spread(n, "an element-wise kernel")?;
+        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, 0, 0], groups);
+        Ok(())
+    }
+
+    /// Rotates, in place, the first `2 * half` dimensions of each of `heads`
+    /// heads (`head_dim` wide) of `rows` rows of `x`, by the angles of each
+    /// row in `cos` and `sin` ([rows, half]): adjacent pairs, or halves.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope(
+        &mut self,
+        x: &DeviceBuffer,
+        cos: &DeviceBuffer,
+        sin: &DeviceBuffer,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+        half: usize,
+        halves: bool,
+    ) -> Result<()> {
+        if rows == 0
+            || half == 0
+            || 2 * half > head_dim
+            || x.len < rows * heads * head_dim
+            || cos.len < rows * half
+            || sin.len < rows * half
+        {
+            return Err(GpuError::Shape(format!(
+                "rope of {rows} rows of {heads} heads of {head_dim} ({half} pairs): x holds {}, the angles {} and {}",
+                x.len, cos.len, sin.len
+            )));
+        }
+        let (groups, threads_x) = self.spread(rows * heads * half, "rope")?;
+        let params = [rows, heads, head_dim, half, halves as usize, threads_x as usize, 0, 0].map(|v| v as u32);
+        self.dispatch(Kernel::Rope, &[&x.buf, &cos.buf, &sin.buf], &params, groups);
+        Ok(())
+    }
+
+    /// Writes `rows` rows of keys and values (f32) for positions
+    /// `start..start + rows` into the layer's cache, rounded to f16.
+    pub fn kv_store(
+        &mut self,
+        layer: &DeviceKvLayer,
+        k: &DeviceBuffer,
+        v: &DeviceBuffer,
+        rows: usize,
+        start: usize,
+    ) -> Result<()> {
+        if rows == 0 || rows > layer.ring || k.len < rows * layer.width_k || v.len < rows * layer.width_v {
+            return Err(GpuError::Shape(format!(
+                "storing {rows} rows in a ring of {}: keys hold {}, values {}",
+                layer.ring, k.len, v.len
+            )));
+        }
+        for (src, dst, width) in [(k, &layer.k, layer.width_k), (v, &layer.v, layer.width_v)] {
+            let (groups, threads_x) = self.spread(rows * width / 2, "storing the cache")?;
+            let params = [rows, width, start, layer.ring, threads_x as usize, 0, 0, 0].map(|v| v as u32);
+            self.dispatch(Kernel::KvStore, &[&src.buf, dst], &params, groups);
+        }
+        Ok(())
+    }
+
+    /// Attention of `s.t` query rows of `q` over the layer's cache (which
+    /// must hold their positions already: `kv_store` first), into `out`
+    /// ([t, n_head * head_dim_v]).
+    pub fn attention(
+        &mut self,
+        s: &AttentionShape,
+        q: &DeviceBuffer,
+        layer: &DeviceKvLayer,
+        out: &DeviceBuffer,
+    ) -> Result<()> {
+        let bad = |why: &str| Err(GpuError::Shape(format!("attention of {s:?} over a ring of {}: {why}", layer.ring)));
+        if s.t == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0 {
+            return bad("heads must be a whole multiple of the key-value heads");
+        }
+        if s.n_head_kv * s.head_dim_k != layer.width_k || s.n_head_kv * s.head_dim_v != layer.width_v {
+            return bad("the head widths do not match the cache's rows");
+        }
+        if s.head_dim_v > MAX_HEAD_DIM_V {
+            return bad("value heads are wider than the kernel holds");
+        }
+        // A ring must still hold every position a query sees.
+        let seen = s.window.map_or(s.start + s.t, |w| (w + s.t - 1).min(s.start + s.t));
+        if seen > layer.ring {
+            return bad("the ring no longer holds every position the queries see");
+        }
+        if q.len < s.t * s.n_head * s.head_dim_k || out.len < s.t * s.n_head * s.head_dim_v {
+            return bad("q or out is too short");
+        }
+        if s.n_head > self.max_groups() || s.t > self.max_groups() {
+            return bad("past the dispatch limit");
+        }
+        let params = [
+            s.t as u32,
+            s.start as u32,
+            s.n_head as u32,
+            s.n_head_kv as u32,
+            s.head_dim_k as u32,
+            s.head_dim_v as u32,
+            layer.ring as u32,
+            s.window.unwrap_or(0) as u32,
+            s.scale.to_bits(),
+            0,
+            0,
+            0,
+        ];
+        self.dispatch(
+            Kernel::Attention,
+            &[&q.buf, &layer.k, &layer.v, &out.buf],
+            &params,
+            [s.n_head as u32, s.t as u32, 1],
+        );
         Ok(())
     }
 

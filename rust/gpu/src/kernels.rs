@@ -11,6 +11,10 @@ use ember_gguf::GgmlType;
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
+const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
+const ROPE: &str = include_str!("shaders/rope.wgsl");
+const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 
 fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
@@ -41,9 +45,24 @@ pub fn matmul_supports(ty: GgmlType) -> bool {
 pub(crate) enum Kernel {
     Matmul(GgmlType),
     RmsNorm,
+    SiluMul,
+    GeluMul,
+    Add,
+    Rope,
+    KvStore,
+    Attention,
 }
 
 impl Kernel {
+    fn entry_point(self) -> &'static str {
+        match self {
+            Kernel::SiluMul => "silu_mul",
+            Kernel::GeluMul => "gelu_mul",
+            Kernel::Add => "add",
+            _ => "main",
+        }
+    }
+
     fn source(self) -> Option<String> {
         Some(match self {
             Kernel::Matmul(ty) => {
@@ -54,6 +73,10 @@ impl Kernel {
                 format!("{MATMUL}\n{scales}\n{block}")
             }
             Kernel::RmsNorm => RMS_NORM.to_string(),
+            Kernel::SiluMul | Kernel::GeluMul | Kernel::Add => ELEMENTWISE.to_string(),
+            Kernel::Rope => ROPE.to_string(),
+            Kernel::KvStore => KV_STORE.to_string(),
+            Kernel::Attention => ATTENTION.to_string(),
         })
     }
 }
@@ -82,7 +105,7 @@ impl Pipelines {
             label: Some(&label),
             layout: None,
             module: &module,
-            entry_point: Some("main"),
+            entry_point: Some(kernel.entry_point()),
             compilation_options: Default::default(),
             cache: None,
         });

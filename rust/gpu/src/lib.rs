@@ -11,6 +11,9 @@ mod device;
 mod error;
 mod kernels;
 
-pub use device::{list_devices, DeviceBuffer, DeviceInfo, DeviceKind, DeviceMatrix, Gpu, Pass};
+pub use device::{
+    list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu,
+    Pass, MAX_HEAD_DIM_V,
+};
 pub use error::{GpuError, Result};
 pub use kernels::matmul_supports;

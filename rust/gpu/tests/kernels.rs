@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use ember_gguf::GgmlType;
-use ember_gpu::{matmul_supports, Gpu, GpuError};
+use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError};
 use half::{bf16, f16};
 
 fn gpu() -> Option<&'static Gpu> {
@@ -208,4 +208,172 @@ fn an_unknown_device_name_is_refused_with_the_names_there_are() {
     let err = Gpu::open(Some("Vulkan99")).err().unwrap();
     let text = err.to_string();
     assert!(text.starts_with("no device named \"Vulkan99\"; the devices are: Vulkan0 ("), "{text}");
+}
+
+#[test]
+fn gated_activations_and_add_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(31);
+    let n = 1000;
+    let g: Vec<f32> = (0..n).map(|_| 12.0 * rng.unit()).collect();
+    let u: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+    let (gb, ub, out) = (gpu.upload("g", &g).unwrap(), gpu.upload("u", &u).unwrap(), gpu.zeros("out", n).unwrap());
+    let silu = |x: f64| x / (1.0 + (-x).exp());
+    let gelu = |x: f64| 0.5 * x * (1.0 + (0.7978845608 * x * (1.0 + 0.044715 * x * x)).tanh());
+    let cases: [(&str, Option<Activation>, &dyn Fn(f64, f64) -> f64); 3] = [
+        ("silu", Some(Activation::Silu), &|a, b| silu(a) * b),
+        ("gelu", Some(Activation::GeluTanh), &|a, b| gelu(a) * b),
+        ("add", None, &|a, b| a + b),
+    ];
+    for (name, act, reference) in cases {
+        let mut pass = gpu.pass();
+        match act {
+            Some(act) => pass.gated(act, &gb, &ub, &out, n).unwrap(),
+            None => pass.add(&gb, &ub, &out, n).unwrap(),
+        }
+        pass.submit().unwrap();
+        let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| reference(a as f64, b as f64)).collect();
+        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        assert!(err <= 1e-6, "{name}: normalised error {err:e}");
+    }
+}
+
+#[test]
+fn rope_matches_the_cpu_in_both_styles() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(41);
+    // Gemma 3's heads (256, all rotated) and a partial rotation (Qwen3.5's 64 of 256).
+    for (rows, heads, head_dim, half) in [(3, 4, 256, 128), (5, 2, 256, 32)] {
+        for halves in [false, true] {
+            let x: Vec<f32> = (0..rows * heads * head_dim).map(|_| rng.unit()).collect();
+            let angles: Vec<f64> = (0..rows * half).map(|_| 10.0 * rng.unit() as f64).collect();
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos() as f32).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin() as f32).collect();
+            let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+            for r in 0..rows {
+                for h in 0..heads {
+                    let base = (r * heads + h) * head_dim;
+                    for i in 0..half {
+                        let (ia, ib) =
+                            if halves { (base + i, base + i + half) } else { (base + 2 * i, base + 2 * i + 1) };
+                        let (c, s) = (cos[r * half + i] as f64, sin[r * half + i] as f64);
+                        let (a, b) = (want[ia], want[ib]);
+                        want[ia] = a * c - b * s;
+                        want[ib] = a * s + b * c;
+                    }
+                }
+            }
+            let xb = gpu.upload("x", &x).unwrap();
+            let (cb, sb) = (gpu.upload("cos", &cos).unwrap(), gpu.upload("sin", &sin).unwrap());
+            let mut pass = gpu.pass();
+            pass.rope(&xb, &cb, &sb, rows, heads, head_dim, half, halves).unwrap();
+            pass.submit().unwrap();
+            let err = normalised_error(&gpu.read(&xb).unwrap(), &want);
+            assert!(err <= 1e-6, "rope {rows}x{heads}x{head_dim} half {half} halves {halves}: {err:e}");
+        }
+    }
+}
+
+/// Attention in f64 over keys and values rounded to f16, as the cache holds
+/// them: `keys[p]`, `values[p]` are position p's rows.
+fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>]) -> Vec<f64> {
+    let round = |v: f32| f16::from_f32(v).to_f64();
+    let group = s.n_head / s.n_head_kv;
+    let mut out = vec![0f64; s.t * s.n_head * s.head_dim_v];
+    for r in 0..s.t {
+        let pos = s.start + r;
+        let first = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        for h in 0..s.n_head {
+            let kvh = h / group;
+            let qh = &q[(r * s.n_head + h) * s.head_dim_k..][..s.head_dim_k];
+            let scores: Vec<f64> = (first..=pos)
+                .map(|j| {
+                    let k = &keys[j][kvh * s.head_dim_k..][..s.head_dim_k];
+                    qh.iter().zip(k).map(|(&a, &b)| a as f64 * round(b)).sum::<f64>() * s.scale as f64
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            let o = &mut out[(r * s.n_head + h) * s.head_dim_v..][..s.head_dim_v];
+            for (j, w) in (first..=pos).zip(&weights) {
+                let v = &values[j][kvh * s.head_dim_v..][..s.head_dim_v];
+                for (od, &vd) in o.iter_mut().zip(v) {
+                    *od += w / sum * round(vd);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The budget of attention: f32 scores and sums of f16 rows against f64.
+const ATTENTION_BUDGET: f64 = 1e-5;
+
+/// Passes of `passes` tokens in turn through one layer's cache (a ring of
+/// `ring` rows), each pass's attention against the reference.
+fn check_attention(gpu: &Gpu, shape: AttentionShape, ring: usize, passes: &[usize], seed: u64) {
+    let mut rng = Rng(seed);
+    let (wk, wv) = (shape.n_head_kv * shape.head_dim_k, shape.n_head_kv * shape.head_dim_v);
+    let layer = gpu.kv_layer(ring, wk, wv).unwrap();
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    let mut start = 0;
+    for &t in passes {
+        let s = AttentionShape { t, start, ..shape };
+        let q: Vec<f32> = (0..t * s.n_head * s.head_dim_k).map(|_| rng.unit()).collect();
+        let k: Vec<f32> = (0..t * wk).map(|_| 2.0 * rng.unit()).collect();
+        let v: Vec<f32> = (0..t * wv).map(|_| rng.unit()).collect();
+        keys.extend(k.chunks(wk).map(|r| r.to_vec()));
+        values.extend(v.chunks(wv).map(|r| r.to_vec()));
+        let (qb, kb, vb) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap());
+        let out = gpu.zeros("out", t * s.n_head * s.head_dim_v).unwrap();
+        let mut pass = gpu.pass();
+        pass.kv_store(&layer, &kb, &vb, t, start).unwrap();
+        pass.attention(&s, &qb, &layer, &out).unwrap();
+        pass.submit().unwrap();
+        let want = attention_reference(&s, &q, &keys, &values);
+        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        assert!(err <= ATTENTION_BUDGET, "attention {s:?} over a ring of {ring}: normalised error {err:e}");
+        start += t;
+    }
+}
+
+fn shape(
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim_k: usize,
+    head_dim_v: usize,
+    window: Option<usize>,
+) -> AttentionShape {
+    let scale = 1.0 / (head_dim_k as f32).sqrt();
+    AttentionShape { t: 0, start: 0, n_head, n_head_kv, head_dim_k, head_dim_v, scale, window }
+}
+
+#[test]
+fn attention_of_prompts_and_decoded_tokens_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    // SmolLM2's heads (9 over 3 key-value heads of 64): a prompt that crosses
+    // a block of 64 positions, then tokens decoded one at a time.
+    check_attention(gpu, shape(9, 3, 64, 64, None), 256, &[70, 1, 1, 60, 1], 51);
+    // Gemma 3's (4 over 1, 256 wide) and Gemma 4's global heads (512).
+    check_attention(gpu, shape(4, 1, 256, 256, None), 128, &[33, 1], 52);
+    check_attention(gpu, shape(2, 1, 512, 512, None), 64, &[5, 1], 53);
+}
+
+#[test]
+fn attention_in_a_sliding_window_ring_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    // A window of 40 in a ring of 40 + 16 rows: passes of up to 16 tokens
+    // wrap the ring several times, and queries see only their window.
+    check_attention(gpu, shape(4, 2, 32, 32, Some(40)), 56, &[16, 16, 16, 1, 16, 3, 1, 16, 16], 61);
+}
+
+#[test]
+fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
+    let Some(gpu) = gpu() else { return };
+    let layer = gpu.kv_layer(40, 64, 64).unwrap();
+    let s = AttentionShape { t: 16, start: 100, ..shape(2, 2, 32, 32, Some(40)) };
+    let (q, out) = (gpu.zeros("q", 16 * 64).unwrap(), gpu.zeros("out", 16 * 64).unwrap());
+    let err = gpu.pass().attention(&s, &q, &layer, &out).err().unwrap();
+    assert!(err.to_string().contains("the ring no longer holds every position the queries see"), "{err}");
 }
