@@ -165,6 +165,13 @@ impl Gpu {
         &self.info
     }
 
+    /// Caps one binding below the device's own limit, so that matrices past
+    /// it are held in runs of rows sooner (a card whose driver reports more
+    /// than it serves well; the tests, to reach the runs with small matrices).
+    pub fn limit_bindings(&mut self, bytes: u64) {
+        self.info.max_binding_bytes = self.info.max_binding_bytes.min(bytes);
+    }
+
     /// The first fault the device reported since the last check, if any.
     fn check(&self) -> Result<()> {
         match self.fault.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -173,10 +180,14 @@ impl Gpu {
         }
     }
 
+    /// The most bytes one buffer a kernel binds may hold: the device's
+    /// limit, and what the kernels' 32-bit byte offsets reach.
+    fn binding_limit(&self) -> u64 {
+        self.info.max_binding_bytes.min(u32::MAX as u64)
+    }
+
     fn fits(&self, what: impl FnOnce() -> String, bytes: u64) -> Result<()> {
-        let limit = self.info.max_binding_bytes;
-        // The kernels address bytes with 32-bit offsets.
-        let limit = limit.min(u32::MAX as u64);
+        let limit = self.binding_limit();
         if bytes > limit {
             return Err(GpuError::TooLarge { what: what(), bytes, limit });
         }
@@ -212,7 +223,9 @@ impl Gpu {
     }
 
     /// A weight matrix of `rows` rows of `cols`, in the file's layout of
-    /// `ty`, copied to the device as it is.
+    /// `ty`, copied to the device as it is: in one buffer, or in runs of
+    /// whole rows where it is larger than one binding may be (a large
+    /// vocabulary's output head).
     pub fn upload_matrix(
         &self,
         name: &str,
@@ -235,9 +248,22 @@ impl Gpu {
                 rows * row_bytes
             )));
         }
-        self.fits(|| name.to_string(), data.len() as u64 + 8)?;
-        let buf = self.storage(name, data, data.len())?;
-        Ok(DeviceMatrix { ty, rows, cols, row_bytes, buf })
+        // Room for the word past the end that `storage` adds.
+        let per_run = ((self.binding_limit() - 8) / row_bytes as u64) as usize;
+        if per_run == 0 {
+            return Err(GpuError::TooLarge {
+                what: format!("{name}: one row"),
+                bytes: row_bytes as u64,
+                limit: self.binding_limit(),
+            });
+        }
+        let mut runs = Vec::new();
+        for first in (0..rows).step_by(per_run.max(1)) {
+            let n = per_run.min(rows - first);
+            let buf = self.storage(name, &data[first * row_bytes..(first + n) * row_bytes], n * row_bytes)?;
+            runs.push(RowRun { first, rows: n, buf });
+        }
+        Ok(DeviceMatrix { ty, rows, cols, row_bytes, runs })
     }
 
     /// f32 values on the device.
@@ -324,19 +350,31 @@ impl DeviceBuffer {
     }
 }
 
-/// A weight matrix on the device, in its file format: `rows` outputs of `cols` inputs.
+/// A weight matrix on the device, in its file format: `rows` outputs of
+/// `cols` inputs, in runs of whole rows of at most one binding each.
 pub struct DeviceMatrix {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     row_bytes: usize,
+    runs: Vec<RowRun>,
+}
+
+struct RowRun {
+    first: usize,
+    rows: usize,
     buf: wgpu::Buffer,
 }
 
 impl DeviceMatrix {
     /// Bytes it holds on the device.
     pub fn bytes(&self) -> u64 {
-        self.buf.size()
+        self.runs.iter().map(|r| r.buf.size()).sum()
+    }
+
+    /// Buffers it is held in (more than one past the binding limit).
+    pub fn runs(&self) -> usize {
+        self.runs.len()
     }
 }
 
@@ -431,15 +469,18 @@ impl Pass<'_> {
                 w.rows
             )));
         }
-        let groups_x = w.rows.min(max);
-        let groups_y = w.rows.div_ceil(groups_x);
-        let params = [w.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, 0].map(|v| v as u32);
-        self.dispatch(
-            Kernel::Matmul(w.ty),
-            &[&w.buf, &x.buf, &y.buf],
-            &params,
-            [groups_x as u32, groups_y as u32, n as u32],
-        );
+        for run in &w.runs {
+            let groups_x = run.rows.min(max);
+            let groups_y = run.rows.div_ceil(groups_x);
+            // y's rows are the whole matrix's; this run writes its own span of them.
+            let params = [run.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, run.first].map(|v| v as u32);
+            self.dispatch(
+                Kernel::Matmul(w.ty),
+                &[&run.buf, &x.buf, &y.buf],
+                &params,
+                [groups_x as u32, groups_y as u32, n as u32],
+            );
+        }
         Ok(())
     }
 
@@ -493,15 +534,26 @@ impl Pass<'_> {
             Activation::Silu => Kernel::SiluMul,
             Activation::GeluTanh => Kernel::GeluMul,
         };
-        self.elementwise(kernel, gate, up, out, n)
+        self.elementwise(kernel, gate, up, out, n, n)
     }
 
     /// out = a + b, over `n` values (`out` may not be `a` or `b`: wgpu
     /// refuses a buffer bound as read and written at once).
     pub fn add(&mut self, a: &DeviceBuffer, b: &DeviceBuffer, out: &DeviceBuffer, n: usize) -> Result<()> {
-        self.elementwise(Kernel::Add, a, b, out, n)
+        self.elementwise(Kernel::Add, a, b, out, n, n)
     }
 
+    /// out = a + b repeated: each row of `b.len()` values (a bias) added to
+    /// every row of `a`, over `n` values.
+    pub fn add_rows(&mut self, a: &DeviceBuffer, b: &DeviceBuffer, out: &DeviceBuffer, n: usize) -> Result<()> {
+        if b.len == 0 || n % b.len != 0 {
+            return Err(GpuError::Shape(format!("adding rows of {} to {n} values", b.len)));
+        }
+        self.elementwise(Kernel::Add, a, b, out, n, b.len)
+    }
+
+    /// `b` repeats every `period` values (`n`: it does not).
+    #[allow(clippy::too_many_arguments)]
     fn elementwise(
         &mut self,
         kernel: Kernel,
@@ -509,15 +561,16 @@ impl Pass<'_> {
         b: &DeviceBuffer,
         out: &DeviceBuffer,
         n: usize,
+        period: usize,
     ) -> Result<()> {
-        if n == 0 || a.len < n || b.len < n || out.len < n {
+        if n == 0 || a.len < n || b.len < period || out.len < n {
             return Err(GpuError::Shape(format!(
                 "{kernel:?} over {n} values: the buffers hold {}, {} and {}",
                 a.len, b.len, out.len
             )));
         }
         let (groups, threads_x) = self.spread(n, "an element-wise kernel")?;
-        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, 0, 0], groups);
+        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, period as u32, 0], groups);
         Ok(())
     }
 

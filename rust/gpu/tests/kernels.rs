@@ -156,6 +156,21 @@ fn matmul_past_the_dispatch_width_reaches_every_row() {
 }
 
 #[test]
+fn matmul_of_a_matrix_held_in_runs_of_rows_matches_the_cpu() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own with a binding of 4 KiB: 97 rows of 180 bytes go in
+    // runs of 22 rows, each writing its own span of the output.
+    let mut small = Gpu::open(None).unwrap();
+    small.limit_bindings(4096);
+    check_matmul(&small, GgmlType::Q4_0, 97, 320, 2, 14);
+    let mut rng = Rng(15);
+    let data = random_matrix(&mut rng, GgmlType::Q4_0, 97, 320);
+    assert_eq!(small.upload_matrix("w", GgmlType::Q4_0, 97, 320, &data).unwrap().runs(), 5);
+}
+
+#[test]
 fn rms_norm_matches_the_cpu() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(21);
@@ -210,6 +225,10 @@ fn an_unknown_device_name_is_refused_with_the_names_there_are() {
     assert!(text.starts_with("no device named \"Vulkan99\"; the devices are: Vulkan0 ("), "{text}");
 }
 
+fn ub_bias(gpu: &Gpu, b: &[f32]) -> ember_gpu::DeviceBuffer {
+    gpu.upload("bias", b).unwrap()
+}
+
 #[test]
 fn gated_activations_and_add_match_the_cpu() {
     let Some(gpu) = gpu() else { return };
@@ -225,6 +244,13 @@ fn gated_activations_and_add_match_the_cpu() {
         ("gelu", Some(Activation::GeluTanh), &|a, b| gelu(a) * b),
         ("add", None, &|a, b| a + b),
     ];
+    // A bias of 40 added to each of 25 rows.
+    let mut pass = gpu.pass();
+    pass.add_rows(&gb, &ub_bias(gpu, &u[..40]), &out, n).unwrap();
+    pass.submit().unwrap();
+    let want: Vec<f64> = g.iter().enumerate().map(|(i, &a)| a as f64 + u[i % 40] as f64).collect();
+    let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+    assert!(err <= 1e-7, "add_rows: normalised error {err:e}");
     for (name, act, reference) in cases {
         let mut pass = gpu.pass();
         match act {

@@ -6,8 +6,9 @@ struct Params {
     n: u32,
     // Threads along x: values past the dispatch limit go to y.
     threads_x: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // b repeats every `period` values (a bias added to every row), or not (n).
+    period: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -45,6 +46,6 @@ fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
 fn add(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = index(id);
     if (i < p.n) {
-        out[i] = a[i] + b[i];
+        out[i] = a[i] + b[i % p.period];
     }
 }

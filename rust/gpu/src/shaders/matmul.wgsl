@@ -17,7 +17,8 @@ struct Params {
     groups_x: u32,
     x_stride: u32,
     y_stride: u32,
-    _pad: u32,
+    // The first row of this run of the matrix, in y's rows.
+    y_first: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -76,6 +77,6 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         workgroupBarrier();
     }
     if (lid == 0u) {
-        y[col * p.y_stride + row] = partial[0];
+        y[col * p.y_stride + p.y_first + row] = partial[0];
     }
 }
