@@ -281,9 +281,28 @@ impl Gpu {
         Ok(DeviceBuffer { buf, len })
     }
 
+    /// Writes `values` at the start of `to`, before any pass submitted after.
+    pub fn write(&self, to: &DeviceBuffer, values: &[f32]) -> Result<()> {
+        if values.len() > to.len {
+            return Err(GpuError::Shape(format!("writing {} values to a buffer of {}", values.len(), to.len)));
+        }
+        if !values.is_empty() {
+            self.queue.write_buffer(&to.buf, 0, bytemuck::cast_slice(values));
+        }
+        self.check()
+    }
+
     /// The buffer's values, once every pass submitted before has run.
     pub fn read(&self, from: &DeviceBuffer) -> Result<Vec<f32>> {
-        let size = from.len as u64 * 4;
+        self.read_first(from, from.len)
+    }
+
+    /// The first `n` of the buffer's values, once every pass submitted before has run.
+    pub fn read_first(&self, from: &DeviceBuffer, n: usize) -> Result<Vec<f32>> {
+        if n > from.len {
+            return Err(GpuError::Shape(format!("reading {n} values of a buffer of {}", from.len)));
+        }
+        let size = n as u64 * 4;
         if size == 0 {
             return Ok(Vec::new());
         }
@@ -550,6 +569,36 @@ impl Pass<'_> {
             return Err(GpuError::Shape(format!("adding rows of {} to {n} values", b.len)));
         }
         self.elementwise(Kernel::Add, a, b, out, n, b.len)
+    }
+
+    /// x += b over `n` values, b repeating every `b.len()` values where it
+    /// is shorter (a bias added to every row).
+    pub fn add_to(&mut self, x: &DeviceBuffer, b: &DeviceBuffer, n: usize) -> Result<()> {
+        if n == 0 || x.len < n || b.len == 0 || (b.len < n && n % b.len != 0) {
+            return Err(GpuError::Shape(format!("adding {} values to {n} of {}", b.len, x.len)));
+        }
+        let (groups, threads_x) = self.spread(n, "an add")?;
+        self.dispatch(Kernel::AddInPlace, &[&x.buf, &b.buf], &[n as u32, threads_x, b.len.min(n) as u32, 0], groups);
+        Ok(())
+    }
+
+    /// Copies `n` values from `src` at `src_at` to `dst` at `dst_at`.
+    pub fn copy(
+        &mut self,
+        src: &DeviceBuffer,
+        src_at: usize,
+        dst: &DeviceBuffer,
+        dst_at: usize,
+        n: usize,
+    ) -> Result<()> {
+        if src_at + n > src.len || dst_at + n > dst.len {
+            return Err(GpuError::Shape(format!(
+                "copying {n} values from {src_at} of {} to {dst_at} of {}",
+                src.len, dst.len
+            )));
+        }
+        self.encoder.copy_buffer_to_buffer(&src.buf, src_at as u64 * 4, &dst.buf, dst_at as u64 * 4, n as u64 * 4);
+        Ok(())
     }
 
     /// `b` repeats every `period` values (`n`: it does not).

@@ -12,6 +12,7 @@ const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
+const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
@@ -48,6 +49,7 @@ pub(crate) enum Kernel {
     SiluMul,
     GeluMul,
     Add,
+    AddInPlace,
     Rope,
     KvStore,
     Attention,
@@ -74,6 +76,7 @@ impl Kernel {
             }
             Kernel::RmsNorm => RMS_NORM.to_string(),
             Kernel::SiluMul | Kernel::GeluMul | Kernel::Add => ELEMENTWISE.to_string(),
+            Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Rope => ROPE.to_string(),
             Kernel::KvStore => KV_STORE.to_string(),
             Kernel::Attention => ATTENTION.to_string(),

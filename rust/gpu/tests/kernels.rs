@@ -251,6 +251,17 @@ fn gated_activations_and_add_match_the_cpu() {
     let want: Vec<f64> = g.iter().enumerate().map(|(i, &a)| a as f64 + u[i % 40] as f64).collect();
     let err = normalised_error(&gpu.read(&out).unwrap(), &want);
     assert!(err <= 1e-7, "add_rows: normalised error {err:e}");
+    // The same in place, then the rows of u added to the first 40 values of
+    // a copy, read back through a prefix.
+    let mut pass = gpu.pass();
+    pass.add_to(&gb, &ub_bias(gpu, &u[..40]), n).unwrap();
+    let copy = gpu.zeros("copy", 100).unwrap();
+    pass.copy(&ub, 10, &copy, 50, 40).unwrap();
+    pass.submit().unwrap();
+    assert!(normalised_error(&gpu.read(&gb).unwrap(), &want) <= 1e-7);
+    let tail = &gpu.read(&copy).unwrap()[50..90];
+    assert_eq!(tail, &u[10..50]);
+    assert_eq!(gpu.read_first(&copy, 60).unwrap().len(), 60);
     for (name, act, reference) in cases {
         let mut pass = gpu.pass();
         match act {
