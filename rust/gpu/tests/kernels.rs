@@ -253,12 +253,13 @@ fn gated_activations_and_add_match_the_cpu() {
     assert!(err <= 1e-7, "add_rows: normalised error {err:e}");
     // The same in place, then the rows of u added to the first 40 values of
     // a copy, read back through a prefix.
+    let g_again = gpu.upload("g", &g).unwrap();
     let mut pass = gpu.pass();
-    pass.add_to(&gb, &ub_bias(gpu, &u[..40]), n).unwrap();
+    pass.add_to(&g_again, &ub_bias(gpu, &u[..40]), n).unwrap();
     let copy = gpu.zeros("copy", 100).unwrap();
     pass.copy(&ub, 10, &copy, 50, 40).unwrap();
     pass.submit().unwrap();
-    assert!(normalised_error(&gpu.read(&gb).unwrap(), &want) <= 1e-7);
+    assert!(normalised_error(&gpu.read(&g_again).unwrap(), &want) <= 1e-7);
     let tail = &gpu.read(&copy).unwrap()[50..90];
     assert_eq!(tail, &u[10..50]);
     assert_eq!(gpu.read_first(&copy, 60).unwrap().len(), 60);
