@@ -433,6 +433,9 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
+/// Inputs one workgroup of the matrix product takes (its COLS).
+const MATMUL_COLS: usize = 8;
+
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;
 
@@ -482,23 +485,23 @@ impl Pass<'_> {
             )));
         }
         let max = self.max_groups();
-        if n > max || w.rows > max * max {
+        // Each workgroup takes up to COLS (8) inputs, each block dequantized once for them.
+        let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
+        if col_groups > max || w.rows > max * max {
             return Err(GpuError::Shape(format!(
                 "matmul of {} rows over {n} inputs is past the dispatch limit of {max}",
                 w.rows
             )));
         }
         for run in &w.runs {
-            let groups_x = run.rows.min(max);
-            let groups_y = run.rows.div_ceil(groups_x);
+            // One thread a row.
+            let groups = run.rows.div_ceil(64);
+            let groups_x = groups.min(max);
+            let groups_y = groups.div_ceil(groups_x);
             // y's rows are the whole matrix's; this run writes its own span of them.
             let params = [run.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, run.first].map(|v| v as u32);
-            self.dispatch(
-                Kernel::Matmul(w.ty),
-                &[&run.buf, &x.buf, &y.buf],
-                &params,
-                [groups_x as u32, groups_y as u32, n as u32],
-            );
+            let groups = [groups_x as u32, groups_y as u32, col_groups as u32];
+            self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &x.buf, &y.buf], &params, groups);
         }
         Ok(())
     }

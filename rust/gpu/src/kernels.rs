@@ -17,6 +17,9 @@ const ROPE: &str = include_str!("shaders/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 
+/// The template's line that sets how many inputs a thread takes.
+const WIDE_COLS: &str = "const COLS: u32 = 8u;";
+
 fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
     Some(match ty {
@@ -44,7 +47,9 @@ pub fn matmul_supports(ty: GgmlType) -> bool {
 /// A kernel, as the pipeline cache names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    Matmul(GgmlType),
+    /// The weight type, and whether a thread takes eight inputs (a prompt)
+    /// or one (a decoded token, where eight would cost it the unused columns).
+    Matmul(GgmlType, bool),
     RmsNorm,
     SiluMul,
     GeluMul,
@@ -67,12 +72,14 @@ impl Kernel {
 
     fn source(self) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty) => {
+            Kernel::Matmul(ty, wide) => {
                 let block = format_source(ty)?;
                 // The format's block reads the template's buffers and readers;
                 // WGSL declarations may come in any order.
                 let scales = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) { K_SCALES } else { "" };
-                format!("{MATMUL}\n{scales}\n{block}")
+                let template =
+                    if wide { MATMUL.to_string() } else { MATMUL.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
+                format!("{template}\n{scales}\n{block}")
             }
             Kernel::RmsNorm => RMS_NORM.to_string(),
             Kernel::SiluMul | Kernel::GeluMul | Kernel::Add => ELEMENTWISE.to_string(),
@@ -114,5 +121,13 @@ impl Pipelines {
         });
         built.insert(kernel, pipeline.clone());
         Some(pipeline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
+        assert!(super::MATMUL.contains(super::WIDE_COLS));
     }
 }

@@ -136,6 +136,8 @@ fn matmul_of_every_format_matches_the_cpu() {
         // inputs not multiples of anything the kernel groups by.
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
         check_matmul(gpu, ty, 37, cols, 3, 0x5eed + i as u64);
+        // Two workgroups' worth of inputs (8 each), the second short.
+        check_matmul(gpu, ty, 5, cols, 11, 0x5eed + 100 + i as u64);
     }
 }
 

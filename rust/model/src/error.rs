@@ -28,6 +28,9 @@ pub enum ModelError {
     Grammar(#[from] ember_grammar::GrammarError),
     #[error("{0}")]
     Invalid(String),
+    /// The GPU failed or cannot hold what was asked of it.
+    #[error("device: {0}")]
+    Device(String),
 }
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -8,10 +8,11 @@
 //! [`Session`], so one model serves many sequences.
 
 mod attention;
-pub mod delta_net;
 pub mod batch;
 pub mod bench;
 pub mod config;
+pub mod delta_net;
+pub mod device;
 mod error;
 mod forward;
 pub mod generate;
@@ -23,9 +24,10 @@ mod rope;
 pub mod weights;
 
 pub use config::{Arch, Config, FamilyOptions};
+pub use device::{device_refusal, DeviceModel, DeviceSession};
+pub use ember_gpu::{DeviceKind, Gpu};
 pub use ember_kv::KvType;
 pub use error::{ModelError, Result};
 pub use forward::{Logits, SeqPass, Session, Snapshot, Workspace};
 pub use generate::{GenerateParams, Generation, Slot, Step, StopReason};
 pub use model::{physical_cores, LoadOptions, Model};
-

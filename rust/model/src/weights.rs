@@ -65,6 +65,11 @@ impl PackedRows {
 }
 
 impl Matrix {
+    /// Every row in the file's layout (what a device uploads as it is).
+    pub fn bytes(&self) -> &[u8] {
+        self.data
+    }
+
     #[inline]
     pub fn row(&self, r: usize) -> &[u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]

@@ -183,6 +183,25 @@ fn simd_level() -> &'static str {
     ember_quant::simd_level()
 }
 
+/// The Vulkan devices this machine has: name (what `--device` takes),
+/// description, kind, driver and the largest buffer one binding may hold.
+#[pyfunction]
+fn list_devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    let devices = py.detach(ember_gpu::list_devices);
+    devices
+        .into_iter()
+        .map(|d| {
+            let out = PyDict::new(py);
+            out.set_item("name", d.name)?;
+            out.set_item("description", d.description)?;
+            out.set_item("kind", d.kind.as_str())?;
+            out.set_item("driver", d.driver)?;
+            out.set_item("max_binding_bytes", d.max_binding_bytes)?;
+            Ok(out)
+        })
+        .collect()
+}
+
 #[pyclass(frozen, module = "ember._native")]
 pub(crate) struct Model {
     pub(crate) inner: Arc<ember_model::Model>,
@@ -529,6 +548,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grammar::json_schema_rules, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
+    m.add_function(wrap_pyfunction!(list_devices, m)?)?;
     m.add("EmberError", py.get_type::<EmberError>())?;
     m.add("ModelLoadError", py.get_type::<ModelLoadError>())?;
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;

@@ -1,12 +1,14 @@
 // y[c, r] = Σ_k dequant(w)[r, k] · x[c, k] for every row r of a weight
 // matrix kept in its file format, and every column c of the input.
 //
-// One workgroup a (row, column): its threads take the row's blocks in turn
-// and their sums meet in workgroup memory. The weights are the file's bytes
-// in an array of words, so a block may start at any byte: every read goes
+// One workgroup a row and up to COLS columns: its threads take the row's
+// blocks in turn, each block dequantized once for all the columns, and
+// their sums meet in workgroup memory. The weights are the file's bytes in
+// an array of words, so a block may start at any byte: every read goes
 // through `bytes_at`, which joins two words where a read straddles them.
-// BLOCK (elements a block holds), BLOCK_BYTES and `block_dot` come from the
-// format's own file, prepended to this one.
+// BLOCK (elements a block holds), BLOCK_BYTES and `block_dot` (a block's
+// products with every column, added to `acc`) come from the format's own
+// file, appended to this one.
 
 struct Params {
     rows: u32,
@@ -27,16 +29,18 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
-var<workgroup> partial: array<f32, WG>;
+const COLS: u32 = 8u;
+
+// The columns this workgroup takes (at most COLS).
+var<private> n_cols: u32;
 
 // The four bytes at byte offset `o` of the weights, little-endian.
+// Without a branch: threads of one SIMD group read rows of any alignment.
 fn bytes_at(o: u32) -> u32 {
     let i = o >> 2u;
     let s = (o & 3u) * 8u;
-    if (s == 0u) {
-        return w[i];
-    }
-    return (w[i] >> s) | (w[i + 1u] << (32u - s));
+    let next = select(0u, w[i + 1u] << ((32u - s) & 31u), s != 0u);
+    return (w[i] >> s) | next;
 }
 
 fn byte_at(o: u32) -> u32 {
@@ -53,30 +57,44 @@ fn i8_of(word: u32, k: u32) -> f32 {
     return f32(bitcast<i32>(word << (24u - 8u * k)) >> 24u);
 }
 
+// acc[c] += v * x[c, i] for each column: element i of the row (counted from
+// the first column's start) met by every column.
+fn fma_cols(acc: ptr<function, array<f32, COLS>>, v: f32, i: u32) {
+    for (var c = 0u; c < n_cols; c++) {
+        (*acc)[c] += v * x[i + c * p.x_stride];
+    }
+}
+
+// acc[c] += x[c, i]: the sums of inputs a block's minimum multiplies.
+fn sum_cols(acc: ptr<function, array<f32, COLS>>, i: u32) {
+    for (var c = 0u; c < n_cols; c++) {
+        (*acc)[c] += x[i + c * p.x_stride];
+    }
+}
+
+// acc[c] += scale * part[c].
+fn add_scaled(acc: ptr<function, array<f32, COLS>>, scale: f32, part: array<f32, COLS>) {
+    for (var c = 0u; c < n_cols; c++) {
+        (*acc)[c] += scale * part[c];
+    }
+}
+
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = g.x + g.y * p.groups_x;
-    let col = g.z;
-    // Uniform across the workgroup, so the barriers below stay in uniform control flow.
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let row = id.x + id.y * p.groups_x * WG;
+    let col0 = id.z * COLS;
     if (row >= p.rows) {
         return;
     }
+    n_cols = min(COLS, p.n - col0);
     let n_blocks = p.cols / BLOCK;
     let row_start = row * p.row_bytes;
-    let x_start = col * p.x_stride;
-    var acc = 0.0;
-    for (var b = lid; b < n_blocks; b += WG) {
-        acc += block_dot(row_start + b * BLOCK_BYTES, x_start + b * BLOCK);
+    let x_start = col0 * p.x_stride;
+    var acc: array<f32, COLS>;
+    for (var b = 0u; b < n_blocks; b++) {
+        block_dot(&acc, row_start + b * BLOCK_BYTES, x_start + b * BLOCK);
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            partial[lid] += partial[lid + half];
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        y[col * p.y_stride + p.y_first + row] = partial[0];
+    for (var c = 0u; c < n_cols; c++) {
+        y[(col0 + c) * p.y_stride + p.y_first + row] = acc[c];
     }
 }

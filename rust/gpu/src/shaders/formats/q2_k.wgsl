@@ -5,28 +5,26 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 84u;
 
-fn block_dot(o: u32, xo: u32) -> f32 {
+fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
     let d = f16_at(o + 80u);
     let dmin = f16_at(o + 82u);
-    var s = 0.0;
     for (var n = 0u; n < 2u; n++) {
         for (var j = 0u; j < 4u; j++) {
             for (var part = 0u; part < 2u; part++) {
                 let sc = byte_at(o + 8u * n + 2u * j + part);
-                var sq = 0.0;
-                var sx = 0.0;
+                var sq: array<f32, COLS>;
+                var sx: array<f32, COLS>;
                 for (var l = 0u; l < 16u; l += 4u) {
                     let q = bytes_at(o + 16u + 32u * n + 16u * part + l);
                     for (var k = 0u; k < 4u; k++) {
-                        let v = (q >> (8u * k + 2u * j)) & 3u;
-                        let xv = x[xo + 128u * n + 32u * j + 16u * part + l + k];
-                        sq += f32(v) * xv;
-                        sx += xv;
+                        let i = xo + 128u * n + 32u * j + 16u * part + l + k;
+                        fma_cols(&sq, f32((q >> (8u * k + 2u * j)) & 3u), i);
+                        sum_cols(&sx, i);
                     }
                 }
-                s += d * f32(sc & 15u) * sq - dmin * f32(sc >> 4u) * sx;
+                add_scaled(acc, d * f32(sc & 15u), sq);
+                add_scaled(acc, -dmin * f32(sc >> 4u), sx);
             }
         }
     }
-    return s;
 }

@@ -4,30 +4,30 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 144u;
 
-fn block_dot(o: u32, xo: u32) -> f32 {
+fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
     let d = f16_at(o);
     let dmin = f16_at(o + 2u);
-    var s = 0.0;
     for (var c = 0u; c < 4u; c++) {
         let sm1 = scale_min_k4(2u * c, o + 4u);
         let sm2 = scale_min_k4(2u * c + 1u, o + 4u);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var x1 = 0.0;
-        var x2 = 0.0;
+        var s1: array<f32, COLS>;
+        var s2: array<f32, COLS>;
+        var x1: array<f32, COLS>;
+        var x2: array<f32, COLS>;
         for (var l = 0u; l < 32u; l += 4u) {
             let q = bytes_at(o + 16u + 32u * c + l);
             for (var k = 0u; k < 4u; k++) {
                 let b = (q >> (8u * k)) & 0xffu;
-                let xa = x[xo + 64u * c + l + k];
-                let xb = x[xo + 64u * c + 32u + l + k];
-                s1 += f32(b & 15u) * xa;
-                s2 += f32(b >> 4u) * xb;
-                x1 += xa;
-                x2 += xb;
+                let ia = xo + 64u * c + l + k;
+                fma_cols(&s1, f32(b & 15u), ia);
+                fma_cols(&s2, f32(b >> 4u), ia + 32u);
+                sum_cols(&x1, ia);
+                sum_cols(&x2, ia + 32u);
             }
         }
-        s += d * (sm1.x * s1 + sm2.x * s2) - dmin * (sm1.y * x1 + sm2.y * x2);
+        add_scaled(acc, d * sm1.x, s1);
+        add_scaled(acc, d * sm2.x, s2);
+        add_scaled(acc, -dmin * sm1.y, x1);
+        add_scaled(acc, -dmin * sm2.y, x2);
     }
-    return s;
 }

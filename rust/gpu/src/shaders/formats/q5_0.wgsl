@@ -3,9 +3,9 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 22u;
 
-fn block_dot(o: u32, xo: u32) -> f32 {
+fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
     let qh = bytes_at(o + 2u);
-    var s = 0.0;
+    var s: array<f32, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {
         let q = bytes_at(o + 6u + j);
         for (var k = 0u; k < 4u; k++) {
@@ -13,8 +13,9 @@ fn block_dot(o: u32, xo: u32) -> f32 {
             let b = (q >> (8u * k)) & 0xffu;
             let lo = (b & 15u) | (((qh >> e) & 1u) << 4u);
             let hi = (b >> 4u) | (((qh >> (e + 16u)) & 1u) << 4u);
-            s += (f32(lo) - 16.0) * x[xo + e] + (f32(hi) - 16.0) * x[xo + e + 16u];
+            fma_cols(&s, f32(lo) - 16.0, xo + e);
+            fma_cols(&s, f32(hi) - 16.0, xo + e + 16u);
         }
     }
-    return f16_at(o) * s;
+    add_scaled(acc, f16_at(o), s);
 }

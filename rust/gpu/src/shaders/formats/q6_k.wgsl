@@ -5,8 +5,8 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
-fn block_dot(o: u32, xo: u32) -> f32 {
-    var s = 0.0;
+fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+    let d = f16_at(o + 208u);
     for (var h = 0u; h < 2u; h++) {
         let ql = o + 64u * h;
         let qh = o + 128u + 32u * h;
@@ -14,10 +14,10 @@ fn block_dot(o: u32, xo: u32) -> f32 {
         let sc2 = bytes_at(o + 196u + 8u * h);
         let xb = xo + 128u * h;
         for (var is = 0u; is < 2u; is++) {
-            var s1 = 0.0;
-            var s2 = 0.0;
-            var s3 = 0.0;
-            var s4 = 0.0;
+            var s1: array<f32, COLS>;
+            var s2: array<f32, COLS>;
+            var s3: array<f32, COLS>;
+            var s4: array<f32, COLS>;
             for (var l = 16u * is; l < 16u * is + 16u; l += 4u) {
                 let a = bytes_at(ql + l);
                 let b = bytes_at(ql + l + 32u);
@@ -27,14 +27,16 @@ fn block_dot(o: u32, xo: u32) -> f32 {
                     let bv = (b >> (8u * k)) & 0xffu;
                     let hv = (hh >> (8u * k)) & 0xffu;
                     let e = xb + l + k;
-                    s1 += (f32((av & 15u) | ((hv & 3u) << 4u)) - 32.0) * x[e];
-                    s2 += (f32((bv & 15u) | (((hv >> 2u) & 3u) << 4u)) - 32.0) * x[e + 32u];
-                    s3 += (f32((av >> 4u) | (((hv >> 4u) & 3u) << 4u)) - 32.0) * x[e + 64u];
-                    s4 += (f32((bv >> 4u) | (((hv >> 6u) & 3u) << 4u)) - 32.0) * x[e + 96u];
+                    fma_cols(&s1, f32((av & 15u) | ((hv & 3u) << 4u)) - 32.0, e);
+                    fma_cols(&s2, f32((bv & 15u) | (((hv >> 2u) & 3u) << 4u)) - 32.0, e + 32u);
+                    fma_cols(&s3, f32((av >> 4u) | (((hv >> 4u) & 3u) << 4u)) - 32.0, e + 64u);
+                    fma_cols(&s4, f32((bv >> 4u) | (((hv >> 6u) & 3u) << 4u)) - 32.0, e + 96u);
                 }
             }
-            s += i8_of(sc, is) * s1 + i8_of(sc, is + 2u) * s2 + i8_of(sc2, is) * s3 + i8_of(sc2, is + 2u) * s4;
+            add_scaled(acc, d * i8_of(sc, is), s1);
+            add_scaled(acc, d * i8_of(sc, is + 2u), s2);
+            add_scaled(acc, d * i8_of(sc2, is), s3);
+            add_scaled(acc, d * i8_of(sc2, is + 2u), s4);
         }
     }
-    return f16_at(o + 208u) * s;
 }

@@ -2,13 +2,13 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 34u;
 
-fn block_dot(o: u32, xo: u32) -> f32 {
-    var s = 0.0;
+fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+    var s: array<f32, COLS>;
     for (var j = 0u; j < 32u; j += 4u) {
         let q = bytes_at(o + 2u + j);
         for (var k = 0u; k < 4u; k++) {
-            s += i8_of(q, k) * x[xo + j + k];
+            fma_cols(&s, i8_of(q, k), xo + j + k);
         }
     }
-    return f16_at(o) * s;
+    add_scaled(acc, f16_at(o), s);
 }

@@ -1,0 +1,68 @@
+//! The forward pass on a device against the CPU's, on the same file: a
+//! prompt of `-p` tokens (pp) and `-n` tokens decoded one at a time after
+//! it (tg), in tokens a second, as llama-bench reports them.
+//!
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME]
+//!
+//! On Mesa's lavapipe (a Vulkan device on the CPU) the figures say only
+//! that the path runs; on a card they are the device's speed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ember_model::{DeviceModel, Gpu, KvType, LoadOptions, Logits, Model};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut path, mut pp, mut tg, mut device) = (None, 512usize, 128usize, None);
+    while let Some(a) = args.next() {
+        let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
+        match a.as_str() {
+            "-p" => pp = value("-p").parse().expect("-p: a number of tokens"),
+            "-n" => tg = value("-n").parse().expect("-n: a number of tokens"),
+            "--device" => device = Some(value("--device")),
+            _ => path = Some(a),
+        }
+    }
+    let path = path.expect("usage: device_bench MODEL.gguf [-p N] [-n N] [--device NAME]");
+    let model = Arc::new(Model::load(&path, LoadOptions::default()).expect("the model loads"));
+    let gpu = Arc::new(Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}")));
+    let t0 = Instant::now();
+    let dm = DeviceModel::upload(model.clone(), gpu.clone()).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "{} on {} ({}): {:.1} MiB of weights uploaded in {:.2} s",
+        model.config.name,
+        gpu.info().name,
+        gpu.info().description,
+        dm.weight_bytes() as f64 / (1 << 20) as f64,
+        t0.elapsed().as_secs_f64()
+    );
+    let n_vocab = model.config.n_vocab;
+    let ids: Vec<u32> = (0..(pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
+    let rate = |n: usize, secs: f64| n as f64 / secs;
+
+    let mut s = dm.new_session(pp + tg, pp.max(1)).unwrap();
+    // One untimed pass first: the pipelines are built on first use.
+    dm.forward(&mut dm.new_session(8, 8).unwrap(), &ids[..8], Logits::Last).unwrap();
+    let t = Instant::now();
+    dm.forward(&mut s, &ids[..pp], Logits::Last).unwrap();
+    let device_pp = rate(pp, t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    for &id in &ids[pp..] {
+        dm.forward(&mut s, &[id], Logits::Last).unwrap();
+    }
+    let device_tg = rate(tg, t.elapsed().as_secs_f64());
+
+    let mut c = model.new_session(pp + tg, pp.max(1), KvType::F16);
+    let t = Instant::now();
+    model.prefill(&mut c, &ids[..pp], Logits::Last).unwrap();
+    let cpu_pp = rate(pp, t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    for &id in &ids[pp..] {
+        model.forward(&mut c, &[id], Logits::Last).unwrap();
+    }
+    let cpu_tg = rate(tg, t.elapsed().as_secs_f64());
+    println!("| test | device t/s | CPU t/s ({} threads) |", model.threads());
+    println!("| pp{pp} | {device_pp:.1} | {cpu_pp:.1} |");
+    println!("| tg{tg} | {device_tg:.1} | {cpu_tg:.1} |");
+}

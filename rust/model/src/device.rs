@@ -1,0 +1,408 @@
+//! The forward pass on a GPU (`ember-gpu`): the dense attention families'
+//! blocks with every weight uploaded once in its file format, each
+//! conversation's keys and values in f16 rings on the device, and the
+//! logits read back. The CPU pass (`forward.rs`) is its reference: the same
+//! family options in the same order, the embedding rows and the rope angles
+//! still computed on the host, where they cost a row per token.
+//!
+//! A model with a layer the device cannot run yet (a DeltaNet layer, a
+//! mixture, per-layer inputs, shared caches) is refused at upload, naming
+//! what is missing; the caller runs it on the CPU and says why.
+
+use std::sync::Arc;
+
+use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceKvLayer, DeviceMatrix, Gpu, GpuError};
+
+use crate::config::{FfnActivation, KvSource, LayerConfig};
+use crate::error::{ModelError, Result};
+use crate::forward::Logits;
+use crate::weights::Matrix;
+use crate::Model;
+
+fn device_error(e: GpuError) -> ModelError {
+    ModelError::Device(e.to_string())
+}
+
+/// One attention block and dense feed-forward block on the device.
+struct DeviceLayer {
+    attn_norm: DeviceBuffer,
+    wq: DeviceMatrix,
+    wk: DeviceMatrix,
+    wv: DeviceMatrix,
+    bq: Option<DeviceBuffer>,
+    bk: Option<DeviceBuffer>,
+    bv: Option<DeviceBuffer>,
+    q_norm: Option<DeviceBuffer>,
+    k_norm: Option<DeviceBuffer>,
+    wo: DeviceMatrix,
+    post_attn_norm: Option<DeviceBuffer>,
+    ffn_norm: DeviceBuffer,
+    gate: DeviceMatrix,
+    up: DeviceMatrix,
+    down: DeviceMatrix,
+    post_ffn_norm: Option<DeviceBuffer>,
+}
+
+/// A model's weights on a device, beside the model they came from.
+pub struct DeviceModel {
+    model: Arc<Model>,
+    gpu: Arc<Gpu>,
+    layers: Vec<DeviceLayer>,
+    output_norm: DeviceBuffer,
+    output: DeviceMatrix,
+    bytes: u64,
+}
+
+/// Why a model's layers cannot all run on the device, or None when they can.
+pub fn device_refusal(model: &Model) -> Option<String> {
+    let c = &model.config;
+    let w = model.weights();
+    if w.per_layer.is_some() {
+        return Some("per-layer inputs (Gemma 4's E models) have no device kernels yet".into());
+    }
+    if c.opts.value_norm {
+        return Some("value norms (Gemma 4) have no device kernels yet".into());
+    }
+    for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
+        let why = if lc.delta.is_some() {
+            "gated DeltaNet layers have no device kernels yet"
+        } else if l.experts.is_some() {
+            "mixtures of experts have no device kernels yet"
+        } else if lc.attn_gate {
+            "gated attention (Qwen3.5) has no device kernels yet"
+        } else if !matches!(lc.kv, KvSource::Own(_)) || l.wk.is_none() || l.wv.is_none() {
+            "layers that share another layer's cache have no device kernels yet"
+        } else if l.out_scale.is_some() || l.ffn.is_none() {
+            "this layer's shape has no device kernels yet"
+        } else if lc.head_dim_v > ember_gpu::MAX_HEAD_DIM_V || lc.k_width() % 2 != 0 || lc.v_width() % 2 != 0 {
+            "its heads are wider or odder than the device's attention holds"
+        } else {
+            continue;
+        };
+        return Some(format!("layer {il}: {why}"));
+    }
+    None
+}
+
+impl DeviceModel {
+    /// Uploads every layer and the output head to `gpu`, or refuses.
+    pub fn upload(model: Arc<Model>, gpu: Arc<Gpu>) -> Result<DeviceModel> {
+        if let Some(why) = device_refusal(&model) {
+            return Err(ModelError::Device(format!("the model cannot run on {}: {why}", gpu.info().name)));
+        }
+        let mut bytes = 0u64;
+        let mut matrix = |m: &Matrix| -> Result<DeviceMatrix> {
+            let d = gpu.upload_matrix(&m.name, m.ty, m.rows, m.cols, m.bytes()).map_err(device_error)?;
+            bytes += d.bytes();
+            Ok(d)
+        };
+        let w = model.weights();
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for l in &w.layers {
+            let f = l.ffn.as_ref().expect("checked by device_refusal");
+            layers.push(DeviceLayer {
+                attn_norm: vector(&gpu, &l.attn_norm)?,
+                wq: matrix(l.wq.as_ref().expect("an attention layer"))?,
+                wk: matrix(l.wk.as_ref().expect("checked by device_refusal"))?,
+                wv: matrix(l.wv.as_ref().expect("checked by device_refusal"))?,
+                bq: optional(&gpu, &l.bq)?,
+                bk: optional(&gpu, &l.bk)?,
+                bv: optional(&gpu, &l.bv)?,
+                q_norm: optional(&gpu, &l.q_norm)?,
+                k_norm: optional(&gpu, &l.k_norm)?,
+                wo: matrix(l.wo.as_ref().expect("an attention layer"))?,
+                post_attn_norm: optional(&gpu, &l.post_attn_norm)?,
+                ffn_norm: vector(&gpu, &l.ffn_norm)?,
+                gate: matrix(&f.gate)?,
+                up: matrix(&f.up)?,
+                down: matrix(&f.down)?,
+                post_ffn_norm: optional(&gpu, &l.post_ffn_norm)?,
+            });
+        }
+        let output_norm = vector(&gpu, &w.output_norm)?;
+        let output = matrix(w.output())?;
+        Ok(DeviceModel { model, gpu, layers, output_norm, output, bytes })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// A conversation of up to `n_ctx` positions, passes of up to
+    /// `max_batch` tokens: its cache rings and working buffers on the device.
+    pub fn new_session(&self, n_ctx: usize, max_batch: usize) -> Result<DeviceSession> {
+        let c = &self.model.config;
+        let g = &*self.gpu;
+        let t = max_batch.max(1);
+        let mut cache = Vec::with_capacity(c.layers.len());
+        for lc in &c.layers {
+            // As the CPU's cache: a sliding-window layer keeps its window and a pass.
+            let ring = lc.window.map_or(n_ctx, |w| (w + t).min(n_ctx));
+            cache.push(g.kv_layer(ring, lc.k_width(), lc.v_width()).map_err(device_error)?);
+        }
+        let m = c.max_widths();
+        let widest_q = c.layers.iter().map(LayerConfig::q_width).max().unwrap_or(0);
+        let widest_att = c.layers.iter().map(LayerConfig::att_width).max().unwrap_or(0);
+        let widest_ff = self.layers.iter().map(|l| l.gate.rows).max().unwrap_or(0);
+        let buf = |name: &str, n: usize| g.zeros(name, n.max(1)).map_err(device_error);
+        let e = c.n_embd;
+        // Rows of logits one buffer holds (with the word `zeros` adds).
+        let logit_rows = (((g.info().max_binding_bytes - 8) / 4) as usize / c.n_vocab).clamp(1, t);
+        Ok(DeviceSession {
+            len: 0,
+            n_ctx,
+            max_batch: t,
+            x: buf("x", t * e)?,
+            h: buf("h", t * e)?,
+            o: buf("o", t * e)?,
+            q: buf("q", t * widest_q)?,
+            qn: buf("q normed", t * widest_q)?,
+            k: buf("k", t * m.k)?,
+            kn: buf("k normed", t * m.k)?,
+            v: buf("v", t * m.v)?,
+            att: buf("attention", t * widest_att)?,
+            gate: buf("gate", t * widest_ff)?,
+            up: buf("up", t * widest_ff)?,
+            act: buf("activation", t * widest_ff)?,
+            cos: (0..c.ropes.len()).map(|_| buf("cos", t * m.half_rot)).collect::<Result<_>>()?,
+            sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
+            logits: buf("logits", logit_rows * c.n_vocab)?,
+            logit_rows,
+            cache,
+        })
+    }
+
+    /// One pass of `tokens` (at most the session's `max_batch`) appended
+    /// after what the session holds; the logits asked for, `n_vocab` a row.
+    pub fn forward(&self, s: &mut DeviceSession, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let model = &*self.model;
+        let c = &model.config;
+        let w = model.weights();
+        let t = tokens.len();
+        if t == 0 || t > s.max_batch {
+            return Err(ModelError::Invalid(format!("a pass of {t} tokens (the session takes 1 to {})", s.max_batch)));
+        }
+        if s.len + t > s.n_ctx {
+            return Err(ModelError::Invalid(format!(
+                "{} positions held and {t} more exceed the context of {}",
+                s.len, s.n_ctx
+            )));
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+            return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
+        }
+        if want == Logits::Hidden {
+            return Err(ModelError::Invalid("hidden states are read on the CPU; the device gives logits".into()));
+        }
+        let g = &*self.gpu;
+        let e = c.n_embd;
+
+        // The embedding rows and the rope angles, on the host.
+        let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
+        let mut x = vec![0f32; t * e];
+        for (row, &id) in x.chunks_mut(e).zip(tokens) {
+            ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row)
+                .expect("embedding row bound at load");
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        g.write(&s.x, &x).map_err(device_error)?;
+        for (variant, table) in model.rope_tables.iter().enumerate() {
+            let half = table.half();
+            let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
+            for j in 0..t {
+                table.angles(
+                    s.len + j,
+                    s.n_ctx,
+                    &mut cos[j * half..(j + 1) * half],
+                    &mut sin[j * half..(j + 1) * half],
+                );
+            }
+            g.write(&s.cos[variant], &cos).map_err(device_error)?;
+            g.write(&s.sin[variant], &sin).map_err(device_error)?;
+        }
+
+        let mut p = g.pass();
+        for ((l, lc), kv) in self.layers.iter().zip(&c.layers).zip(&s.cache) {
+            self.attention_block(&mut p, l, lc, kv, s, t).map_err(device_error)?;
+            self.ffn_block(&mut p, l, s, t).map_err(device_error)?;
+        }
+        p.submit().map_err(device_error)?;
+        s.len += t;
+        // The output head, on the rows asked for, as many at a time as the
+        // logits buffer holds (a large vocabulary's rows fill a binding fast).
+        let (first, n) = match want {
+            Logits::None => (t, 0),
+            Logits::Last => (t - 1, 1),
+            Logits::All | Logits::Hidden => (0, t),
+        };
+        let mut logits = Vec::with_capacity(n * c.n_vocab);
+        for at in (first..first + n).step_by(s.logit_rows) {
+            let rows = s.logit_rows.min(first + n - at);
+            let mut p = g.pass();
+            p.copy(&s.x, at * e, &s.o, 0, rows * e).map_err(device_error)?;
+            p.rms_norm(&s.o, &self.output_norm, &s.h, rows, c.rms_eps).map_err(device_error)?;
+            p.matmul(&self.output, &s.h, rows, &s.logits).map_err(device_error)?;
+            p.submit().map_err(device_error)?;
+            logits.extend(g.read_first(&s.logits, rows * c.n_vocab).map_err(device_error)?);
+        }
+        if let Some(cap) = c.logit_softcap {
+            logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        }
+        Ok(logits)
+    }
+
+    /// x += post_norm(wo · attention(rope(norm(q)), cache)), the block's
+    /// keys and values stored first.
+    fn attention_block(
+        &self,
+        p: &mut ember_gpu::Pass<'_>,
+        l: &DeviceLayer,
+        lc: &LayerConfig,
+        kv: &DeviceKvLayer,
+        s: &DeviceSession,
+        t: usize,
+    ) -> ember_gpu::Result<()> {
+        let c = &self.model.config;
+        let (e, eps) = (c.n_embd, c.rms_eps);
+        let (hk, qw, kw, vw) = (lc.head_dim_k, lc.q_width(), lc.k_width(), lc.v_width());
+        p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
+        p.matmul(&l.wq, &s.h, t, &s.q)?;
+        p.matmul(&l.wk, &s.h, t, &s.k)?;
+        p.matmul(&l.wv, &s.h, t, &s.v)?;
+        for (buf, bias, width) in [(&s.q, &l.bq, qw), (&s.k, &l.bk, kw), (&s.v, &l.bv, vw)] {
+            if let Some(b) = bias {
+                p.add_to(buf, b, t * width)?;
+            }
+        }
+        let rope = &c.ropes[lc.rope];
+        let halves = matches!(c.opts.rope, crate::config::RopeStyle::Halves);
+        let (cos, sin) = (&s.cos[lc.rope], &s.sin[lc.rope]);
+        // Each head normed (qwen3, gemma) into its own buffer, then rotated in place.
+        let mut heads =
+            |raw: &'_ DeviceBuffer, normed: &'_ DeviceBuffer, norm: &Option<DeviceBuffer>, n_heads: usize| {
+                let at = match norm {
+                    Some(w) => {
+                        p.rms_norm(raw, w, normed, t * n_heads, eps)?;
+                        normed
+                    }
+                    None => raw,
+                };
+                p.rope(at, cos, sin, t, n_heads, hk, rope.n_rot / 2, halves)?;
+                Ok::<_, GpuError>(std::ptr::eq(at, normed))
+            };
+        let q_normed = heads(&s.q, &s.qn, &l.q_norm, lc.n_head)?;
+        let k_normed = heads(&s.k, &s.kn, &l.k_norm, lc.n_head_kv)?;
+        let (q, k) = (if q_normed { &s.qn } else { &s.q }, if k_normed { &s.kn } else { &s.k });
+        p.kv_store(kv, k, &s.v, t, s.len)?;
+        let shape = AttentionShape {
+            t,
+            start: s.len,
+            n_head: lc.n_head,
+            n_head_kv: lc.n_head_kv,
+            head_dim_k: hk,
+            head_dim_v: lc.head_dim_v,
+            scale: lc.attn_scale,
+            window: lc.window,
+        };
+        p.attention(&shape, q, kv, &s.att)?;
+        p.matmul(&l.wo, &s.att, t, &s.o)?;
+        residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
+    }
+
+    /// x += post_norm(down(act(gate · norm(x)) * up · norm(x))).
+    fn ffn_block(
+        &self,
+        p: &mut ember_gpu::Pass<'_>,
+        l: &DeviceLayer,
+        s: &DeviceSession,
+        t: usize,
+    ) -> ember_gpu::Result<()> {
+        let c = &self.model.config;
+        let (e, eps) = (c.n_embd, c.rms_eps);
+        p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
+        p.matmul(&l.gate, &s.h, t, &s.gate)?;
+        p.matmul(&l.up, &s.h, t, &s.up)?;
+        let act = match c.opts.activation {
+            FfnActivation::Silu => Activation::Silu,
+            FfnActivation::GeluTanh => Activation::GeluTanh,
+        };
+        p.gated(act, &s.gate, &s.up, &s.act, t * l.gate.rows)?;
+        p.matmul(&l.down, &s.act, t, &s.o)?;
+        residual(p, &s.x, &s.o, &s.h, l.post_ffn_norm.as_ref(), eps, e, t)
+    }
+}
+
+/// x += norm(o) (into `spare` first), or x += o without a post-norm.
+#[allow(clippy::too_many_arguments)]
+fn residual(
+    p: &mut ember_gpu::Pass<'_>,
+    x: &DeviceBuffer,
+    o: &DeviceBuffer,
+    spare: &DeviceBuffer,
+    post_norm: Option<&DeviceBuffer>,
+    eps: f32,
+    e: usize,
+    t: usize,
+) -> ember_gpu::Result<()> {
+    match post_norm {
+        Some(w) => {
+            p.rms_norm(o, w, spare, t, eps)?;
+            p.add_to(x, spare, t * e)
+        }
+        None => p.add_to(x, o, t * e),
+    }
+}
+
+fn vector(gpu: &Gpu, v: &[f32]) -> Result<DeviceBuffer> {
+    gpu.upload("vector", v).map_err(device_error)
+}
+
+fn optional(gpu: &Gpu, v: &Option<Vec<f32>>) -> Result<Option<DeviceBuffer>> {
+    v.as_deref().map(|v| vector(gpu, v)).transpose()
+}
+
+/// A conversation on the device: its cache rings and the pass's buffers.
+pub struct DeviceSession {
+    len: usize,
+    n_ctx: usize,
+    max_batch: usize,
+    cache: Vec<DeviceKvLayer>,
+    x: DeviceBuffer,
+    h: DeviceBuffer,
+    o: DeviceBuffer,
+    q: DeviceBuffer,
+    qn: DeviceBuffer,
+    k: DeviceBuffer,
+    kn: DeviceBuffer,
+    v: DeviceBuffer,
+    att: DeviceBuffer,
+    gate: DeviceBuffer,
+    up: DeviceBuffer,
+    act: DeviceBuffer,
+    cos: Vec<DeviceBuffer>,
+    sin: Vec<DeviceBuffer>,
+    logits: DeviceBuffer,
+    logit_rows: usize,
+}
+
+impl DeviceSession {
+    /// Positions the session holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
