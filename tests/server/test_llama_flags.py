@@ -6,6 +6,7 @@ and why; none is read as a shorter flag with its value glued on."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -147,7 +148,7 @@ def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
 @pytest.mark.parametrize("argv, refused", [
     (["-fa", "sometimes"], "-fa sometimes: expected on, off or auto"),
     (["-ngl", "gl"], "-ngl gl: expected a number of layers"),
-    (["--device", "Vulkan0"], "--device Vulkan0: ember has no GPU backend"),
+    (["--device", "Vulkan99"], "--device Vulkan99: no device named 'Vulkan99'; the devices are: "),
     (["--mirostat", "2"], "--mirostat 2: ember has no mirostat sampler"),
     (["--no-cont-batching"], "--no-cont-batching: batching is always continuous"),
     (["--context-shift"], "--context-shift: ember does not shift the context"),
@@ -167,7 +168,36 @@ def test_negative_numbers_are_values_not_flags(smollm2_path):
 
 def test_list_devices_prints_the_cpu_and_exits(capsys):
     assert main(["--list-devices"]) == 0
-    assert "cpu" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("Available devices:\n") and out.count("Available devices:") == 1
+    assert "\n  cpu: the host's cores" in out
+
+
+def _vulkan_names() -> list[str]:
+    from ember import _native
+
+    names = [d["name"] for d in _native.list_devices()]
+    if not names:
+        if os.environ.get("EMBER_REQUIRE_GPU"):
+            pytest.fail("EMBER_REQUIRE_GPU is set, and no Vulkan device is listed")
+        pytest.skip("no Vulkan device here")
+    return names
+
+
+def test_list_devices_names_each_vulkan_device(capsys):
+    names = _vulkan_names()
+    assert main(["--list-devices"]) == 0
+    out = capsys.readouterr().out
+    for name in names:
+        assert f"\n  {name}: " in out
+
+
+def test_a_device_that_is_there_is_refused_while_the_model_cannot_run_on_it(smollm2_path):
+    name = _vulkan_names()[0]
+    with pytest.raises(OptionError) as e:
+        parse_options(["-m", str(smollm2_path), "--device", name.lower()], {}, mem_available=BIG_MEM)
+    assert str(e.value) == (f"--device {name.lower()}: ember's device kernels do not yet run a whole model; "
+                            "--device none runs it on the CPU")
 
 
 def test_the_version_is_printed(capsys):

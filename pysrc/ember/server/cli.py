@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ember import devices
 from ember.chat_template import NAMED
 from ember.server import llama_flags, machine
 from ember.server.options import ServerOptions
@@ -483,7 +484,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     _refuse_glued(argv, parser)
     args = parser.parse_args(argv)
     if args.list_devices:
-        raise DevicesListed("cpu: the host's cores (ember has no GPU backend in this build)")
+        raise DevicesListed(devices.listing())
     lines: list[str] = []
     config: dict[str, Any] = _read_config(args.config) if args.config else {}
     try:
@@ -1027,7 +1028,7 @@ def main(argv: list[str] | None = None, *, prog: str = "ember-server") -> int:
     try:
         opts, lines = parse_options(argv, os.environ, prog=prog)
     except DevicesListed as e:
-        print(f"Available devices:\n  {e}")
+        print(e)
         return 0
     except OptionError as e:
         print(f"ember: {e}", file=sys.stderr, flush=True)

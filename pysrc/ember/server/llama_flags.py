@@ -13,6 +13,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ember import devices
+
 __all__ = ["COMPAT_FLAGS", "CompatFlag", "Refusal", "add_to", "answer"]
 
 
@@ -72,13 +74,22 @@ def _gpu_layers(value) -> str:
         raise Refusal(f"expected a number of layers, auto or all, got {value!r}")
     if v in ("0", "-1", "auto"):
         return "the model runs on the CPU"
-    return "the model runs on the CPU: ember has no GPU backend in this build, so no layer is offloaded"
+    return f"the model runs on the CPU: {devices.NOT_YET}, so no layer is offloaded"
 
 
 def _device(value) -> str:
-    if str(value).strip().lower() == "none":
+    """llama-server's --device: none, or a comma-separated list of device
+    names. A name that is there is still refused while the model cannot run
+    on it; one that is not is refused with the names there are."""
+    names = [n.strip() for n in str(value).split(",")]
+    if [n.lower() for n in names] == ["none"]:
         return "the model runs on the CPU"
-    raise Refusal("ember has no GPU backend in this build; the only device is none (the CPU)")
+    there = [d["name"] for d in devices.vulkan_devices()]
+    for name in names:
+        if not any(name.lower() == t.lower() for t in there):
+            raise Refusal(f"no device named {name!r}; the devices are: "
+                          + ", ".join(there + ["none (the CPU)"]))
+    raise Refusal(f"{devices.NOT_YET}; --device none runs it on the CPU")
 
 
 def _flash_attention(value) -> str:
@@ -256,9 +267,9 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("-ngl", "--gpu-layers", "--n-gpu-layers"), 1, _gpu_layers, "LLAMA_ARG_N_GPU_LAYERS"),
     CompatFlag(("-dev", "--device"), 1, _device, "LLAMA_ARG_DEVICE"),
     CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on the CPU",
-                                                 "ember has no GPU backend in this build, so nothing is split")),
-    CompatFlag(("-ts", "--tensor-split"), 1, _refused("ember has no GPU backend in this build, so nothing is split")),
-    CompatFlag(("-mg", "--main-gpu"), 1, _refused("ember has no GPU backend in this build")),
+                                                 f"{devices.NOT_YET}, so nothing is split")),
+    CompatFlag(("-ts", "--tensor-split"), 1, _refused(f"{devices.NOT_YET}, so nothing is split")),
+    CompatFlag(("-mg", "--main-gpu"), 1, _refused(devices.NOT_YET)),
 ]
 
 _BY_SPELLING = {s: f for f in COMPAT_FLAGS for s in f.spellings}

@@ -25,9 +25,6 @@ fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
                 sum_cols(&x2, ia + 32u);
             }
         }
-        add_scaled(acc, d * sm1.x, s1);
-        add_scaled(acc, d * sm2.x, s2);
-        add_scaled(acc, -dmin * sm1.y, x1);
-        add_scaled(acc, -dmin * sm2.y, x2);
+        add_k_chunk(acc, d, dmin, sm1, sm2, s1, s2, x1, x2);
     }
 }
