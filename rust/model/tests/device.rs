@@ -43,14 +43,16 @@ fn argmax(v: &[f32]) -> usize {
 /// against llama.cpp's (the CPU's gate), and against the CPU pass's own,
 /// position by position: the top token the same wherever the CPU's top two
 /// are a logit apart. Lavapipe reads a prompt at a few tokens a second, so
-/// the cases are few; every case runs on a card.
+/// the cases are few there; every case runs on a card, or anywhere with
+/// EMBER_DEVICE_CASES=all.
 fn parity(file: &str, golden_file: &str, cases: usize) {
     let Some(dm) = on_device(file) else { return };
     let model = dm.model().clone();
     let n_vocab = model.config.n_vocab;
     let (mut total, mut cpu_total) = (Agreement::default(), Agreement::default());
     let (mut decided, mut decided_equal, mut worst) = (0, 0, 0f32);
-    let on_a_card = !matches!(dm.gpu().info().kind, ember_model::DeviceKind::Cpu);
+    let on_a_card = !matches!(dm.gpu().info().kind, ember_model::DeviceKind::Cpu)
+        || std::env::var("EMBER_DEVICE_CASES").is_ok_and(|v| v == "all");
     let all = golden(golden_file)["cases"].as_array().unwrap().clone();
     for case in all.iter().take(if on_a_card { all.len() } else { cases }) {
         let seq: Vec<u32> = ids(&case["prompt_ids"]).into_iter().chain(ids(&case["greedy_ids"])).collect();
