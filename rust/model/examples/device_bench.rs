@@ -2,8 +2,10 @@
 //! prompt of `-p` tokens (pp) and `-n` tokens decoded one at a time after
 //! it (tg), in tokens a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME] [--json]
 //!
+//! `--json` prints one line of the figures instead of the table
+//! (`benches/gpu_bench.py` reads it).
 //! On Mesa's lavapipe (a Vulkan device on the CPU) the figures say only
 //! that the path runs; on a card they are the device's speed.
 
@@ -14,13 +16,14 @@ use ember_model::{DeviceModel, Gpu, KvType, LoadOptions, Logits, Model};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut path, mut pp, mut tg, mut device) = (None, 512usize, 128usize, None);
+    let (mut path, mut pp, mut tg, mut device, mut json) = (None, 512usize, 128usize, None, false);
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
             "-p" => pp = value("-p").parse().expect("-p: a number of tokens"),
             "-n" => tg = value("-n").parse().expect("-n: a number of tokens"),
             "--device" => device = Some(value("--device")),
+            "--json" => json = true,
             _ => path = Some(a),
         }
     }
@@ -29,7 +32,7 @@ fn main() {
     let gpu = Arc::new(Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}")));
     let t0 = Instant::now();
     let dm = DeviceModel::upload(model.clone(), gpu.clone()).unwrap_or_else(|e| panic!("{e}"));
-    println!(
+    eprintln!(
         "{} on {} ({}): {:.1} MiB of weights uploaded in {:.2} s",
         model.config.name,
         gpu.info().name,
@@ -62,6 +65,15 @@ fn main() {
         model.forward(&mut c, &[id], Logits::Last).unwrap();
     }
     let cpu_tg = rate(tg, t.elapsed().as_secs_f64());
+    if json {
+        println!(
+            "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
+            gpu.info().name,
+            gpu.info().description,
+            model.threads()
+        );
+        return;
+    }
     println!("| test | device t/s | CPU t/s ({} threads) |", model.threads());
     println!("| pp{pp} | {device_pp:.1} | {cpu_pp:.1} |");
     println!("| tg{tg} | {device_tg:.1} | {cpu_tg:.1} |");

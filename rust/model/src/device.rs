@@ -81,7 +81,25 @@ pub fn device_refusal(model: &Model) -> Option<String> {
         };
         return Some(format!("layer {il}: {why}"));
     }
-    None
+    let matrices = w.layers.iter().flat_map(|l| {
+        let f = l.ffn.as_ref();
+        [
+            l.wq.as_ref(),
+            l.wk.as_ref(),
+            l.wv.as_ref(),
+            l.wo.as_ref(),
+            f.map(|f| &f.gate),
+            f.map(|f| &f.up),
+            f.map(|f| &f.down),
+        ]
+    });
+    without_kernel(matrices.flatten().chain([w.output()]))
+}
+
+/// The first matrix whose type has no device product, said as a refusal.
+fn without_kernel<'a>(mut matrices: impl Iterator<Item = &'a Matrix>) -> Option<String> {
+    let m = matrices.find(|m| !ember_gpu::matmul_supports(m.ty))?;
+    Some(format!("tensor {}: type {} has no device kernel yet", m.name, m.ty.name()))
 }
 
 impl DeviceModel {
@@ -92,7 +110,9 @@ impl DeviceModel {
         }
         let mut bytes = 0u64;
         let mut matrix = |m: &Matrix| -> Result<DeviceMatrix> {
-            let d = gpu.upload_matrix(&m.name, m.ty, m.rows, m.cols, m.bytes()).map_err(device_error)?;
+            let d = gpu
+                .upload_matrix(&m.name, m.ty, m.rows, m.cols, m.bytes())
+                .map_err(|e| ModelError::Device(format!("tensor {}: {e}", m.name)))?;
             bytes += d.bytes();
             Ok(d)
         };
@@ -404,5 +424,23 @@ impl DeviceSession {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ember_gguf::GgmlType;
+
+    use super::*;
+
+    #[test]
+    fn a_matrix_of_a_type_without_a_device_kernel_is_named() {
+        let q4 = Matrix::for_test(GgmlType::Q4_0, 1, 32, vec![0; 18], false);
+        let q3 = Matrix::for_test(GgmlType::Q3_K, 1, 256, vec![0; 110], false);
+        assert_eq!(without_kernel([&q4].into_iter()), None);
+        assert_eq!(
+            without_kernel([&q4, &q3].into_iter()).as_deref(),
+            Some("tensor test.Q3_K: type Q3_K has no device kernel yet")
+        );
     }
 }
