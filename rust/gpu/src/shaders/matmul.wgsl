@@ -1,11 +1,13 @@
 // y[c, r] = Σ_k dequant(w)[r, k] · x[c, k] for every row r of a weight
 // matrix kept in its file format, and every column c of the input.
 //
-// One workgroup a row and up to COLS columns: its threads take the row's
-// blocks in turn, each block dequantized once for all the columns, and
-// their sums meet in workgroup memory. The weights are the file's bytes in
-// an array of words, so a block may start at any byte: every read goes
-// through `bytes_at`, which joins two words where a read straddles them.
+// One thread a row and up to COLS columns (8 for a prompt, 1 for a decoded
+// token): it walks the row's blocks, each dequantized once for all its
+// columns, with no barrier to wait at (a workgroup a row, its threads
+// meeting in workgroup memory, ran four times slower on lavapipe; a card
+// will want subgroup sums). The weights are the file's bytes in an array of
+// words, so a block may start at any byte: every read goes through
+// `bytes_at`, which joins two words where a read straddles them.
 // BLOCK (elements a block holds), BLOCK_BYTES and `block_dot` (a block's
 // products with every column, added to `acc`) come from the format's own
 // file, appended to this one.
