@@ -249,7 +249,7 @@ impl Gpu {
             )));
         }
         // Room for the word past the end that `storage` adds.
-        let per_run = ((self.binding_limit() - 8) / row_bytes as u64) as usize;
+        let per_run = (self.binding_limit().saturating_sub(8) / row_bytes as u64) as usize;
         if per_run == 0 {
             return Err(GpuError::TooLarge {
                 what: format!("{name}: one row"),
@@ -258,7 +258,7 @@ impl Gpu {
             });
         }
         let mut runs = Vec::new();
-        for first in (0..rows).step_by(per_run.max(1)) {
+        for first in (0..rows).step_by(per_run) {
             let n = per_run.min(rows - first);
             let buf = self.storage(name, &data[first * row_bytes..(first + n) * row_bytes], n * row_bytes)?;
             runs.push(RowRun { first, rows: n, buf });
@@ -433,7 +433,7 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
-/// Inputs one workgroup of the matrix product takes (its COLS).
+/// Inputs one thread of the matrix product takes for a prompt (its COLS).
 const MATMUL_COLS: usize = 8;
 
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
@@ -485,7 +485,7 @@ impl Pass<'_> {
             )));
         }
         let max = self.max_groups();
-        // Each workgroup takes up to COLS (8) inputs, each block dequantized once for them.
+        // A thread takes up to COLS (8) inputs of a prompt, each block dequantized once for them.
         let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
         if col_groups > max || w.rows > max * max {
             return Err(GpuError::Shape(format!(
@@ -556,22 +556,7 @@ impl Pass<'_> {
             Activation::Silu => Kernel::SiluMul,
             Activation::GeluTanh => Kernel::GeluMul,
         };
-        self.elementwise(kernel, gate, up, out, n, n)
-    }
-
-    /// out = a + b, over `n` values (`out` may not be `a` or `b`: wgpu
-    /// refuses a buffer bound as read and written at once).
-    pub fn add(&mut self, a: &DeviceBuffer, b: &DeviceBuffer, out: &DeviceBuffer, n: usize) -> Result<()> {
-        self.elementwise(Kernel::Add, a, b, out, n, n)
-    }
-
-    /// out = a + b repeated: each row of `b.len()` values (a bias) added to
-    /// every row of `a`, over `n` values.
-    pub fn add_rows(&mut self, a: &DeviceBuffer, b: &DeviceBuffer, out: &DeviceBuffer, n: usize) -> Result<()> {
-        if b.len == 0 || n % b.len != 0 {
-            return Err(GpuError::Shape(format!("adding rows of {} to {n} values", b.len)));
-        }
-        self.elementwise(Kernel::Add, a, b, out, n, b.len)
+        self.elementwise(kernel, gate, up, out, n)
     }
 
     /// x += b over `n` values, b repeating every `b.len()` values where it
@@ -604,8 +589,6 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// `b` repeats every `period` values (`n`: it does not).
-    #[allow(clippy::too_many_arguments)]
     fn elementwise(
         &mut self,
         kernel: Kernel,
@@ -613,16 +596,15 @@ impl Pass<'_> {
         b: &DeviceBuffer,
         out: &DeviceBuffer,
         n: usize,
-        period: usize,
     ) -> Result<()> {
-        if n == 0 || a.len < n || b.len < period || out.len < n {
+        if n == 0 || a.len < n || b.len < n || out.len < n {
             return Err(GpuError::Shape(format!(
                 "{kernel:?} over {n} values: the buffers hold {}, {} and {}",
                 a.len, b.len, out.len
             )));
         }
         let (groups, threads_x) = self.spread(n, "an element-wise kernel")?;
-        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, period as u32, 0], groups);
+        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, 0, 0], groups);
         Ok(())
     }
 

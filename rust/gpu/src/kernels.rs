@@ -53,7 +53,6 @@ pub(crate) enum Kernel {
     RmsNorm,
     SiluMul,
     GeluMul,
-    Add,
     AddInPlace,
     Rope,
     KvStore,
@@ -65,7 +64,6 @@ impl Kernel {
         match self {
             Kernel::SiluMul => "silu_mul",
             Kernel::GeluMul => "gelu_mul",
-            Kernel::Add => "add",
             _ => "main",
         }
     }
@@ -82,7 +80,7 @@ impl Kernel {
                 format!("{template}\n{scales}\n{block}")
             }
             Kernel::RmsNorm => RMS_NORM.to_string(),
-            Kernel::SiluMul | Kernel::GeluMul | Kernel::Add => ELEMENTWISE.to_string(),
+            Kernel::SiluMul | Kernel::GeluMul => ELEMENTWISE.to_string(),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Rope => ROPE.to_string(),
             Kernel::KvStore => KV_STORE.to_string(),

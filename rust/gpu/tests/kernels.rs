@@ -227,12 +227,8 @@ fn an_unknown_device_name_is_refused_with_the_names_there_are() {
     assert!(text.starts_with("no device named \"Vulkan99\"; the devices are: Vulkan0 ("), "{text}");
 }
 
-fn ub_bias(gpu: &Gpu, b: &[f32]) -> ember_gpu::DeviceBuffer {
-    gpu.upload("bias", b).unwrap()
-}
-
 #[test]
-fn gated_activations_and_add_match_the_cpu() {
+fn gated_activations_match_the_cpu() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(31);
     let n = 1000;
@@ -241,41 +237,42 @@ fn gated_activations_and_add_match_the_cpu() {
     let (gb, ub, out) = (gpu.upload("g", &g).unwrap(), gpu.upload("u", &u).unwrap(), gpu.zeros("out", n).unwrap());
     let silu = |x: f64| x / (1.0 + (-x).exp());
     let gelu = |x: f64| 0.5 * x * (1.0 + (0.7978845608 * x * (1.0 + 0.044715 * x * x)).tanh());
-    let cases: [(&str, Option<Activation>, &dyn Fn(f64, f64) -> f64); 3] = [
-        ("silu", Some(Activation::Silu), &|a, b| silu(a) * b),
-        ("gelu", Some(Activation::GeluTanh), &|a, b| gelu(a) * b),
-        ("add", None, &|a, b| a + b),
-    ];
-    // A bias of 40 added to each of 25 rows.
+    let cases: [(Activation, &dyn Fn(f64) -> f64); 2] = [(Activation::Silu, &silu), (Activation::GeluTanh, &gelu)];
+    for (act, reference) in cases {
+        let mut pass = gpu.pass();
+        pass.gated(act, &gb, &ub, &out, n).unwrap();
+        pass.submit().unwrap();
+        let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| reference(a as f64) * b as f64).collect();
+        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        assert!(err <= 1e-6, "{act:?}: normalised error {err:e}");
+    }
+}
+
+#[test]
+fn adds_in_place_copies_and_partial_reads_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(32);
+    let n = 1000;
+    let x: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+    let u: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+    // The residual (as long as x), then a bias of 40 added to each of 25 rows.
+    let (xb, ub, bias) =
+        (gpu.upload("x", &x).unwrap(), gpu.upload("u", &u).unwrap(), gpu.upload("bias", &u[..40]).unwrap());
     let mut pass = gpu.pass();
-    pass.add_rows(&gb, &ub_bias(gpu, &u[..40]), &out, n).unwrap();
-    pass.submit().unwrap();
-    let want: Vec<f64> = g.iter().enumerate().map(|(i, &a)| a as f64 + u[i % 40] as f64).collect();
-    let err = normalised_error(&gpu.read(&out).unwrap(), &want);
-    assert!(err <= 1e-7, "add_rows: normalised error {err:e}");
-    // The same in place, then the rows of u added to the first 40 values of
-    // a copy, read back through a prefix.
-    let g_again = gpu.upload("g", &g).unwrap();
-    let mut pass = gpu.pass();
-    pass.add_to(&g_again, &ub_bias(gpu, &u[..40]), n).unwrap();
+    pass.add_to(&xb, &ub, n).unwrap();
+    pass.add_to(&xb, &bias, n).unwrap();
+    // u's values 10..50 copied to 50..90 of a buffer of 100.
     let copy = gpu.zeros("copy", 100).unwrap();
     pass.copy(&ub, 10, &copy, 50, 40).unwrap();
     pass.submit().unwrap();
-    assert!(normalised_error(&gpu.read(&g_again).unwrap(), &want) <= 1e-7);
-    let tail = &gpu.read(&copy).unwrap()[50..90];
-    assert_eq!(tail, &u[10..50]);
+    let want: Vec<f64> = (0..n).map(|i| x[i] as f64 + u[i] as f64 + u[i % 40] as f64).collect();
+    let err = normalised_error(&gpu.read(&xb).unwrap(), &want);
+    assert!(err <= 1e-7, "add_to: normalised error {err:e}");
+    assert_eq!(&gpu.read(&copy).unwrap()[50..90], &u[10..50]);
     assert_eq!(gpu.read_first(&copy, 60).unwrap().len(), 60);
-    for (name, act, reference) in cases {
-        let mut pass = gpu.pass();
-        match act {
-            Some(act) => pass.gated(act, &gb, &ub, &out, n).unwrap(),
-            None => pass.add(&gb, &ub, &out, n).unwrap(),
-        }
-        pass.submit().unwrap();
-        let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| reference(a as f64, b as f64)).collect();
-        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
-        assert!(err <= 1e-6, "{name}: normalised error {err:e}");
-    }
+    // A bias that does not divide the values is refused.
+    let err = gpu.pass().add_to(&xb, &gpu.upload("b", &u[..30]).unwrap(), n).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "{err}");
 }
 
 #[test]

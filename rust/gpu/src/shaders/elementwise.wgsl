@@ -1,14 +1,13 @@
 // Element by element over `n` values: the gated FFN's activations (ggml's
-// SiLU and tanh-approximated GELU of the gate, times the up projection)
-// and the residual add. One thread a value.
+// SiLU and tanh-approximated GELU of the gate, times the up projection).
+// One thread a value.
 
 struct Params {
     n: u32,
     // Threads along x: values past the dispatch limit go to y.
     threads_x: u32,
-    // b repeats every `period` values (a bias added to every row), or not (n).
-    period: u32,
-    _pad: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -39,13 +38,5 @@ fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
         let z = 0.7978846 * g * (1.0 + 0.044715 * g * g);
         let t = 1.0 - 2.0 / (exp(min(2.0 * z, 80.0)) + 1.0);
         out[i] = 0.5 * g * (1.0 + t) * b[i];
-    }
-}
-
-@compute @workgroup_size(64)
-fn add(@builtin(global_invocation_id) id: vec3<u32>) {
-    let i = index(id);
-    if (i < p.n) {
-        out[i] = a[i] + b[i % p.period];
     }
 }
