@@ -176,7 +176,7 @@ impl DeviceModel {
         let buf = |name: &str, n: usize| g.zeros(name, n.max(1)).map_err(device_error);
         let e = c.n_embd;
         // Rows of logits one buffer holds (with the word `zeros` adds).
-        let logit_rows = (((g.info().max_binding_bytes - 8) / 4) as usize / c.n_vocab).clamp(1, t);
+        let logit_rows = ((g.info().max_binding_bytes.saturating_sub(8) / 4) as usize / c.n_vocab).clamp(1, t);
         Ok(DeviceSession {
             len: 0,
             n_ctx,
@@ -197,6 +197,11 @@ impl DeviceModel {
             sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
             logits: buf("logits", logit_rows * c.n_vocab)?,
             logit_rows,
+            host: HostRows {
+                x: Vec::with_capacity(t * e),
+                cos: Vec::with_capacity(t * m.half_rot),
+                sin: Vec::with_capacity(t * m.half_rot),
+            },
             cache,
         })
     }
@@ -228,28 +233,26 @@ impl DeviceModel {
 
         // The embedding rows and the rope angles, on the host.
         let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
-        let mut x = vec![0f32; t * e];
-        for (row, &id) in x.chunks_mut(e).zip(tokens) {
+        let host = &mut s.host;
+        host.x.resize(t * e, 0.0);
+        for (row, &id) in host.x.chunks_mut(e).zip(tokens) {
             ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row)
                 .expect("embedding row bound at load");
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }
-        g.write(&s.x, &x).map_err(device_error)?;
+        g.write(&s.x, &host.x).map_err(device_error)?;
         for (variant, table) in model.rope_tables.iter().enumerate() {
             let half = table.half();
-            let (mut cos, mut sin) = (vec![0f32; t * half], vec![0f32; t * half]);
+            host.cos.resize(t * half, 0.0);
+            host.sin.resize(t * half, 0.0);
             for j in 0..t {
-                table.angles(
-                    s.len + j,
-                    s.n_ctx,
-                    &mut cos[j * half..(j + 1) * half],
-                    &mut sin[j * half..(j + 1) * half],
-                );
+                let at = j * half..(j + 1) * half;
+                table.angles(s.len + j, s.n_ctx, &mut host.cos[at.clone()], &mut host.sin[at]);
             }
-            g.write(&s.cos[variant], &cos).map_err(device_error)?;
-            g.write(&s.sin[variant], &sin).map_err(device_error)?;
+            g.write(&s.cos[variant], &host.cos).map_err(device_error)?;
+            g.write(&s.sin[variant], &host.sin).map_err(device_error)?;
         }
 
         let mut p = g.pass();
@@ -309,21 +312,10 @@ impl DeviceModel {
         let halves = matches!(c.opts.rope, crate::config::RopeStyle::Halves);
         let (cos, sin) = (&s.cos[lc.rope], &s.sin[lc.rope]);
         // Each head normed (qwen3, gemma) into its own buffer, then rotated in place.
-        let mut heads =
-            |raw: &'_ DeviceBuffer, normed: &'_ DeviceBuffer, norm: &Option<DeviceBuffer>, n_heads: usize| {
-                let at = match norm {
-                    Some(w) => {
-                        p.rms_norm(raw, w, normed, t * n_heads, eps)?;
-                        normed
-                    }
-                    None => raw,
-                };
-                p.rope(at, cos, sin, t, n_heads, hk, rope.n_rot / 2, halves)?;
-                Ok::<_, GpuError>(std::ptr::eq(at, normed))
-            };
-        let q_normed = heads(&s.q, &s.qn, &l.q_norm, lc.n_head)?;
-        let k_normed = heads(&s.k, &s.kn, &l.k_norm, lc.n_head_kv)?;
-        let (q, k) = (if q_normed { &s.qn } else { &s.q }, if k_normed { &s.kn } else { &s.k });
+        let q = normed_heads(p, &s.q, &s.qn, l.q_norm.as_ref(), t * lc.n_head, eps)?;
+        let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
+        p.rope(q, cos, sin, t, lc.n_head, hk, rope.n_rot / 2, halves)?;
+        p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
         p.kv_store(kv, k, &s.v, t, s.len)?;
         let shape = AttentionShape {
             t,
@@ -360,6 +352,26 @@ impl DeviceModel {
         p.gated(act, &s.gate, &s.up, &s.act, t * l.gate.rows)?;
         p.matmul(&l.down, &s.act, t, &s.o)?;
         residual(p, &s.x, &s.o, &s.h, l.post_ffn_norm.as_ref(), eps, e, t)
+    }
+}
+
+/// The buffer holding the `rows` heads to rotate: each head RMS-normed
+/// into `normed` where the layer has a per-head norm (qwen3, gemma), else
+/// `raw` as it is.
+fn normed_heads<'b>(
+    p: &mut ember_gpu::Pass<'_>,
+    raw: &'b DeviceBuffer,
+    normed: &'b DeviceBuffer,
+    norm: Option<&DeviceBuffer>,
+    rows: usize,
+    eps: f32,
+) -> ember_gpu::Result<&'b DeviceBuffer> {
+    match norm {
+        Some(w) => {
+            p.rms_norm(raw, w, normed, rows, eps)?;
+            Ok(normed)
+        }
+        None => Ok(raw),
     }
 }
 
@@ -414,6 +426,15 @@ pub struct DeviceSession {
     sin: Vec<DeviceBuffer>,
     logits: DeviceBuffer,
     logit_rows: usize,
+    host: HostRows,
+}
+
+/// What the host computes for a pass before the device runs it, allocated
+/// once per session: the embedding rows, and one rope variant's angles at a time.
+struct HostRows {
+    x: Vec<f32>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
 }
 
 impl DeviceSession {
