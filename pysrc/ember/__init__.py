@@ -8,6 +8,7 @@
 from ember._native import __version__
 from ember.errors import (
     ContextFullError,
+    DeviceError,
     EmberError,
     InvalidRequestError,
     ModelFetchError,
@@ -27,6 +28,7 @@ __all__ = [
     "ModelLoadError",
     "InvalidRequestError",
     "ContextFullError",
+    "DeviceError",
     "TemplateError",
     "ModelFetchError",
 ]

@@ -205,9 +205,12 @@ def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
     """Prompt tokens per slot per pass: the largest power of two (16 at
     least, the model's pass size at most) whose pass, measured here on this
     machine, takes about ``target_s``."""
-    n = min(64, model.max_batch)
-    ids = [(1 + i * 7919) % model.n_vocab for i in range(n)]
-    model._native.bench_prompt(ids)  # warm the caches and the pool
+    ids = [(1 + i * 7919) % model.n_vocab for i in range(min(64, model.max_batch))]
+    # Warms the caches and the pool; where even 16 tokens take the whole
+    # target (a slow device), that is the chunk, with no longer pass timed.
+    if model._native.bench_prompt(ids[:16]) >= target_s:
+        return 16
+    n = len(ids)
     secs = min(model._native.bench_prompt(ids) for _ in range(2))
     rate = n / secs if secs > 0 else float(model.max_batch) / target_s
     chunk = 16

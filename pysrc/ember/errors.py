@@ -4,13 +4,14 @@ They are defined by the native module (so Rust errors cross the boundary
 typed) and re-exported here, with the Python-only ones beside them.
 """
 
-from ember._native import ContextFullError, EmberError, InvalidRequestError, ModelLoadError
+from ember._native import ContextFullError, DeviceError, EmberError, InvalidRequestError, ModelLoadError
 
 __all__ = [
     "EmberError",
     "ModelLoadError",
     "InvalidRequestError",
     "ContextFullError",
+    "DeviceError",
     "TemplateError",
     "ModelFetchError",
 ]

@@ -263,7 +263,18 @@ class Model:
         threads: int = 0,
         kv_type: str = "f16",
         max_batch: int = 512,
+        gpu_layers: int | str | None = None,
+        device: str | None = None,
     ):
+        """`gpu_layers` and `device` are llama-server's -ngl and --device:
+        naming a device (``device="Vulkan0"``) runs every layer and the
+        output head there, or raises `DeviceError` saying why it cannot;
+        ``gpu_layers="all"`` alone takes the first card, and without one the
+        model runs on the CPU with the reason in `device_note`. ember puts a
+        whole model on the device or none of it, so a count of layers below
+        the model's is refused."""
+        from ember.devices import request
+
         if path is None:
             from ember.fetch import default_model_path
 
@@ -271,7 +282,9 @@ class Model:
         self.path = Path(path)
         if not self.path.is_file():
             raise _native.ModelLoadError(f"{self.path}: no such file")
-        self._native = _native.Model(str(self.path), n_ctx, threads, kv_type, max_batch)
+        where = request(gpu_layers, device)
+        self._native = _native.Model(str(self.path), n_ctx, threads, kv_type, max_batch, where.device, where.layers,
+                                     where.strict)
         #: most tokens one forward pass reads
         self.max_batch = max_batch
         self._template: str | None = self._native.metadata("tokenizer.chat_template")
@@ -283,6 +296,18 @@ class Model:
     @property
     def n_vocab(self) -> int:
         return self._native.n_vocab
+
+    @property
+    def placement(self) -> dict | None:
+        """The device the model runs on (its name, description and kind, and
+        the bytes its weights and working buffers take there), or None on
+        the CPU."""
+        return self._native.placement()
+
+    @property
+    def device_note(self) -> str | None:
+        """Why a device was asked for and the model runs on the CPU, or None."""
+        return self._native.device_note
 
     @property
     def n_ctx(self) -> int:

@@ -124,14 +124,16 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["-ngl", "99"], "-ngl 99: the model runs on the CPU"),
-    (["--n-gpu-layers", "all"], "--n-gpu-layers all: the model runs on the CPU"),
+    (["-ngl", "99"], "device: the first card asked for every layer and the output head (from the command line)"),
+    (["--n-gpu-layers", "all"], "device: the first card asked for every layer"),
+    (["-ngl", "0"], "device: none, the model runs on the CPU (from the command line)"),
     (["-fa", "on"], "-fa on: attention is always fused"),
     (["-fa", "off"], "-fa off: attention is always fused"),
     (["-fa"], "-fa: attention is always fused"),
     (["-cb"], "-cb: batching is always continuous"),
     (["--jinja"], "--jinja: chat templates are always rendered as Jinja"),
-    (["--device", "none"], "--device none: the model runs on the CPU"),
+    (["--device", "none"], "device: none, the model runs on the CPU (from the command line)"),
+    (["-sm", "none"], "-sm none: the model is in one piece, on one device"),
     (["--mirostat", "0"], "--mirostat 0: mirostat stays off"),
     (["--slots"], "--slots: GET /slots is served"),
     (["--no-context-shift"], "--no-context-shift: the context is never shifted"),
@@ -147,8 +149,11 @@ def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
 
 @pytest.mark.parametrize("argv, refused", [
     (["-fa", "sometimes"], "-fa sometimes: expected on, off or auto"),
-    (["-ngl", "gl"], "-ngl gl: expected a number of layers"),
-    (["--device", "Vulkan99"], "--device Vulkan99: no device named 'Vulkan99'; the devices are: "),
+    (["-ngl", "gl"], "--gpu-layers gl: expected a number of layers, auto or all, got 'gl' (from the command line)"),
+    (["-ngl", "-2"], "--gpu-layers -2: -2 is not a count of layers"),
+    (["--device", "Vulkan99"], "--device Vulkan99: no such device; the devices are: "),
+    (["--device", "Vulkan0,Vulkan1"], "--device Vulkan0,Vulkan1: names 2 devices; ember runs a model on one"),
+    (["-ts", "1,1"], "-ts 1,1: ember runs a model whole on one device"),
     (["--mirostat", "2"], "--mirostat 2: ember has no mirostat sampler"),
     (["--no-cont-batching"], "--no-cont-batching: batching is always continuous"),
     (["--context-shift"], "--context-shift: ember does not shift the context"),
@@ -192,12 +197,15 @@ def test_list_devices_names_each_vulkan_device(capsys):
         assert f"\n  {name}: " in out
 
 
-def test_a_device_that_is_there_is_refused_while_the_model_cannot_run_on_it(smollm2_path):
+def test_a_device_that_is_there_is_asked_for_every_layer(smollm2_path):
     name = _vulkan_names()[0]
-    with pytest.raises(OptionError) as e:
-        parse_options(["-m", str(smollm2_path), "--device", name.lower()], {}, mem_available=BIG_MEM)
-    assert str(e.value) == (f"--device {name.lower()}: ember's device kernels do not yet run a whole model; "
-                            "--device none runs it on the CPU")
+    opts, lines = parse_options(["-m", str(smollm2_path), "--device", name.lower()], {}, mem_available=BIG_MEM)
+    assert (opts.device, opts.gpu_layers) == (name.lower(), None)
+    assert f"device: {name.lower()} asked for every layer and the output head (from the command line); refused at " \
+           "load if it cannot hold or run the model" in lines
+    opts, _ = parse_options(["-m", str(smollm2_path)], {"LLAMA_ARG_N_GPU_LAYERS": "all", "LLAMA_ARG_DEVICE": name},
+                            mem_available=BIG_MEM)
+    assert (opts.device, opts.gpu_layers) == (name, "all")
 
 
 def test_the_version_is_printed(capsys):

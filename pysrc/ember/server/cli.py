@@ -80,6 +80,13 @@ _FLAGS = [
           "tokens in one forward pass at most, all slots together (default 512)", 512),
     _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), f32 or q8_0", "f16"),
     _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
+    _Flag("gpu-layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), str, "LLAMA_ARG_N_GPU_LAYERS",
+          "layers on the GPU: all (or auto, -1, or the model's count and up) puts every layer and the output head "
+          "on the first card, 0 none; ember does not split a model, so a smaller count is refused. Without a card "
+          "the model runs on the CPU and a start line says why"),
+    _Flag("device", ("-dev", "--device"), str, "LLAMA_ARG_DEVICE",
+          "the device to run the model on, by its --list-devices name (Vulkan0, ...), or none for the CPU; a named "
+          "device that cannot hold or run the model is refused"),
     _Flag("alias", ("-a", "--alias"), str, "LLAMA_ARG_ALIAS",
           "model names the API reports, comma-separated (the first in sorted order is the id, as llama-server's)"),
     _Flag("tags", ("--tags",), str, "LLAMA_ARG_TAGS", "the model's tags, comma-separated, listed in /v1/models"),
@@ -563,6 +570,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("host", "names no address")
     hosts = list(dict.fromkeys(h for h in hosts if h))
     kv_type = _kv_type(values, sources, bad)
+    device = _device_request(values, sources, bad, lines)
 
     if values["hf-repo"] is not None:
         if values["model"] is not None:
@@ -756,6 +764,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
+        gpu_layers=values["gpu-layers"], device=values["device"],
         embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
         chat_template=template_text, system_prompt=system_prompt, sampling=sampling, max_batch=ubatch,
@@ -765,6 +774,34 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
     )
     return opts, lines
+
+
+def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines: list[str]):
+    """-ngl and --device checked before the model loads: their spelling, and
+    that a named device is there. Where the model runs is said once it has
+    loaded; here, what was asked."""
+    from ember.devices import request
+    from ember.errors import InvalidRequestError
+
+    flag = "device" if values["device"] is not None else "gpu-layers"
+    try:
+        asked = request(values["gpu-layers"], values["device"])
+    except InvalidRequestError as e:
+        raise bad(flag, str(e).split(": ", 1)[-1]) from None
+    if values["device"] is None and values["gpu-layers"] is None:
+        return asked
+    if asked.on_cpu:
+        lines.append(f"device: none, the model runs on the CPU (from {sources[flag]})")
+    elif asked.device:
+        there = [d["name"] for d in devices.vulkan_devices()]
+        if not any(asked.device.lower() == t.lower() for t in there):
+            raise bad("device", "no such device; the devices are: " + ", ".join(there + ["none (the CPU)"]))
+        lines.append(f"device: {asked.device} asked for every layer and the output head (from {sources['device']}); "
+                     "refused at load if it cannot hold or run the model")
+    else:
+        lines.append(f"device: the first card asked for every layer and the output head (from {sources[flag]}); "
+                     "without one that can run the model, the CPU")
+    return asked
 
 
 #: The file's recommended sampling (llama.cpp's general.sampling.* keys) ->

@@ -52,7 +52,7 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
             with open(opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type,
-                      max_batch=opts.max_batch)
+                      max_batch=opts.max_batch, gpu_layers=opts.gpu_layers, device=opts.device)
         from ember.engine import Checkpoints, measure_chunk
         from ember.server.machine import mem_available
 
@@ -63,6 +63,7 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
                         chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
                         checkpoints=checkpoints, slot_similarity=opts.slot_similarity)
         engine.start()
+        _say_device(state, model, engine)
         _say_checkpoints(state, engine)
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
         msg = f"{type(e).__name__}: {e}" if not str(e) else str(e)
@@ -70,6 +71,19 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
         return
     if not _post(loop, _loaded, app, model, engine, template, None):
         engine.close()  # the server stopped while the model loaded: nobody will use it
+
+
+def _say_device(state: ServerState, model, engine) -> None:
+    """The start line of where the model runs, when a device was asked for
+    or holds it: the device and what it holds, or why it is the CPU."""
+    where = model.placement
+    if where is not None:
+        state.log(f"ember: device: {where['name']} ({where['description']}, {where['kind']}) holds every layer and "
+                  f"the output head: {_bytes(where['weight_bytes'])} of weights, {_bytes(engine.batcher.cache_bytes)} "
+                  f"of cache for {engine.n_slots} slot{'s' if engine.n_slots > 1 else ''}, "
+                  f"{_bytes(where['work_bytes'])} of working buffers")
+    elif model.device_note:
+        state.log(f"ember: device: none, the model runs on the CPU: {model.device_note}")
 
 
 def _say_checkpoints(state: ServerState, engine) -> None:

@@ -13,7 +13,6 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ember import devices
 
 __all__ = ["COMPAT_FLAGS", "CompatFlag", "Refusal", "add_to", "answer"]
 
@@ -68,30 +67,6 @@ def _number_is(*off: float) -> Callable[[str], bool]:
     return accepts
 
 
-def _gpu_layers(value) -> str:
-    v = str(value).strip().lower()
-    if v not in ("auto", "all") and not v.lstrip("-").isdigit():
-        raise Refusal(f"expected a number of layers, auto or all, got {value!r}")
-    if v in ("0", "-1", "auto"):
-        return "the model runs on the CPU"
-    return f"the model runs on the CPU: {devices.NOT_YET}, so no layer is offloaded"
-
-
-def _device(value) -> str:
-    """llama-server's --device: none, or a comma-separated list of device
-    names. A name that is there is still refused while the model cannot run
-    on it; one that is not is refused with the names there are."""
-    names = [n.strip() for n in str(value).split(",")]
-    if [n.lower() for n in names] == ["none"]:
-        return "the model runs on the CPU"
-    there = [d["name"] for d in devices.vulkan_devices()]
-    for name in names:
-        if not any(name.lower() == t.lower() for t in there):
-            raise Refusal(f"no device named {name!r}; the devices are: "
-                          + ", ".join(there + ["none (the CPU)"]))
-    raise Refusal(f"{devices.NOT_YET}; --device none runs it on the CPU")
-
-
 def _flash_attention(value) -> str:
     v = "on" if value is True else str(value).strip().lower()
     if v not in ("on", "off", "auto", "1", "0", "true", "false", "enabled", "disabled"):
@@ -108,6 +83,7 @@ _ROPE = "ember takes the rope's frequencies and scaling from the model file and 
 _IMAGES = "ember's models read text only"
 _SAMPLER = "ember has no {} sampler; leave it at its off value ({})"
 _LOGS = "ember's log is its start lines and one line per event, on stderr; redirect it"
+_ONE_DEVICE = "ember runs a model whole on one device (or the CPU), so nothing is split"
 
 COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--verbose-prompt",), 0, _refused(_CLI)),
@@ -264,12 +240,10 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--no-jinja",), 0, _accepted(
         "chat templates are rendered as Jinja all the same: ember has no other renderer (a file without a template "
         "gets the built-in one its vocabulary fits)")),
-    CompatFlag(("-ngl", "--gpu-layers", "--n-gpu-layers"), 1, _gpu_layers, "LLAMA_ARG_N_GPU_LAYERS"),
-    CompatFlag(("-dev", "--device"), 1, _device, "LLAMA_ARG_DEVICE"),
-    CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on the CPU",
-                                                 f"{devices.NOT_YET}, so nothing is split")),
-    CompatFlag(("-ts", "--tensor-split"), 1, _refused(f"{devices.NOT_YET}, so nothing is split")),
-    CompatFlag(("-mg", "--main-gpu"), 1, _refused(devices.NOT_YET)),
+    CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on one device",
+                                                 _ONE_DEVICE)),
+    CompatFlag(("-ts", "--tensor-split"), 1, _refused(_ONE_DEVICE)),
+    CompatFlag(("-mg", "--main-gpu"), 1, _refused(f"{_ONE_DEVICE}: choose it with --device NAME")),
 ]
 
 _BY_SPELLING = {s: f for f in COMPAT_FLAGS for s in f.spellings}

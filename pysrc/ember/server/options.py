@@ -44,6 +44,10 @@ class ServerOptions:
     queue_depth: int = 64
     #: KV cache element type: "f16", "f32" or "q8_0" (--cache-type-k/-v)
     kv_type: str = "f16"
+    #: layers on the device (-ngl): None, a count, "all" or "auto" (see `ember.devices.request`)
+    gpu_layers: str | None = None
+    #: the device (--device): None, "none" or a name from --list-devices
+    device: str | None = None
     #: MiB of host memory for conversations whose slot went to another; 0 off, -1 no limit
     cache_ram_mib: int = 0
     #: request body cap in bytes; None derives it from the context size

@@ -172,6 +172,13 @@ impl Gpu {
         self.info.max_binding_bytes = self.info.max_binding_bytes.min(bytes);
     }
 
+    /// Reports `fault` as if the device had: the next submit or read fails
+    /// with it (how tests reach the paths a lost device takes).
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: GpuError) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(fault);
+    }
+
     /// The first fault the device reported since the last check, if any.
     fn check(&self) -> Result<()> {
         match self.fault.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -302,7 +309,43 @@ impl Gpu {
         if n > from.len {
             return Err(GpuError::Shape(format!("reading {n} values of a buffer of {}", from.len)));
         }
-        let size = n as u64 * 4;
+        Ok(bytemuck::cast_slice::<u8, f32>(&self.read_bytes(&from.buf, n as u64 * 4)?).to_vec())
+    }
+
+    /// The first `rows` rows of a cache layer's keys and values, as the f16
+    /// bytes they are stored in, once every pass submitted before has run.
+    pub fn read_kv(&self, layer: &DeviceKvLayer, rows: usize) -> Result<(Vec<u8>, Vec<u8>)> {
+        if rows > layer.ring {
+            return Err(GpuError::Shape(format!("reading {rows} rows of a cache of {}", layer.ring)));
+        }
+        let k = self.read_bytes(&layer.k, (rows * layer.width_k * 2) as u64)?;
+        let v = self.read_bytes(&layer.v, (rows * layer.width_v * 2) as u64)?;
+        Ok((k, v))
+    }
+
+    /// Writes whole rows of keys and values (f16 bytes, as
+    /// [`read_kv`](Self::read_kv) gives them) at the start of a cache layer.
+    pub fn write_kv(&self, layer: &DeviceKvLayer, k: &[u8], v: &[u8]) -> Result<()> {
+        let (kr, vr) = (layer.width_k * 2, layer.width_v * 2);
+        if !k.len().is_multiple_of(kr) || !v.len().is_multiple_of(vr) || k.len() / kr != v.len() / vr || k.len() / kr > layer.ring {
+            return Err(GpuError::Shape(format!(
+                "writing {} bytes of keys and {} of values to a cache of {} rows of {kr} and {vr}",
+                k.len(),
+                v.len(),
+                layer.ring
+            )));
+        }
+        // Rows are f16 pairs, so every length is a whole number of words.
+        if !k.is_empty() {
+            self.queue.write_buffer(&layer.k, 0, k);
+            self.queue.write_buffer(&layer.v, 0, v);
+        }
+        self.check()
+    }
+
+    /// The first `size` bytes of `from` (a multiple of 4), once every pass
+    /// submitted before has run.
+    fn read_bytes(&self, from: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         if size == 0 {
             return Ok(Vec::new());
         }
@@ -313,7 +356,7 @@ impl Gpu {
             mapped_at_creation: false,
         });
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&from.buf, 0, &staging, 0, size);
+        encoder.copy_buffer_to_buffer(from, 0, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = mpsc::channel();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
@@ -327,10 +370,10 @@ impl Gpu {
             Err(_) => return Err(GpuError::Lost("the read back was never answered".into())),
         }
         let view = staging.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
-        let values = bytemuck::cast_slice::<u8, f32>(&view).to_vec();
+        let bytes = view.to_vec();
         drop(view);
         staging.unmap();
-        Ok(values)
+        Ok(bytes)
     }
 
     /// A layer's cache of `ring` rows of keys `width_k` and values

@@ -10,6 +10,8 @@
 //! context; rewinding such a layer into positions it has overwritten is refused
 //! by [`KvCache::truncate`], which reports the furthest position that stays valid.
 
+use std::borrow::Cow;
+
 use half::f16;
 use thiserror::Error;
 
@@ -24,6 +26,9 @@ pub enum KvError {
     BatchTooLarge { n: usize, max: usize },
     #[error("saved state does not fit this cache: {0}")]
     BadState(String),
+    /// The owner of rows held elsewhere (a device) could not write them.
+    #[error("restoring the rows where they are held: {0}")]
+    Placement(String),
 }
 
 /// Element type of the cache.
@@ -94,6 +99,9 @@ enum Store {
     F32(Vec<f32>),
     /// Q8_0 blocks, element `i` in block `i / 32`.
     Q8_0(Vec<u8>),
+    /// The rows are held by the cache's owner elsewhere (a device): this
+    /// cache keeps their positions and rules alone.
+    Elsewhere,
 }
 
 impl Store {
@@ -104,6 +112,7 @@ impl Store {
             KvType::Q8_0 => Store::Q8_0(vec![0; KvType::Q8_0.bytes(n)]),
         }
     }
+
     /// Writes `src` at element `at` (both whole blocks for Q8_0).
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
@@ -117,6 +126,7 @@ impl Store {
                 let (from, n) = (KvType::Q8_0.bytes(at), KvType::Q8_0.bytes(src.len()));
                 ember_quant::quantize_row_q8_0(src, &mut v[from..from + n]).expect("rows are whole blocks");
             }
+            Store::Elsewhere => panic!("this cache's rows are held elsewhere; their owner writes them"),
         }
     }
     fn bytes(&self) -> &[u8] {
@@ -124,6 +134,7 @@ impl Store {
             Store::F16(v) => as_bytes(v),
             Store::F32(v) => as_bytes(v),
             Store::Q8_0(v) => v,
+            Store::Elsewhere => &[],
         }
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
@@ -131,6 +142,7 @@ impl Store {
             Store::F16(v) => as_bytes_mut(v),
             Store::F32(v) => as_bytes_mut(v),
             Store::Q8_0(v) => v,
+            Store::Elsewhere => &mut [],
         }
     }
 }
@@ -225,6 +237,29 @@ impl KvCache {
     /// A cache of `n_ctx` positions. `max_batch` bounds the tokens of one pass,
     /// which sizes the rings of sliding-window layers.
     pub fn new(ty: KvType, n_ctx: usize, max_batch: usize, layers: &[LayerShape]) -> KvCache {
+        Self::build(ty, n_ctx, max_batch, layers, true)
+    }
+
+    /// A cache of `new`'s shape whose rows its owner holds elsewhere (on a
+    /// device, laid out as here: the row of position p is p % the layer's
+    /// rows): it keeps the positions held and answers every question of
+    /// room, rings and truncation as `new`'s does, and holds no row itself.
+    pub fn held_elsewhere(ty: KvType, n_ctx: usize, max_batch: usize, layers: &[LayerShape]) -> KvCache {
+        Self::build(ty, n_ctx, max_batch, layers, false)
+    }
+
+    /// Whether the rows are held by the cache's owner (see [`held_elsewhere`](Self::held_elsewhere)).
+    pub fn rows_elsewhere(&self) -> bool {
+        self.layers.first().is_some_and(|l| matches!(l.k, Store::Elsewhere))
+    }
+
+    /// Rows of layer `il`: the whole context, or a sliding window's ring.
+    pub fn layer_rows(&self, il: usize) -> usize {
+        self.layers[il].rows
+    }
+
+    fn build(ty: KvType, n_ctx: usize, max_batch: usize, layers: &[LayerShape], here: bool) -> KvCache {
+        let store = |n: usize| if here { Store::new(ty, n) } else { Store::Elsewhere };
         let layers = layers
             .iter()
             .map(|&shape| {
@@ -236,7 +271,7 @@ impl KvCache {
                     Some(w) => (w + max_batch).min(n_ctx),
                     None => n_ctx,
                 };
-                LayerKv { shape, rows, k: Store::new(ty, rows * shape.k_width), v: Store::new(ty, rows * shape.v_width) }
+                LayerKv { shape, rows, k: store(rows * shape.k_width), v: store(rows * shape.v_width) }
             })
             .collect();
         KvCache { ty, n_ctx, max_batch, layers, states: Vec::new(), len: 0 }
@@ -282,7 +317,7 @@ impl KvCache {
     pub fn n_layers(&self) -> usize {
         self.layers.len()
     }
-    /// Bytes the cache holds in memory.
+    /// Bytes the cache holds (its rows wherever they are held).
     pub fn memory_bytes(&self) -> usize {
         let kv: usize =
             self.layers.iter().map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width)).sum();
@@ -405,29 +440,85 @@ impl KvCache {
     /// of each layer only the rows in use, so a slot holding a few tokens
     /// saves a few tokens' keys and values, not its whole capacity.
     pub fn save_state(&self) -> Vec<u8> {
+        let rows = |il: usize, used: usize| {
+            let l = &self.layers[il];
+            let (kb, vb) = (self.ty.bytes(l.shape.k_width), self.ty.bytes(l.shape.v_width));
+            Ok::<_, std::convert::Infallible>((
+                Cow::Borrowed(&l.k.bytes()[..used * kb]),
+                Cow::Borrowed(&l.v.bytes()[..used * vb]),
+            ))
+        };
+        match self.save_state_with(rows) {
+            Ok(state) => state,
+        }
+    }
+
+    /// [`save_state`](Self::save_state) with each layer's rows from
+    /// `rows(layer, used)`: its first `used` rows of keys, then of values, as
+    /// bytes in this cache's element type (what the owner of rows
+    /// [held elsewhere](Self::held_elsewhere) reads back to save them).
+    pub fn save_state_with<'r, E>(
+        &self,
+        mut rows: impl FnMut(usize, usize) -> Result<(Cow<'r, [u8]>, Cow<'r, [u8]>), E>,
+    ) -> Result<Vec<u8>, E> {
         let mut out = Vec::new();
         out.extend_from_slice(STATE_MAGIC);
         for v in [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len(), self.len] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
-        for l in &self.layers {
+        for (il, l) in self.layers.iter().enumerate() {
             let used = self.len.min(l.rows);
             for v in [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows, used] {
                 out.extend_from_slice(&(v as u64).to_le_bytes());
             }
-            out.extend_from_slice(&l.k.bytes()[..used * (l.k.bytes().len() / l.rows.max(1))]);
-            out.extend_from_slice(&l.v.bytes()[..used * (l.v.bytes().len() / l.rows.max(1))]);
+            let (k, v) = rows(il, used)?;
+            debug_assert_eq!(k.len(), used * self.ty.bytes(l.shape.k_width), "a layer's keys are its used rows");
+            out.extend_from_slice(&k);
+            out.extend_from_slice(&v);
         }
         // A hybrid's recurrent states follow (none: the format of a cache without them).
         for st in &self.states {
             out.extend_from_slice(&(st.len() as u64).to_le_bytes());
             st.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
-        out
+        Ok(out)
     }
 
     /// Restores a state written by [`save_state`](Self::save_state) of a cache of the same shape.
     pub fn restore_state(&mut self, state: &[u8]) -> Result<(), KvError> {
+        let saved = self.read_state(state)?;
+        for (l, (k, v)) in self.layers.iter_mut().zip(&saved.rows) {
+            // Rows past those saved hold no position the restored length reads.
+            l.k.bytes_mut()[..k.len()].copy_from_slice(k);
+            l.v.bytes_mut()[..v.len()].copy_from_slice(v);
+        }
+        self.take_positions(saved);
+        Ok(())
+    }
+
+    /// [`restore_state`](Self::restore_state) for a cache whose rows are
+    /// [held elsewhere](Self::held_elsewhere): once the whole state is
+    /// checked, `place(layer, keys, values)` writes each layer's first rows
+    /// where they are held. A failure there leaves the cache holding nothing.
+    pub fn restore_state_with(
+        &mut self,
+        state: &[u8],
+        mut place: impl FnMut(usize, &[u8], &[u8]) -> Result<(), String>,
+    ) -> Result<(), KvError> {
+        let saved = self.read_state(state)?;
+        for (il, (k, v)) in saved.rows.iter().enumerate() {
+            if let Err(why) = place(il, k, v) {
+                self.clear();
+                return Err(KvError::Placement(why));
+            }
+        }
+        self.take_positions(saved);
+        Ok(())
+    }
+
+    /// Checks a saved state against this cache's shape, every layer before
+    /// any is written, so a bad state leaves the cache as it was.
+    fn read_state<'b>(&self, state: &'b [u8]) -> Result<SavedState<'b>, KvError> {
         let mut r = StateReader { buf: state, pos: 0 };
         // The first format saved every row of every layer.
         let every_row = match r.take(4)? {
@@ -440,8 +531,7 @@ impl KvCache {
         if head != [self.ty.code(), self.n_ctx, self.max_batch, self.layers.len()] || len > self.n_ctx {
             return Err(KvError::BadState("element type, context or layer count differ".into()));
         }
-        // Check every layer before writing any, so a bad state leaves the cache as it was.
-        let mut chunks = Vec::with_capacity(self.layers.len());
+        let mut rows = Vec::with_capacity(self.layers.len());
         for l in &self.layers {
             let dims = [r.u()?, r.u()?, r.u()?, r.u()?];
             if dims != [l.shape.k_width, l.shape.v_width, l.shape.window.unwrap_or(0), l.rows] {
@@ -451,9 +541,9 @@ impl KvCache {
             if used != len.min(l.rows) && !every_row {
                 return Err(KvError::BadState("a layer's rows disagree with the positions held".into()));
             }
-            let k = r.take(used * (l.k.bytes().len() / l.rows.max(1)))?;
-            let v = r.take(used * (l.v.bytes().len() / l.rows.max(1)))?;
-            chunks.push((k, v));
+            let k = r.take(used * self.ty.bytes(l.shape.k_width))?;
+            let v = r.take(used * self.ty.bytes(l.shape.v_width))?;
+            rows.push((k, v));
         }
         let mut states = Vec::with_capacity(self.states.len());
         for st in &self.states {
@@ -465,17 +555,24 @@ impl KvCache {
         if r.pos != state.len() {
             return Err(KvError::BadState("trailing bytes".into()));
         }
-        for (l, (k, v)) in self.layers.iter_mut().zip(chunks) {
-            // Rows past those saved hold no position the restored length reads.
-            l.k.bytes_mut()[..k.len()].copy_from_slice(k);
-            l.v.bytes_mut()[..v.len()].copy_from_slice(v);
-        }
-        for (st, bytes) in self.states.iter_mut().zip(states) {
+        Ok(SavedState { len, rows, states })
+    }
+
+    /// The positions and recurrent states of a checked state, its rows written.
+    fn take_positions(&mut self, saved: SavedState<'_>) {
+        for (st, bytes) in self.states.iter_mut().zip(saved.states) {
             st.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
         }
-        self.len = len;
-        Ok(())
+        self.len = saved.len;
     }
+}
+
+/// A saved state checked against a cache: the positions held, each layer's
+/// rows of keys and values, and the recurrent states, as bytes.
+struct SavedState<'b> {
+    len: usize,
+    rows: Vec<(&'b [u8], &'b [u8])>,
+    states: Vec<&'b [u8]>,
 }
 
 /// A cache state of the format that saves only the rows in use.
@@ -502,6 +599,7 @@ fn rows(s: &Store) -> Rows<'_> {
         Store::F16(v) => Rows::F16(v),
         Store::F32(v) => Rows::F32(v),
         Store::Q8_0(v) => Rows::Q8_0(v),
+        Store::Elsewhere => panic!("this cache's rows are held elsewhere; only their owner reads them"),
     }
 }
 
@@ -614,6 +712,40 @@ mod tests {
         let mut cut = small.save_state();
         cut.truncate(cut.len() - 1);
         assert!(KvCache::new(KvType::F16, 256, 4, &shapes()).restore_state(&cut).is_err());
+    }
+
+    /// A cache whose rows are held elsewhere saves, from the rows its owner
+    /// gives, the state a cache holding them itself saves, restores it
+    /// through its owner by layer, and answers room and truncation alike.
+    #[test]
+    fn rows_held_elsewhere_save_and_restore_through_their_owner() {
+        let mut here = KvCache::new(KvType::F16, 64, 4, &shapes());
+        fill(&mut here, 37);
+        let mut away = KvCache::held_elsewhere(KvType::F16, 64, 4, &shapes());
+        assert!(away.rows_elsewhere() && !here.rows_elsewhere());
+        assert_eq!(away.memory_bytes(), here.memory_bytes());
+        let owner = |il: usize, used: usize| {
+            let (kb, vb) = (2 * here.layers[il].shape.k_width, 2 * here.layers[il].shape.v_width);
+            Ok::<_, ()>((Cow::Owned(here.keys(il).bytes()[..used * kb].to_vec()), Cow::Owned(here.values(il).bytes()[..used * vb].to_vec())))
+        };
+        // Positions only: the owner gives no rows for an empty cache.
+        assert_eq!(away.save_state_with(owner).unwrap(), KvCache::new(KvType::F16, 64, 4, &shapes()).save_state());
+        let state = here.save_state();
+        let mut placed = Vec::new();
+        away.restore_state_with(&state, |il, k, v| {
+            placed.push((il, k.len(), v.len()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(away.len(), 37);
+        assert_eq!(placed.len(), shapes().len());
+        assert_eq!(away.save_state_with(owner).unwrap(), state);
+        assert_eq!(away.max_truncation(30), here.max_truncation(30));
+        assert_eq!(away.reserve(4), here.reserve(4));
+        // A failure where the rows are held leaves nothing held.
+        let err = away.restore_state_with(&state, |il, _, _| if il == 1 { Err("out of memory".into()) } else { Ok(()) });
+        assert_eq!(err, Err(KvError::Placement("out of memory".into())));
+        assert_eq!(away.len(), 0);
     }
 
     /// Every span a reader can see, anywhere on the ring (wrapping or not),

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ember_model::{DeviceModel, Gpu, KvType, LoadOptions, Logits, Model};
+use ember_model::{Gpu, KvType, LoadOptions, Logits, Model};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -28,25 +28,26 @@ fn main() {
         }
     }
     let path = path.expect("usage: device_bench MODEL.gguf [-p N] [-n N] [--device NAME]");
-    let model = Arc::new(Model::load(&path, LoadOptions::default()).expect("the model loads"));
+    let model = Model::load(&path, LoadOptions::default()).expect("the model loads");
     let gpu = Arc::new(Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}")));
     let t0 = Instant::now();
-    let dm = DeviceModel::upload(model.clone(), gpu.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let mut dm = Model::load(&path, LoadOptions::default()).expect("the model loads");
+    dm.place_on(gpu.clone()).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} on {} ({}): {:.1} MiB of weights uploaded in {:.2} s",
         model.config.name,
         gpu.info().name,
         gpu.info().description,
-        dm.weight_bytes() as f64 / (1 << 20) as f64,
+        dm.placement().expect("placed").weight_bytes() as f64 / (1 << 20) as f64,
         t0.elapsed().as_secs_f64()
     );
     let n_vocab = model.config.n_vocab;
     let ids: Vec<u32> = (0..(pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
     let rate = |n: usize, secs: f64| n as f64 / secs;
 
-    let mut s = dm.new_session(pp + tg, pp.max(1)).unwrap();
+    let mut s = dm.new_session(pp + tg, pp.max(1), KvType::F16);
     // One untimed pass first: the pipelines are built on first use.
-    dm.forward(&mut dm.new_session(8, 8).unwrap(), &ids[..8], Logits::Last).unwrap();
+    dm.forward(&mut dm.new_session(8, 8, KvType::F16), &ids[..8], Logits::Last).unwrap();
     let t = Instant::now();
     dm.forward(&mut s, &ids[..pp], Logits::Last).unwrap();
     let device_pp = rate(pp, t.elapsed().as_secs_f64());

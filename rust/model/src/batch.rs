@@ -190,20 +190,23 @@ fn reusable(tokens: &[u32], checkpoints: Option<&Checkpoints>, prompt: &[u32]) -
 
 impl Batcher {
     /// `n_slots` slots of `n_ctx` positions each, prompts read at most
-    /// `chunk` tokens per slot per pass.
-    pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Batcher {
+    /// `chunk` tokens per slot per pass; refused where the sessions cannot
+    /// be made (see [`Model::try_new_session`]).
+    pub fn new(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Result<Batcher> {
         let chunk = chunk.max(1);
         let slots = (0..n_slots.max(1))
-            .map(|_| SlotState {
-                slot: Slot::new(model.new_session(n_ctx, chunk, kv)),
-                active: None,
-                last_used: 0,
-                checkpoints: Checkpoints::default(),
-                owner: EVERYONE,
+            .map(|_| {
+                Ok(SlotState {
+                    slot: Slot::new(model.try_new_session(n_ctx, chunk, kv)?),
+                    active: None,
+                    last_used: 0,
+                    checkpoints: Checkpoints::default(),
+                    owner: EVERYONE,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let state_floats = model.config.state_lens().iter().sum();
-        Batcher {
+        Ok(Batcher {
             model,
             slots,
             ws: Workspace::default(),
@@ -215,7 +218,7 @@ impl Batcher {
             checkpoints: CheckpointPolicy::default(),
             state_floats,
             similarity_permille: 100,
-        }
+        })
     }
 
     /// Lowers the prompt tokens one slot reads in a pass below the pass size
@@ -272,6 +275,11 @@ impl Batcher {
         self.slots.len()
     }
 
+    /// Bytes every slot's keys and values take, wherever they are held.
+    pub fn cache_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.slot.session.cache.memory_bytes()).sum()
+    }
+
     pub fn is_busy(&self, slot: usize) -> bool {
         self.slots[slot].active.is_some()
     }
@@ -290,12 +298,12 @@ impl Batcher {
         }
         let src = &self.slots[from];
         let (state, tokens, checkpoints, owner) =
-            (src.slot.session.cache.save_state(), src.slot.tokens.clone(), src.checkpoints.clone(), src.owner);
+            (src.slot.session.save_state(&self.model)?, src.slot.tokens.clone(), src.checkpoints.clone(), src.owner);
         let steps = self.steps;
         let dst = &mut self.slots[to];
-        if let Err(e) = dst.slot.session.cache.restore_state(&state) {
+        if let Err(e) = dst.slot.session.restore_state(&self.model, &state) {
             dst.forget();
-            return Err(e.into());
+            return Err(e);
         }
         dst.slot.tokens = tokens;
         dst.checkpoints = checkpoints;
@@ -525,9 +533,11 @@ impl Batcher {
         let from_host = best.map(|i| (i, theirs(&self.host[i]))).filter(|&(_, n)| n > kept_here && n >= MIN_HOST_PREFIX);
         // The slot's conversation would lose most of itself: keep it.
         let held = st.slot.tokens.len();
-        if held >= MIN_HOST_PREFIX && kept_here * 2 < held {
+        // A state that cannot be read back (a device fault) is not kept:
+        // the conversation is read again when it returns.
+        let saved = (held >= MIN_HOST_PREFIX && kept_here * 2 < held).then(|| st.slot.session.save_state(&self.model).ok()).flatten();
+        if let Some(state) = saved {
             let st = &mut self.slots[slot];
-            let state = st.slot.session.cache.save_state();
             let tokens = st.slot.tokens.clone();
             // The slot keeps its own: the new prompt may resume from one.
             let checkpoints = st.checkpoints.clone();
@@ -538,7 +548,7 @@ impl Batcher {
         if let Some((i, _)) = from_host {
             let entry = self.host.remove(i);
             let st = &mut self.slots[slot];
-            if st.slot.session.cache.restore_state(&entry.state).is_ok() {
+            if st.slot.session.restore_state(&self.model, &entry.state).is_ok() {
                 st.slot.tokens = entry.tokens;
                 st.checkpoints = entry.checkpoints;
                 st.owner = entry.owner;
@@ -584,7 +594,7 @@ impl Batcher {
         for t in &st.slot.tokens {
             out.extend_from_slice(&t.to_le_bytes());
         }
-        out.extend_from_slice(&st.slot.session.cache.save_state());
+        out.extend_from_slice(&st.slot.session.save_state(&self.model)?);
         Ok((out, st.slot.tokens.len()))
     }
 
@@ -621,7 +631,10 @@ impl Batcher {
         let tokens: Vec<u32> =
             state[head..kv_at].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
         let st = &mut self.slots[slot];
-        st.slot.session.cache.restore_state(&state[kv_at..]).map_err(|e| bad(&e.to_string()))?;
+        match st.slot.session.restore_state(&self.model, &state[kv_at..]) {
+            Err(ModelError::Kv(e @ ember_kv::KvError::BadState(_))) => return Err(bad(&e.to_string())),
+            r => r?,
+        }
         if st.slot.session.cache.len() != tokens.len() {
             st.forget();
             return Err(bad("tokens and cache disagree"));
@@ -738,11 +751,17 @@ impl Batcher {
         }
         if let Err(e) = self.model.forward_batch(&mut self.ws, &mut parts) {
             // Checked per slot above; a failure here is not one request's.
+            // A device's fault stays one (the server's error, not the
+            // request's), and what the slots held there is dropped.
             drop(parts);
             for f in &feeds {
                 self.slots[f.slot].active = None;
                 self.slots[f.slot].forget();
-                events.push((f.slot, SlotEvent::Failed(ModelError::Invalid(format!("the pass failed: {e}")))));
+                let failed = match &e {
+                    ModelError::Device(why) => ModelError::Device(format!("the pass failed: {why}")),
+                    other => ModelError::Invalid(format!("the pass failed: {other}")),
+                };
+                events.push((f.slot, SlotEvent::Failed(failed)));
             }
             return events;
         }

@@ -25,7 +25,7 @@ impl Throughput {
 
 /// A session of room for `extra` tokens after `depth`, holding `depth` already.
 fn session_at(model: &Model, depth: &[u32], extra: usize, max_batch: usize, kv: KvType) -> Result<crate::forward::Session> {
-    let mut s = model.new_session((depth.len() + extra).max(1), max_batch, kv);
+    let mut s = model.try_new_session((depth.len() + extra).max(1), max_batch, kv)?;
     if !depth.is_empty() {
         model.prefill(&mut s, depth, Logits::Last)?;
     }

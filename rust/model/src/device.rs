@@ -9,13 +9,15 @@
 //! mixture, per-layer inputs, shared caches) is refused at upload, naming
 //! what is missing; the caller runs it on the CPU and says why.
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 
 use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceKvLayer, DeviceMatrix, Gpu, GpuError};
 
 use crate::config::{FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::Logits;
+use ember_kv::KvCache;
 use crate::weights::Matrix;
 use crate::Model;
 
@@ -43,14 +45,25 @@ struct DeviceLayer {
     post_ffn_norm: Option<DeviceBuffer>,
 }
 
-/// A model's weights on a device, beside the model they came from.
-pub struct DeviceModel {
-    model: Arc<Model>,
+/// A model's weights on a device ([`Model::place_on`]), and the working
+/// buffers of its passes.
+pub struct DeviceWeights {
     gpu: Arc<Gpu>,
     layers: Vec<DeviceLayer>,
     output_norm: DeviceBuffer,
     output: DeviceMatrix,
     bytes: u64,
+    /// One set of working buffers for every session, sized for the widest
+    /// pass yet, as the CPU's [`Workspace`](crate::Workspace): the device
+    /// runs one pass at a time.
+    work: Mutex<Option<Work>>,
+}
+
+/// One conversation's keys and values on the device: a ring per layer, its
+/// rows where the session's position ledger (a cache
+/// [held elsewhere](ember_kv::KvCache::held_elsewhere)) puts them.
+pub struct DeviceRings {
+    layers: Vec<DeviceKvLayer>,
 }
 
 /// Why a model's layers cannot all run on the device, or None when they can.
@@ -102,10 +115,28 @@ fn without_kernel<'a>(mut matrices: impl Iterator<Item = &'a Matrix>) -> Option<
     Some(format!("tensor {}: type {} has no device kernel yet", m.name, m.ty.name()))
 }
 
-impl DeviceModel {
-    /// Uploads every layer and the output head to `gpu`, or refuses.
-    pub fn upload(model: Arc<Model>, gpu: Arc<Gpu>) -> Result<DeviceModel> {
-        if let Some(why) = device_refusal(&model) {
+impl Model {
+    /// Uploads every layer and the output head to `gpu`: from here on every
+    /// session of this model holds its keys and values there and every pass
+    /// runs there. Refused (the model as it was) when a layer or a matrix
+    /// type has no device kernel yet, or the device cannot hold it.
+    pub fn place_on(&mut self, gpu: Arc<Gpu>) -> Result<()> {
+        if self.device.is_some() {
+            return Err(ModelError::Invalid("the model is already placed on a device".into()));
+        }
+        self.device = Some(DeviceWeights::upload(self, gpu)?);
+        Ok(())
+    }
+
+    /// The device the model runs on, once placed there.
+    pub fn placement(&self) -> Option<&DeviceWeights> {
+        self.device.as_ref()
+    }
+}
+
+impl DeviceWeights {
+    fn upload(model: &Model, gpu: Arc<Gpu>) -> Result<DeviceWeights> {
+        if let Some(why) = device_refusal(model) {
             return Err(ModelError::Device(format!("the model cannot run on {}: {why}", gpu.info().name)));
         }
         let mut bytes = 0u64;
@@ -141,11 +172,7 @@ impl DeviceModel {
         }
         let output_norm = vector(&gpu, &w.output_norm)?;
         let output = matrix(w.output())?;
-        Ok(DeviceModel { model, gpu, layers, output_norm, output, bytes })
-    }
-
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
+        Ok(DeviceWeights { gpu, layers, output_norm, output, bytes, work: Mutex::new(None) })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -157,77 +184,71 @@ impl DeviceModel {
         self.bytes
     }
 
-    /// A conversation of up to `n_ctx` positions, passes of up to
-    /// `max_batch` tokens: its cache rings and working buffers on the device.
-    pub fn new_session(&self, n_ctx: usize, max_batch: usize) -> Result<DeviceSession> {
-        let c = &self.model.config;
-        let g = &*self.gpu;
-        let t = max_batch.max(1);
-        let mut cache = Vec::with_capacity(c.layers.len());
-        for lc in &c.layers {
-            // As the CPU's cache: a sliding-window layer keeps its window and a pass.
-            let ring = lc.window.map_or(n_ctx, |w| (w + t).min(n_ctx));
-            cache.push(g.kv_layer(ring, lc.k_width(), lc.v_width()).map_err(device_error)?);
-        }
-        let m = c.max_widths();
-        let widest_q = c.layers.iter().map(LayerConfig::q_width).max().unwrap_or(0);
-        let widest_att = c.layers.iter().map(LayerConfig::att_width).max().unwrap_or(0);
-        let widest_ff = self.layers.iter().map(|l| l.gate.rows).max().unwrap_or(0);
-        let buf = |name: &str, n: usize| g.zeros(name, n.max(1)).map_err(device_error);
-        let e = c.n_embd;
-        // Rows of logits one buffer holds (with the word `zeros` adds).
-        let logit_rows = ((g.info().max_binding_bytes.saturating_sub(8) / 4) as usize / c.n_vocab).clamp(1, t);
-        Ok(DeviceSession {
-            len: 0,
-            n_ctx,
-            max_batch: t,
-            x: buf("x", t * e)?,
-            h: buf("h", t * e)?,
-            o: buf("o", t * e)?,
-            q: buf("q", t * widest_q)?,
-            qn: buf("q normed", t * widest_q)?,
-            k: buf("k", t * m.k)?,
-            kn: buf("k normed", t * m.k)?,
-            v: buf("v", t * m.v)?,
-            att: buf("attention", t * widest_att)?,
-            gate: buf("gate", t * widest_ff)?,
-            up: buf("up", t * widest_ff)?,
-            act: buf("activation", t * widest_ff)?,
-            cos: (0..c.ropes.len()).map(|_| buf("cos", t * m.half_rot)).collect::<Result<_>>()?,
-            sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
-            logits: buf("logits", logit_rows * c.n_vocab)?,
-            logit_rows,
-            host: HostRows {
-                x: Vec::with_capacity(t * e),
-                cos: Vec::with_capacity(t * m.half_rot),
-                sin: Vec::with_capacity(t * m.half_rot),
-            },
-            cache,
-        })
+    /// Bytes of the working buffers on the device (the widest pass's so far).
+    pub fn work_bytes(&self) -> u64 {
+        self.work.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |w| w.bytes)
     }
 
-    /// One pass of `tokens` (at most the session's `max_batch`) appended
-    /// after what the session holds; the logits asked for, `n_vocab` a row.
-    pub fn forward(&self, s: &mut DeviceSession, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let model = &*self.model;
+    /// The rings of a conversation whose positions `cache` keeps: one per
+    /// layer, as many rows as the ledger's layer has.
+    pub(crate) fn rings(&self, model: &Model, cache: &KvCache) -> Result<DeviceRings> {
+        let c = &model.config;
+        let layers = c
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(il, lc)| self.gpu.kv_layer(cache.layer_rows(il), lc.k_width(), lc.v_width()).map_err(device_error))
+            .collect::<Result<_>>()?;
+        Ok(DeviceRings { layers })
+    }
+
+    /// `cache`'s state ([`KvCache::save_state`]'s format), its rows read
+    /// back from `rings`.
+    pub(crate) fn save_state(&self, cache: &KvCache, rings: &DeviceRings) -> Result<Vec<u8>> {
+        cache
+            .save_state_with(|il, used| {
+                let (k, v) = self.gpu.read_kv(&rings.layers[il], used)?;
+                Ok((Cow::Owned(k), Cow::Owned(v)))
+            })
+            .map_err(device_error)
+    }
+
+    /// Restores a state of `cache`'s shape, its rows written to `rings`.
+    pub(crate) fn restore_state(&self, cache: &mut KvCache, rings: &DeviceRings, state: &[u8]) -> Result<()> {
+        cache.restore_state_with(state, |il, k, v| self.gpu.write_kv(&rings.layers[il], k, v).map_err(|e| e.to_string()))?;
+        Ok(())
+    }
+
+    /// Working buffers for passes of up to `rows` tokens, made (or remade
+    /// wider) on first need.
+    fn work_for<'w>(&self, model: &Model, slot: &'w mut Option<Work>, rows: usize) -> Result<&'w mut Work> {
+        if slot.as_ref().is_none_or(|w| w.rows < rows) {
+            // The old set first, so the device never holds both.
+            *slot = None;
+            *slot = Some(Work::new(&self.gpu, model, self, rows)?);
+        }
+        Ok(slot.as_mut().expect("made above"))
+    }
+
+    /// One pass of `tokens` appended after the positions `cache` holds, its
+    /// keys and values in `rings`; the rows `want` asks for in `out` (logits
+    /// `n_vocab` a row, or the normed hidden states `n_embd` a row). The
+    /// caller has checked the pass fits and commits its positions.
+    pub(crate) fn pass(
+        &self,
+        model: &Model,
+        cache: &KvCache,
+        rings: &DeviceRings,
+        tokens: &[u32],
+        want: Logits,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let c = &model.config;
         let w = model.weights();
         let t = tokens.len();
-        if t == 0 || t > s.max_batch {
-            return Err(ModelError::Invalid(format!("a pass of {t} tokens (the session takes 1 to {})", s.max_batch)));
-        }
-        if s.len + t > s.n_ctx {
-            return Err(ModelError::Invalid(format!(
-                "{} positions held and {t} more exceed the context of {}",
-                s.len, s.n_ctx
-            )));
-        }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
-            return Err(ModelError::BadToken { id, n_vocab: c.n_vocab });
-        }
-        if want == Logits::Hidden {
-            return Err(ModelError::Invalid("hidden states are read on the CPU; the device gives logits".into()));
-        }
+        let (start, n_ctx) = (cache.len(), cache.n_ctx());
+        let mut held = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.work_for(model, &mut held, t)?;
         let g = &*self.gpu;
         let e = c.n_embd;
 
@@ -249,19 +270,27 @@ impl DeviceModel {
             host.sin.resize(t * half, 0.0);
             for j in 0..t {
                 let at = j * half..(j + 1) * half;
-                table.angles(s.len + j, s.n_ctx, &mut host.cos[at.clone()], &mut host.sin[at]);
+                table.angles(start + j, n_ctx, &mut host.cos[at.clone()], &mut host.sin[at]);
             }
             g.write(&s.cos[variant], &host.cos).map_err(device_error)?;
             g.write(&s.sin[variant], &host.sin).map_err(device_error)?;
         }
 
         let mut p = g.pass();
-        for ((l, lc), kv) in self.layers.iter().zip(&c.layers).zip(&s.cache) {
-            self.attention_block(&mut p, l, lc, kv, s, t).map_err(device_error)?;
-            self.ffn_block(&mut p, l, s, t).map_err(device_error)?;
+        for ((l, lc), kv) in self.layers.iter().zip(&c.layers).zip(&rings.layers) {
+            self.attention_block(model, &mut p, l, lc, kv, s, start, t).map_err(device_error)?;
+            self.ffn_block(model, &mut p, l, s, t).map_err(device_error)?;
         }
         p.submit().map_err(device_error)?;
-        s.len += t;
+        out.clear();
+        if want == Logits::Hidden {
+            // Every row after the output norm: what the head would read.
+            let mut p = g.pass();
+            p.rms_norm(&s.x, &self.output_norm, &s.h, t, c.rms_eps).map_err(device_error)?;
+            p.submit().map_err(device_error)?;
+            out.extend(g.read_first(&s.h, t * e).map_err(device_error)?);
+            return Ok(());
+        }
         // The output head, on the rows asked for, as many at a time as the
         // logits buffer holds (a large vocabulary's rows fill a binding fast).
         let (first, n) = match want {
@@ -269,7 +298,6 @@ impl DeviceModel {
             Logits::Last => (t - 1, 1),
             Logits::All | Logits::Hidden => (0, t),
         };
-        let mut logits = Vec::with_capacity(n * c.n_vocab);
         for at in (first..first + n).step_by(s.logit_rows) {
             let rows = s.logit_rows.min(first + n - at);
             let mut p = g.pass();
@@ -277,26 +305,29 @@ impl DeviceModel {
             p.rms_norm(&s.o, &self.output_norm, &s.h, rows, c.rms_eps).map_err(device_error)?;
             p.matmul(&self.output, &s.h, rows, &s.logits).map_err(device_error)?;
             p.submit().map_err(device_error)?;
-            logits.extend(g.read_first(&s.logits, rows * c.n_vocab).map_err(device_error)?);
+            out.extend(g.read_first(&s.logits, rows * c.n_vocab).map_err(device_error)?);
         }
         if let Some(cap) = c.logit_softcap {
-            logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+            out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }
-        Ok(logits)
+        Ok(())
     }
 
     /// x += post_norm(wo · attention(rope(norm(q)), cache)), the block's
     /// keys and values stored first.
+    #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
+        model: &Model,
         p: &mut ember_gpu::Pass<'_>,
         l: &DeviceLayer,
         lc: &LayerConfig,
         kv: &DeviceKvLayer,
-        s: &DeviceSession,
+        s: &Work,
+        start: usize,
         t: usize,
     ) -> ember_gpu::Result<()> {
-        let c = &self.model.config;
+        let c = &model.config;
         let (e, eps) = (c.n_embd, c.rms_eps);
         let (hk, qw, kw, vw) = (lc.head_dim_k, lc.q_width(), lc.k_width(), lc.v_width());
         p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
@@ -316,10 +347,10 @@ impl DeviceModel {
         let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
         p.rope(q, cos, sin, t, lc.n_head, hk, rope.n_rot / 2, halves)?;
         p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
-        p.kv_store(kv, k, &s.v, t, s.len)?;
+        p.kv_store(kv, k, &s.v, t, start)?;
         let shape = AttentionShape {
             t,
-            start: s.len,
+            start,
             n_head: lc.n_head,
             n_head_kv: lc.n_head_kv,
             head_dim_k: hk,
@@ -333,14 +364,8 @@ impl DeviceModel {
     }
 
     /// x += post_norm(down(act(gate · norm(x)) * up · norm(x))).
-    fn ffn_block(
-        &self,
-        p: &mut ember_gpu::Pass<'_>,
-        l: &DeviceLayer,
-        s: &DeviceSession,
-        t: usize,
-    ) -> ember_gpu::Result<()> {
-        let c = &self.model.config;
+    fn ffn_block(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, l: &DeviceLayer, s: &Work, t: usize) -> ember_gpu::Result<()> {
+        let c = &model.config;
         let (e, eps) = (c.n_embd, c.rms_eps);
         p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
         p.matmul(&l.gate, &s.h, t, &s.gate)?;
@@ -404,12 +429,10 @@ fn optional(gpu: &Gpu, v: &Option<Vec<f32>>) -> Result<Option<DeviceBuffer>> {
     v.as_deref().map(|v| vector(gpu, v)).transpose()
 }
 
-/// A conversation on the device: its cache rings and the pass's buffers.
-pub struct DeviceSession {
-    len: usize,
-    n_ctx: usize,
-    max_batch: usize,
-    cache: Vec<DeviceKvLayer>,
+/// The working buffers of passes of up to `rows` tokens.
+struct Work {
+    rows: usize,
+    bytes: u64,
     x: DeviceBuffer,
     h: DeviceBuffer,
     o: DeviceBuffer,
@@ -430,21 +453,55 @@ pub struct DeviceSession {
 }
 
 /// What the host computes for a pass before the device runs it, allocated
-/// once per session: the embedding rows, and one rope variant's angles at a time.
+/// with the working buffers: the embedding rows, and one rope variant's
+/// angles at a time.
 struct HostRows {
     x: Vec<f32>,
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
 
-impl DeviceSession {
-    /// Positions the session holds.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+impl Work {
+    fn new(g: &Gpu, model: &Model, dw: &DeviceWeights, rows: usize) -> Result<Work> {
+        let c = &model.config;
+        let t = rows.max(1);
+        let m = c.max_widths();
+        let widest_q = c.layers.iter().map(LayerConfig::q_width).max().unwrap_or(0);
+        let widest_att = c.layers.iter().map(LayerConfig::att_width).max().unwrap_or(0);
+        let widest_ff = dw.layers.iter().map(|l| l.gate.rows).max().unwrap_or(0);
+        let mut bytes = 0u64;
+        let mut buf = |name: &str, n: usize| {
+            bytes += 4 * n.max(1) as u64;
+            g.zeros(name, n.max(1)).map_err(device_error)
+        };
+        let e = c.n_embd;
+        // Rows of logits one buffer holds (with the word `zeros` adds).
+        let logit_rows = ((g.info().max_binding_bytes.saturating_sub(8) / 4) as usize / c.n_vocab).clamp(1, t);
+        Ok(Work {
+            rows: t,
+            x: buf("x", t * e)?,
+            h: buf("h", t * e)?,
+            o: buf("o", t * e)?,
+            q: buf("q", t * widest_q)?,
+            qn: buf("q normed", t * widest_q)?,
+            k: buf("k", t * m.k)?,
+            kn: buf("k normed", t * m.k)?,
+            v: buf("v", t * m.v)?,
+            att: buf("attention", t * widest_att)?,
+            gate: buf("gate", t * widest_ff)?,
+            up: buf("up", t * widest_ff)?,
+            act: buf("activation", t * widest_ff)?,
+            cos: (0..c.ropes.len()).map(|_| buf("cos", t * m.half_rot)).collect::<Result<_>>()?,
+            sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
+            logits: buf("logits", logit_rows * c.n_vocab)?,
+            logit_rows,
+            host: HostRows {
+                x: Vec::with_capacity(t * e),
+                cos: Vec::with_capacity(t * m.half_rot),
+                sin: Vec::with_capacity(t * m.half_rot),
+            },
+            bytes,
+        })
     }
 }
 

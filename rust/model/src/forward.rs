@@ -11,6 +11,7 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, LayerConfig, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
+use crate::device::DeviceRings;
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
@@ -145,9 +146,13 @@ impl Scratch {
 /// One sequence's state: its KV cache, the logits of its last pass, and the
 /// scratch of the passes it runs alone.
 pub struct Session {
+    /// The positions held, and on the CPU their keys and values; on a
+    /// device, the ledger of the rings there.
     pub cache: KvCache,
     scratch: Scratch,
     logits: Vec<f32>,
+    /// The keys and values, where the model is placed on a device.
+    rings: Option<DeviceRings>,
 }
 
 /// Working memory for passes over several sessions at once, sized for the
@@ -203,6 +208,33 @@ impl Session {
     pub(crate) fn logits_mut(&mut self) -> &mut [f32] {
         &mut self.logits
     }
+
+    /// Whether the keys and values are held on a device.
+    pub fn on_device(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// The positions held and their keys and values, as bytes that
+    /// [`restore_state`](Self::restore_state) reads back into a session of
+    /// the same model and shape ([`KvCache::save_state`]'s format, wherever
+    /// the rows are held).
+    pub fn save_state(&self, model: &Model) -> Result<Vec<u8>> {
+        match (&self.rings, model.placement()) {
+            (Some(rings), Some(dw)) => dw.save_state(&self.cache, rings),
+            (None, _) => Ok(self.cache.save_state()),
+            (Some(_), None) => Err(ModelError::Invalid("a device session of a model not on a device".into())),
+        }
+    }
+
+    /// Restores a state [`save_state`](Self::save_state) wrote; a state of
+    /// another shape leaves the session as it was.
+    pub fn restore_state(&mut self, model: &Model, state: &[u8]) -> Result<()> {
+        match (&self.rings, model.placement()) {
+            (Some(rings), Some(dw)) => dw.restore_state(&mut self.cache, rings, state),
+            (None, _) => Ok(self.cache.restore_state(state)?),
+            (Some(_), None) => Err(ModelError::Invalid("a device session of a model not on a device".into())),
+        }
+    }
 }
 
 impl Model {
@@ -224,11 +256,18 @@ impl Model {
     /// A sequence of up to `n_ctx` positions, fed at most `max_batch` tokens per pass.
     /// # Panics
     /// When the cache type cannot hold this model's heads (see
-    /// [`Model::check_kv_type`], which callers check first).
+    /// [`Model::check_kv_type`], which callers check first), or the model is
+    /// on a device that cannot hold the session
+    /// ([`try_new_session`](Self::try_new_session) says why instead).
     pub fn new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Session {
-        if let Err(e) = self.check_kv_type(kv_type) {
-            panic!("{e}");
-        }
+        self.try_new_session(n_ctx, max_batch, kv_type).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`new_session`](Self::new_session), or why not: a cache type that
+    /// cannot hold this model's heads, or for a model placed on a device, a
+    /// type other than f16 (the device's rings) or rings it cannot hold.
+    pub fn try_new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Result<Session> {
+        self.check_kv_type(kv_type)?;
         let c = &self.config;
         // Layers that read an earlier layer's keys and values store none.
         let shapes: Vec<LayerShape> = c
@@ -237,19 +276,36 @@ impl Model {
             .filter(|l| matches!(l.kv, KvSource::Own(_)))
             .map(|l| LayerShape { k_width: l.k_width(), v_width: l.v_width(), window: l.window })
             .collect();
-        Session {
-            cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes).with_states(&c.state_lens()),
-            scratch: Scratch::default(),
-            logits: Vec::new(),
+        let Some(dw) = self.placement() else {
+            return Ok(Session {
+                cache: KvCache::new(kv_type, n_ctx, max_batch.max(1), &shapes).with_states(&c.state_lens()),
+                scratch: Scratch::default(),
+                logits: Vec::new(),
+                rings: None,
+            });
+        };
+        if kv_type != KvType::F16 {
+            return Err(ModelError::Invalid(format!(
+                "the model is on {}, whose cache is f16; a {} cache is held on the CPU only",
+                dw.gpu().info().name,
+                kv_type.name()
+            )));
         }
+        // The device refuses recurrent layers, so the ledger holds no states.
+        let cache = KvCache::held_elsewhere(kv_type, n_ctx, max_batch.max(1), &shapes);
+        let rings = dw.rings(self, &cache)?;
+        Ok(Session { cache, scratch: Scratch::default(), logits: Vec::new(), rings: Some(rings) })
     }
 
     /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
     /// after what the session holds, and returns the logits asked for.
     pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
         self.check_pass(&s.cache, tokens)?;
-        let Session { cache, scratch, logits } = s;
-        self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [] }]);
+        let Session { cache, scratch, logits, rings } = s;
+        match rings {
+            Some(rings) => self.device_pass(cache, rings, tokens, want, logits)?,
+            None => self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [] }]),
+        }
         Ok(&s.logits)
     }
 
@@ -266,6 +322,15 @@ impl Model {
         if seqs.len() > 1 && seqs.iter().any(|sp| sp.want == Logits::Hidden) {
             return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
         }
+        if seqs.iter().any(|sp| sp.session.on_device()) {
+            // Each conversation's pass on the device in turn, as it would run alone.
+            for sp in seqs.iter_mut() {
+                let Session { cache, logits, rings, .. } = &mut *sp.session;
+                let rings = rings.as_ref().ok_or_else(|| ModelError::Invalid("a pass mixes CPU and device sessions".into()))?;
+                self.device_pass(cache, rings, sp.tokens, sp.want, logits)?;
+            }
+            return Ok(());
+        }
         let mut parts: Vec<Seq<'_>> = seqs
             .iter_mut()
             .map(|sp| {
@@ -276,6 +341,15 @@ impl Model {
         if !parts.is_empty() {
             self.pass(&mut ws.scratch, &mut parts);
         }
+        Ok(())
+    }
+
+    /// One sequence's pass on the device its rings are on; its positions
+    /// are held once the pass has run.
+    fn device_pass(&self, cache: &mut KvCache, rings: &DeviceRings, tokens: &[u32], want: Logits, logits: &mut Vec<f32>) -> Result<()> {
+        let dw = self.placement().ok_or_else(|| ModelError::Invalid("a device session of a model not on a device".into()))?;
+        dw.pass(self, cache, rings, tokens, want, logits)?;
+        cache.commit(tokens.len());
         Ok(())
     }
 

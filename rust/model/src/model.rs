@@ -37,6 +37,8 @@ pub struct Model {
     pub(crate) per_layer_rows_read: std::sync::atomic::AtomicUsize,
     /// The vocabulary indexed for grammar masks, built on first use.
     token_index: OnceLock<TokenIndex>,
+    /// The device the layers run on, once placed there (`Model::place_on`).
+    pub(crate) device: Option<crate::device::DeviceWeights>,
     file: Arc<GgufFile>,
 }
 
@@ -71,6 +73,7 @@ impl Model {
             n_threads,
             per_layer_rows_read: Default::default(),
             token_index: OnceLock::new(),
+            device: None,
             file,
         })
     }

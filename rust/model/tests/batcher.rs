@@ -33,7 +33,7 @@ fn side_by_side_answers_equal_answers_alone() {
         let prompts: Vec<Vec<u32>> =
             [5, 23, 2, 17].iter().enumerate().map(|(i, &n)| tokens(n, i as u32, n_vocab)).collect();
         let max = [6, 3, 9, 5];
-        let mut b = Batcher::new(model.clone(), 4, 128, 8, KvType::F16);
+        let mut b = Batcher::new(model.clone(), 4, 128, 8, KvType::F16).expect("slots");
         for (i, p) in prompts.iter().enumerate() {
             let slot = b.choose_slot(p).unwrap();
             assert_eq!(slot, i, "empty slots are taken in order");
@@ -63,7 +63,7 @@ fn side_by_side_answers_equal_answers_alone() {
 fn a_long_prompt_does_not_stall_a_decoding_slot() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
-    let mut b = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 2, 128, 8, KvType::F16).expect("slots");
     b.start(0, &tokens(4, 0, n_vocab), greedy(20), true, &[]).unwrap();
     b.step(); // slot 0 reads its prompt and draws
     let long = tokens(60, 1, n_vocab);
@@ -82,7 +82,7 @@ fn a_long_prompt_does_not_stall_a_decoding_slot() {
 fn slots_are_chosen_as_llama_server_chooses() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
-    let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16).expect("slots");
     let conv_a = tokens(30, 0, n_vocab);
     let conv_b = tokens(30, 1, n_vocab);
     for (slot, p) in [(0, &conv_a), (1, &conv_b)] {
@@ -117,7 +117,7 @@ fn slots_are_chosen_as_llama_server_chooses() {
 fn requests_that_cannot_run_are_refused_and_cancel_frees_the_slot() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
-    let mut b = Batcher::new(model.clone(), 1, 16, 8, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 1, 16, 8, KvType::F16).expect("slots");
     assert!(b.start(0, &[], greedy(1), true, &[]).is_err());
     assert!(b.start(0, &[n_vocab as u32], greedy(1), true, &[]).is_err());
     assert!(b.start(0, &tokens(17, 0, n_vocab), greedy(1), true, &[]).is_err(), "longer than the slot");
@@ -160,13 +160,13 @@ fn a_saved_slot_of_another_family_is_refused_by_name() {
     let (Some(g4), Some(g3)) = (tiny("gemma4"), tiny("gemma3")) else {
         return;
     };
-    let mut a = Batcher::new(g4.clone(), 1, 128, 8, KvType::F16);
+    let mut a = Batcher::new(g4.clone(), 1, 128, 8, KvType::F16).expect("slots");
     a.start(0, &tokens(9, 0, g4.config.n_vocab), greedy(2), true, &[]).unwrap();
     while a.any_busy() {
         a.step();
     }
     let (state, _) = a.save_slot(0).unwrap();
-    let mut b = Batcher::new(g3, 1, 128, 8, KvType::F16);
+    let mut b = Batcher::new(g3, 1, 128, 8, KvType::F16).expect("slots");
     let err = b.restore_slot(0, &state).unwrap_err().to_string();
     assert!(err.contains("saved from a gemma4 model") && err.contains("this slot holds a gemma3 model"), "{err}");
     assert!(b.cached_tokens(0).is_empty());
@@ -176,7 +176,7 @@ fn saved_slot_round_trip(arch: &str) {
     let Some(model) = tiny(arch) else { return };
     let n_vocab = model.config.n_vocab;
     let prompt = tokens(20, 0, n_vocab);
-    let mut a = Batcher::new(model.clone(), 2, 128, 8, KvType::F16);
+    let mut a = Batcher::new(model.clone(), 2, 128, 8, KvType::F16).expect("slots");
     a.start(1, &prompt, greedy(5), true, &[]).unwrap();
     while a.any_busy() {
         a.step();
@@ -197,7 +197,7 @@ fn saved_slot_round_trip(arch: &str) {
         }
         (n_cached, out)
     };
-    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slots");
     assert_eq!(b.restore_slot(0, &state).unwrap(), n_saved);
     let restored = continue_in(&mut b, 0);
     assert_eq!(a.erase_slot(1).unwrap(), n_saved);
@@ -207,7 +207,7 @@ fn saved_slot_round_trip(arch: &str) {
     assert_eq!(restored, original);
     assert_eq!(restored.0, n_saved);
 
-    let mut small = Batcher::new(model.clone(), 1, 64, 8, KvType::F16);
+    let mut small = Batcher::new(model.clone(), 1, 64, 8, KvType::F16).expect("slots");
     assert!(small.restore_slot(0, &state).is_err(), "another slot size");
     assert!(b.restore_slot(0, &state[..state.len() - 1]).is_err(), "truncated");
     assert!(b.restore_slot(0, b"not a slot").is_err());
@@ -239,9 +239,9 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     let conv_b = tokens(40, 1, n_vocab);
     let mut a_again = conv_a.clone();
     a_again.extend(tokens(5, 2, n_vocab));
-    let fresh = run(&mut Batcher::new(model.clone(), 1, 128, 8, KvType::F16), &a_again).1;
+    let fresh = run(&mut Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slots"), &a_again).1;
 
-    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slots");
     b.set_host_cache(1 << 30);
     run(&mut b, &conv_a);
     run(&mut b, &conv_b);
@@ -251,11 +251,11 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
     assert_eq!(out, fresh);
     assert_eq!(b.host_cache_usage().0, 1, "b kept in its turn, a back in the slot");
 
-    let mut off = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    let mut off = Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slots");
     run(&mut off, &conv_a);
     run(&mut off, &conv_b);
     assert_eq!(run(&mut off, &a_again).0, 0);
-    let mut tiny_budget = Batcher::new(model.clone(), 1, 128, 8, KvType::F16);
+    let mut tiny_budget = Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slots");
     tiny_budget.set_host_cache(1000);
     run(&mut tiny_budget, &conv_a);
     run(&mut tiny_budget, &conv_b);
@@ -269,7 +269,7 @@ fn the_host_cache_brings_back_a_conversation_whose_slot_moved_on() {
 fn an_owners_cached_prompt_is_never_reused_for_another() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
-    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16).expect("slots");
     b.set_host_cache(64 << 20);
     let secret = tokens(40, 7, n_vocab);
     b.start_as(1, 0, &secret, greedy(1), true, &[]).unwrap();
@@ -297,7 +297,7 @@ fn an_owners_cached_prompt_is_never_reused_for_another() {
 fn slot_similarity_sets_how_much_a_slot_must_hold() {
     let Some(model) = tiny("llama") else { return };
     let n_vocab = model.config.n_vocab;
-    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 2, 128, 16, KvType::F16).expect("slots");
     let held = tokens(20, 0, n_vocab);
     b.start(1, &held, greedy(1), true, &[]).unwrap();
     while b.any_busy() {
@@ -319,7 +319,7 @@ fn a_forked_slot_answers_as_the_slot_it_copies() {
     for arch in ["llama", "qwen35"] {
         let Some(model) = tiny(arch) else { return };
         let n_vocab = model.config.n_vocab;
-        let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16);
+        let mut b = Batcher::new(model.clone(), 3, 128, 16, KvType::F16).expect("slots");
         // A hybrid's copy resumes from a checkpoint of its recurrent state
         // taken where the prompt's last token begins (the hint); the others
         // cut their cache back there.
@@ -359,7 +359,7 @@ fn a_saved_slot_restores_whatever_chunk_the_other_batcher_reads_with() {
         let Some(model) = tiny(arch) else { return };
         let n_vocab = model.config.n_vocab;
         let prompt = tokens(30, 0, n_vocab);
-        let mut a = Batcher::new(model.clone(), 1, 128, 32, KvType::F16);
+        let mut a = Batcher::new(model.clone(), 1, 128, 32, KvType::F16).expect("slots");
         a.set_chunk(8);
         a.start(0, &prompt, greedy(1), true, &[]).unwrap();
         while a.any_busy() {
@@ -370,7 +370,7 @@ fn a_saved_slot_restores_whatever_chunk_the_other_batcher_reads_with() {
         let mut more = a.cached_tokens(0).to_vec();
         let held = more.len();
         more.extend(tokens(5, 1, n_vocab));
-        let mut b = Batcher::new(model.clone(), 1, 128, 32, KvType::F16);
+        let mut b = Batcher::new(model.clone(), 1, 128, 32, KvType::F16).expect("slots");
         b.set_chunk(16);
         b.restore_slot_as(0, 0, &state).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert_eq!(b.start(0, &more, greedy(1), true, &[]).unwrap().n_cached, held, "{arch}");

@@ -24,7 +24,7 @@ const POLICY: CheckpointPolicy = CheckpointPolicy { max: 8, interval: 64, min_st
 
 /// One slot of 512 positions, prompts read 16 tokens a pass.
 fn batcher(model: &Arc<Model>, policy: CheckpointPolicy) -> Batcher {
-    let mut b = Batcher::new(model.clone(), 2, 512, 16, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 2, 512, 16, KvType::F16).expect("slots");
     b.set_checkpoints(policy);
     b
 }
@@ -248,7 +248,7 @@ fn the_host_cache_keeps_a_conversations_checkpoints() {
     let Some(model) = tiny("qwen35") else { return };
     let n = model.config.n_vocab;
     let first = tokens(140, 9, n);
-    let mut b = Batcher::new(model.clone(), 1, 512, 16, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 1, 512, 16, KvType::F16).expect("slots");
     b.set_checkpoints(POLICY);
     b.set_host_cache(1 << 30);
     ask(&mut b, 0, &first, &[]);

@@ -136,7 +136,7 @@ fn batcher_and_lone_generation_agree_under_a_grammar() {
             run(&mut Generation::new(model.clone(), session, p, params(&a, 0.9, i as u64)).unwrap()).0
         })
         .collect();
-    let mut b = Batcher::new(model.clone(), 3, 256, 64, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 3, 256, 64, KvType::F16).expect("slots");
     for (i, p) in prompts.iter().enumerate() {
         b.start(i, p, params(&a, 0.9, i as u64), false, &[]).unwrap();
     }
@@ -161,7 +161,7 @@ fn forced_runs_are_fed_in_one_pass() {
             .unwrap(),
     );
     let prompt = model.tokenizer.tokenize("A person:", true, false);
-    let mut b = Batcher::new(model.clone(), 1, 256, 64, KvType::F16);
+    let mut b = Batcher::new(model.clone(), 1, 256, 64, KvType::F16).expect("slots");
     b.start(0, &prompt, params(&a, 0.0, 0), false, &[]).unwrap();
     let (mut passes, mut ids, mut text) = (0, Vec::new(), String::new());
     while b.any_busy() {

@@ -11,7 +11,8 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use common::*;
-use ember_model::{device_refusal, DeviceModel, Gpu, KvType, LoadOptions, Logits, Model};
+use ember_model::batch::{Batcher, SlotEvent};
+use ember_model::{device_refusal, Gpu, KvType, LoadOptions, Logits, Model, Session};
 
 fn gpu() -> Option<Arc<Gpu>> {
     static GPU: OnceLock<Option<Arc<Gpu>>> = OnceLock::new();
@@ -28,11 +29,24 @@ fn gpu() -> Option<Arc<Gpu>> {
     .clone()
 }
 
-fn on_device(file: &str) -> Option<DeviceModel> {
+/// The model at `path` placed on `gpu`.
+fn placed(path: &std::path::Path, gpu: Arc<Gpu>) -> Arc<Model> {
+    let mut model = Model::load(path, LoadOptions::default()).unwrap();
+    model.place_on(gpu).unwrap();
+    Arc::new(model)
+}
+
+/// A test model on the device, and the same file on the CPU.
+fn on_device(file: &str) -> Option<(Arc<Model>, Arc<Model>)> {
     let gpu = gpu()?;
     let path = model_path(file)?;
-    let model = Arc::new(Model::load(&path, LoadOptions::default()).unwrap());
-    Some(DeviceModel::upload(model, gpu).unwrap())
+    Some((placed(&path, gpu), Arc::new(Model::load(&path, LoadOptions::default()).unwrap())))
+}
+
+fn session(model: &Model, n_ctx: usize, max_batch: usize) -> Session {
+    let s = model.try_new_session(n_ctx, max_batch, KvType::F16).unwrap();
+    assert!(s.on_device(), "a placed model's sessions hold their caches on the device");
+    s
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -46,18 +60,16 @@ fn argmax(v: &[f32]) -> usize {
 /// the cases are few there; every case runs on a card, or anywhere with
 /// EMBER_DEVICE_CASES=all.
 fn parity(file: &str, golden_file: &str, cases: usize) {
-    let Some(dm) = on_device(file) else { return };
-    let model = dm.model().clone();
+    let Some((dm, model)) = on_device(file) else { return };
     let n_vocab = model.config.n_vocab;
     let (mut total, mut cpu_total) = (Agreement::default(), Agreement::default());
     let (mut decided, mut decided_equal, mut worst) = (0, 0, 0f32);
-    let on_a_card = !matches!(dm.gpu().info().kind, ember_model::DeviceKind::Cpu)
+    let on_a_card = !matches!(dm.placement().unwrap().gpu().info().kind, ember_model::DeviceKind::Cpu)
         || std::env::var("EMBER_DEVICE_CASES").is_ok_and(|v| v == "all");
     let all = golden(golden_file)["cases"].as_array().unwrap().clone();
     for case in all.iter().take(if on_a_card { all.len() } else { cases }) {
         let seq: Vec<u32> = ids(&case["prompt_ids"]).into_iter().chain(ids(&case["greedy_ids"])).collect();
-        let mut s = dm.new_session(seq.len(), 128).unwrap();
-        let ours = dm.forward(&mut s, &seq, Logits::All).unwrap();
+        let ours = dm.prefill(&mut session(&dm, seq.len(), 128), &seq, Logits::All).unwrap();
         let cpu = model.prefill(&mut model.new_session(seq.len(), 128, KvType::F16), &seq, Logits::All).unwrap();
         for row in case["positions"].as_array().unwrap() {
             let pos = row["pos"].as_u64().unwrap() as usize;
@@ -79,7 +91,7 @@ fn parity(file: &str, golden_file: &str, cases: usize) {
     }
     println!(
         "{file} on {}: top token as the CPU's at {decided_equal}/{decided} positions a logit apart, max |diff| {worst}",
-        dm.gpu().info().name
+        dm.placement().unwrap().gpu().info().name
     );
     // The CPU's gate, its bound on the mean difference moved to the CPU's own
     // on these cases where that is higher: one case may sit above 0.35 for
@@ -109,20 +121,19 @@ fn gemma3_on_the_device_matches_llama_cpp_and_the_cpu() {
 /// in `ember-gpu`'s own tests.
 #[test]
 fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
-    let Some(dm) = on_device(SMOLLM2) else { return };
-    let model = dm.model().clone();
+    let Some((dm, model)) = on_device(SMOLLM2) else { return };
     let n_vocab = model.config.n_vocab;
     let ids = tokens(48, 7, n_vocab);
-    let mut whole = dm.new_session(49, 48).unwrap();
-    let at_once = dm.forward(&mut whole, &ids, Logits::All).unwrap();
+    let mut whole = session(&dm, 49, 48);
+    let at_once = dm.forward(&mut whole, &ids, Logits::All).unwrap().to_vec();
     let mut small = Gpu::open(None).unwrap();
     small.limit_bindings(4 << 20);
-    let narrow = DeviceModel::upload(model.clone(), Arc::new(small)).unwrap();
+    let narrow = placed(&model_path(SMOLLM2).unwrap(), Arc::new(small));
     for (dm, what) in [(&dm, "passes of 16"), (&narrow, "passes of 16 through 4 MB bindings")] {
-        let mut pieces = dm.new_session(49, 16).unwrap();
+        let mut pieces = session(dm, 49, 16);
         let mut rows = Vec::new();
         for chunk in ids.chunks(16) {
-            rows.extend(dm.forward(&mut pieces, chunk, Logits::All).unwrap());
+            rows.extend_from_slice(dm.forward(&mut pieces, chunk, Logits::All).unwrap());
         }
         assert_eq!(pieces.len(), 48);
         let max_diff = rows.iter().zip(&at_once).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
@@ -130,7 +141,7 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
         assert!(max_diff <= 1e-4, "{what}: max |diff| {max_diff}");
     }
     // And a decoded token after them, against the CPU's.
-    let last = dm.forward(&mut whole, &[ids[0]], Logits::Last).unwrap();
+    let last = dm.forward(&mut whole, &[ids[0]], Logits::Last).unwrap().to_vec();
     let mut cpu = model.new_session(49, 48, KvType::F16);
     model.prefill(&mut cpu, &ids, Logits::None).unwrap();
     let cpu_last = model.forward(&mut cpu, &[ids[0]], Logits::Last).unwrap().to_vec();
@@ -144,7 +155,9 @@ fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
         let Some(model) = tiny(arch) else { return };
         let refusal = device_refusal(&model).unwrap();
         assert!(refusal.contains(why), "{arch}: {refusal}");
-        let err = DeviceModel::upload(model, gpu.clone()).err().unwrap().to_string();
+        let mut model = Model::load(tiny_model(arch).unwrap(), LoadOptions::default()).unwrap();
+        let err = model.place_on(gpu.clone()).err().unwrap().to_string();
+        assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
         assert!(err.starts_with(&format!("device: the model cannot run on {}: ", gpu.info().name)), "{err}");
     }
     for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
@@ -155,15 +168,18 @@ fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
 
 #[test]
 fn a_pass_past_the_session_is_refused() {
-    let Some(dm) = on_device(SMOLLM2) else { return };
-    let mut s = dm.new_session(8, 4).unwrap();
+    let Some((dm, _)) = on_device(SMOLLM2) else { return };
+    let mut s = session(&dm, 8, 4);
     let err = dm.forward(&mut s, &[u32::MAX], Logits::Last).err().unwrap().to_string();
     assert!(err.contains("out of range"), "{err}");
-    assert!(dm.forward(&mut s, &[1; 5], Logits::Last).err().unwrap().to_string().contains("a pass of 5 tokens"));
+    let err = dm.forward(&mut s, &[1; 5], Logits::Last).err().unwrap().to_string();
+    assert!(err.contains("a pass of 5 tokens"), "{err}");
     dm.forward(&mut s, &[1; 4], Logits::None).unwrap();
     dm.forward(&mut s, &[1; 4], Logits::None).unwrap();
     let err = dm.forward(&mut s, &[1], Logits::Last).err().unwrap().to_string();
-    assert!(err.contains("8 positions held and 1 more exceed the context of 8"), "{err}");
+    assert!(err.contains("the context is full: 9 positions needed, the cache holds 8"), "{err}");
+    let err = dm.try_new_session(8, 4, KvType::Q8_0).err().unwrap().to_string();
+    assert!(err.contains("whose cache is f16"), "{err}");
 }
 
 /// Every family the device runs, on its tiny random-weight model: a prompt
@@ -177,14 +193,14 @@ fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
         let n_vocab = model.config.n_vocab;
-        let dm = DeviceModel::upload(model.clone(), gpu.clone()).unwrap();
+        let dm = placed(&tiny_model(arch).unwrap(), gpu.clone());
         let ids = tokens(40, 3, n_vocab);
-        let mut ds = dm.new_session(48, 40).unwrap();
+        let mut ds = session(&dm, 48, 40);
         let mut cs = model.new_session(48, 40, KvType::F16);
-        let mut ours = dm.forward(&mut ds, &ids, Logits::All).unwrap();
+        let mut ours = dm.prefill(&mut ds, &ids, Logits::All).unwrap();
         let mut theirs = model.prefill(&mut cs, &ids, Logits::All).unwrap();
         for &t in &ids[..5] {
-            ours.extend(dm.forward(&mut ds, &[t], Logits::Last).unwrap());
+            ours.extend_from_slice(dm.forward(&mut ds, &[t], Logits::Last).unwrap());
             theirs.extend_from_slice(model.forward(&mut cs, &[t], Logits::Last).unwrap());
         }
         let diff: f64 = ours.iter().zip(&theirs).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
@@ -193,4 +209,86 @@ fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
         println!("{arch} on the device: normalised error against the CPU {err:.2e}");
         assert!(err < 0.02, "{arch}: normalised error against the CPU {err:e}");
     }
+}
+
+/// The server's slots on the device: several conversations, each stepped
+/// in one pass with the others, draw what each draws alone; a conversation
+/// cut back to a shared prefix, copied to another slot, or saved and
+/// restored goes on exactly as one that was never moved; the hidden states
+/// (what embeddings pool) are the CPU's within the device's rounding.
+#[test]
+fn slots_on_the_device_answer_as_each_alone() {
+    let Some((dm, cpu)) = on_device(SMOLLM2) else { return };
+    let n_vocab = dm.config.n_vocab;
+    // Golden prompts of 4 to 10 tokens, whose greedy tokens llama.cpp recorded.
+    let cases = golden("smollm2-135m-instruct-q4_1.json")["cases"].as_array().unwrap()[6..9].to_vec();
+    let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt_ids"])).collect();
+    let run = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> Vec<u32> {
+        b.start(slot, prompt, greedy(6, 0), true, &[]).unwrap();
+        let mut drawn = Vec::new();
+        while b.is_busy(slot) {
+            for (i, ev) in b.step() {
+                match ev {
+                    SlotEvent::Step(s) if i == slot => drawn.push(s.token),
+                    SlotEvent::Failed(e) => panic!("slot {i}: {e}"),
+                    _ => {}
+                }
+            }
+        }
+        drawn
+    };
+    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| run(&mut Batcher::new(dm.clone(), 1, 96, 16, KvType::F16).unwrap(), 0, p)).collect();
+    let mut b = Batcher::new(dm.clone(), 3, 96, 16, KvType::F16).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        b.start(i, p, greedy(6, 0), true, &[]).unwrap();
+    }
+    let mut together = vec![Vec::new(); 3];
+    while b.any_busy() {
+        for (i, ev) in b.step() {
+            match ev {
+                SlotEvent::Step(s) => together[i].push(s.token),
+                SlotEvent::Failed(e) => panic!("slot {i}: {e}"),
+                SlotEvent::Done => {}
+            }
+        }
+    }
+    assert_eq!(together, alone, "three slots stepped together on the device");
+    // The greedy tokens llama.cpp drew on these prompts.
+    for (drawn, case) in alone.iter().zip(&cases) {
+        assert_eq!(drawn[..], ids(&case["greedy_ids"])[..6], "greedy tokens on the device and llama.cpp's");
+    }
+    // (Not against the CPU's: on the third prompt the CPU's first token is
+    // llama.cpp's second choice, 0.012 behind its first.)
+
+    // Slot 0 holds prompt 0 and its draws: a prompt sharing its first 8
+    // tokens keeps them and reads the rest.
+    let mut parted = b.cached_tokens(0)[..8].to_vec();
+    parted.extend(tokens(9, 9, n_vocab));
+    let fresh = run(&mut Batcher::new(dm.clone(), 1, 96, 16, KvType::F16).unwrap(), 0, &parted);
+    let started = b.start(0, &parted, greedy(6, 0), true, &[]).unwrap();
+    assert_eq!(started.n_cached, 8);
+    b.cancel(0);
+    assert_eq!(run(&mut b, 0, &parted), fresh, "a prompt resumed from a kept prefix on the device");
+    // Copied to slot 1, and saved and restored into slot 2 of another batcher.
+    b.fork(0, 1).unwrap();
+    let (state, n) = b.save_slot(0).unwrap();
+    assert_eq!(n, b.cached_tokens(0).len());
+    let mut other = Batcher::new(dm.clone(), 3, 96, 16, KvType::F16).unwrap();
+    assert_eq!(other.restore_slot(2, &state).unwrap(), n);
+    let mut longer = b.cached_tokens(0).to_vec();
+    longer.extend(tokens(5, 4, n_vocab));
+    let expected = run(&mut Batcher::new(dm.clone(), 1, 96, 16, KvType::F16).unwrap(), 0, &longer);
+    assert_eq!(run(&mut b, 1, &longer), expected, "a copied slot");
+    assert_eq!(run(&mut other, 2, &longer), expected, "a restored slot");
+    // A device slot saves the CPU's format: its state loads on the CPU too.
+    let mut host = Batcher::new(cpu.clone(), 1, 96, 16, KvType::F16).unwrap();
+    assert_eq!(host.restore_slot(0, &state).unwrap(), n);
+
+    let mut ds = session(&dm, 32, 32);
+    let hidden = dm.prefill(&mut ds, &prompts[1], Logits::Hidden).unwrap();
+    let want = cpu.prefill(&mut cpu.new_session(32, 32, KvType::F16), &prompts[1], Logits::Hidden).unwrap();
+    let diff: f64 = hidden.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    assert_eq!(hidden.len(), want.len());
+    assert!((diff / norm).sqrt() < 0.05, "hidden states against the CPU's: {:e}", (diff / norm).sqrt());
 }

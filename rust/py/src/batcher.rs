@@ -66,7 +66,7 @@ impl Batcher {
         }
         let (m, kv) = (model.inner.clone(), model.kv_type);
         let n_vocab = m.config.n_vocab;
-        let inner = py.detach(move || Inner::new(m, n_slots, n_ctx, chunk, kv));
+        let inner = py.detach(move || Inner::new(m, n_slots, n_ctx, chunk, kv)).map_err(map_err)?;
         Ok(Batcher { inner: Mutex::new(inner), n_ctx, n_vocab })
     }
 
@@ -79,6 +79,12 @@ impl Batcher {
     #[getter]
     fn n_ctx(&self) -> usize {
         self.n_ctx
+    }
+
+    /// Bytes every slot's keys and values take, wherever they are held.
+    #[getter]
+    fn cache_bytes(&self) -> usize {
+        self.inner.lock().unwrap().cache_bytes()
     }
 
     /// The free slot for `ids` (llama-server's rule), or None when all are busy.

@@ -18,6 +18,7 @@ create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be
 create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
 create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
 create_exception!(_native, GrammarError, InvalidRequestError, "A grammar or JSON Schema that cannot be compiled.");
+create_exception!(_native, DeviceError, EmberError, "The GPU failed, or cannot hold or run what was asked of it.");
 
 mod batcher;
 mod grammar;
@@ -26,6 +27,7 @@ pub(crate) fn map_err(e: ModelError) -> PyErr {
     match e {
         ModelError::Kv(ember_kv::KvError::ContextFull { .. }) => ContextFullError::new_err(e.to_string()),
         ModelError::Grammar(_) => GrammarError::new_err(e.to_string()),
+        ModelError::Device(_) => DeviceError::new_err(e.to_string()),
         ModelError::BadToken { .. } | ModelError::Sample(_) | ModelError::Invalid(_) | ModelError::Kv(_) => {
             InvalidRequestError::new_err(e.to_string())
         }
@@ -210,12 +212,21 @@ pub(crate) struct Model {
     pub(crate) kv_type: KvType,
     /// The session of the last generation and the tokens it holds.
     slot: Arc<std::sync::Mutex<Option<Slot>>>,
+    /// Why a device was asked for and the model runs on the CPU all the same.
+    device_note: Option<String>,
 }
 
 #[pymethods]
 impl Model {
+    /// `device`: None runs the model on the CPU; a device's name (or "" for
+    /// the one `list_devices` ranks first) puts every layer and the output
+    /// head there, `gpu_layers` (-1: all) being the layers asked for. Where
+    /// the device cannot be opened or cannot hold or run the model, `strict`
+    /// raises `DeviceError`; otherwise the model runs on the CPU and
+    /// `device_note` says why.
     #[new]
-    #[pyo3(signature = (path, n_ctx = 0, threads = 0, kv_type = "f16", max_batch = 512))]
+    #[pyo3(signature = (path, n_ctx = 0, threads = 0, kv_type = "f16", max_batch = 512, device = None, gpu_layers = -1, strict = true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: &str,
@@ -223,18 +234,54 @@ impl Model {
         threads: usize,
         kv_type: &str,
         max_batch: usize,
+        device: Option<String>,
+        gpu_layers: i64,
+        strict: bool,
     ) -> PyResult<Model> {
         let kv = self::kv_type(kv_type)?;
         if max_batch == 0 {
             return Err(InvalidRequestError::new_err("max_batch must be at least 1"));
         }
         let path = path.to_string();
-        let inner = py
+        let mut inner = py
             .detach(move || ember_model::Model::load(&path, LoadOptions { threads, ..Default::default() }))
             .map_err(map_err)?;
         inner.check_kv_type(kv).map_err(map_err)?;
+        let device_note = match device {
+            Some(name) => py.detach(|| place(&mut inner, &name, gpu_layers, kv, strict))?,
+            None => None,
+        };
         let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
-        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default() })
+        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default(), device_note })
+    }
+
+    /// Where the model runs: None on the CPU, else the device's name,
+    /// description and kind, and the bytes its weights and the working
+    /// buffers of the widest pass so far take there.
+    fn placement<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(dw) = self.inner.placement() else { return Ok(None) };
+        let info = dw.gpu().info();
+        let d = PyDict::new(py);
+        d.set_item("name", &info.name)?;
+        d.set_item("description", &info.description)?;
+        d.set_item("kind", info.kind.as_str())?;
+        d.set_item("weight_bytes", dw.weight_bytes())?;
+        d.set_item("work_bytes", dw.work_bytes())?;
+        Ok(Some(d))
+    }
+
+    /// Why a device was asked for and the model runs on the CPU, or None.
+    #[getter]
+    fn device_note(&self) -> Option<String> {
+        self.device_note.clone()
+    }
+
+    /// Makes the device's next pass fail with `why`, as a lost device's
+    /// would (for tests of what the server does then).
+    fn inject_device_fault(&self, why: String) -> PyResult<()> {
+        let dw = self.inner.placement().ok_or_else(|| InvalidRequestError::new_err("the model is not on a device"))?;
+        dw.gpu().inject_fault(ember_gpu::GpuError::Lost(why));
+        Ok(())
     }
 
     #[getter]
@@ -359,7 +406,7 @@ impl Model {
         let n_ctx = self.n_ctx.max(ids.len());
         let out = py
             .detach(|| {
-                let mut s = self.inner.new_session(n_ctx, self.max_batch, self.kv_type);
+                let mut s = self.inner.try_new_session(n_ctx, self.max_batch, self.kv_type)?;
                 self.inner.prefill(&mut s, &ids, Logits::All)
             })
             .map_err(map_err)?;
@@ -377,7 +424,7 @@ impl Model {
         }
         let out = py
             .detach(|| {
-                let mut s = self.inner.new_session(ids.len(), self.max_batch, self.kv_type);
+                let mut s = self.inner.try_new_session(ids.len(), self.max_batch, self.kv_type)?;
                 self.inner.prefill(&mut s, &ids, Logits::Hidden)
             })
             .map_err(map_err)?;
@@ -397,7 +444,10 @@ impl Model {
         let held = self.slot.lock().unwrap().take();
         let gen = py
             .detach(move || {
-                let slot = held.unwrap_or_else(|| Slot::new(model.new_session(n_ctx, max_batch, kv)));
+                let slot = match held {
+                    Some(slot) => slot,
+                    None => Slot::new(model.try_new_session(n_ctx, max_batch, kv)?),
+                };
                 if cache_prompt {
                     Generation::resume(model, slot, &ids, params)
                 } else {
@@ -454,6 +504,45 @@ impl Model {
         py.detach(|| ember_model::bench::text_generation(&self.inner, &depth, first, n, max_batch, kv))
             .map(|t| t.seconds)
             .map_err(map_err)
+    }
+}
+
+/// Puts every layer of `model` on the device named `name` ("" for the
+/// preferred one). Returns why it stays on the CPU where that is allowed
+/// (`strict` false), or raises.
+fn place(model: &mut ember_model::Model, name: &str, gpu_layers: i64, kv: KvType, strict: bool) -> PyResult<Option<String>> {
+    let n_layer = model.config.n_layer;
+    if gpu_layers >= 0 && (gpu_layers as usize) < n_layer {
+        return Err(InvalidRequestError::new_err(format!(
+            "gpu_layers {gpu_layers}: ember runs every layer of a model on the device or none, and this model has \
+             {n_layer} (give all, -1 or {n_layer} and up for the device, 0 for the CPU)"
+        )));
+    }
+    if kv != KvType::F16 {
+        return Err(InvalidRequestError::new_err(format!(
+            "a {} KV cache is held on the CPU only; on a device the cache is f16",
+            kv.name()
+        )));
+    }
+    let refuse_or_note = |why: String| if strict { Err(DeviceError::new_err(why)) } else { Ok(Some(why)) };
+    let gpu = match ember_gpu::Gpu::open((!name.is_empty()).then_some(name)) {
+        Ok(g) => Arc::new(g),
+        Err(e) => return refuse_or_note(e.to_string()),
+    };
+    let info = gpu.info();
+    if name.is_empty() && info.kind == ember_model::DeviceKind::Cpu {
+        // A Vulkan device that is itself the CPU (Mesa's lavapipe) runs the
+        // model far slower than ember's own kernels: taken only by name.
+        return Ok(Some(format!(
+            "the only Vulkan device, {} ({}), runs on the CPU itself, slower than ember's CPU kernels; \
+             name it with --device {} to use it all the same",
+            info.name, info.description, info.name
+        )));
+    }
+    match model.place_on(gpu) {
+        Ok(()) => Ok(None),
+        Err(ModelError::Device(why)) => refuse_or_note(why),
+        Err(e) => Err(map_err(e)),
     }
 }
 
@@ -554,6 +643,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;
     m.add("ContextFullError", py.get_type::<ContextFullError>())?;
     m.add("GrammarError", py.get_type::<GrammarError>())?;
+    m.add("DeviceError", py.get_type::<DeviceError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -253,7 +253,17 @@ async def props(request: web.Request) -> web.Response:
         "eos_token": piece(m._native.eos_id),
         "modalities": {"vision": False, "audio": False},
         "build_info": f"ember {__version__}",
+        "device": _device(m, engine),
     })
+
+
+def _device(m, engine) -> dict:
+    """Where the model runs: the device and the bytes it holds there, or
+    the CPU and why (when a device was asked for)."""
+    where = m.placement
+    if where is None:
+        return {"name": "cpu", "note": m.device_note}
+    return {**where, "cache_bytes": engine.batcher.cache_bytes}
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -1,0 +1,125 @@
+"""The server and the in-process API with the model on a Vulkan device
+(Mesa's lavapipe in CI, which reads a few tokens a second: the prompts are
+llama.cpp's short golden ones and the draws few). Greedy tokens equal
+llama.cpp's recorded ones on these prompts, two slots answered together; a
+device fault fails that pass's requests with a 500 naming it, and the next
+request is answered.
+
+Without a device these tests say so and skip, unless EMBER_REQUIRE_GPU is
+set (CI sets it): then they fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from paths import TESTS
+
+
+def _device_name() -> str:
+    from ember import _native
+
+    names = [d["name"] for d in _native.list_devices()]
+    if not names:
+        if os.environ.get("EMBER_REQUIRE_GPU"):
+            pytest.fail("EMBER_REQUIRE_GPU is set, and no Vulkan device is listed")
+        pytest.skip("no Vulkan device here")
+    return names[0]
+
+
+def _golden_cases() -> list[dict]:
+    """Short prompts (4 and 7 tokens) with llama.cpp's greedy tokens."""
+    cases = json.loads((TESTS / "golden" / "smollm2-135m-instruct-q4_1.json").read_text())["cases"]
+    return [cases[6], cases[8]]
+
+
+def test_the_in_process_model_on_the_device(smollm2_path):
+    import ember
+    from ember.errors import DeviceError, InvalidRequestError
+
+    name = _device_name()
+    model = ember.Model(smollm2_path, n_ctx=64, device=name, max_batch=16)
+    where = model.placement
+    assert where["name"] == name and where["weight_bytes"] > 50 * 2**20, where
+    assert model.device_note is None
+    case = _golden_cases()[0]
+    done = list(model.stream_completion(case["prompt_ids"], 4, temperature=0, ignore_eos=True))[-1]
+    assert done.tokens == case["greedy_ids"][:4], "greedy tokens on the device and llama.cpp's"
+    # Every layer or none: a count below the model's is refused, as is a
+    # cache type the device does not hold; a device that is not there is a
+    # DeviceError naming the ones that are.
+    with pytest.raises(InvalidRequestError, match="gpu_layers 10: ember runs every layer of a model on the device "
+                                                  "or none, and this model has 30"):
+        ember.Model(smollm2_path, n_ctx=64, gpu_layers=10, device=name)
+    with pytest.raises(InvalidRequestError, match="a q8_0 KV cache is held on the CPU only"):
+        ember.Model(smollm2_path, n_ctx=64, kv_type="q8_0", device=name)
+    with pytest.raises(DeviceError, match='no device named "Vulkan99"; the devices are: '):
+        ember.Model(smollm2_path, n_ctx=64, device="Vulkan99")
+    cpu = ember.Model(smollm2_path, n_ctx=64, device="none", gpu_layers="all")
+    assert cpu.placement is None and cpu.device_note is None
+
+
+def test_asking_for_the_first_card_runs_on_the_cpu_without_one(smollm2_path):
+    """gpu_layers alone takes a card; a software device is no card (it runs
+    slower than the CPU's own kernels), so with only lavapipe the model runs
+    on the CPU and says why."""
+    import ember
+    from ember import _native
+
+    devices = _native.list_devices()
+    if any(d["kind"] != "CPU (software)" for d in devices):
+        pytest.skip("a card is here")
+    model = ember.Model(smollm2_path, n_ctx=64, gpu_layers="all")
+    assert model.placement is None
+    if devices:
+        assert "runs on the CPU itself, slower than ember's CPU kernels; name it with --device" in model.device_note
+    else:
+        assert model.device_note == "no Vulkan device found (install a Vulkan driver, or run on the CPU)"
+
+
+def test_the_server_on_the_device(smollm2_path):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from ember.server.app import create_app
+    from ember.server.options import ServerOptions
+
+    name = _device_name()
+    cases = _golden_cases()
+    lines: list[str] = []
+
+    async def completion(c, case, n=4):
+        r = await c.post("/completion", json={"prompt": case["prompt_ids"], "n_predict": n, "temperature": 0,
+                                               "return_tokens": True, "ignore_eos": True})
+        return r.status, await r.json()
+
+    async def go():
+        opts = ServerOptions(model=str(smollm2_path), port=0, ctx_size=128, parallel=2, device=name, max_batch=16,
+                             prompt_chunk=16)
+        app = create_app(opts, log=lines.append)
+        async with TestClient(TestServer(app)) as c:
+            await asyncio.wait_for(app["ready"].wait(), 300)
+            props = await (await c.get("/props")).json()
+            together = await asyncio.gather(*(completion(c, case) for case in cases))
+            passes = await app["engine"].call(app["engine"].snapshot)
+            app["model"]._native.inject_device_fault("injected by the test")
+            failed = await completion(c, cases[0], 2)
+            after = await completion(c, cases[1])
+            return props, together, passes, failed, after
+
+    props, together, passes, failed, after = asyncio.run(go())
+    device = props["device"]
+    assert device["name"] == name and device["weight_bytes"] > 0 and device["cache_bytes"] > 0, device
+    said = [line for line in lines if line.startswith("ember: device: ")]
+    assert said and said[0].startswith(f"ember: device: {name} (") and "holds every layer and the output head" in said[0]
+    for (status, body), case in zip(together, cases):
+        assert status == 200, body
+        assert body["tokens"] == case["greedy_ids"][:4], "greedy tokens on the device and llama.cpp's"
+    assert passes["slot_passes"] > passes["passes"], "the two slots shared passes"
+    status, body = failed
+    assert status == 500, body
+    assert "the device was lost: injected by the test" in body["error"]["message"], body
+    status, body = after
+    assert status == 200 and body["tokens"] == cases[1]["greedy_ids"][:4], body
