@@ -461,13 +461,15 @@ pub enum Activation {
 }
 
 /// The shape of one attention call: `t` queries of a sequence at positions
-/// `start..start + t`, their heads `head_dim_k` wide in rows of
-/// `n_head * head_dim_k`, each group of `n_head / n_head_kv` heads reading
-/// one key-value head.
+/// `start..start + t`, rows `row0..row0 + t` of the query and output
+/// buffers (a pass over several sequences holds theirs one after another),
+/// their heads `head_dim_k` wide in rows of `n_head * head_dim_k`, each
+/// group of `n_head / n_head_kv` heads reading one key-value head.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionShape {
     pub t: usize,
     pub start: usize,
+    pub row0: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim_k: usize,
@@ -684,17 +686,20 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// Writes `rows` rows of keys and values (f32) for positions
-    /// `start..start + rows` into the layer's cache, rounded to f16.
+    /// Writes rows `from..from + rows` of keys and values (f32) for
+    /// positions `start..start + rows` into the layer's cache, rounded to f16.
+    #[allow(clippy::too_many_arguments)]
     pub fn kv_store(
         &mut self,
         layer: &DeviceKvLayer,
         k: &DeviceBuffer,
         v: &DeviceBuffer,
+        from: usize,
         rows: usize,
         start: usize,
     ) -> Result<()> {
-        if rows == 0 || rows > layer.ring || k.len < rows * layer.width_k || v.len < rows * layer.width_v {
+        let end = from + rows;
+        if rows == 0 || rows > layer.ring || k.len < end * layer.width_k || v.len < end * layer.width_v {
             return Err(GpuError::Shape(format!(
                 "storing {rows} rows in a ring of {}: keys hold {}, values {}",
                 layer.ring, k.len, v.len
@@ -702,7 +707,7 @@ impl Pass<'_> {
         }
         for (src, dst, width) in [(k, &layer.k, layer.width_k), (v, &layer.v, layer.width_v)] {
             let (groups, threads_x) = self.spread(rows * width / 2, "storing the cache")?;
-            let params = [rows, width, start, layer.ring, threads_x as usize, 0, 0, 0].map(|v| v as u32);
+            let params = [rows, width, start, layer.ring, threads_x as usize, from, 0, 0].map(|v| v as u32);
             self.dispatch(Kernel::KvStore, &[&src.buf, dst], &params, groups);
         }
         Ok(())
@@ -733,7 +738,8 @@ impl Pass<'_> {
         if seen > layer.ring {
             return bad("the ring no longer holds every position the queries see");
         }
-        if q.len < s.t * s.n_head * s.head_dim_k || out.len < s.t * s.n_head * s.head_dim_v {
+        let rows = s.row0 + s.t;
+        if q.len < rows * s.n_head * s.head_dim_k || out.len < rows * s.n_head * s.head_dim_v {
             return bad("q or out is too short");
         }
         if s.n_head > self.max_groups() || s.t > self.max_groups() {
@@ -749,7 +755,7 @@ impl Pass<'_> {
             layer.ring as u32,
             s.window.unwrap_or(0) as u32,
             s.scale.to_bits(),
-            0,
+            s.row0 as u32,
             0,
             0,
         ];

@@ -348,28 +348,39 @@ fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values:
 const ATTENTION_BUDGET: f64 = 1e-5;
 
 /// Passes of `passes` tokens in turn through one layer's cache (a ring of
-/// `ring` rows), each pass's attention against the reference.
+/// `ring` rows), each pass's attention against the reference. The passes'
+/// rows sit 0, 1 or 2 rows into their buffers, behind rows of another
+/// sequence, as a pass over several sequences lays them out.
 fn check_attention(gpu: &Gpu, shape: AttentionShape, ring: usize, passes: &[usize], seed: u64) {
     let mut rng = Rng(seed);
     let (wk, wv) = (shape.n_head_kv * shape.head_dim_k, shape.n_head_kv * shape.head_dim_v);
+    let (wq, wo) = (shape.n_head * shape.head_dim_k, shape.n_head * shape.head_dim_v);
     let layer = gpu.kv_layer(ring, wk, wv).unwrap();
     let (mut keys, mut values) = (Vec::new(), Vec::new());
     let mut start = 0;
-    for &t in passes {
-        let s = AttentionShape { t, start, ..shape };
-        let q: Vec<f32> = (0..t * s.n_head * s.head_dim_k).map(|_| rng.unit()).collect();
+    for (i, &t) in passes.iter().enumerate() {
+        let row0 = i % 3;
+        let s = AttentionShape { t, start, row0, ..shape };
+        let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
         let k: Vec<f32> = (0..t * wk).map(|_| 2.0 * rng.unit()).collect();
         let v: Vec<f32> = (0..t * wv).map(|_| rng.unit()).collect();
         keys.extend(k.chunks(wk).map(|r| r.to_vec()));
         values.extend(v.chunks(wv).map(|r| r.to_vec()));
-        let (qb, kb, vb) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap());
-        let out = gpu.zeros("out", t * s.n_head * s.head_dim_v).unwrap();
+        let behind = |x: &[f32], width: usize| -> Vec<f32> { (0..row0 * width).map(|j| j as f32).chain(x.iter().copied()).collect() };
+        let (qb, kb, vb) = (
+            gpu.upload("q", &behind(&q, wq)).unwrap(),
+            gpu.upload("k", &behind(&k, wk)).unwrap(),
+            gpu.upload("v", &behind(&v, wv)).unwrap(),
+        );
+        let out = gpu.zeros("out", (row0 + t) * wo).unwrap();
         let mut pass = gpu.pass();
-        pass.kv_store(&layer, &kb, &vb, t, start).unwrap();
+        pass.kv_store(&layer, &kb, &vb, row0, t, start).unwrap();
         pass.attention(&s, &qb, &layer, &out).unwrap();
         pass.submit().unwrap();
         let want = attention_reference(&s, &q, &keys, &values);
-        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        let got = gpu.read(&out).unwrap();
+        assert!(got[..row0 * wo].iter().all(|&x| x == 0.0), "attention {s:?} wrote outside its rows");
+        let err = normalised_error(&got[row0 * wo..], &want);
         assert!(err <= ATTENTION_BUDGET, "attention {s:?} over a ring of {ring}: normalised error {err:e}");
         start += t;
     }
@@ -383,7 +394,7 @@ fn shape(
     window: Option<usize>,
 ) -> AttentionShape {
     let scale = 1.0 / (head_dim_k as f32).sqrt();
-    AttentionShape { t: 0, start: 0, n_head, n_head_kv, head_dim_k, head_dim_v, scale, window }
+    AttentionShape { t: 0, start: 0, row0: 0, n_head, n_head_kv, head_dim_k, head_dim_v, scale, window }
 }
 
 #[test]

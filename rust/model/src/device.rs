@@ -59,6 +59,15 @@ pub struct DeviceWeights {
     work: Mutex<Option<Work>>,
 }
 
+/// One sequence's part of a device pass ([`DeviceWeights::pass`]).
+pub(crate) struct DeviceSeq<'a> {
+    pub cache: &'a KvCache,
+    pub rings: &'a DeviceRings,
+    pub tokens: &'a [u32],
+    pub want: Logits,
+    pub out: &'a mut Vec<f32>,
+}
+
 /// One conversation's keys and values on the device: a ring per layer, its
 /// rows where the session's position ledger (a cache
 /// [held elsewhere](ember_kv::KvCache::held_elsewhere)) puts them.
@@ -230,23 +239,18 @@ impl DeviceWeights {
         Ok(slot.as_mut().expect("made above"))
     }
 
-    /// One pass of `tokens` appended after the positions `cache` holds, its
-    /// keys and values in `rings`; the rows `want` asks for in `out` (logits
-    /// `n_vocab` a row, or the normed hidden states `n_embd` a row). The
-    /// caller has checked the pass fits and commits its positions.
-    pub(crate) fn pass(
-        &self,
-        model: &Model,
-        cache: &KvCache,
-        rings: &DeviceRings,
-        tokens: &[u32],
-        want: Logits,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
+    /// One pass over `seqs`, each appending its tokens after the positions
+    /// its ledger holds, its keys and values in its rings: their rows go
+    /// through every matrix together (one read of the weights for all), a
+    /// row's arithmetic the same whatever rows are beside it, and attention
+    /// runs per sequence over its own rings. Each gets the rows its `want`
+    /// asks for in `out` (logits `n_vocab` a row, or the normed hidden states
+    /// `n_embd` a row). The caller has checked each part fits, and commits
+    /// their positions.
+    pub(crate) fn pass(&self, model: &Model, seqs: &mut [DeviceSeq<'_>]) -> Result<()> {
         let c = &model.config;
         let w = model.weights();
-        let t = tokens.len();
-        let (start, n_ctx) = (cache.len(), cache.n_ctx());
+        let t: usize = seqs.iter().map(|q| q.tokens.len()).sum();
         let mut held = self.work.lock().unwrap_or_else(|e| e.into_inner());
         let s = self.work_for(model, &mut held, t)?;
         let g = &*self.gpu;
@@ -256,7 +260,7 @@ impl DeviceWeights {
         let scale = if c.opts.embed_scale { (e as f32).sqrt() } else { 1.0 };
         let host = &mut s.host;
         host.x.resize(t * e, 0.0);
-        for (row, &id) in host.x.chunks_mut(e).zip(tokens) {
+        for (row, &id) in host.x.chunks_mut(e).zip(seqs.iter().flat_map(|q| q.tokens)) {
             ember_quant::dequantize_row(w.token_embd.ty, w.token_embd.row(id as usize), row)
                 .expect("embedding row bound at load");
             if scale != 1.0 {
@@ -268,44 +272,60 @@ impl DeviceWeights {
             let half = table.half();
             host.cos.resize(t * half, 0.0);
             host.sin.resize(t * half, 0.0);
-            for j in 0..t {
+            let rows = seqs.iter().flat_map(|q| (0..q.tokens.len()).map(|j| (q.cache.len() + j, q.cache.n_ctx())));
+            for (j, (pos, n_ctx)) in rows.enumerate() {
                 let at = j * half..(j + 1) * half;
-                table.angles(start + j, n_ctx, &mut host.cos[at.clone()], &mut host.sin[at]);
+                table.angles(pos, n_ctx, &mut host.cos[at.clone()], &mut host.sin[at]);
             }
             g.write(&s.cos[variant], &host.cos).map_err(device_error)?;
             g.write(&s.sin[variant], &host.sin).map_err(device_error)?;
         }
 
         let mut p = g.pass();
-        for ((l, lc), kv) in self.layers.iter().zip(&c.layers).zip(&rings.layers) {
-            self.attention_block(model, &mut p, l, lc, kv, s, start, t).map_err(device_error)?;
+        for (il, (l, lc)) in self.layers.iter().zip(&c.layers).enumerate() {
+            self.attention_block(model, &mut p, l, lc, il, seqs, s, t).map_err(device_error)?;
             self.ffn_block(model, &mut p, l, s, t).map_err(device_error)?;
         }
         p.submit().map_err(device_error)?;
+        let mut r0 = 0;
+        for q in seqs.iter_mut() {
+            let n = q.tokens.len();
+            self.read_rows(model, s, r0, n, q.want, q.out)?;
+            r0 += n;
+        }
+        Ok(())
+    }
+
+    /// The rows `want` asks for of the `n` rows from `r0` that one
+    /// sequence fed, into `out`: the head's logits, or the states it reads.
+    fn read_rows(&self, model: &Model, s: &Work, r0: usize, n: usize, want: Logits, out: &mut Vec<f32>) -> Result<()> {
+        let c = &model.config;
+        let (g, e) = (&*self.gpu, c.n_embd);
         out.clear();
         if want == Logits::Hidden {
             // Every row after the output norm: what the head would read.
             let mut p = g.pass();
-            p.rms_norm(&s.x, &self.output_norm, &s.h, t, c.rms_eps).map_err(device_error)?;
+            p.copy(&s.x, r0 * e, &s.o, 0, n * e).map_err(device_error)?;
+            p.rms_norm(&s.o, &self.output_norm, &s.h, n, c.rms_eps).map_err(device_error)?;
             p.submit().map_err(device_error)?;
-            out.extend(g.read_first(&s.h, t * e).map_err(device_error)?);
+            out.extend(g.read_first(&s.h, n * e).map_err(device_error)?);
             return Ok(());
         }
         // The output head, on the rows asked for, as many at a time as the
         // logits buffer holds (a large vocabulary's rows fill a binding fast).
-        let (first, n) = match want {
-            Logits::None => (t, 0),
-            Logits::Last => (t - 1, 1),
-            Logits::All | Logits::Hidden => (0, t),
+        let (first, rows) = match want {
+            Logits::None => (0, 0),
+            Logits::Last => (r0 + n - 1, 1),
+            Logits::All | Logits::Hidden => (r0, n),
         };
-        for at in (first..first + n).step_by(s.logit_rows) {
-            let rows = s.logit_rows.min(first + n - at);
+        for at in (first..first + rows).step_by(s.logit_rows) {
+            let k = s.logit_rows.min(first + rows - at);
             let mut p = g.pass();
-            p.copy(&s.x, at * e, &s.o, 0, rows * e).map_err(device_error)?;
-            p.rms_norm(&s.o, &self.output_norm, &s.h, rows, c.rms_eps).map_err(device_error)?;
-            p.matmul(&self.output, &s.h, rows, &s.logits).map_err(device_error)?;
+            p.copy(&s.x, at * e, &s.o, 0, k * e).map_err(device_error)?;
+            p.rms_norm(&s.o, &self.output_norm, &s.h, k, c.rms_eps).map_err(device_error)?;
+            p.matmul(&self.output, &s.h, k, &s.logits).map_err(device_error)?;
             p.submit().map_err(device_error)?;
-            out.extend(g.read_first(&s.logits, rows * c.n_vocab).map_err(device_error)?);
+            out.extend(g.read_first(&s.logits, k * c.n_vocab).map_err(device_error)?);
         }
         if let Some(cap) = c.logit_softcap {
             out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
@@ -322,9 +342,9 @@ impl DeviceWeights {
         p: &mut ember_gpu::Pass<'_>,
         l: &DeviceLayer,
         lc: &LayerConfig,
-        kv: &DeviceKvLayer,
+        il: usize,
+        seqs: &[DeviceSeq<'_>],
         s: &Work,
-        start: usize,
         t: usize,
     ) -> ember_gpu::Result<()> {
         let c = &model.config;
@@ -347,18 +367,24 @@ impl DeviceWeights {
         let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
         p.rope(q, cos, sin, t, lc.n_head, hk, rope.n_rot / 2, halves)?;
         p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
-        p.kv_store(kv, k, &s.v, t, start)?;
-        let shape = AttentionShape {
-            t,
-            start,
-            n_head: lc.n_head,
-            n_head_kv: lc.n_head_kv,
-            head_dim_k: hk,
-            head_dim_v: lc.head_dim_v,
-            scale: lc.attn_scale,
-            window: lc.window,
-        };
-        p.attention(&shape, q, kv, &s.att)?;
+        let mut row0 = 0;
+        for seq in seqs {
+            let (kv, n, start) = (&seq.rings.layers[il], seq.tokens.len(), seq.cache.len());
+            p.kv_store(kv, k, &s.v, row0, n, start)?;
+            let shape = AttentionShape {
+                t: n,
+                start,
+                row0,
+                n_head: lc.n_head,
+                n_head_kv: lc.n_head_kv,
+                head_dim_k: hk,
+                head_dim_v: lc.head_dim_v,
+                scale: lc.attn_scale,
+                window: lc.window,
+            };
+            p.attention(&shape, q, kv, &s.att)?;
+            row0 += n;
+        }
         p.matmul(&l.wo, &s.att, t, &s.o)?;
         residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
     }

@@ -11,7 +11,7 @@ use ember_kv::{KvCache, KvType, LayerShape};
 use crate::attention::{attention_many, AttnPart, AttnShape};
 use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, LayerConfig, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
-use crate::device::DeviceRings;
+use crate::device::{DeviceRings, DeviceSeq};
 use crate::error::{ModelError, Result};
 use crate::matmul::{matmul, matmul_gated, matmul_gated_set, matmul_many, matmul_set, Acts, GatedPart, Part, Product};
 use crate::ops;
@@ -303,7 +303,7 @@ impl Model {
         self.check_pass(&s.cache, tokens)?;
         let Session { cache, scratch, logits, rings } = s;
         match rings {
-            Some(rings) => self.device_pass(cache, rings, tokens, want, logits)?,
+            Some(rings) => self.device_pass(vec![(cache, &*rings, tokens, want, logits)])?,
             None => self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [] }]),
         }
         Ok(&s.logits)
@@ -323,13 +323,13 @@ impl Model {
             return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
         }
         if seqs.iter().any(|sp| sp.session.on_device()) {
-            // Each conversation's pass on the device in turn, as it would run alone.
+            let mut parts = Vec::with_capacity(seqs.len());
             for sp in seqs.iter_mut() {
                 let Session { cache, logits, rings, .. } = &mut *sp.session;
                 let rings = rings.as_ref().ok_or_else(|| ModelError::Invalid("a pass mixes CPU and device sessions".into()))?;
-                self.device_pass(cache, rings, sp.tokens, sp.want, logits)?;
+                parts.push((cache, rings, sp.tokens, sp.want, logits));
             }
-            return Ok(());
+            return self.device_pass(parts);
         }
         let mut parts: Vec<Seq<'_>> = seqs
             .iter_mut()
@@ -344,12 +344,23 @@ impl Model {
         Ok(())
     }
 
-    /// One sequence's pass on the device its rings are on; its positions
-    /// are held once the pass has run.
-    fn device_pass(&self, cache: &mut KvCache, rings: &DeviceRings, tokens: &[u32], want: Logits, logits: &mut Vec<f32>) -> Result<()> {
+    /// One pass of several sequences on the device their rings are on;
+    /// their positions are held once it has run.
+    #[allow(clippy::type_complexity)]
+    fn device_pass(&self, parts: Vec<(&mut KvCache, &DeviceRings, &[u32], Logits, &mut Vec<f32>)>) -> Result<()> {
         let dw = self.placement().ok_or_else(|| ModelError::Invalid("a device session of a model not on a device".into()))?;
-        dw.pass(self, cache, rings, tokens, want, logits)?;
-        cache.commit(tokens.len());
+        let (mut caches, mut rest): (Vec<&mut KvCache>, Vec<_>) =
+            parts.into_iter().map(|(cache, rings, tokens, want, out)| (cache, (rings, tokens, want, out))).unzip();
+        let mut seqs: Vec<DeviceSeq<'_>> = caches
+            .iter()
+            .zip(rest.iter_mut())
+            .map(|(cache, (rings, tokens, want, out))| DeviceSeq { cache: &**cache, rings: *rings, tokens: *tokens, want: *want, out: &mut **out })
+            .collect();
+        dw.pass(self, &mut seqs)?;
+        drop(seqs);
+        for (cache, (_, tokens, _, _)) in caches.iter_mut().zip(&rest) {
+            cache.commit(tokens.len());
+        }
         Ok(())
     }
 

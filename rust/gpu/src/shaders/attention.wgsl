@@ -16,7 +16,8 @@ struct Params {
     // 0: no window.
     window: u32,
     scale: f32,
-    _pad0: u32,
+    // The first row of q and out this call's queries are in.
+    row0: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -54,7 +55,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         first = pos + 1u - p.window;
     }
     let kvh = head / (p.n_head / p.n_head_kv);
-    let q0 = (row * p.n_head + head) * p.dk;
+    let q0 = ((p.row0 + row) * p.n_head + head) * p.dk;
     let k_stride = p.n_head_kv * p.dk;
     let v_stride = p.n_head_kv * p.dv;
 
@@ -98,7 +99,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         m = cm;
         workgroupBarrier();
     }
-    let o0 = (row * p.n_head + head) * p.dv;
+    let o0 = ((p.row0 + row) * p.n_head + head) * p.dv;
     for (var k = 0u; k < MAX_PER_THREAD; k++) {
         let d = lid + k * WG;
         if (d < p.dv) {

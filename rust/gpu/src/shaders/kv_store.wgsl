@@ -1,4 +1,4 @@
-// Writes `rows` rows of keys or values (f32, `width` wide) into a cache of
+// Writes rows `first_row..first_row + rows` of keys or values (f32, `width` wide) into a cache of
 // f16 rows, the row of position p at p % ring (a sliding-window layer keeps
 // a ring; a full one holds every position). One thread a pair of values.
 
@@ -8,7 +8,7 @@ struct Params {
     start: u32,
     ring: u32,
     threads_x: u32,
-    _pad0: u32,
+    first_row: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -26,7 +26,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     }
     let row = i / pairs;
     let pair = i % pairs;
-    let at = row * p.width + 2u * pair;
+    let at = (p.first_row + row) * p.width + 2u * pair;
     let dst = ((p.start + row) % p.ring) * pairs + pair;
     cache[dst] = pack2x16float(vec2<f32>(src[at], src[at + 1u]));
 }
