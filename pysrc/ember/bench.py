@@ -148,11 +148,18 @@ def run_bench(
     on_result: Callable[[TestResult], None] | None = None,
     depths: list[int] | None = None,
     kv_type: str = "f16",
+    gpu_layers: int | str | None = None,
+    device: str | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> list[TestResult]:
     """Measures the tests (ppN unless ``n_prompt`` is 0, tgN unless ``n_gen`` is 0)
     at each depth and returns their results, handing each to ``on_result`` as
-    it finishes."""
+    it finishes. ``gpu_layers`` and ``device`` put the model on a device as
+    `ember.Model` takes them; where it runs on the CPU all the same, ``note``
+    hears why."""
     from ember import _native
+    from ember.devices import request
+    from ember.errors import EmberError
 
     check_args(n_prompt, n_gen, repetitions, threads, batch)
     depths = depths or [0]
@@ -162,10 +169,18 @@ def run_bench(
     if not path.is_file():
         raise BenchError(f"model file {path}: no such file")
     size, params = _model_facts(path)
-    model = _native.Model(str(path), max(depths) + max(n_prompt, n_gen, 1), threads, kv_type, batch)
+    try:
+        where = request(gpu_layers, device)
+        model = _native.Model(str(path), max(depths) + max(n_prompt, n_gen, 1), threads, kv_type, batch, where.device,
+                              where.layers, where.strict)
+    except EmberError as e:
+        raise BenchError(str(e)) from None
+    placed = model.placement()
+    if model.device_note and note is not None:
+        note(f"the model runs on the CPU: {model.device_note}")
     base = dict(
-        model=path.name, size=size, params=params, kernels=_native.simd_level(), threads=model.threads, n_batch=batch,
-        kv_type=kv_type,
+        model=path.name, size=size, params=params, kernels=placed["name"] if placed else _native.simd_level(),
+        threads=model.threads, n_batch=batch, kv_type=kv_type,
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
@@ -177,7 +192,12 @@ def run_bench(
                 prompt_tokens(n_prompt, model.n_vocab, bos)
             tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **base),
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
-        if n_gen:
+        if n_gen and placed:
+            # The host's streaming rate says nothing of a device's: no limit column.
+            first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
+            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, **base),
+                          lambda first=first, held=held: model.bench_generation(first, n_gen, held)))
+        elif n_gen:
             first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
             weights, cache = model.token_bytes(depth + n_gen // 2)
             # The rate of re-reading as many bytes as a token reads: memory's,
@@ -250,7 +270,8 @@ def format_jsonl(result: TestResult) -> str:
 
 
 def main_bench(path: Path, n_prompt: int, n_gen: int, repetitions: int, threads: int, batch: int, as_json: bool,
-               out: TextIO = sys.stdout, depths: list[int] | None = None, kv_type: str = "f16") -> int:
+               out: TextIO = sys.stdout, depths: list[int] | None = None, kv_type: str = "f16",
+               gpu_layers: int | str | None = None, device: str | None = None) -> int:
     """Runs the tests and prints them: a table (after the last test), or a JSON
     object per line as each test finishes."""
 
@@ -259,7 +280,8 @@ def main_bench(path: Path, n_prompt: int, n_gen: int, repetitions: int, threads:
             print(format_jsonl(r), file=out, flush=True)
 
     results = run_bench(path, n_prompt, n_gen, repetitions, threads, batch, on_result=emit, depths=depths,
-                        kv_type=kv_type)
+                        kv_type=kv_type, gpu_layers=gpu_layers, device=device,
+                        note=lambda line: print(f"ember bench: {line}", file=sys.stderr))
     if not as_json:
         print(format_table(results), file=out, flush=True)
     return 0

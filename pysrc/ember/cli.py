@@ -173,7 +173,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
             path = default_model_path()
         return main_bench(path, a.n_prompt, a.n_gen, a.repetitions, a.threads, a.batch_size, a.json, depths=depths,
-                          kv_type=a.cache_type)
+                          kv_type=a.cache_type, gpu_layers=a.n_gpu_layers, device=a.device)
     except BenchError as e:
         print(f"ember bench: error: {e}", file=sys.stderr)
         return 2
@@ -255,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-d", "--n-depth", default="0",
                        help="tokens already in the context before each test, comma-separated for several (0,4096)")
     bench.add_argument("-ctk", "--cache-type", default="f16", help="KV cache type: f16 (default), q8_0 or f32")
+    bench.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", default=None,
+                       help="layers on the GPU: all puts every layer and the output head on the first card (the CPU "
+                            "when there is none, said on stderr), 0 none")
+    bench.add_argument("-dev", "--device", default=None,
+                       help="the device to measure on, by its `ember serve --list-devices` name, or none")
     bench.add_argument("--json", action="store_true", help="one JSON object per line per test instead of a table")
     bench.set_defaults(func=cmd_bench, parser=bench)
     _one_line_errors(bench)

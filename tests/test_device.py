@@ -1,4 +1,4 @@
-"""The server and the in-process API with the model on a Vulkan device
+"""The server, the in-process API and `ember bench` with the model on a Vulkan device
 (Mesa's lavapipe in CI, which reads a few tokens a second: the prompts are
 llama.cpp's short golden ones and the draws few). Greedy tokens equal
 llama.cpp's recorded ones on these prompts, two slots answered together; a
@@ -123,3 +123,27 @@ def test_the_server_on_the_device(smollm2_path):
     assert "the device was lost: injected by the test" in body["error"]["message"], body
     status, body = after
     assert status == 200 and body["tokens"] == cases[1]["greedy_ids"][:4], body
+
+
+def test_bench_on_the_device(smollm2_path):
+    import subprocess
+    import sys
+
+    name = _device_name()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "ember", "bench", "-m", str(smollm2_path), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=300)
+    r = run("-p", "16", "-n", "4", "-r", "1", "--device", name, "--json")
+    assert r.returncode == 0, r.stderr
+    objs = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert [o["test"] for o in objs] == ["pp16", "tg4"]
+    for o in objs:
+        assert o["kernels"] == name and o["avg_ts"] > 0, o
+        assert "limit_ts" not in o, "the host's streaming limit is not a device's"
+    for args, needle in ((["-ngl", "gl"], "gpu_layers: expected a number of layers"),
+                         (["--device", "Vulkan99"], 'no device named "Vulkan99"'),
+                         (["-ngl", "3", "--device", name], "gpu_layers 3: ember runs every layer")):
+        r = run("-p", "16", "-n", "0", "-r", "1", *args)
+        assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
+        # (Mesa may add lines of its own about the environment.)
+        said = [line for line in r.stderr.splitlines() if line.startswith("ember bench: ")]
+        assert len(said) == 1 and needle in said[0] and "Traceback" not in r.stderr, r.stderr
