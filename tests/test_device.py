@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 
 import pytest
 
-from paths import TESTS
+from paths import FIXTURES, TESTS
 
 
 def _device_name() -> str:
@@ -60,6 +61,25 @@ def test_the_in_process_model_on_the_device(smollm2_path):
         ember.Model(smollm2_path, n_ctx=64, device="Vulkan99")
     cpu = ember.Model(smollm2_path, n_ctx=64, device="none", gpu_layers="all")
     assert cpu.placement is None and cpu.device_note is None
+
+
+def test_a_family_without_device_kernels_is_refused_by_name_and_noted_otherwise():
+    """A hybrid (Qwen3.5's DeltaNet layers) on a named device is refused,
+    naming the layer; asked for by -ngl alone it runs on the CPU, and the
+    note says why."""
+    import ember
+    from ember.errors import DeviceError
+
+    sys.path.insert(0, str(FIXTURES))
+    import make_tiny_models
+
+    path = make_tiny_models.ensure("qwen35")
+    name = _device_name()
+    with pytest.raises(DeviceError, match=f"the model cannot run on {name}: layer 0: gated DeltaNet layers have no "
+                                          "device kernels yet"):
+        ember.Model(path, n_ctx=64, device=name)
+    model = ember.Model(path, n_ctx=64, gpu_layers="all")
+    assert model.placement is None and model.device_note
 
 
 def test_asking_for_the_first_card_runs_on_the_cpu_without_one(smollm2_path):

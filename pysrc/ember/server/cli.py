@@ -570,7 +570,6 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("host", "names no address")
     hosts = list(dict.fromkeys(h for h in hosts if h))
     kv_type = _kv_type(values, sources, bad)
-    device = _device_request(values, sources, bad, lines)
 
     if values["hf-repo"] is not None:
         if values["model"] is not None:
@@ -596,6 +595,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     ctx = _choose_ctx(requested, info, machine.mem_available() if mem_available is None else mem_available, lines,
                       kv_scale=_CACHE_TYPE_SCALE[kv_type])
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
+    _device_request(values, sources, bad, lines)
 
     parallel, depth = values["parallel"], values["queue-depth"]
     if parallel > 1:
@@ -776,7 +776,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     return opts, lines
 
 
-def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines: list[str]):
+def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines: list[str]) -> None:
     """-ngl and --device checked before the model loads: their spelling, and
     that a named device is there. Where the model runs is said once it has
     loaded; here, what was asked."""
@@ -789,7 +789,7 @@ def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines:
     except InvalidRequestError as e:
         raise bad(flag, str(e).split(": ", 1)[-1]) from None
     if values["device"] is None and values["gpu-layers"] is None:
-        return asked
+        return
     if asked.on_cpu:
         lines.append(f"device: none, the model runs on the CPU (from {sources[flag]})")
     elif asked.device:
@@ -801,7 +801,6 @@ def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines:
     else:
         lines.append(f"device: the first card asked for every layer and the output head (from {sources[flag]}); "
                      "without one that can run the model, the CPU")
-    return asked
 
 
 #: The file's recommended sampling (llama.cpp's general.sampling.* keys) ->

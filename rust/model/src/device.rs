@@ -1,9 +1,12 @@
 //! The forward pass on a GPU (`ember-gpu`): the dense attention families'
-//! blocks with every weight uploaded once in its file format, each
-//! conversation's keys and values in f16 rings on the device, and the
-//! logits read back. The CPU pass (`forward.rs`) is its reference: the same
-//! family options in the same order, the embedding rows and the rope angles
-//! still computed on the host, where they cost a row per token.
+//! blocks with every weight uploaded once in its file format
+//! ([`Model::place_on`]), each conversation's keys and values in f16 rings
+//! on the device beside a position ledger on the host (the session's
+//! cache, [held elsewhere](ember_kv::KvCache::held_elsewhere)), several
+//! conversations in one pass, and the logits read back. The CPU pass
+//! (`forward.rs`) is its reference: the same family options in the same
+//! order, the embedding rows and the rope angles still computed on the
+//! host, where they cost a row per token.
 //!
 //! A model with a layer the device cannot run yet (a DeltaNet layer, a
 //! mixture, per-layer inputs, shared caches) is refused at upload, naming
@@ -13,11 +16,11 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceKvLayer, DeviceMatrix, Gpu, GpuError};
+use ember_kv::KvCache;
 
 use crate::config::{FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::Logits;
-use ember_kv::KvCache;
 use crate::weights::Matrix;
 use crate::Model;
 
