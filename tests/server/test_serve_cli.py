@@ -222,7 +222,8 @@ def test_llama_arg_variables_are_answered_like_their_flags_and_unread_ones_repor
     _, lines = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_FLASH_ATTN": "1", "LLAMA_ARG_N_GPU_LAYERS": "99",
                                                   "LLAMA_ARG_NOT_A_THING": "1"})
     assert any(line.startswith("LLAMA_ARG_FLASH_ATTN 1: attention is always fused") for line in lines), lines
-    assert any(line.startswith("LLAMA_ARG_N_GPU_LAYERS 99: the model runs on the CPU") for line in lines), lines
+    assert "device: the first card asked for every layer and the output head (from LLAMA_ARG_N_GPU_LAYERS); without " \
+           "one that can run the model, the CPU" in lines
     assert "LLAMA_ARG_NOT_A_THING is not read by ember" in lines
     with pytest.raises(OptionError, match="--model-url: http://127.0.0.1:9/m.gguf: not in the cache, and --offline"):
         _parse(["--offline"], {"LLAMA_ARG_MODEL_URL": "http://127.0.0.1:9/m.gguf"})

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{model_path, GEMMA3, SMOLLM2};
+use common::{model_path, step_until_idle, GEMMA3, SMOLLM2};
 use ember_grammar::{Automaton, Matcher};
 use ember_model::batch::{Batcher, SlotEvent};
 use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Model, StopReason};
@@ -140,16 +140,7 @@ fn batcher_and_lone_generation_agree_under_a_grammar() {
     for (i, p) in prompts.iter().enumerate() {
         b.start(i, p, params(&a, 0.9, i as u64), false, &[]).unwrap();
     }
-    let mut together = vec![Vec::new(); 3];
-    while b.any_busy() {
-        for (slot, ev) in b.step() {
-            match ev {
-                SlotEvent::Step(s) => together[slot].push(s.token),
-                SlotEvent::Failed(e) => panic!("slot {slot}: {e}"),
-                SlotEvent::Done => {}
-            }
-        }
-    }
+    let together = step_until_idle(&mut b);
     assert_eq!(together, alone);
 }
 

@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use common::*;
-use ember_model::batch::{Batcher, SlotEvent};
+use ember_model::batch::Batcher;
 use ember_model::{device_refusal, Gpu, KvType, LoadOptions, Logits, Model, Session};
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -225,33 +225,14 @@ fn slots_on_the_device_answer_as_each_alone() {
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt_ids"])).collect();
     let run = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> Vec<u32> {
         b.start(slot, prompt, greedy(6, 0), true, &[]).unwrap();
-        let mut drawn = Vec::new();
-        while b.is_busy(slot) {
-            for (i, ev) in b.step() {
-                match ev {
-                    SlotEvent::Step(s) if i == slot => drawn.push(s.token),
-                    SlotEvent::Failed(e) => panic!("slot {i}: {e}"),
-                    _ => {}
-                }
-            }
-        }
-        drawn
+        step_until_idle(b).swap_remove(slot)
     };
     let alone: Vec<Vec<u32>> = prompts.iter().map(|p| run(&mut Batcher::new(dm.clone(), 1, 96, 16, KvType::F16).unwrap(), 0, p)).collect();
     let mut b = Batcher::new(dm.clone(), 3, 96, 16, KvType::F16).unwrap();
     for (i, p) in prompts.iter().enumerate() {
         b.start(i, p, greedy(6, 0), true, &[]).unwrap();
     }
-    let mut together = vec![Vec::new(); 3];
-    while b.any_busy() {
-        for (i, ev) in b.step() {
-            match ev {
-                SlotEvent::Step(s) => together[i].push(s.token),
-                SlotEvent::Failed(e) => panic!("slot {i}: {e}"),
-                SlotEvent::Done => {}
-            }
-        }
-    }
+    let together = step_until_idle(&mut b);
     assert_eq!(together, alone, "three slots stepped together on the device");
     // The greedy tokens llama.cpp drew on these prompts.
     for (drawn, case) in alone.iter().zip(&cases) {

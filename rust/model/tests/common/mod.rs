@@ -190,3 +190,20 @@ pub fn greedy(max_tokens: usize, n_probs: usize) -> GenerateParams {
         thought_budget: None,
     }
 }
+
+/// Steps `b` until no slot is busy: the tokens each of its slots drew (a
+/// failed request fails the test).
+#[allow(dead_code)]
+pub fn step_until_idle(b: &mut ember_model::batch::Batcher) -> Vec<Vec<u32>> {
+    let mut drawn = vec![Vec::new(); b.n_slots()];
+    while b.any_busy() {
+        for (slot, ev) in b.step() {
+            match ev {
+                ember_model::batch::SlotEvent::Step(s) => drawn[slot].push(s.token),
+                ember_model::batch::SlotEvent::Failed(e) => panic!("slot {slot}: {e}"),
+                ember_model::batch::SlotEvent::Done => {}
+            }
+        }
+    }
+    drawn
+}
