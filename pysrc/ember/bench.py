@@ -192,19 +192,16 @@ def run_bench(
                 prompt_tokens(n_prompt, model.n_vocab, bos)
             tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **base),
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
-        if n_gen and placed:
-            # The host's streaming rate says nothing of a device's: no limit column.
+        if n_gen:
             first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
-            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, **base),
-                          lambda first=first, held=held: model.bench_generation(first, n_gen, held)))
-        elif n_gen:
-            first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]
-            weights, cache = model.token_bytes(depth + n_gen // 2)
-            # The rate of re-reading as many bytes as a token reads: memory's,
-            # or a large last-level cache's where they fit it.
-            stream = model.stream_rate(weights + cache)
-            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, weights_bytes=weights, cache_bytes=cache,
-                                     stream_bytes_per_s=stream, **base),
+            limit = {}
+            if not placed:  # the host's streaming rate says nothing of a device's
+                weights, cache = model.token_bytes(depth + n_gen // 2)
+                # The rate of re-reading as many bytes as a token reads: memory's,
+                # or a large last-level cache's where they fit it.
+                limit = dict(weights_bytes=weights, cache_bytes=cache,
+                             stream_bytes_per_s=model.stream_rate(weights + cache))
+            tests.append((TestResult(n_prompt=0, n_gen=n_gen, n_depth=depth, **limit, **base),
                           lambda first=first, held=held: model.bench_generation(first, n_gen, held)))
     results = []
     for result, measure in tests:

@@ -151,6 +151,7 @@ def test_the_flags_scripts_pass_are_accepted_and_said(argv, said, smollm2_path):
     (["-fa", "sometimes"], "-fa sometimes: expected on, off or auto"),
     (["-ngl", "gl"], "--gpu-layers gl: expected a number of layers, auto or all, got 'gl' (from the command line)"),
     (["-ngl", "-2"], "--gpu-layers -2: -2 is not a count of layers"),
+    (["-ngl", "x", "--device", "none"], "--gpu-layers x: expected a number of layers"),
     (["--device", "Vulkan99"], "--device Vulkan99: no such device; the devices are: "),
     (["--device", "Vulkan0,Vulkan1"], "--device Vulkan0,Vulkan1: names 2 devices; ember runs a model on one"),
     (["-ts", "1,1"], "-ts 1,1: ember runs a model whole on one device"),

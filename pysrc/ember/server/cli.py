@@ -783,11 +783,12 @@ def _device_request(values: dict[str, Any], sources: dict[str, str], bad, lines:
     from ember.devices import request
     from ember.errors import InvalidRequestError
 
-    flag = "device" if values["device"] is not None else "gpu-layers"
     try:
         asked = request(values["gpu-layers"], values["device"])
     except InvalidRequestError as e:
-        raise bad(flag, str(e).split(": ", 1)[-1]) from None
+        field, why = str(e).split(": ", 1)
+        raise bad("gpu-layers" if field == "gpu_layers" else "device", why) from None
+    flag = "device" if values["device"] is not None else "gpu-layers"
     if values["device"] is None and values["gpu-layers"] is None:
         return
     if asked.on_cpu:
