@@ -43,29 +43,10 @@ fn main() {
     );
     let n_vocab = model.config.n_vocab;
     let ids: Vec<u32> = (0..(pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
-    let rate = |n: usize, secs: f64| n as f64 / secs;
-
-    let mut s = dm.new_session(pp + tg, pp.max(1), KvType::F16);
-    // One untimed pass first: the pipelines are built on first use.
+    // One untimed pass first: the device's pipelines are built on first use.
     dm.forward(&mut dm.new_session(8, 8, KvType::F16), &ids[..8], Logits::Last).unwrap();
-    let t = Instant::now();
-    dm.forward(&mut s, &ids[..pp], Logits::Last).unwrap();
-    let device_pp = rate(pp, t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    for &id in &ids[pp..] {
-        dm.forward(&mut s, &[id], Logits::Last).unwrap();
-    }
-    let device_tg = rate(tg, t.elapsed().as_secs_f64());
-
-    let mut c = model.new_session(pp + tg, pp.max(1), KvType::F16);
-    let t = Instant::now();
-    model.prefill(&mut c, &ids[..pp], Logits::Last).unwrap();
-    let cpu_pp = rate(pp, t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    for &id in &ids[pp..] {
-        model.forward(&mut c, &[id], Logits::Last).unwrap();
-    }
-    let cpu_tg = rate(tg, t.elapsed().as_secs_f64());
+    let (device_pp, device_tg) = pp_and_tg(&dm, &ids, pp);
+    let (cpu_pp, cpu_tg) = pp_and_tg(&model, &ids, pp);
     if json {
         println!(
             "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
@@ -78,4 +59,18 @@ fn main() {
     println!("| test | device t/s | CPU t/s ({} threads) |", model.threads());
     println!("| pp{pp} | {device_pp:.1} | {cpu_pp:.1} |");
     println!("| tg{tg} | {device_tg:.1} | {cpu_tg:.1} |");
+}
+
+/// Tokens a second reading `ids[..pp]` as one prompt, then decoding the
+/// rest one at a time after it; on the device or the CPU, as `model` is placed.
+fn pp_and_tg(model: &Model, ids: &[u32], pp: usize) -> (f64, f64) {
+    let mut s = model.new_session(ids.len(), pp.max(1), KvType::F16);
+    let t = Instant::now();
+    model.prefill(&mut s, &ids[..pp], Logits::Last).unwrap();
+    let prompt = pp as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for &id in &ids[pp..] {
+        model.forward(&mut s, &[id], Logits::Last).unwrap();
+    }
+    (prompt, (ids.len() - pp) as f64 / t.elapsed().as_secs_f64())
 }
