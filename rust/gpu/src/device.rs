@@ -189,11 +189,11 @@ impl Gpu {
 
     /// The most bytes one buffer a kernel binds may hold: the device's
     /// limit, and what the kernels' 32-bit byte offsets reach.
-    fn binding_limit(&self) -> u64 {
+    pub(crate) fn binding_limit(&self) -> u64 {
         self.info.max_binding_bytes.min(u32::MAX as u64)
     }
 
-    fn fits(&self, what: impl FnOnce() -> String, bytes: u64) -> Result<()> {
+    pub(crate) fn fits(&self, what: impl FnOnce() -> String, bytes: u64) -> Result<()> {
         let limit = self.binding_limit();
         if bytes > limit {
             return Err(GpuError::TooLarge { what: what(), bytes, limit });
@@ -204,7 +204,7 @@ impl Gpu {
     /// A storage buffer of `bytes` (rounded up to whole words, and one word
     /// more, so a read of four bytes at the last byte stays inside it),
     /// holding `data` at its start.
-    fn storage(&self, label: &str, data: &[u8], bytes: usize) -> Result<wgpu::Buffer> {
+    pub(crate) fn storage(&self, label: &str, data: &[u8], bytes: usize) -> Result<wgpu::Buffer> {
         let size = (bytes.div_ceil(4) + 1) * 4;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -398,8 +398,8 @@ impl Gpu {
 
 /// f32 values on the device.
 pub struct DeviceBuffer {
-    buf: wgpu::Buffer,
-    len: usize,
+    pub(crate) buf: wgpu::Buffer,
+    pub(crate) len: usize,
 }
 
 impl DeviceBuffer {
@@ -491,7 +491,7 @@ pub struct Pass<'g> {
 }
 
 impl Pass<'_> {
-    fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
+    pub(crate) fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
         let gpu = self.gpu;
         let pipeline = gpu.pipelines.get(&gpu.device, kernel).expect("a kernel with a source");
         let uniform = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -516,7 +516,7 @@ impl Pass<'_> {
         cpass.dispatch_workgroups(groups[0], groups[1], groups[2]);
     }
 
-    fn max_groups(&self) -> usize {
+    pub(crate) fn max_groups(&self) -> usize {
         self.gpu.limits.max_compute_workgroups_per_dimension as usize
     }
 
@@ -577,7 +577,7 @@ impl Pass<'_> {
 
     /// Groups of 64 threads for `n` threads, spread over x and y past the
     /// dispatch limit; returns the groups and the threads along x.
-    fn spread(&self, n: usize, what: &str) -> Result<([u32; 3], u32)> {
+    pub(crate) fn spread(&self, n: usize, what: &str) -> Result<([u32; 3], u32)> {
         let groups = n.div_ceil(64).max(1);
         let max = self.max_groups();
         let gx = groups.min(max);

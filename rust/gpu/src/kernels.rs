@@ -9,6 +9,8 @@ use ember_gguf::GgmlType;
 /// The matrix product's template and, per weight format, the file that
 /// gives its block (elements, bytes, and the dot of one block with the input).
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
+const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
@@ -16,8 +18,10 @@ const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const MOE_ROUTE: &str = include_str!("shaders/moe_route.wgsl");
+const MOE_COMBINE: &str = include_str!("shaders/moe_combine.wgsl");
 
-/// The template's line that sets how many inputs a thread takes.
+/// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 
 fn format_source(ty: GgmlType) -> Option<&'static str> {
@@ -50,6 +54,8 @@ pub(crate) enum Kernel {
     /// The weight type, and whether a thread takes eight inputs (a prompt)
     /// or one (a decoded token, where eight would cost it the unused columns).
     Matmul(GgmlType, bool),
+    /// A mixture's expert products, one input a thread.
+    MatmulId(GgmlType),
     RmsNorm,
     SiluMul,
     GeluMul,
@@ -57,6 +63,8 @@ pub(crate) enum Kernel {
     Rope,
     KvStore,
     Attention,
+    MoeRoute,
+    MoeCombine,
 }
 
 impl Kernel {
@@ -70,23 +78,28 @@ impl Kernel {
 
     fn source(self) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty, wide) => {
-                let block = format_source(ty)?;
-                // The format's block reads the template's buffers and readers;
-                // WGSL declarations may come in any order.
-                let scales = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) { K_SCALES } else { "" };
-                let template =
-                    if wide { MATMUL.to_string() } else { MATMUL.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
-                format!("{template}\n{scales}\n{block}")
-            }
+            Kernel::Matmul(ty, wide) => product(MATMUL, ty, wide)?,
+            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
             Kernel::RmsNorm => RMS_NORM.to_string(),
             Kernel::SiluMul | Kernel::GeluMul => ELEMENTWISE.to_string(),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Rope => ROPE.to_string(),
             Kernel::KvStore => KV_STORE.to_string(),
             Kernel::Attention => ATTENTION.to_string(),
+            Kernel::MoeRoute => MOE_ROUTE.to_string(),
+            Kernel::MoeCombine => MOE_COMBINE.to_string(),
         })
     }
+}
+
+/// A product's source: its entry point and buffers (`main`), the shared
+/// readers with the inputs a thread takes (eight where `wide`, else one),
+/// and the format's block; WGSL declarations may come in any order.
+fn product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
+    let block = format_source(ty)?;
+    let scales = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) { K_SCALES } else { "" };
+    let common = if wide { MATMUL_COMMON.to_string() } else { MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
+    Some(format!("{main}\n{common}\n{scales}\n{block}"))
 }
 
 /// Pipelines built once per device and kernel.
@@ -126,6 +139,6 @@ impl Pipelines {
 mod tests {
     #[test]
     fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
-        assert!(super::MATMUL.contains(super::WIDE_COLS));
+        assert!(super::MATMUL_COMMON.contains(super::WIDE_COLS));
     }
 }

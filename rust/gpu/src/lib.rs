@@ -9,6 +9,7 @@
 
 mod device;
 mod error;
+mod experts;
 mod kernels;
 
 pub use device::{
@@ -16,4 +17,5 @@ pub use device::{
     Pass, MAX_HEAD_DIM_V,
 };
 pub use error::{GpuError, Result};
+pub use experts::{DeviceExperts, Routing};
 pub use kernels::matmul_supports;

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use ember_gguf::GgmlType;
-use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError};
+use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError, Routing};
 use half::{bf16, f16};
 
 fn gpu() -> Option<&'static Gpu> {
@@ -424,4 +424,138 @@ fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
     let (q, out) = (gpu.zeros("q", 16 * 64).unwrap(), gpu.zeros("out", 16 * 64).unwrap());
     let err = gpu.pass().attention(&s, &q, &layer, &out).err().unwrap();
     assert!(err.to_string().contains("the ring no longer holds every position the queries see"), "{err}");
+}
+
+/// The host's routing: each row's softmax, its top `n_used` (ties to the
+/// lower expert), normalised and scaled as `Routing` asks.
+fn route_reference(logits: &[f32], r: &Routing) -> (Vec<u32>, Vec<f64>) {
+    let (mut ids, mut weights) = (Vec::new(), Vec::new());
+    for row in logits.chunks(r.n_expert) {
+        let top = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+        let sum: f64 = row.iter().map(|&v| (v as f64 - top).exp()).sum();
+        let prob: Vec<f64> = row.iter().map(|&v| (v as f64 - top).exp() / sum).collect();
+        let mut order: Vec<usize> = (0..r.n_expert).collect();
+        order.sort_by(|&a, &b| prob[b].total_cmp(&prob[a]).then(a.cmp(&b)));
+        let chosen = &order[..r.n_used];
+        let total: f64 = chosen.iter().map(|&i| prob[i]).sum();
+        let div = if r.normalise { total } else { 1.0 };
+        ids.extend(chosen.iter().map(|&i| i as u32));
+        weights.extend(chosen.iter().map(|&i| prob[i] / div * r.scale as f64));
+    }
+    (ids, weights)
+}
+
+fn ids_buffer(gpu: &Gpu, ids: &[u32]) -> ember_gpu::DeviceBuffer {
+    let bits: Vec<f32> = ids.iter().map(|&i| f32::from_bits(i)).collect();
+    gpu.upload("ids", &bits).unwrap()
+}
+
+#[test]
+fn routing_chooses_the_cpus_experts_with_their_weights() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(61);
+    for (normalise, scale) in [(true, 1.0), (false, 2.5)] {
+        let r = Routing { rows: 70, n_expert: 9, n_used: 3, normalise, scale };
+        let mut logits: Vec<f32> = (0..r.rows * r.n_expert).map(|_| 4.0 * rng.unit()).collect();
+        // A tie in the first row: the lower expert goes first.
+        logits[..r.n_expert].copy_from_slice(&[0.5, 2.0, 1.0, 2.0, -1.0, 0.0, 0.0, 1.5, 0.2]);
+        let (want_ids, want_w) = route_reference(&logits, &r);
+        assert_eq!(want_ids[..3], [1, 3, 7]);
+        let lb = gpu.upload("logits", &logits).unwrap();
+        let (ids, weights) = (gpu.zeros("ids", r.rows * r.n_used).unwrap(), gpu.zeros("w", r.rows * r.n_used).unwrap());
+        let mut pass = gpu.pass();
+        pass.moe_route(&r, &lb, &ids, &weights).unwrap();
+        pass.submit().unwrap();
+        let got_ids: Vec<u32> = gpu.read(&ids).unwrap().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got_ids, want_ids, "normalise {normalise}");
+        let err = normalised_error(&gpu.read(&weights).unwrap(), &want_w);
+        assert!(err <= 1e-6, "routing weights: normalised error {err:e}");
+    }
+    let r = Routing { rows: 2, n_expert: 4, n_used: 5, normalise: true, scale: 1.0 };
+    let b = gpu.zeros("b", 20).unwrap();
+    assert!(matches!(gpu.pass().moe_route(&r, &b, &b, &b), Err(GpuError::Shape(_))));
+}
+
+/// Expert products of every format: `rows` pairs, each row's input met by
+/// the `n_used` experts it chose (`x_group`), on a device whose bindings
+/// hold `per_binding` bytes (the tensor in runs of whole experts).
+fn check_matmul_id(gpu: &Gpu, ty: GgmlType, n_expert: usize, rows: usize, cols: usize, seed: u64) -> usize {
+    let (n_inputs, n_used) = (4, 3);
+    let n = n_inputs * n_used;
+    let mut rng = Rng(seed);
+    let experts: Vec<Vec<u8>> = (0..n_expert).map(|_| random_matrix(&mut rng, ty, rows, cols)).collect();
+    let x: Vec<f32> = (0..n_inputs * cols).map(|_| rng.unit()).collect();
+    // Every expert chosen somewhere, the last one twice in a row's choice
+    // of another: ids need not be distinct for the product.
+    let ids: Vec<u32> = (0..n).map(|c| ((c * 5 + c / n_used) % n_expert) as u32).collect();
+    let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
+    let mut want = vec![0f64; n * rows];
+    let mut deq = vec![0f32; cols];
+    for c in 0..n {
+        let w = &experts[ids[c] as usize];
+        let xc = &x[(c / n_used) * cols..(c / n_used + 1) * cols];
+        for r in 0..rows {
+            ember_quant::dequantize_row(ty, &w[r * row_bytes..(r + 1) * row_bytes], &mut deq).unwrap();
+            want[c * rows + r] = deq.iter().zip(xc).map(|(&a, &b)| a as f64 * b as f64).sum();
+        }
+    }
+    let w = gpu.upload_experts("test", ty, n_expert, rows, cols, |e| &experts[e]).unwrap();
+    let (xb, idb, y) = (gpu.upload("x", &x).unwrap(), ids_buffer(gpu, &ids), gpu.zeros("y", n * rows).unwrap());
+    let mut pass = gpu.pass();
+    pass.matmul_id(&w, &xb, n_used, &idb, n, &y).unwrap();
+    pass.submit().unwrap();
+    let err = normalised_error(&gpu.read(&y).unwrap(), &want);
+    assert!(err <= MATMUL_BUDGET, "{ty} experts: normalised error {err:e} > {MATMUL_BUDGET:e}");
+    w.runs()
+}
+
+#[test]
+fn expert_products_of_every_format_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let cols = if ty.block_size() == 256 { 256 } else { 96 };
+        assert_eq!(check_matmul_id(gpu, ty, 5, 7, cols, 0x1d + i as u64), 1);
+    }
+    // Expert tensors past one binding: runs of whole experts, each
+    // dispatch answering the pairs whose expert it holds.
+    let mut small = Gpu::open(None).unwrap();
+    small.limit_bindings(4096);
+    // 13 rows of 3 blocks of Q4_0 (54 bytes) an expert: 5 experts a run.
+    assert_eq!(check_matmul_id(&small, GgmlType::Q4_0, 12, 13, 96, 0x2d), 3);
+    let err = small.upload_experts("big", GgmlType::F32, 2, 64, 32, |_| &[0u8; 8192][..]).err().unwrap();
+    assert!(err.to_string().starts_with("big: one expert takes 8192 bytes"), "{err}");
+}
+
+#[test]
+fn experts_are_summed_by_their_weights_and_scales() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(62);
+    let (rows, n_used, width, n_expert) = (5, 2, 70, 4);
+    let y: Vec<f32> = (0..rows * n_used * width).map(|_| rng.unit()).collect();
+    let ids: Vec<u32> = (0..rows * n_used).map(|c| (c * 3 % n_expert) as u32).collect();
+    let weights: Vec<f32> = (0..rows * n_used).map(|_| (rng.unit() + 1.0) / 2.0).collect();
+    let scale: Vec<f32> = (0..n_expert).map(|_| 1.0 + rng.unit()).collect();
+    let before: Vec<f32> = (0..rows * width).map(|_| rng.unit()).collect();
+    let (yb, idb, wb, sb) =
+        (gpu.upload("y", &y).unwrap(), ids_buffer(gpu, &ids), gpu.upload("w", &weights).unwrap(), gpu.upload("s", &scale).unwrap());
+    for accumulate in [false, true] {
+        let out = gpu.upload("out", &before).unwrap();
+        let mut pass = gpu.pass();
+        pass.moe_combine(&yb, &idb, &wb, &sb, rows, n_used, width, &out, accumulate).unwrap();
+        pass.submit().unwrap();
+        let want: Vec<f64> = (0..rows * width)
+            .map(|k| {
+                let (j, i) = (k / width, k % width);
+                let sum: f64 = (0..n_used)
+                    .map(|s| {
+                        let c = j * n_used + s;
+                        y[c * width + i] as f64 * scale[ids[c] as usize] as f64 * weights[c] as f64
+                    })
+                    .sum();
+                if accumulate { before[k] as f64 + sum } else { sum }
+            })
+            .collect();
+        let err = normalised_error(&gpu.read(&out).unwrap(), &want);
+        assert!(err <= 1e-6, "accumulate {accumulate}: normalised error {err:e}");
+    }
 }
