@@ -8,27 +8,33 @@
 //! order, the embedding rows and the rope angles still computed on the
 //! host, where they cost a row per token.
 //!
+//! A mixture's router, expert products and their sum run on the device
+//! too (`ember_gpu::DeviceExperts`): the choice of experts never comes back
+//! to the host.
+//!
 //! A model with a layer the device cannot run yet (a DeltaNet layer, a
-//! mixture, per-layer inputs, shared caches) is refused at upload, naming
-//! what is missing; the caller runs it on the CPU and says why.
+//! shared expert's gate, per-layer inputs, shared caches) is refused at
+//! upload, naming what is missing; the caller runs it on the CPU and says
+//! why.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceKvLayer, DeviceMatrix, Gpu, GpuError};
+use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Routing};
 use ember_kv::KvCache;
 
 use crate::config::{FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::Logits;
-use crate::weights::Matrix;
+use crate::weights::{Experts, Matrix};
 use crate::Model;
 
 fn device_error(e: GpuError) -> ModelError {
     ModelError::Device(e.to_string())
 }
 
-/// One attention block and dense feed-forward block on the device.
+/// One attention block and its feed-forward block on the device: dense, a
+/// mixture, or both side by side.
 struct DeviceLayer {
     attn_norm: DeviceBuffer,
     wq: DeviceMatrix,
@@ -42,10 +48,37 @@ struct DeviceLayer {
     wo: DeviceMatrix,
     post_attn_norm: Option<DeviceBuffer>,
     ffn_norm: DeviceBuffer,
+    ffn: Option<DeviceFfn>,
+    moe: Option<DeviceMoe>,
+    post_ffn_norm: Option<DeviceBuffer>,
+}
+
+struct DeviceFfn {
     gate: DeviceMatrix,
     up: DeviceMatrix,
     down: DeviceMatrix,
-    post_ffn_norm: Option<DeviceBuffer>,
+}
+
+/// A mixture's weights on the device (the CPU's [`Experts`]).
+struct DeviceMoe {
+    router: DeviceMatrix,
+    gate: DeviceExperts,
+    up: DeviceExperts,
+    down: DeviceExperts,
+    /// Each expert's output scale (ones where the file gives none).
+    down_scale: DeviceBuffer,
+    /// gemma4, beside a dense block: the router reads the residual normed
+    /// with this weight (its scale over sqrt(n_embd), folded in at upload),
+    /// the experts read it normed by `pre_norm`, the dense output is normed
+    /// by `post_norm_dense` and the mixture's by `post_norm`.
+    beside_dense: Option<BesideDense>,
+}
+
+struct BesideDense {
+    router_norm: DeviceBuffer,
+    pre_norm: DeviceBuffer,
+    post_norm_dense: Option<DeviceBuffer>,
+    post_norm: DeviceBuffer,
 }
 
 /// A model's weights on a device ([`Model::place_on`]), and the working
@@ -91,13 +124,13 @@ pub fn device_refusal(model: &Model) -> Option<String> {
     for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
         let why = if lc.delta.is_some() {
             "gated DeltaNet layers have no device kernels yet"
-        } else if l.experts.is_some() {
-            "mixtures of experts have no device kernels yet"
+        } else if l.shared_gate.is_some() {
+            "a shared expert's gate (Qwen3.5's mixtures) has no device kernels yet"
         } else if lc.attn_gate {
             "gated attention (Qwen3.5) has no device kernels yet"
         } else if !matches!(lc.kv, KvSource::Own(_)) || l.wk.is_none() || l.wv.is_none() {
             "layers that share another layer's cache have no device kernels yet"
-        } else if l.out_scale.is_some() || l.ffn.is_none() {
+        } else if l.out_scale.is_some() || (l.ffn.is_none() && l.experts.is_none()) {
             "this layer's shape has no device kernels yet"
         } else if lc.head_dim_v > ember_gpu::MAX_HEAD_DIM_V || lc.k_width() % 2 != 0 || lc.v_width() % 2 != 0 {
             "its heads are wider or odder than the device's attention holds"
@@ -108,6 +141,8 @@ pub fn device_refusal(model: &Model) -> Option<String> {
     }
     let matrices = w.layers.iter().flat_map(|l| {
         let f = l.ffn.as_ref();
+        let x = l.experts.as_ref();
+        // One expert of each tensor stands for all: they share a type.
         [
             l.wq.as_ref(),
             l.wk.as_ref(),
@@ -116,6 +151,10 @@ pub fn device_refusal(model: &Model) -> Option<String> {
             f.map(|f| &f.gate),
             f.map(|f| &f.up),
             f.map(|f| &f.down),
+            x.map(|x| &x.router),
+            x.map(|x| &x.gate[0]),
+            x.map(|x| &x.up[0]),
+            x.map(|x| &x.down[0]),
         ]
     });
     without_kernel(matrices.flatten().chain([w.output()]))
@@ -162,7 +201,11 @@ impl DeviceWeights {
         let w = model.weights();
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in &w.layers {
-            let f = l.ffn.as_ref().expect("checked by device_refusal");
+            let ffn = match &l.ffn {
+                Some(f) => Some(DeviceFfn { gate: matrix(&f.gate)?, up: matrix(&f.up)?, down: matrix(&f.down)? }),
+                None => None,
+            };
+            let moe = l.experts.as_ref().map(|x| DeviceMoe::upload(&gpu, model, x, l.ffn.is_some())).transpose()?;
             layers.push(DeviceLayer {
                 attn_norm: vector(&gpu, &l.attn_norm)?,
                 wq: matrix(l.wq.as_ref().expect("an attention layer"))?,
@@ -176,14 +219,14 @@ impl DeviceWeights {
                 wo: matrix(l.wo.as_ref().expect("an attention layer"))?,
                 post_attn_norm: optional(&gpu, &l.post_attn_norm)?,
                 ffn_norm: vector(&gpu, &l.ffn_norm)?,
-                gate: matrix(&f.gate)?,
-                up: matrix(&f.up)?,
-                down: matrix(&f.down)?,
+                ffn,
+                moe,
                 post_ffn_norm: optional(&gpu, &l.post_ffn_norm)?,
             });
         }
         let output_norm = vector(&gpu, &w.output_norm)?;
         let output = matrix(w.output())?;
+        bytes += layers.iter().filter_map(|l| l.moe.as_ref()).map(DeviceMoe::bytes).sum::<u64>();
         Ok(DeviceWeights { gpu, layers, output_norm, output, bytes, work: Mutex::new(None) })
     }
 
@@ -392,20 +435,123 @@ impl DeviceWeights {
         residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
     }
 
-    /// x += post_norm(down(act(gate · norm(x)) * up · norm(x))).
+    /// x += post_norm(the block's output over norm(x)): a dense gated
+    /// feed-forward `down(act(gate h) * up h)`, a mixture of them, or both
+    /// side by side (gemma4), as the CPU's `ffn_block`.
     fn ffn_block(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, l: &DeviceLayer, s: &Work, t: usize) -> ember_gpu::Result<()> {
         let c = &model.config;
         let (e, eps) = (c.n_embd, c.rms_eps);
-        p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
-        p.matmul(&l.gate, &s.h, t, &s.gate)?;
-        p.matmul(&l.up, &s.h, t, &s.up)?;
         let act = match c.opts.activation {
             FfnActivation::Silu => Activation::Silu,
             FfnActivation::GeluTanh => Activation::GeluTanh,
         };
-        p.gated(act, &s.gate, &s.up, &s.act, t * l.gate.rows)?;
-        p.matmul(&l.down, &s.act, t, &s.o)?;
-        residual(p, &s.x, &s.o, &s.h, l.post_ffn_norm.as_ref(), eps, e, t)
+        p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
+        if let Some(f) = &l.ffn {
+            p.matmul(&f.gate, &s.h, t, &s.gate)?;
+            p.matmul(&f.up, &s.h, t, &s.up)?;
+            p.gated(act, &s.gate, &s.up, &s.act, t * f.gate.rows)?;
+            p.matmul(&f.down, &s.act, t, &s.o)?;
+        }
+        let out = match (&l.moe, &s.moe) {
+            (Some(m), Some(ms)) => match &m.beside_dense {
+                None => {
+                    m.route(p, c, &s.h, ms, t)?;
+                    m.experts(p, act, &s.h, ms, t, e, &s.o)?;
+                    &s.o
+                }
+                Some(b) => {
+                    // The dense block's output (in `o`), normed on its own.
+                    let dense = match &b.post_norm_dense {
+                        Some(n) => {
+                            p.rms_norm(&s.o, n, &ms.dense, t, eps)?;
+                            &ms.dense
+                        }
+                        None => &s.o,
+                    };
+                    p.rms_norm(&s.x, &b.router_norm, &s.h, t, eps)?;
+                    m.route(p, c, &s.h, ms, t)?;
+                    p.rms_norm(&s.x, &b.pre_norm, &s.h, t, eps)?;
+                    m.experts(p, act, &s.h, ms, t, e, &ms.mixed)?;
+                    p.rms_norm(&ms.mixed, &b.post_norm, &s.h, t, eps)?;
+                    p.add_to(dense, &s.h, t * e)?;
+                    dense
+                }
+            },
+            _ => &s.o,
+        };
+        residual(p, &s.x, out, &s.h, l.post_ffn_norm.as_ref(), eps, e, t)
+    }
+}
+
+impl DeviceMoe {
+    fn upload(gpu: &Gpu, model: &Model, x: &Experts, beside_dense: bool) -> Result<DeviceMoe> {
+        let m = model.config.moe.as_ref().expect("experts in a model with a mixture");
+        let experts = |ms: &[Matrix]| -> Result<DeviceExperts> {
+            let first = &ms[0];
+            gpu.upload_experts(&first.name, first.ty, ms.len(), first.rows, first.cols, |e| ms[e].bytes())
+                .map_err(|e| ModelError::Device(format!("tensor {}: {e}", first.name)))
+        };
+        let router = gpu
+            .upload_matrix(&x.router.name, x.router.ty, x.router.rows, x.router.cols, x.router.bytes())
+            .map_err(|e| ModelError::Device(format!("tensor {}: {e}", x.router.name)))?;
+        let ones = vec![1.0; m.n_expert];
+        let beside_dense = if beside_dense {
+            let e = model.config.n_embd;
+            let inv = 1.0 / (e as f32).sqrt();
+            let scale = x.router_scale.as_deref().expect("bound with the mixture");
+            let router_norm: Vec<f32> = scale.iter().map(|s| s * inv).collect();
+            Some(BesideDense {
+                router_norm: vector(gpu, &router_norm)?,
+                pre_norm: vector(gpu, x.pre_norm.as_deref().expect("bound with the mixture"))?,
+                post_norm_dense: optional(gpu, &x.post_norm_dense)?,
+                post_norm: vector(gpu, x.post_norm.as_deref().expect("bound with the mixture"))?,
+            })
+        } else {
+            None
+        };
+        Ok(DeviceMoe {
+            router,
+            gate: experts(&x.gate)?,
+            up: experts(&x.up)?,
+            down: experts(&x.down)?,
+            down_scale: vector(gpu, x.down_scale.as_deref().unwrap_or(&ones))?,
+            beside_dense,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.router.bytes() + self.gate.bytes() + self.up.bytes() + self.down.bytes()
+    }
+
+    /// The router's logits of the `t` rows of `h`, and each row's experts
+    /// and weights chosen from them (into `ms.ids` and `ms.weights`).
+    fn route(&self, p: &mut ember_gpu::Pass<'_>, c: &crate::config::Config, h: &DeviceBuffer, ms: &MoeWork, t: usize) -> ember_gpu::Result<()> {
+        let m = c.moe.as_ref().expect("experts in a model with a mixture");
+        p.matmul(&self.router, h, t, &ms.logits)?;
+        let routing = Routing { rows: t, n_expert: m.n_expert, n_used: m.n_used, normalise: m.norm_weights, scale: m.weights_scale };
+        p.moe_route(&routing, &ms.logits, &ms.ids, &ms.weights)
+    }
+
+    /// out = the chosen experts' gated feed-forwards of the `t` rows of
+    /// `h`, summed by their weights (the routing `route` recorded).
+    #[allow(clippy::too_many_arguments)]
+    fn experts(
+        &self,
+        p: &mut ember_gpu::Pass<'_>,
+        act: Activation,
+        h: &DeviceBuffer,
+        ms: &MoeWork,
+        t: usize,
+        e: usize,
+        out: &DeviceBuffer,
+    ) -> ember_gpu::Result<()> {
+        let n_used = ms.n_used;
+        let pairs = t * n_used;
+        p.matmul_id(&self.gate, h, n_used, &ms.ids, pairs, &ms.gate)?;
+        p.matmul_id(&self.up, h, n_used, &ms.ids, pairs, &ms.up)?;
+        p.gated(act, &ms.gate, &ms.up, &ms.act, pairs * self.gate.rows)?;
+        p.matmul_id(&self.down, &ms.act, 1, &ms.ids, pairs, &ms.y)?;
+        p.moe_combine(&ms.y, &ms.ids, &ms.weights, &self.down_scale, t, n_used, e, out, false)
     }
 }
 
@@ -478,7 +624,24 @@ struct Work {
     sin: Vec<DeviceBuffer>,
     logits: DeviceBuffer,
     logit_rows: usize,
+    moe: Option<MoeWork>,
     host: HostRows,
+}
+
+/// A mixture's working buffers: the router's logits, each row's chosen
+/// experts (u32) and weights, the chosen pairs' gated products and outputs,
+/// and (beside a dense block) the two outputs before they are summed.
+struct MoeWork {
+    n_used: usize,
+    logits: DeviceBuffer,
+    ids: DeviceBuffer,
+    weights: DeviceBuffer,
+    gate: DeviceBuffer,
+    up: DeviceBuffer,
+    act: DeviceBuffer,
+    y: DeviceBuffer,
+    dense: DeviceBuffer,
+    mixed: DeviceBuffer,
 }
 
 /// What the host computes for a pass before the device runs it, allocated
@@ -497,7 +660,8 @@ impl Work {
         let m = c.max_widths();
         let widest_q = c.layers.iter().map(LayerConfig::q_width).max().unwrap_or(0);
         let widest_att = c.layers.iter().map(LayerConfig::att_width).max().unwrap_or(0);
-        let widest_ff = dw.layers.iter().map(|l| l.gate.rows).max().unwrap_or(0);
+        let widest_ff = dw.layers.iter().filter_map(|l| l.ffn.as_ref()).map(|f| f.gate.rows).max().unwrap_or(0);
+        let widest_expert = dw.layers.iter().filter_map(|l| l.moe.as_ref()).map(|m| m.gate.rows).max().unwrap_or(0);
         let mut bytes = 0u64;
         let mut buf = |name: &str, n: usize| {
             bytes += 4 * n.max(1) as u64;
@@ -506,6 +670,24 @@ impl Work {
         let e = c.n_embd;
         // Rows of logits one buffer holds (with the word `zeros` adds).
         let logit_rows = ((g.info().max_binding_bytes.saturating_sub(8) / 4) as usize / c.n_vocab).clamp(1, t);
+        let moe = match &c.moe {
+            Some(m) if widest_expert > 0 => {
+                let pairs = t * m.n_used;
+                Some(MoeWork {
+                    n_used: m.n_used,
+                    logits: buf("router logits", t * m.n_expert)?,
+                    ids: buf("chosen experts", pairs)?,
+                    weights: buf("expert weights", pairs)?,
+                    gate: buf("expert gate", pairs * widest_expert)?,
+                    up: buf("expert up", pairs * widest_expert)?,
+                    act: buf("expert activation", pairs * widest_expert)?,
+                    y: buf("expert outputs", pairs * e)?,
+                    dense: buf("dense output", t * e)?,
+                    mixed: buf("mixture output", t * e)?,
+                })
+            }
+            _ => None,
+        };
         Ok(Work {
             rows: t,
             x: buf("x", t * e)?,
@@ -524,6 +706,7 @@ impl Work {
             sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
             logits: buf("logits", logit_rows * c.n_vocab)?,
             logit_rows,
+            moe,
             host: HostRows {
                 x: Vec::with_capacity(t * e),
                 cos: Vec::with_capacity(t * m.half_rot),

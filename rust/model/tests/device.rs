@@ -151,7 +151,7 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
 #[test]
 fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
     let Some(gpu) = gpu() else { return };
-    for (arch, why) in [("qwen35", "gated DeltaNet"), ("qwen3moe", "mixtures of experts"), ("gemma4", "Gemma 4")] {
+    for (arch, why) in [("qwen35", "gated DeltaNet"), ("qwen35moe", "gated DeltaNet"), ("gemma4", "Gemma 4"), ("gemma4moe", "Gemma 4")] {
         let Some(model) = tiny(arch) else { return };
         let refusal = device_refusal(&model).unwrap();
         assert!(refusal.contains(why), "{arch}: {refusal}");
@@ -160,7 +160,7 @@ fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
         assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
         assert!(err.starts_with(&format!("device: the model cannot run on {}: ", gpu.info().name)), "{err}");
     }
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llamamoe", "qwen3moe"] {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
     }
@@ -189,7 +189,7 @@ fn a_pass_past_the_session_is_refused() {
 #[test]
 fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
     let Some(gpu) = gpu() else { return };
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llama31", "phi3", "phi3long", "qwen3yarn"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llama31", "phi3", "phi3long", "qwen3yarn", "llamamoe", "qwen3moe"] {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
         let n_vocab = model.config.n_vocab;
