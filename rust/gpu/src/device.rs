@@ -312,6 +312,13 @@ impl Gpu {
         Ok(bytemuck::cast_slice::<u8, f32>(&self.read_bytes(&from.buf, n as u64 * 4)?).to_vec())
     }
 
+    /// The first `n` (index, value) pairs [`Pass::top_k`] wrote to `from`,
+    /// once every pass submitted before has run.
+    pub fn read_top(&self, from: &DeviceBuffer, n: usize) -> Result<Vec<(u32, f32)>> {
+        let words = self.read_first(from, 2 * n)?;
+        Ok(words.chunks_exact(2).map(|w| (w[0].to_bits(), w[1])).collect())
+    }
+
     /// The first `rows` rows of a cache layer's keys and values, as the f16
     /// bytes they are stored in, once every pass submitted before has run.
     pub fn read_kv(&self, layer: &DeviceKvLayer, rows: usize) -> Result<(Vec<u8>, Vec<u8>)> {
@@ -567,11 +574,13 @@ impl Pass<'_> {
                 x.len, out.len
             )));
         }
-        if rows > self.max_groups() {
+        let max = self.max_groups();
+        let (gx, gy) = (rows.min(max), rows.div_ceil(max));
+        if gy > max {
             return Err(GpuError::Shape(format!("rms_norm of {rows} rows is past the dispatch limit")));
         }
-        let params = [width as u32, rows as u32, eps.to_bits(), 0];
-        self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, [rows as u32, 1, 1]);
+        let params = [width as u32, rows as u32, eps.to_bits(), gx as u32];
+        self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, [gx as u32, gy as u32, 1]);
         Ok(())
     }
 
@@ -597,11 +606,48 @@ impl Pass<'_> {
         out: &DeviceBuffer,
         n: usize,
     ) -> Result<()> {
+        self.gated_rows(act, gate, up, n, 0, out, 1, n)
+    }
+
+    /// out = act(gate) * up over `rows` rows of `width`, the up values of
+    /// row r at `r * up_stride + up_at` (one slice of wider rows).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_rows(
+        &mut self,
+        act: Activation,
+        gate: &DeviceBuffer,
+        up: &DeviceBuffer,
+        up_stride: usize,
+        up_at: usize,
+        out: &DeviceBuffer,
+        rows: usize,
+        width: usize,
+    ) -> Result<()> {
+        let n = rows * width;
+        if n == 0 || gate.len < n || out.len < n || up_at + width > up_stride || up.len < (rows - 1) * up_stride + up_at + width {
+            return Err(GpuError::Shape(format!(
+                "gated activation of {rows} rows of {width} (up at {up_at} of rows of {up_stride}): the buffers hold {}, {} and {}",
+                gate.len, up.len, out.len
+            )));
+        }
         let kernel = match act {
             Activation::Silu => Kernel::SiluMul,
             Activation::GeluTanh => Kernel::GeluMul,
         };
-        self.elementwise(kernel, gate, up, out, n)
+        let (groups, threads_x) = self.spread(n, "a gated activation")?;
+        let params = [n as u32, threads_x, width as u32, up_stride as u32, up_at as u32, 0, 0, 0];
+        self.dispatch(kernel, &[&gate.buf, &up.buf, &out.buf], &params, groups);
+        Ok(())
+    }
+
+    /// x *= s over the first `n` values.
+    pub fn scale(&mut self, x: &DeviceBuffer, s: f32, n: usize) -> Result<()> {
+        if n == 0 || x.len < n {
+            return Err(GpuError::Shape(format!("scaling {n} values of {}", x.len)));
+        }
+        let (groups, threads_x) = self.spread(n, "a scale")?;
+        self.dispatch(Kernel::Scale, &[&x.buf], &[n as u32, threads_x, s.to_bits(), 0], groups);
+        Ok(())
     }
 
     /// x += b over `n` values, b repeating every `b.len()` values where it
@@ -631,25 +677,6 @@ impl Pass<'_> {
             )));
         }
         self.encoder.copy_buffer_to_buffer(&src.buf, src_at as u64 * 4, &dst.buf, dst_at as u64 * 4, n as u64 * 4);
-        Ok(())
-    }
-
-    fn elementwise(
-        &mut self,
-        kernel: Kernel,
-        a: &DeviceBuffer,
-        b: &DeviceBuffer,
-        out: &DeviceBuffer,
-        n: usize,
-    ) -> Result<()> {
-        if n == 0 || a.len < n || b.len < n || out.len < n {
-            return Err(GpuError::Shape(format!(
-                "{kernel:?} over {n} values: the buffers hold {}, {} and {}",
-                a.len, b.len, out.len
-            )));
-        }
-        let (groups, threads_x) = self.spread(n, "an element-wise kernel")?;
-        self.dispatch(kernel, &[&a.buf, &b.buf, &out.buf], &[n as u32, threads_x, 0, 0], groups);
         Ok(())
     }
 
@@ -765,6 +792,21 @@ impl Pass<'_> {
             &params,
             [s.n_head as u32, s.t as u32, 1],
         );
+        Ok(())
+    }
+
+    /// The `k` largest of each of `rows` rows of `n` values of `x` (ties to
+    /// the lower index), most likely first, into `out` as (index, value
+    /// bits) pairs ([rows, k, 2] words): read back with
+    /// [`Gpu::read_top`].
+    pub fn top_k(&mut self, x: &DeviceBuffer, n: usize, rows: usize, k: usize, out: &DeviceBuffer) -> Result<()> {
+        if n == 0 || k == 0 || k > n || rows == 0 || x.len < rows * n || out.len < rows * k * 2 || rows > self.max_groups() {
+            return Err(GpuError::Shape(format!(
+                "the top {k} of {rows} rows of {n}: x holds {}, out holds {}",
+                x.len, out.len
+            )));
+        }
+        self.dispatch(Kernel::TopK, &[&x.buf, &out.buf], &[n as u32, k as u32, rows as u32, 0], [rows as u32, 1, 1]);
         Ok(())
     }
 

@@ -15,11 +15,13 @@ const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
+const SCALE: &str = include_str!("shaders/scale.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const MOE_ROUTE: &str = include_str!("shaders/moe_route.wgsl");
 const MOE_COMBINE: &str = include_str!("shaders/moe_combine.wgsl");
+const TOP_K: &str = include_str!("shaders/top_k.wgsl");
 
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
@@ -60,11 +62,13 @@ pub(crate) enum Kernel {
     SiluMul,
     GeluMul,
     AddInPlace,
+    Scale,
     Rope,
     KvStore,
     Attention,
     MoeRoute,
     MoeCombine,
+    TopK,
 }
 
 impl Kernel {
@@ -83,11 +87,13 @@ impl Kernel {
             Kernel::RmsNorm => RMS_NORM.to_string(),
             Kernel::SiluMul | Kernel::GeluMul => ELEMENTWISE.to_string(),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
+            Kernel::Scale => SCALE.to_string(),
             Kernel::Rope => ROPE.to_string(),
             Kernel::KvStore => KV_STORE.to_string(),
             Kernel::Attention => ATTENTION.to_string(),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
             Kernel::MoeCombine => MOE_COMBINE.to_string(),
+            Kernel::TopK => TOP_K.to_string(),
         })
     }
 }

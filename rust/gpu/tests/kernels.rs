@@ -176,7 +176,9 @@ fn matmul_of_a_matrix_held_in_runs_of_rows_matches_the_cpu() {
 fn rms_norm_matches_the_cpu() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(21);
-    for (rows, width) in [(5, 576), (3, 7), (2, 2048)] {
+    // The last: more rows than one dimension of a dispatch holds (a
+    // prompt's per-layer inputs, a row per token and layer).
+    for (rows, width) in [(5, 576), (3, 7), (2, 2048), (65535 + 3, 4)] {
         let x: Vec<f32> = (0..rows * width).map(|_| 3.0 * rng.unit()).collect();
         let weight: Vec<f32> = (0..width).map(|_| 1.0 + rng.unit() / 2.0).collect();
         let eps = 1e-6f32;
@@ -245,7 +247,33 @@ fn gated_activations_match_the_cpu() {
         let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| reference(a as f64) * b as f64).collect();
         let err = normalised_error(&gpu.read(&out).unwrap(), &want);
         assert!(err <= 1e-6, "{act:?}: normalised error {err:e}");
+        // Rows of 40 gates met by one slice (at 24) of up rows of 100
+        // (gemma4's per-layer inputs, one layer's slice of each token's row).
+        let (rows, width, stride, at) = (7, 40, 100, 24);
+        let mut pass = gpu.pass();
+        pass.gated_rows(act, &gb, &ub, stride, at, &out, rows, width).unwrap();
+        pass.submit().unwrap();
+        let want: Vec<f64> =
+            (0..rows * width).map(|i| reference(g[i] as f64) * u[i / width * stride + at + i % width] as f64).collect();
+        let err = normalised_error(&gpu.read_first(&out, rows * width).unwrap(), &want);
+        assert!(err <= 1e-6, "{act:?} over a slice of wider rows: normalised error {err:e}");
+        let err = gpu.pass().gated_rows(act, &gb, &ub, stride, 70, &out, rows, width).err().unwrap();
+        assert!(matches!(err, GpuError::Shape(_)), "a slice past its row: {err}");
     }
+}
+
+#[test]
+fn scales_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(33);
+    let x: Vec<f32> = (0..300).map(|_| rng.unit()).collect();
+    let xb = gpu.upload("x", &x).unwrap();
+    let mut pass = gpu.pass();
+    pass.scale(&xb, 0.37, 250).unwrap();
+    pass.submit().unwrap();
+    let got = gpu.read(&xb).unwrap();
+    let want: Vec<f32> = x.iter().enumerate().map(|(i, &v)| if i < 250 { v * 0.37 } else { v }).collect();
+    assert_eq!(got, want, "f32 products, each rounded once as the CPU rounds them");
 }
 
 #[test]
@@ -558,4 +586,33 @@ fn experts_are_summed_by_their_weights_and_scales() {
         let err = normalised_error(&gpu.read(&out).unwrap(), &want);
         assert!(err <= 1e-6, "accumulate {accumulate}: normalised error {err:e}");
     }
+}
+
+#[test]
+fn the_top_of_each_row_is_the_cpus_with_ties_to_the_lower_index() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(71);
+    let (rows, n, k) = (3, 5000, 41);
+    // Values on a coarse grid, so that ties are many; a -inf in the first row.
+    let mut x: Vec<f32> = (0..rows * n).map(|_| (rng.unit() * 200.0).round() / 4.0).collect();
+    x[17] = f32::NEG_INFINITY;
+    let xb = gpu.upload("x", &x).unwrap();
+    let out = gpu.zeros("top", rows * k * 2).unwrap();
+    let mut pass = gpu.pass();
+    pass.top_k(&xb, n, rows, k, &out).unwrap();
+    pass.submit().unwrap();
+    let got = gpu.read_top(&out, rows * k).unwrap();
+    for (r, row) in x.chunks(n).enumerate() {
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+        let want: Vec<(u32, f32)> = order[..k].iter().map(|&i| (i, row[i as usize])).collect();
+        assert_eq!(got[r * k..(r + 1) * k], want[..], "row {r}");
+    }
+    // A whole row, the -inf last.
+    let small = gpu.upload("x", &x[..20]).unwrap();
+    let mut pass = gpu.pass();
+    pass.top_k(&small, 20, 1, 20, &out).unwrap();
+    pass.submit().unwrap();
+    assert_eq!(gpu.read_top(&out, 20).unwrap()[19], (17, f32::NEG_INFINITY));
+    assert!(matches!(gpu.pass().top_k(&small, 20, 1, 21, &out), Err(GpuError::Shape(_))));
 }

@@ -12,10 +12,14 @@
 //! too (`ember_gpu::DeviceExperts`): the choice of experts never comes back
 //! to the host.
 //!
+//! Gemma 4's parts run there as well: values taken from the keys and
+//! RMS-normed, layers reading an earlier layer's rings, the per-layer
+//! inputs (their table's rows for the pass's tokens dequantized on the host,
+//! as the embedding rows are) and the per-layer output scales.
+//!
 //! A model with a layer the device cannot run yet (a DeltaNet layer, a
-//! shared expert's gate, per-layer inputs, shared caches) is refused at
-//! upload, naming what is missing; the caller runs it on the CPU and says
-//! why.
+//! shared expert's gate, gated attention) is refused at upload, naming what
+//! is missing; the caller runs it on the CPU and says why.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -26,7 +30,7 @@ use ember_kv::KvCache;
 use crate::config::{FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::Logits;
-use crate::weights::{Experts, Matrix};
+use crate::weights::{Experts, Matrix, PerLayerEmbeddings};
 use crate::Model;
 
 fn device_error(e: GpuError) -> ModelError {
@@ -38,8 +42,12 @@ fn device_error(e: GpuError) -> ModelError {
 struct DeviceLayer {
     attn_norm: DeviceBuffer,
     wq: DeviceMatrix,
-    wk: DeviceMatrix,
-    wv: DeviceMatrix,
+    /// None where the layer reads an earlier layer's rings (gemma4).
+    wk: Option<DeviceMatrix>,
+    /// None where the values are the keys before their norm (gemma4).
+    wv: Option<DeviceMatrix>,
+    /// Ones of a value head's width, where values are RMS-normed (gemma4).
+    value_norm: Option<DeviceBuffer>,
     bq: Option<DeviceBuffer>,
     bk: Option<DeviceBuffer>,
     bv: Option<DeviceBuffer>,
@@ -51,6 +59,22 @@ struct DeviceLayer {
     ffn: Option<DeviceFfn>,
     moe: Option<DeviceMoe>,
     post_ffn_norm: Option<DeviceBuffer>,
+    per_layer: Option<DevicePerLayer>,
+    out_scale: Option<f32>,
+}
+
+/// gemma4's per-layer input of one layer (the CPU's `PerLayerInput`).
+struct DevicePerLayer {
+    gate: DeviceMatrix,
+    proj: DeviceMatrix,
+    post_norm: DeviceBuffer,
+}
+
+/// What mixes gemma4's per-layer token rows with the residual before the
+/// first layer (the CPU's `PerLayerEmbeddings`, its table left on the host).
+struct DevicePerLayerInputs {
+    model_proj: DeviceMatrix,
+    proj_norm: DeviceBuffer,
 }
 
 struct DeviceFfn {
@@ -86,6 +110,7 @@ struct BesideDense {
 pub struct DeviceWeights {
     gpu: Arc<Gpu>,
     layers: Vec<DeviceLayer>,
+    per_layer_inputs: Option<DevicePerLayerInputs>,
     output_norm: DeviceBuffer,
     output: DeviceMatrix,
     bytes: u64,
@@ -104,8 +129,9 @@ pub(crate) struct DeviceSeq<'a> {
     pub out: &'a mut Vec<f32>,
 }
 
-/// One conversation's keys and values on the device: a ring per layer, its
-/// rows where the session's position ledger (a cache
+/// One conversation's keys and values on the device: a ring per layer of
+/// the cache (a layer that reads an earlier layer's has none of its own),
+/// its rows where the session's position ledger (a cache
 /// [held elsewhere](ember_kv::KvCache::held_elsewhere)) puts them.
 pub struct DeviceRings {
     layers: Vec<DeviceKvLayer>,
@@ -115,12 +141,6 @@ pub struct DeviceRings {
 pub fn device_refusal(model: &Model) -> Option<String> {
     let c = &model.config;
     let w = model.weights();
-    if w.per_layer.is_some() {
-        return Some("per-layer inputs (Gemma 4's E models) have no device kernels yet".into());
-    }
-    if c.opts.value_norm {
-        return Some("value norms (Gemma 4) have no device kernels yet".into());
-    }
     for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
         let why = if lc.delta.is_some() {
             "gated DeltaNet layers have no device kernels yet"
@@ -128,9 +148,9 @@ pub fn device_refusal(model: &Model) -> Option<String> {
             "a shared expert's gate (Qwen3.5's mixtures) has no device kernels yet"
         } else if lc.attn_gate {
             "gated attention (Qwen3.5) has no device kernels yet"
-        } else if !matches!(lc.kv, KvSource::Own(_)) || l.wk.is_none() || l.wv.is_none() {
-            "layers that share another layer's cache have no device kernels yet"
-        } else if l.out_scale.is_some() || (l.ffn.is_none() && l.experts.is_none()) {
+        } else if matches!(lc.kv, KvSource::Own(_)) != l.wk.is_some() || (l.wv.is_none() && lc.k_width() != lc.v_width())
+            || (l.ffn.is_none() && l.experts.is_none())
+        {
             "this layer's shape has no device kernels yet"
         } else if lc.head_dim_v > ember_gpu::MAX_HEAD_DIM_V || lc.k_width() % 2 != 0 || lc.v_width() % 2 != 0 {
             "its heads are wider or odder than the device's attention holds"
@@ -142,6 +162,7 @@ pub fn device_refusal(model: &Model) -> Option<String> {
     let matrices = w.layers.iter().flat_map(|l| {
         let f = l.ffn.as_ref();
         let x = l.experts.as_ref();
+        let pl = l.per_layer.as_ref();
         // One expert of each tensor stands for all: they share a type.
         [
             l.wq.as_ref(),
@@ -155,9 +176,12 @@ pub fn device_refusal(model: &Model) -> Option<String> {
             x.map(|x| &x.gate[0]),
             x.map(|x| &x.up[0]),
             x.map(|x| &x.down[0]),
+            pl.map(|p| &p.gate),
+            pl.map(|p| &p.proj),
         ]
     });
-    without_kernel(matrices.flatten().chain([w.output()]))
+    let model_proj = w.per_layer.as_ref().map(|pe| &pe.model_proj);
+    without_kernel(matrices.flatten().chain(model_proj).chain([w.output()]))
 }
 
 /// The first matrix whose type has no device product, said as a refusal.
@@ -200,17 +224,28 @@ impl DeviceWeights {
         };
         let w = model.weights();
         let mut layers = Vec::with_capacity(w.layers.len());
-        for l in &w.layers {
+        for (l, lc) in w.layers.iter().zip(&model.config.layers) {
             let ffn = match &l.ffn {
                 Some(f) => Some(DeviceFfn { gate: matrix(&f.gate)?, up: matrix(&f.up)?, down: matrix(&f.down)? }),
                 None => None,
             };
             let moe = l.experts.as_ref().map(|x| DeviceMoe::upload(&gpu, model, x, l.ffn.is_some())).transpose()?;
+            let per_layer = match &l.per_layer {
+                Some(p) => Some(DevicePerLayer {
+                    gate: matrix(&p.gate)?,
+                    proj: matrix(&p.proj)?,
+                    post_norm: vector(&gpu, &p.post_norm)?,
+                }),
+                None => None,
+            };
+            let value_norm =
+                if model.config.opts.value_norm { Some(vector(&gpu, &vec![1.0; lc.head_dim_v])?) } else { None };
             layers.push(DeviceLayer {
                 attn_norm: vector(&gpu, &l.attn_norm)?,
                 wq: matrix(l.wq.as_ref().expect("an attention layer"))?,
-                wk: matrix(l.wk.as_ref().expect("checked by device_refusal"))?,
-                wv: matrix(l.wv.as_ref().expect("checked by device_refusal"))?,
+                wk: l.wk.as_ref().map(&mut matrix).transpose()?,
+                wv: l.wv.as_ref().map(&mut matrix).transpose()?,
+                value_norm,
                 bq: optional(&gpu, &l.bq)?,
                 bk: optional(&gpu, &l.bk)?,
                 bv: optional(&gpu, &l.bv)?,
@@ -222,12 +257,18 @@ impl DeviceWeights {
                 ffn,
                 moe,
                 post_ffn_norm: optional(&gpu, &l.post_ffn_norm)?,
+                per_layer,
+                out_scale: l.out_scale,
             });
         }
+        let per_layer_inputs = match &w.per_layer {
+            Some(pe) => Some(DevicePerLayerInputs { model_proj: matrix(&pe.model_proj)?, proj_norm: vector(&gpu, &pe.proj_norm)? }),
+            None => None,
+        };
         let output_norm = vector(&gpu, &w.output_norm)?;
         let output = matrix(w.output())?;
         bytes += layers.iter().filter_map(|l| l.moe.as_ref()).map(DeviceMoe::bytes).sum::<u64>();
-        Ok(DeviceWeights { gpu, layers, output_norm, output, bytes, work: Mutex::new(None) })
+        Ok(DeviceWeights { gpu, layers, per_layer_inputs, output_norm, output, bytes, work: Mutex::new(None) })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -245,15 +286,17 @@ impl DeviceWeights {
     }
 
     /// The rings of a conversation whose positions `cache` keeps: one per
-    /// layer, as many rows as the ledger's layer has.
+    /// layer of the cache, as many rows as the ledger's layer has.
     pub(crate) fn rings(&self, model: &Model, cache: &KvCache) -> Result<DeviceRings> {
-        let c = &model.config;
-        let layers = c
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(il, lc)| self.gpu.kv_layer(cache.layer_rows(il), lc.k_width(), lc.v_width()).map_err(device_error))
-            .collect::<Result<_>>()?;
+        let own = model.config.layers.iter().filter_map(|lc| match lc.kv {
+            KvSource::Own(ci) => Some((ci, lc)),
+            _ => None,
+        });
+        let mut layers = Vec::new();
+        for (ci, lc) in own {
+            debug_assert_eq!(ci, layers.len(), "cache layers are numbered in layer order");
+            layers.push(self.gpu.kv_layer(cache.layer_rows(ci), lc.k_width(), lc.v_width()).map_err(device_error)?);
+        }
         Ok(DeviceRings { layers })
     }
 
@@ -314,6 +357,10 @@ impl DeviceWeights {
             }
         }
         g.write(&s.x, &host.x).map_err(device_error)?;
+        if let (Some(pe), Some(pl)) = (&w.per_layer, &s.per_layer) {
+            per_layer_token_rows(model, pe, seqs, &mut host.per_layer);
+            g.write(&pl.tok, &host.per_layer).map_err(device_error)?;
+        }
         for (variant, table) in model.rope_tables.iter().enumerate() {
             let half = table.half();
             host.cos.resize(t * half, 0.0);
@@ -328,9 +375,18 @@ impl DeviceWeights {
         }
 
         let mut p = g.pass();
+        if let (Some(pi), Some(pl)) = (&self.per_layer_inputs, &s.per_layer) {
+            self.per_layer_inputs(model, &mut p, pi, pl, s, t).map_err(device_error)?;
+        }
         for (il, (l, lc)) in self.layers.iter().zip(&c.layers).enumerate() {
-            self.attention_block(model, &mut p, l, lc, il, seqs, s, t).map_err(device_error)?;
+            self.attention_block(model, &mut p, l, lc, seqs, s, t).map_err(device_error)?;
             self.ffn_block(model, &mut p, l, s, t).map_err(device_error)?;
+            if let (Some(d), Some(pl)) = (&l.per_layer, &s.per_layer) {
+                self.per_layer_block(model, &mut p, d, il, pl, s, t).map_err(device_error)?;
+            }
+            if let Some(scale) = l.out_scale {
+                p.scale(&s.x, scale, t * c.n_embd).map_err(device_error)?;
+            }
         }
         p.submit().map_err(device_error)?;
         let mut r0 = 0;
@@ -388,7 +444,6 @@ impl DeviceWeights {
         p: &mut ember_gpu::Pass<'_>,
         l: &DeviceLayer,
         lc: &LayerConfig,
-        il: usize,
         seqs: &[DeviceSeq<'_>],
         s: &Work,
         t: usize,
@@ -398,8 +453,14 @@ impl DeviceWeights {
         let (hk, qw, kw, vw) = (lc.head_dim_k, lc.q_width(), lc.k_width(), lc.v_width());
         p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
         p.matmul(&l.wq, &s.h, t, &s.q)?;
-        p.matmul(&l.wk, &s.h, t, &s.k)?;
-        p.matmul(&l.wv, &s.h, t, &s.v)?;
+        if let Some(wk) = &l.wk {
+            p.matmul(wk, &s.h, t, &s.k)?;
+            match &l.wv {
+                Some(wv) => p.matmul(wv, &s.h, t, &s.v)?,
+                // Values are the keys before their norm (gemma4's attention_k_eq_v).
+                None => p.copy(&s.k, 0, &s.v, 0, t * vw)?,
+            }
+        }
         for (buf, bias, width) in [(&s.q, &l.bq, qw), (&s.k, &l.bk, kw), (&s.v, &l.bv, vw)] {
             if let Some(b) = bias {
                 p.add_to(buf, b, t * width)?;
@@ -410,13 +471,24 @@ impl DeviceWeights {
         let (cos, sin) = (&s.cos[lc.rope], &s.sin[lc.rope]);
         // Each head normed (qwen3, gemma) into its own buffer, then rotated in place.
         let q = normed_heads(p, &s.q, &s.qn, l.q_norm.as_ref(), t * lc.n_head, eps)?;
-        let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
         p.rope(q, cos, sin, t, lc.n_head, hk, rope.n_rot / 2, halves)?;
-        p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
+        // A layer with keys of its own stores them; one that reads an
+        // earlier layer's rings finds its positions there already.
+        let own = if l.wk.is_some() {
+            let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
+            p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
+            let v = normed_heads(p, &s.v, &s.vn, l.value_norm.as_ref(), t * lc.n_head_kv, eps)?;
+            Some((k, v))
+        } else {
+            None
+        };
+        let ci = lc.kv.cache_layer();
         let mut row0 = 0;
         for seq in seqs {
-            let (kv, n, start) = (&seq.rings.layers[il], seq.tokens.len(), seq.cache.len());
-            p.kv_store(kv, k, &s.v, row0, n, start)?;
+            let (kv, n, start) = (&seq.rings.layers[ci], seq.tokens.len(), seq.cache.len());
+            if let Some((k, v)) = own {
+                p.kv_store(kv, k, v, row0, n, start)?;
+            }
             let shape = AttentionShape {
                 t: n,
                 start,
@@ -481,6 +553,68 @@ impl DeviceWeights {
         };
         residual(p, &s.x, out, &s.h, l.post_ffn_norm.as_ref(), eps, e, t)
     }
+}
+
+impl DeviceWeights {
+    /// gemma4's per-layer inputs of the pass, before the first layer (the
+    /// CPU's `per_layer_inputs`): the projection of the scaled embedding,
+    /// scaled by 1/sqrt(n_embd) and normed per layer, plus the token's rows
+    /// (`pl.tok`, scaled on the host); the sum scaled by 1/sqrt(2), into
+    /// `pl.inputs`.
+    fn per_layer_inputs(
+        &self,
+        model: &Model,
+        p: &mut ember_gpu::Pass<'_>,
+        pi: &DevicePerLayerInputs,
+        pl: &PerLayerWork,
+        s: &Work,
+        t: usize,
+    ) -> ember_gpu::Result<()> {
+        let c = &model.config;
+        let (e, npl) = (c.n_embd, c.n_embd_per_layer);
+        let n = t * c.n_layer * npl;
+        p.matmul(&pi.model_proj, &s.x, t, &pl.projected)?;
+        p.scale(&pl.projected, 1.0 / (e as f32).sqrt(), n)?;
+        p.rms_norm(&pl.projected, &pi.proj_norm, &pl.inputs, t * c.n_layer, c.rms_eps)?;
+        p.add_to(&pl.inputs, &pl.tok, n)?;
+        p.scale(&pl.inputs, std::f32::consts::FRAC_1_SQRT_2, n)
+    }
+
+    /// `x += post_norm(proj(gelu(gate x) * layer il's per-layer input))`.
+    #[allow(clippy::too_many_arguments)]
+    fn per_layer_block(
+        &self,
+        model: &Model,
+        p: &mut ember_gpu::Pass<'_>,
+        d: &DevicePerLayer,
+        il: usize,
+        pl: &PerLayerWork,
+        s: &Work,
+        t: usize,
+    ) -> ember_gpu::Result<()> {
+        let c = &model.config;
+        let (e, npl) = (c.n_embd, c.n_embd_per_layer);
+        p.matmul(&d.gate, &s.x, t, &pl.gate)?;
+        p.gated_rows(Activation::GeluTanh, &pl.gate, &pl.inputs, c.n_layer * npl, il * npl, &pl.act, t, npl)?;
+        p.matmul(&d.proj, &pl.act, t, &s.o)?;
+        residual(p, &s.x, &s.o, &s.h, Some(&d.post_norm), c.rms_eps, e, t)
+    }
+}
+
+/// Each token's row of gemma4's per-layer table, scaled by
+/// sqrt(n_embd_per_layer) as the CPU scales it, into `out` ([t, n_layer *
+/// n_embd_per_layer]): read from the mapping for these tokens alone.
+fn per_layer_token_rows(model: &Model, pe: &PerLayerEmbeddings, seqs: &[DeviceSeq<'_>], out: &mut Vec<f32>) {
+    let c = &model.config;
+    let width = c.n_layer * c.n_embd_per_layer;
+    let scale = (c.n_embd_per_layer as f32).sqrt();
+    let t: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+    out.resize(t * width, 0.0);
+    for (row, &id) in out.chunks_mut(width).zip(seqs.iter().flat_map(|q| q.tokens)) {
+        ember_quant::dequantize_row(pe.table.ty, pe.table.row(id as usize), row).expect("table row bound at load");
+        row.iter_mut().for_each(|v| *v *= scale);
+    }
+    model.per_layer_rows_read.fetch_add(t, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl DeviceMoe {
@@ -616,6 +750,7 @@ struct Work {
     k: DeviceBuffer,
     kn: DeviceBuffer,
     v: DeviceBuffer,
+    vn: DeviceBuffer,
     att: DeviceBuffer,
     gate: DeviceBuffer,
     up: DeviceBuffer,
@@ -625,7 +760,20 @@ struct Work {
     logits: DeviceBuffer,
     logit_rows: usize,
     moe: Option<MoeWork>,
+    per_layer: Option<PerLayerWork>,
     host: HostRows,
+}
+
+/// gemma4's per-layer inputs: the token rows from the host, the
+/// projection before and after its norm (the inputs every layer reads its
+/// slice of, [t, n_layer * n_embd_per_layer]), and one layer's gate and
+/// activation.
+struct PerLayerWork {
+    tok: DeviceBuffer,
+    projected: DeviceBuffer,
+    inputs: DeviceBuffer,
+    gate: DeviceBuffer,
+    act: DeviceBuffer,
 }
 
 /// A mixture's working buffers: the router's logits, each row's chosen
@@ -651,6 +799,7 @@ struct HostRows {
     x: Vec<f32>,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    per_layer: Vec<f32>,
 }
 
 impl Work {
@@ -688,6 +837,18 @@ impl Work {
             }
             _ => None,
         };
+        let per_layer = if dw.per_layer_inputs.is_some() {
+            let (width, npl) = (c.n_layer * c.n_embd_per_layer, c.n_embd_per_layer);
+            Some(PerLayerWork {
+                tok: buf("per-layer token rows", t * width)?,
+                projected: buf("per-layer projection", t * width)?,
+                inputs: buf("per-layer inputs", t * width)?,
+                gate: buf("per-layer gate", t * npl)?,
+                act: buf("per-layer activation", t * npl)?,
+            })
+        } else {
+            None
+        };
         Ok(Work {
             rows: t,
             x: buf("x", t * e)?,
@@ -698,6 +859,7 @@ impl Work {
             k: buf("k", t * m.k)?,
             kn: buf("k normed", t * m.k)?,
             v: buf("v", t * m.v)?,
+            vn: buf("v normed", t * m.v)?,
             att: buf("attention", t * widest_att)?,
             gate: buf("gate", t * widest_ff)?,
             up: buf("up", t * widest_ff)?,
@@ -707,10 +869,12 @@ impl Work {
             logits: buf("logits", logit_rows * c.n_vocab)?,
             logit_rows,
             moe,
+            per_layer,
             host: HostRows {
                 x: Vec::with_capacity(t * e),
                 cos: Vec::with_capacity(t * m.half_rot),
                 sin: Vec::with_capacity(t * m.half_rot),
+                per_layer: Vec::new(),
             },
             bytes,
         })

@@ -151,7 +151,7 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
 #[test]
 fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
     let Some(gpu) = gpu() else { return };
-    for (arch, why) in [("qwen35", "gated DeltaNet"), ("qwen35moe", "gated DeltaNet"), ("gemma4", "Gemma 4"), ("gemma4moe", "Gemma 4")] {
+    for (arch, why) in [("qwen35", "gated DeltaNet"), ("qwen35moe", "gated DeltaNet")] {
         let Some(model) = tiny(arch) else { return };
         let refusal = device_refusal(&model).unwrap();
         assert!(refusal.contains(why), "{arch}: {refusal}");
@@ -160,7 +160,7 @@ fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
         assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
         assert!(err.starts_with(&format!("device: the model cannot run on {}: ", gpu.info().name)), "{err}");
     }
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llamamoe", "qwen3moe"] {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llamamoe", "qwen3moe", "gemma4", "gemma4moe"] {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
     }
@@ -184,31 +184,49 @@ fn a_pass_past_the_session_is_refused() {
 
 /// Every family the device runs, on its tiny random-weight model: a prompt
 /// and then decoded tokens on the device against the CPU pass, by the
-/// normalised error of the logits (the CPU quantizes activations to 8 bits
-/// before its products; the device keeps them in f32).
+/// normalised error of the logits. The two engines round differently (the
+/// CPU quantizes activations to 8 bits before its products and rounds the
+/// query to f16 before the keys; the device keeps both in f32), and how far
+/// a rounding carries depends on the model: the budget is twice what the
+/// CPU's own logits move when its cache is f32 instead of f16 (1.1% on
+/// llama's tiny model, 1.8% on gemma4's, whose unscaled attention over
+/// normed queries and keys is sharper). A broken part lands far past it:
+/// gemma4 without its value norm is at 18%, without its per-layer inputs at
+/// 83%; a mixture choosing the wrong experts at 140%.
 #[test]
 fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
     let Some(gpu) = gpu() else { return };
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llama31", "phi3", "phi3long", "qwen3yarn", "llamamoe", "qwen3moe"] {
+    let families = [
+        "llama", "qwen2", "qwen3", "gemma3", "llama31", "phi3", "phi3long", "qwen3yarn", "llamamoe", "qwen3moe", "gemma4",
+        "gemma4moe",
+    ];
+    for arch in families {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
         let n_vocab = model.config.n_vocab;
         let dm = placed(&tiny_model(arch).unwrap(), gpu.clone());
         let ids = tokens(40, 3, n_vocab);
-        let mut ds = session(&dm, 48, 40);
-        let mut cs = model.new_session(48, 40, KvType::F16);
-        let mut ours = dm.prefill(&mut ds, &ids, Logits::All).unwrap();
-        let mut theirs = model.prefill(&mut cs, &ids, Logits::All).unwrap();
-        for &t in &ids[..5] {
-            ours.extend_from_slice(dm.forward(&mut ds, &[t], Logits::Last).unwrap());
-            theirs.extend_from_slice(model.forward(&mut cs, &[t], Logits::Last).unwrap());
-        }
-        let diff: f64 = ours.iter().zip(&theirs).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
-        let norm: f64 = theirs.iter().map(|b| (*b as f64).powi(2)).sum();
-        let err = (diff / norm).sqrt();
-        println!("{arch} on the device: normalised error against the CPU {err:.2e}");
-        assert!(err < 0.02, "{arch}: normalised error against the CPU {err:e}");
+        let run = |m: &Model, mut s: Session| {
+            let mut logits = m.prefill(&mut s, &ids, Logits::All).unwrap();
+            for &t in &ids[..5] {
+                logits.extend_from_slice(m.forward(&mut s, &[t], Logits::Last).unwrap());
+            }
+            logits
+        };
+        let ours = run(&dm, session(&dm, 48, 40));
+        let theirs = run(&model, model.new_session(48, 40, KvType::F16));
+        let wider = run(&model, model.new_session(48, 40, KvType::F32));
+        let err = normalised_error(&ours, &theirs);
+        let budget = 2.0 * normalised_error(&wider, &theirs);
+        println!("{arch} on the device: normalised error against the CPU {err:.2e} (budget {budget:.2e})");
+        assert!(err < budget, "{arch}: normalised error against the CPU {err:e}, past {budget:e}");
     }
+}
+
+fn normalised_error(got: &[f32], want: &[f32]) -> f64 {
+    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    (diff / norm).sqrt()
 }
 
 /// The server's slots on the device: several conversations, each stepped
@@ -272,4 +290,36 @@ fn slots_on_the_device_answer_as_each_alone() {
     let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
     assert_eq!(hidden.len(), want.len());
     assert!((diff / norm).sqrt() < 0.05, "hidden states against the CPU's: {:e}", (diff / norm).sqrt());
+}
+
+/// gemma4's shapes through the slots on the device: layers that read an
+/// earlier layer's rings, sliding windows of 8 wrapped many times, and the
+/// per-layer inputs of each slot's tokens alone, two slots stepped together
+/// each answered as alone, and a slot saved and restored (its rings, one
+/// per layer of the cache) going on as one never moved.
+#[test]
+fn gemma4_slots_on_the_device_answer_as_each_alone() {
+    let Some(gpu) = gpu() else { return };
+    let Some(path) = tiny_model("gemma4") else { return };
+    let dm = placed(&path, gpu);
+    let n_vocab = dm.config.n_vocab;
+    let prompts = [tokens(19, 5, n_vocab), tokens(27, 6, n_vocab)];
+    let run = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> Vec<u32> {
+        b.start(slot, prompt, greedy(12, 0), true, &[]).unwrap();
+        step_until_idle(b).swap_remove(slot)
+    };
+    let alone: Vec<Vec<u32>> =
+        prompts.iter().map(|p| run(&mut Batcher::new(dm.clone(), 1, 64, 8, KvType::F16).unwrap(), 0, p)).collect();
+    let mut b = Batcher::new(dm.clone(), 2, 64, 8, KvType::F16).unwrap();
+    for (i, p) in prompts.iter().enumerate() {
+        b.start(i, p, greedy(12, 0), true, &[]).unwrap();
+    }
+    assert_eq!(step_until_idle(&mut b), alone, "two gemma4 slots stepped together on the device");
+    let (state, n) = b.save_slot(1).unwrap();
+    let mut other = Batcher::new(dm.clone(), 2, 64, 8, KvType::F16).unwrap();
+    assert_eq!(other.restore_slot(0, &state).unwrap(), n);
+    let mut longer = b.cached_tokens(1).to_vec();
+    longer.extend(tokens(3, 7, n_vocab));
+    let expected = run(&mut Batcher::new(dm.clone(), 1, 64, 8, KvType::F16).unwrap(), 0, &longer);
+    assert_eq!(run(&mut other, 0, &longer), expected, "a restored gemma4 slot");
 }

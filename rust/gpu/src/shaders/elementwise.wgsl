@@ -1,13 +1,19 @@
 // Element by element over `n` values: the gated FFN's activations (ggml's
 // SiLU and tanh-approximated GELU of the gate, times the up projection).
-// One thread a value.
+// One thread a value. The gate and the output are rows of `width`; the up
+// values may sit in wider rows (`b_stride`) from `b_at` (gemma4's
+// per-layer inputs: one layer's slice of each token's row).
 
 struct Params {
     n: u32,
     // Threads along x: values past the dispatch limit go to y.
     threads_x: u32,
+    width: u32,
+    b_stride: u32,
+    b_at: u32,
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -19,12 +25,17 @@ fn index(id: vec3<u32>) -> u32 {
     return id.x + id.y * p.threads_x;
 }
 
+// Where the up value of element i sits.
+fn b_index(i: u32) -> u32 {
+    return (i / p.width) * p.b_stride + p.b_at + i % p.width;
+}
+
 @compute @workgroup_size(64)
 fn silu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = index(id);
     if (i < p.n) {
         let g = a[i];
-        out[i] = g / (1.0 + exp(-g)) * b[i];
+        out[i] = g / (1.0 + exp(-g)) * b[b_index(i)];
     }
 }
 
@@ -37,6 +48,6 @@ fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
         // tanh may not for large |z|.
         let z = 0.7978846 * g * (1.0 + 0.044715 * g * g);
         let t = 1.0 - 2.0 / (exp(min(2.0 * z, 80.0)) + 1.0);
-        out[i] = 0.5 * g * (1.0 + t) * b[i];
+        out[i] = 0.5 * g * (1.0 + t) * b[b_index(i)];
     }
 }

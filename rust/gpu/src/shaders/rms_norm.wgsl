@@ -1,11 +1,11 @@
 // out[r, i] = x[r, i] / sqrt(mean_i(x[r, i]^2) + eps) * weight[i], one
-// workgroup a row.
+// workgroup a row (rows past the dispatch limit along y).
 
 struct Params {
     width: u32,
     rows: u32,
     eps: f32,
-    _pad: u32,
+    groups_x: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -18,7 +18,7 @@ var<workgroup> partial: array<f32, WG>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = g.x;
+    let row = g.x + g.y * p.groups_x;
     if (row >= p.rows) {
         return;
     }

@@ -1,0 +1,20 @@
+// x[i] *= s: gemma4's per-layer output scale, and a row's scale before its
+// norm. One thread a value.
+
+struct Params {
+    n: u32,
+    threads_x: u32,
+    s: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x + id.y * p.threads_x;
+    if (i < p.n) {
+        x[i] *= p.s;
+    }
+}
