@@ -107,6 +107,9 @@ struct Feed {
     tokens: Vec<u32>,
     /// The prompt's last tokens, or a drawn one: the pass gives its logits.
     last: bool,
+    /// The logits the draw reads: the last row's, or only its top (see
+    /// `Draws::top_needed`); none before a prompt's last pass.
+    want: Logits,
     snapshots: Vec<Snapshot>,
     takens: Vec<Taken>,
 }
@@ -729,7 +732,12 @@ impl Batcher {
                 }
             }
             self.last_pass.push(PassPart { slot: i, tokens: tokens.len(), prompt });
-            feeds.push(Feed { slot: i, tokens, last, snapshots, takens });
+            let want = match a.draws.top_needed(&self.model) {
+                _ if !last => Logits::None,
+                Some(k) => Logits::Top(k),
+                None => Logits::Last,
+            };
+            feeds.push(Feed { slot: i, tokens, last, want, snapshots, takens });
         }
         if feeds.is_empty() {
             return events;
@@ -745,7 +753,7 @@ impl Batcher {
             parts.push(SeqPass {
                 session: &mut this.slot.session,
                 tokens: &f.tokens,
-                want: if f.last { Logits::Last } else { Logits::None },
+                want: f.want,
                 snapshots: &mut f.snapshots,
             });
         }
@@ -766,7 +774,7 @@ impl Batcher {
             return events;
         }
         drop(parts);
-        for Feed { slot: i, tokens, last, snapshots, takens } in feeds {
+        for Feed { slot: i, tokens, last, snapshots, takens, .. } in feeds {
             let st = &mut self.slots[i];
             let from = st.slot.tokens.len();
             st.slot.tokens.extend_from_slice(&tokens);

@@ -22,6 +22,7 @@
 //! is missing; the caller runs it on the CPU and says why.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Routing};
@@ -118,7 +119,13 @@ pub struct DeviceWeights {
     /// pass yet, as the CPU's [`Workspace`](crate::Workspace): the device
     /// runs one pass at a time.
     work: Mutex<Option<Work>>,
+    logits_read: AtomicU64,
 }
+
+/// The most of a row's largest logits read back in place of the row: past
+/// it, the kernel's rounds (one read of the row each) cost more than the
+/// row's transfer saves.
+const MAX_TOP: usize = 256;
 
 /// One sequence's part of a device pass ([`DeviceWeights::pass`]).
 pub(crate) struct DeviceSeq<'a> {
@@ -268,7 +275,16 @@ impl DeviceWeights {
         let output_norm = vector(&gpu, &w.output_norm)?;
         let output = matrix(w.output())?;
         bytes += layers.iter().filter_map(|l| l.moe.as_ref()).map(DeviceMoe::bytes).sum::<u64>();
-        Ok(DeviceWeights { gpu, layers, per_layer_inputs, output_norm, output, bytes, work: Mutex::new(None) })
+        Ok(DeviceWeights {
+            gpu,
+            layers,
+            per_layer_inputs,
+            output_norm,
+            output,
+            bytes,
+            work: Mutex::new(None),
+            logits_read: AtomicU64::new(0),
+        })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -417,7 +433,10 @@ impl DeviceWeights {
         // logits buffer holds (a large vocabulary's rows fill a binding fast).
         let (first, rows) = match want {
             Logits::None => (0, 0),
-            Logits::Last => (r0 + n - 1, 1),
+            Logits::Top(k) if k < c.n_vocab && k <= MAX_TOP => {
+                return self.read_top(model, s, r0 + n - 1, k, out);
+            }
+            Logits::Last | Logits::Top(_) => (r0 + n - 1, 1),
             Logits::All | Logits::Hidden => (r0, n),
         };
         for at in (first..first + rows).step_by(s.logit_rows) {
@@ -428,11 +447,44 @@ impl DeviceWeights {
             p.matmul(&self.output, &s.h, k, &s.logits).map_err(device_error)?;
             p.submit().map_err(device_error)?;
             out.extend(g.read_first(&s.logits, k * c.n_vocab).map_err(device_error)?);
+            self.logits_read.fetch_add((k * c.n_vocab) as u64, Ordering::Relaxed);
         }
         if let Some(cap) = c.logit_softcap {
             out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }
         Ok(())
+    }
+
+    /// Row `row`'s logits with only its `k` largest read back (ties to the
+    /// lower token), the rest -inf: `n_vocab` values become `k` pairs.
+    fn read_top(&self, model: &Model, s: &Work, row: usize, k: usize, out: &mut Vec<f32>) -> Result<()> {
+        let c = &model.config;
+        let (g, e) = (&*self.gpu, c.n_embd);
+        let mut p = g.pass();
+        p.copy(&s.x, row * e, &s.o, 0, e).map_err(device_error)?;
+        p.rms_norm(&s.o, &self.output_norm, &s.h, 1, c.rms_eps).map_err(device_error)?;
+        p.matmul(&self.output, &s.h, 1, &s.logits).map_err(device_error)?;
+        p.top_k(&s.logits, c.n_vocab, 1, k, &s.top).map_err(device_error)?;
+        p.submit().map_err(device_error)?;
+        let top = g.read_top(&s.top, k).map_err(device_error)?;
+        self.logits_read.fetch_add(k as u64, Ordering::Relaxed);
+        out.resize(c.n_vocab, f32::NEG_INFINITY);
+        for (id, v) in top {
+            // A row with NaNs may leave places unfilled (id past the vocabulary).
+            if let Some(slot) = out.get_mut(id as usize) {
+                *slot = match c.logit_softcap {
+                    Some(cap) => (v / cap).tanh() * cap,
+                    None => v,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Logit values read back from the device so far: a whole row's
+    /// `n_vocab` each, or `k` where a draw needs only the top `k`.
+    pub fn logits_read(&self) -> u64 {
+        self.logits_read.load(Ordering::Relaxed)
     }
 
     /// x += post_norm(wo · attention(rope(norm(q)), cache)), the block's
@@ -759,6 +811,8 @@ struct Work {
     sin: Vec<DeviceBuffer>,
     logits: DeviceBuffer,
     logit_rows: usize,
+    /// The top of one row, as (token, value) word pairs.
+    top: DeviceBuffer,
     moe: Option<MoeWork>,
     per_layer: Option<PerLayerWork>,
     host: HostRows,
@@ -868,6 +922,7 @@ impl Work {
             sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
             logits: buf("logits", logit_rows * c.n_vocab)?,
             logit_rows,
+            top: buf("top logits", 2 * MAX_TOP)?,
             moe,
             per_layer,
             host: HostRows {

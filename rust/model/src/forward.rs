@@ -41,6 +41,11 @@ thread_local! {
 pub enum Logits {
     None,
     Last,
+    /// The last position's logits, of which a draw reads only the `k`
+    /// largest (`Sampler::decided_by_top`): the rest may read as -inf. A
+    /// device reads back those alone; the CPU, which has the row in
+    /// memory, gives all of it.
+    Top(usize),
     All,
     /// Every position's final hidden state (after the output norm, before
     /// the head), `n_embd` wide, in place of logits: what embeddings are
@@ -397,13 +402,13 @@ impl Model {
             let last = rest.is_empty();
             let w = match want {
                 Logits::All | Logits::Hidden => want,
-                Logits::Last if last => Logits::Last,
+                Logits::Last | Logits::Top(_) if last => want,
                 _ => Logits::None,
             };
             let out = self.forward(s, chunk, w)?;
             if matches!(w, Logits::All | Logits::Hidden) {
                 all.extend_from_slice(out);
-            } else if w == Logits::Last {
+            } else if matches!(w, Logits::Last | Logits::Top(_)) {
                 all = out.to_vec();
             }
         }
@@ -448,7 +453,7 @@ impl Model {
             let n = q.tokens.len();
             match q.want {
                 Logits::None => {}
-                Logits::Last => sc.out_rows.push(r0 + n - 1),
+                Logits::Last | Logits::Top(_) => sc.out_rows.push(r0 + n - 1),
                 Logits::All | Logits::Hidden => sc.out_rows.extend(r0..r0 + n),
             }
             r0 += n;
@@ -540,7 +545,7 @@ impl Model {
         for q in seqs.iter_mut() {
             let rows = match q.want {
                 Logits::None => 0,
-                Logits::Last => 1,
+                Logits::Last | Logits::Top(_) => 1,
                 Logits::All | Logits::Hidden => q.tokens.len(),
             };
             q.logits.clear();
@@ -675,7 +680,7 @@ impl Model {
             let (first, m) = match q.want {
                 _ if !last => (0, n),
                 Logits::None => continue,
-                Logits::Last => (n - 1, 1),
+                Logits::Last | Logits::Top(_) => (n - 1, 1),
                 Logits::All | Logits::Hidden => (0, n),
             };
             let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);

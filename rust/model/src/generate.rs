@@ -227,6 +227,19 @@ impl Draws {
         Ok(())
     }
 
+    /// How many of the next row's largest logits decide this draw
+    /// ([`Sampler::decided_by_top`]), the end-of-generation tokens it masks
+    /// counted in; `None` where the whole row is read: a grammar may allow
+    /// any token, and log-probabilities are the whole distribution's.
+    pub(crate) fn top_needed(&self, model: &Model) -> Option<usize> {
+        if self.matcher.is_some() || self.params.n_probs > 0 {
+            return None;
+        }
+        let k = self.sampler.decided_by_top()?;
+        let masked = if self.params.ignore_eos { model.tokenizer.eog_ids().len() } else { 0 };
+        Some(k + masked)
+    }
+
     /// The next step from `logits` (which the draw may mask); `None` once
     /// stopped. `ctx_full`: the session has no room to feed the token back.
     pub(crate) fn draw(&mut self, model: &Model, logits: &mut [f32], ctx_full: bool) -> Result<Option<Step>> {

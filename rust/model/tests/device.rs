@@ -323,3 +323,30 @@ fn gemma4_slots_on_the_device_answer_as_each_alone() {
     let expected = run(&mut Batcher::new(dm.clone(), 1, 64, 8, KvType::F16).unwrap(), 0, &longer);
     assert_eq!(run(&mut other, 0, &longer), expected, "a restored gemma4 slot");
 }
+
+/// A draw decided by its top logits reads back only those: the slot's
+/// sampled tokens (top-k 40 at temperature 0.8, seeded) are the ones the
+/// same draws take from whole rows, which asking for log-probabilities
+/// brings back; the device reads 40 values a token (41 with the end of
+/// generation masked) in place of SmolLM2's 49152.
+#[test]
+fn a_draw_decided_by_its_top_reads_back_only_the_top() {
+    let Some((dm, _)) = on_device(SMOLLM2) else { return };
+    let n_vocab = dm.config.n_vocab;
+    let prompt = tokens(12, 8, n_vocab);
+    let sampled = |n_probs: usize| {
+        let mut params = greedy(10, n_probs);
+        params.sampling = ember_sample::SamplingParams { temperature: 0.8, top_k: 40, seed: Some(5), ..Default::default() };
+        let mut b = Batcher::new(dm.clone(), 1, 64, 16, KvType::F16).unwrap();
+        b.start(0, &prompt, params, true, &[]).unwrap();
+        let before = dm.placement().unwrap().logits_read();
+        let drawn = step_until_idle(&mut b).swap_remove(0);
+        (drawn, dm.placement().unwrap().logits_read() - before)
+    };
+    let (whole, read_whole) = sampled(1);
+    let (top, read_top) = sampled(0);
+    assert_eq!(top, whole, "the same draws from the top of each row as from the whole row");
+    let eog = dm.tokenizer.eog_ids().len() as u64;
+    assert_eq!(read_whole, 10 * n_vocab as u64);
+    assert_eq!(read_top, 10 * (40 + eog));
+}

@@ -107,6 +107,25 @@ impl Sampler {
         self.seed
     }
 
+    /// How many of a row's largest logits decide the next draw, where the
+    /// rest cannot change it (a row holding only those, the rest -inf,
+    /// draws the same token from the same random stream): 1 for a greedy
+    /// draw, `top_k` where top-k is on. `None` where any logit may matter:
+    /// a bias or a penalty can lift a lower one past them, and without
+    /// top-k the whole distribution is drawn from.
+    pub fn decided_by_top(&self) -> Option<usize> {
+        if self.penalties_on || !self.bias.is_empty() {
+            return None;
+        }
+        if self.params.temperature <= 0.0 {
+            return Some(1);
+        }
+        match usize::try_from(self.params.top_k) {
+            Ok(k) if k > 0 && k < self.n_vocab => Some(k),
+            _ => None,
+        }
+    }
+
     /// Picks the next token from one row of logits.
     ///
     /// Panics if `logits.len()` differs from the `n_vocab` given to `new`:
@@ -335,6 +354,46 @@ mod tests {
             h[s.sample(logits) as usize] += 1;
         }
         h.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    /// `row` with all but its `k` largest (ties to the lower id) at -inf:
+    /// what a device that reads back only the top of a row hands over.
+    fn only_top(row: &[f32], k: usize) -> Vec<f32> {
+        let mut order: Vec<usize> = (0..row.len()).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let mut out = vec![f32::NEG_INFINITY; row.len()];
+        order[..k].iter().for_each(|&i| out[i] = row[i]);
+        out
+    }
+
+    #[test]
+    fn a_draw_decided_by_the_top_draws_the_same_from_the_top_alone() {
+        let n = 500;
+        let mut rng = Rng::new(9);
+        // Few distinct values, so the boundary of the top falls among ties.
+        let rows: Vec<Vec<f32>> =
+            (0..40).map(|_| (0..n).map(|_| (rng.next_u64() % 60) as f32 / 8.0).collect()).collect();
+        let defaults = SamplingParams { seed: Some(3), ..Default::default() };
+        for params in [defaults.clone(), SamplingParams::greedy(), SamplingParams { top_k: 7, top_p: 1.0, min_p: 0.0, ..defaults.clone() }] {
+            let (mut full, mut top) = (Sampler::new(params.clone(), n).unwrap(), Sampler::new(params.clone(), n).unwrap());
+            let k = top.decided_by_top().expect("these draws are decided by their top");
+            for row in &rows {
+                let t = full.sample(row);
+                assert_eq!(top.sample(&only_top(row, k)), t, "{params:?}");
+                full.accept(t);
+                top.accept(t);
+            }
+        }
+        // Where a lower logit can be lifted, or the whole row is drawn from.
+        let whole = [
+            SamplingParams { repeat_penalty: 1.1, ..defaults.clone() },
+            SamplingParams { presence_penalty: -0.5, ..defaults.clone() },
+            SamplingParams { logit_bias: vec![(3, 2.0)], ..defaults.clone() },
+            SamplingParams { top_k: 0, ..defaults.clone() },
+        ];
+        for params in whole {
+            assert_eq!(Sampler::new(params.clone(), n).unwrap().decided_by_top(), None, "{params:?}");
+        }
     }
 
     fn assert_close(got: &[f64], want: &[f64], tol: f64) {
