@@ -63,23 +63,25 @@ def test_the_in_process_model_on_the_device(smollm2_path):
     assert cpu.placement is None and cpu.device_note is None
 
 
-def test_a_family_without_device_kernels_is_refused_by_name_and_noted_otherwise():
-    """A hybrid (Qwen3.5's DeltaNet layers) on a named device is refused,
-    naming the layer; asked for by -ngl alone it runs on the CPU, and the
-    note says why."""
+def test_a_model_without_device_kernels_is_refused_by_name_and_noted_otherwise():
+    """A model with a matrix type the device has no product for (an IQ4_NL
+    output head, which the CPU reads) on a named device is refused, naming
+    the tensor; asked for by -ngl alone it runs on the CPU, and the note
+    says why."""
     import ember
     from ember.errors import DeviceError
 
     sys.path.insert(0, str(FIXTURES))
     import make_tiny_models
 
-    path = make_tiny_models.ensure("qwen35")
+    path = make_tiny_models.ensure("llamaiq4nl")
     name = _device_name()
-    with pytest.raises(DeviceError, match=f"the model cannot run on {name}: layer 0: gated DeltaNet layers have no "
-                                          "device kernels yet"):
+    with pytest.raises(DeviceError, match=f"the model cannot run on {name}: tensor output.weight: type IQ4_NL has no "
+                                          "device kernel yet"):
         ember.Model(path, n_ctx=64, device=name)
     model = ember.Model(path, n_ctx=64, gpu_layers="all")
     assert model.placement is None and model.device_note
+    assert len(model.complete([1, 2, 3], max_tokens=2, ignore_eos=True).tokens) == 2
 
 
 def test_asking_for_the_first_card_runs_on_the_cpu_without_one(smollm2_path):

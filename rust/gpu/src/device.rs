@@ -459,12 +459,14 @@ pub struct DeviceKvLayer {
     v: wgpu::Buffer,
 }
 
-/// The FFN's gate activation.
+/// A gate's activation: the FFN's, or an attention output's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     Silu,
     /// GELU, tanh approximation (ggml's `gelu`).
     GeluTanh,
+    /// 1 / (1 + e^-x) (Qwen3.5's gated attention).
+    Sigmoid,
 }
 
 /// The shape of one attention call: `t` queries of a sequence at positions
@@ -633,6 +635,7 @@ impl Pass<'_> {
         let kernel = match act {
             Activation::Silu => Kernel::SiluMul,
             Activation::GeluTanh => Kernel::GeluMul,
+            Activation::Sigmoid => Kernel::SigmoidMul,
         };
         let (groups, threads_x) = self.spread(n, "a gated activation")?;
         let params = [n as u32, threads_x, width as u32, up_stride as u32, up_at as u32, 0, 0, 0];

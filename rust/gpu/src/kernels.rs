@@ -22,6 +22,12 @@ const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const MOE_ROUTE: &str = include_str!("shaders/moe_route.wgsl");
 const MOE_COMBINE: &str = include_str!("shaders/moe_combine.wgsl");
 const TOP_K: &str = include_str!("shaders/top_k.wgsl");
+const DELTA_GATES: &str = include_str!("shaders/delta_gates.wgsl");
+const DELTA_CONV: &str = include_str!("shaders/delta_conv.wgsl");
+const DELTA_RULE: &str = include_str!("shaders/delta_rule.wgsl");
+const L2_NORM: &str = include_str!("shaders/l2_norm.wgsl");
+const SPLIT_GATES: &str = include_str!("shaders/split_gates.wgsl");
+const ROW_GATE: &str = include_str!("shaders/row_gate.wgsl");
 
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
@@ -61,6 +67,7 @@ pub(crate) enum Kernel {
     RmsNorm,
     SiluMul,
     GeluMul,
+    SigmoidMul,
     AddInPlace,
     Scale,
     Rope,
@@ -69,6 +76,12 @@ pub(crate) enum Kernel {
     MoeRoute,
     MoeCombine,
     TopK,
+    DeltaGates,
+    DeltaConv,
+    DeltaRule,
+    L2Norm,
+    SplitGates,
+    RowGate,
 }
 
 impl Kernel {
@@ -76,6 +89,7 @@ impl Kernel {
         match self {
             Kernel::SiluMul => "silu_mul",
             Kernel::GeluMul => "gelu_mul",
+            Kernel::SigmoidMul => "sigmoid_mul",
             _ => "main",
         }
     }
@@ -85,7 +99,7 @@ impl Kernel {
             Kernel::Matmul(ty, wide) => product(MATMUL, ty, wide)?,
             Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
             Kernel::RmsNorm => RMS_NORM.to_string(),
-            Kernel::SiluMul | Kernel::GeluMul => ELEMENTWISE.to_string(),
+            Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => ELEMENTWISE.to_string(),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Scale => SCALE.to_string(),
             Kernel::Rope => ROPE.to_string(),
@@ -94,6 +108,12 @@ impl Kernel {
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
             Kernel::MoeCombine => MOE_COMBINE.to_string(),
             Kernel::TopK => TOP_K.to_string(),
+            Kernel::DeltaGates => DELTA_GATES.to_string(),
+            Kernel::DeltaConv => DELTA_CONV.to_string(),
+            Kernel::DeltaRule => DELTA_RULE.to_string(),
+            Kernel::L2Norm => L2_NORM.to_string(),
+            Kernel::SplitGates => SPLIT_GATES.to_string(),
+            Kernel::RowGate => ROW_GATE.to_string(),
         })
     }
 }

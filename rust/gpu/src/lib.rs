@@ -7,6 +7,7 @@
 //! normalised error (`tests/kernels.rs`), on any Vulkan device, Mesa's
 //! lavapipe included.
 
+mod delta;
 mod device;
 mod error;
 mod experts;
@@ -16,6 +17,7 @@ pub use device::{
     list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu,
     Pass, MAX_HEAD_DIM_V,
 };
+pub use delta::{DeltaShape, MAX_CONV, MAX_DELTA_HEAD_DIM};
 pub use error::{GpuError, Result};
 pub use experts::{DeviceExperts, Routing};
 pub use kernels::matmul_supports;

@@ -17,21 +17,31 @@
 //! inputs (their table's rows for the pass's tokens dequantized on the host,
 //! as the embedding rows are) and the per-layer output scales.
 //!
-//! A model with a layer the device cannot run yet (a DeltaNet layer, a
-//! shared expert's gate, gated attention) is refused at upload, naming what
-//! is missing; the caller runs it on the CPU and says why.
+//! Qwen3.5's hybrids run there: the gated DeltaNet layers (their
+//! convolution and rule token after token, each sequence's recurrent states
+//! written to the device before a pass and read back after it, so the
+//! host's cache keeps them for checkpoints and saved slots as on the CPU),
+//! gated attention and the shared expert's gate.
+//!
+//! A model with a layer the device cannot run yet (heads or a convolution
+//! wider than its kernels hold, a matrix type without a product) is refused
+//! at upload, naming what is missing; the caller runs it on the CPU and
+//! says why.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ember_gpu::{Activation, AttentionShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Routing};
+use ember_gpu::{
+    Activation, AttentionShape, DeltaShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Routing,
+};
+use ember_gguf::GgmlType;
 use ember_kv::KvCache;
 
-use crate::config::{FfnActivation, KvSource, LayerConfig};
+use crate::config::{DeltaLayer, FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::Logits;
-use crate::weights::{Experts, Matrix, PerLayerEmbeddings};
+use crate::weights::{DeltaNetWeights, Experts, Matrix, PerLayerEmbeddings};
 use crate::Model;
 
 fn device_error(e: GpuError) -> ModelError {
@@ -42,7 +52,8 @@ fn device_error(e: GpuError) -> ModelError {
 /// mixture, or both side by side.
 struct DeviceLayer {
     attn_norm: DeviceBuffer,
-    wq: DeviceMatrix,
+    /// None in a gated DeltaNet layer, which has `delta` instead.
+    wq: Option<DeviceMatrix>,
     /// None where the layer reads an earlier layer's rings (gemma4).
     wk: Option<DeviceMatrix>,
     /// None where the values are the keys before their norm (gemma4).
@@ -54,14 +65,35 @@ struct DeviceLayer {
     bv: Option<DeviceBuffer>,
     q_norm: Option<DeviceBuffer>,
     k_norm: Option<DeviceBuffer>,
-    wo: DeviceMatrix,
+    wo: Option<DeviceMatrix>,
+    delta: Option<DeviceDelta>,
     post_attn_norm: Option<DeviceBuffer>,
     ffn_norm: DeviceBuffer,
     ffn: Option<DeviceFfn>,
     moe: Option<DeviceMoe>,
+    /// Qwen3.5's mixtures: the dense block is a shared expert scaled by
+    /// sigmoid(gate · h), a matrix of one row.
+    shared_gate: Option<DeviceMatrix>,
     post_ffn_norm: Option<DeviceBuffer>,
     per_layer: Option<DevicePerLayer>,
     out_scale: Option<f32>,
+}
+
+/// A gated DeltaNet layer on the device (the CPU's `DeltaNetWeights`).
+struct DeviceDelta {
+    shape: DeltaLayer,
+    qkv: DeviceMatrix,
+    z: DeviceMatrix,
+    beta: DeviceMatrix,
+    alpha: DeviceMatrix,
+    conv: DeviceBuffer,
+    dt_bias: DeviceBuffer,
+    a: DeviceBuffer,
+    norm: DeviceBuffer,
+    out: DeviceMatrix,
+    /// Where this layer's state (convolution, then rule) starts in a
+    /// sequence's states.
+    state_at: usize,
 }
 
 /// gemma4's per-layer input of one layer (the CPU's `PerLayerInput`).
@@ -129,7 +161,9 @@ const MAX_TOP: usize = 256;
 
 /// One sequence's part of a device pass ([`DeviceWeights::pass`]).
 pub(crate) struct DeviceSeq<'a> {
-    pub cache: &'a KvCache,
+    /// Its positions, and (a hybrid's) recurrent states, which the pass
+    /// carries forward.
+    pub cache: &'a mut KvCache,
     pub rings: &'a DeviceRings,
     pub tokens: &'a [u32],
     pub want: Logits,
@@ -142,6 +176,9 @@ pub(crate) struct DeviceSeq<'a> {
 /// [held elsewhere](ember_kv::KvCache::held_elsewhere)) puts them.
 pub struct DeviceRings {
     layers: Vec<DeviceKvLayer>,
+    /// A hybrid's recurrent states, every layer's in the cache's order;
+    /// the host's cache holds them between passes.
+    states: Option<DeviceBuffer>,
 }
 
 /// Why a model's layers cannot all run on the device, or None when they can.
@@ -149,12 +186,12 @@ pub fn device_refusal(model: &Model) -> Option<String> {
     let c = &model.config;
     let w = model.weights();
     for (il, (l, lc)) in w.layers.iter().zip(&c.layers).enumerate() {
-        let why = if lc.delta.is_some() {
-            "gated DeltaNet layers have no device kernels yet"
-        } else if l.shared_gate.is_some() {
-            "a shared expert's gate (Qwen3.5's mixtures) has no device kernels yet"
-        } else if lc.attn_gate {
-            "gated attention (Qwen3.5) has no device kernels yet"
+        let why = if let Some(d) = lc.delta {
+            if d.net.head_dim > ember_gpu::MAX_DELTA_HEAD_DIM || d.d_conv > ember_gpu::MAX_CONV || d.d_conv < 2 {
+                "its DeltaNet heads or convolution are wider than the device's kernels hold"
+            } else {
+                continue;
+            }
         } else if matches!(lc.kv, KvSource::Own(_)) != l.wk.is_some() || (l.wv.is_none() && lc.k_width() != lc.v_width())
             || (l.ffn.is_none() && l.experts.is_none())
         {
@@ -171,7 +208,13 @@ pub fn device_refusal(model: &Model) -> Option<String> {
         let x = l.experts.as_ref();
         let pl = l.per_layer.as_ref();
         // One expert of each tensor stands for all: they share a type.
+        let dn = l.delta.as_ref();
         [
+            dn.map(|d| &d.qkv),
+            dn.map(|d| &d.z),
+            dn.map(|d| &d.beta),
+            dn.map(|d| &d.alpha),
+            dn.map(|d| &d.out),
             l.wq.as_ref(),
             l.wk.as_ref(),
             l.wv.as_ref(),
@@ -236,7 +279,7 @@ impl DeviceWeights {
                 Some(f) => Some(DeviceFfn { gate: matrix(&f.gate)?, up: matrix(&f.up)?, down: matrix(&f.down)? }),
                 None => None,
             };
-            let moe = l.experts.as_ref().map(|x| DeviceMoe::upload(&gpu, model, x, l.ffn.is_some())).transpose()?;
+            let moe = l.experts.as_ref().map(|x| DeviceMoe::upload(&gpu, model, x, l.ffn.is_some() && l.shared_gate.is_none())).transpose()?;
             let per_layer = match &l.per_layer {
                 Some(p) => Some(DevicePerLayer {
                     gate: matrix(&p.gate)?,
@@ -247,9 +290,23 @@ impl DeviceWeights {
             };
             let value_norm =
                 if model.config.opts.value_norm { Some(vector(&gpu, &vec![1.0; lc.head_dim_v])?) } else { None };
+            let delta = match (&l.delta, lc.delta, lc.kv) {
+                (Some(dw), Some(shape), KvSource::Recurrent(si)) => {
+                    let state_at = model.config.state_lens()[..si].iter().sum();
+                    Some(DeviceDelta::upload(&gpu, &mut matrix, dw, shape, state_at)?)
+                }
+                _ => None,
+            };
+            let shared_gate = match &l.shared_gate {
+                Some(g) => {
+                    let bytes: Vec<u8> = g.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    Some(gpu.upload_matrix("ffn_gate_inp_shexp", GgmlType::F32, 1, g.len(), &bytes).map_err(device_error)?)
+                }
+                None => None,
+            };
             layers.push(DeviceLayer {
                 attn_norm: vector(&gpu, &l.attn_norm)?,
-                wq: matrix(l.wq.as_ref().expect("an attention layer"))?,
+                wq: l.wq.as_ref().map(&mut matrix).transpose()?,
                 wk: l.wk.as_ref().map(&mut matrix).transpose()?,
                 wv: l.wv.as_ref().map(&mut matrix).transpose()?,
                 value_norm,
@@ -258,11 +315,13 @@ impl DeviceWeights {
                 bv: optional(&gpu, &l.bv)?,
                 q_norm: optional(&gpu, &l.q_norm)?,
                 k_norm: optional(&gpu, &l.k_norm)?,
-                wo: matrix(l.wo.as_ref().expect("an attention layer"))?,
+                wo: l.wo.as_ref().map(&mut matrix).transpose()?,
+                delta,
                 post_attn_norm: optional(&gpu, &l.post_attn_norm)?,
                 ffn_norm: vector(&gpu, &l.ffn_norm)?,
                 ffn,
                 moe,
+                shared_gate,
                 post_ffn_norm: optional(&gpu, &l.post_ffn_norm)?,
                 per_layer,
                 out_scale: l.out_scale,
@@ -313,7 +372,9 @@ impl DeviceWeights {
             debug_assert_eq!(ci, layers.len(), "cache layers are numbered in layer order");
             layers.push(self.gpu.kv_layer(cache.layer_rows(ci), lc.k_width(), lc.v_width()).map_err(device_error)?);
         }
-        Ok(DeviceRings { layers })
+        let floats: usize = model.config.state_lens().iter().sum();
+        let states = if floats > 0 { Some(self.gpu.zeros("recurrent states", floats).map_err(device_error)?) } else { None };
+        Ok(DeviceRings { layers, states })
     }
 
     /// `cache`'s state ([`KvCache::save_state`]'s format), its rows read
@@ -390,12 +451,23 @@ impl DeviceWeights {
             g.write(&s.sin[variant], &host.sin).map_err(device_error)?;
         }
 
+        for q in seqs.iter() {
+            if let Some(states) = &q.rings.states {
+                host.states.clear();
+                (0..q.cache.n_states()).for_each(|i| host.states.extend_from_slice(q.cache.state(i)));
+                g.write(states, &host.states).map_err(device_error)?;
+            }
+        }
         let mut p = g.pass();
         if let (Some(pi), Some(pl)) = (&self.per_layer_inputs, &s.per_layer) {
             self.per_layer_inputs(model, &mut p, pi, pl, s, t).map_err(device_error)?;
         }
         for (il, (l, lc)) in self.layers.iter().zip(&c.layers).enumerate() {
-            self.attention_block(model, &mut p, l, lc, seqs, s, t).map_err(device_error)?;
+            match &l.delta {
+                Some(d) => self.delta_block(model, &mut p, l, d, seqs, s, t),
+                None => self.attention_block(model, &mut p, l, lc, seqs, s, t),
+            }
+            .map_err(device_error)?;
             self.ffn_block(model, &mut p, l, s, t).map_err(device_error)?;
             if let (Some(d), Some(pl)) = (&l.per_layer, &s.per_layer) {
                 self.per_layer_block(model, &mut p, d, il, pl, s, t).map_err(device_error)?;
@@ -405,6 +477,17 @@ impl DeviceWeights {
             }
         }
         p.submit().map_err(device_error)?;
+        for q in seqs.iter_mut() {
+            if let Some(states) = &q.rings.states {
+                let back = g.read(states).map_err(device_error)?;
+                let mut at = 0;
+                for i in 0..q.cache.n_states() {
+                    let state = q.cache.state_mut(i);
+                    state.copy_from_slice(&back[at..at + state.len()]);
+                    at += state.len();
+                }
+            }
+        }
         let mut r0 = 0;
         for q in seqs.iter_mut() {
             let n = q.tokens.len();
@@ -504,7 +587,14 @@ impl DeviceWeights {
         let (e, eps) = (c.n_embd, c.rms_eps);
         let (hk, qw, kw, vw) = (lc.head_dim_k, lc.q_width(), lc.k_width(), lc.v_width());
         p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
-        p.matmul(&l.wq, &s.h, t, &s.q)?;
+        let wq = l.wq.as_ref().expect("an attention layer has queries");
+        if lc.attn_gate {
+            // Each head's query, then its gate (qwen35): split apart.
+            p.matmul(wq, &s.h, t, &s.q_raw)?;
+            p.split_gates(&s.q_raw, &s.q, &s.gates, t * lc.n_head, hk)?;
+        } else {
+            p.matmul(wq, &s.h, t, &s.q)?;
+        }
         if let Some(wk) = &l.wk {
             p.matmul(wk, &s.h, t, &s.k)?;
             match &l.wv {
@@ -555,7 +645,69 @@ impl DeviceWeights {
             p.attention(&shape, q, kv, &s.att)?;
             row0 += n;
         }
-        p.matmul(&l.wo, &s.att, t, &s.o)?;
+        let wo = l.wo.as_ref().expect("an attention layer has an output");
+        if lc.attn_gate {
+            p.gated(Activation::Sigmoid, &s.gates, &s.att, &s.att_gated, t * lc.att_width())?;
+            p.matmul(wo, &s.att_gated, t, &s.o)?;
+        } else {
+            p.matmul(wo, &s.att, t, &s.o)?;
+        }
+        residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
+    }
+
+    /// x += post_norm(out(gated_norm(rule(conv(qkv · norm(x)))))): a gated
+    /// DeltaNet layer (the CPU's `delta_block`), the projections over every
+    /// sequence's rows at once, the convolution and the rule per sequence
+    /// over its own states.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_block(
+        &self,
+        model: &Model,
+        p: &mut ember_gpu::Pass<'_>,
+        l: &DeviceLayer,
+        d: &DeviceDelta,
+        seqs: &[DeviceSeq<'_>],
+        s: &Work,
+        t: usize,
+    ) -> ember_gpu::Result<()> {
+        let c = &model.config;
+        let (e, eps) = (c.n_embd, c.rms_eps);
+        let dl = d.shape;
+        let (cd, vd, kd, nv, hd) = (dl.conv_dim(), dl.value_dim(), dl.key_dim(), dl.net.n_v_heads, dl.net.head_dim);
+        let dn = s.delta.as_ref().expect("a hybrid's working buffers");
+        p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
+        p.matmul(&d.qkv, &s.h, t, &dn.mixed)?;
+        p.matmul(&d.z, &s.h, t, &dn.z)?;
+        p.matmul(&d.beta, &s.h, t, &dn.beta)?;
+        p.matmul(&d.alpha, &s.h, t, &dn.gate)?;
+        p.delta_gates(&dn.beta, &dn.gate, &d.dt_bias, &d.a, t * nv)?;
+        let mut row0 = 0;
+        for q in seqs {
+            let states = q.rings.states.as_ref().expect("a hybrid's sequence has states");
+            p.delta_conv(&dn.mixed, &d.conv, states, d.state_at, &dn.conv, row0, q.tokens.len(), cd, dl.d_conv)?;
+            row0 += q.tokens.len();
+        }
+        p.l2_norm_heads(&dn.conv, t, 2 * kd / hd, hd, cd, eps)?;
+        let mut row0 = 0;
+        for q in seqs {
+            let states = q.rings.states.as_ref().expect("a hybrid's sequence has states");
+            let shape = DeltaShape {
+                n: q.tokens.len(),
+                row0,
+                head_dim: hd,
+                n_v_heads: nv,
+                n_k_heads: dl.net.n_k_heads,
+                qkv_stride: cd,
+                key_dim: kd,
+                state_at: d.state_at + dl.conv_state_len(),
+            };
+            p.delta_rule(&shape, &dn.conv, &dn.gate, &dn.beta, states, &dn.heads)?;
+            row0 += q.tokens.len();
+        }
+        // Each head normed, then gated by SiLU of z.
+        p.rms_norm(&dn.heads, &d.norm, &dn.normed, t * nv, eps)?;
+        p.gated(Activation::Silu, &dn.z, &dn.normed, &dn.heads, t * vd)?;
+        p.matmul(&d.out, &dn.heads, t, &s.o)?;
         residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
     }
 
@@ -578,9 +730,18 @@ impl DeviceWeights {
         }
         let out = match (&l.moe, &s.moe) {
             (Some(m), Some(ms)) => match &m.beside_dense {
+                None if l.shared_gate.is_some() => {
+                    // The shared expert (in `o`), scaled by its gate, then the mixture added.
+                    let g = l.shared_gate.as_ref().expect("matched");
+                    p.matmul(g, &s.h, t, &ms.shared_gate)?;
+                    p.row_gate(&s.o, &ms.shared_gate, t, e)?;
+                    m.route(p, c, &s.h, ms, t)?;
+                    m.experts(p, act, &s.h, ms, t, e, &s.o, true)?;
+                    &s.o
+                }
                 None => {
                     m.route(p, c, &s.h, ms, t)?;
-                    m.experts(p, act, &s.h, ms, t, e, &s.o)?;
+                    m.experts(p, act, &s.h, ms, t, e, &s.o, false)?;
                     &s.o
                 }
                 Some(b) => {
@@ -595,7 +756,7 @@ impl DeviceWeights {
                     p.rms_norm(&s.x, &b.router_norm, &s.h, t, eps)?;
                     m.route(p, c, &s.h, ms, t)?;
                     p.rms_norm(&s.x, &b.pre_norm, &s.h, t, eps)?;
-                    m.experts(p, act, &s.h, ms, t, e, &ms.mixed)?;
+                    m.experts(p, act, &s.h, ms, t, e, &ms.mixed, false)?;
                     p.rms_norm(&ms.mixed, &b.post_norm, &s.h, t, eps)?;
                     p.add_to(dense, &s.h, t * e)?;
                     dense
@@ -669,6 +830,30 @@ fn per_layer_token_rows(model: &Model, pe: &PerLayerEmbeddings, seqs: &[DeviceSe
     model.per_layer_rows_read.fetch_add(t, std::sync::atomic::Ordering::Relaxed);
 }
 
+impl DeviceDelta {
+    fn upload(
+        gpu: &Gpu,
+        matrix: &mut impl FnMut(&Matrix) -> Result<DeviceMatrix>,
+        dw: &DeltaNetWeights,
+        shape: DeltaLayer,
+        state_at: usize,
+    ) -> Result<DeviceDelta> {
+        Ok(DeviceDelta {
+            shape,
+            qkv: matrix(&dw.qkv)?,
+            z: matrix(&dw.z)?,
+            beta: matrix(&dw.beta)?,
+            alpha: matrix(&dw.alpha)?,
+            conv: vector(gpu, &dw.conv)?,
+            dt_bias: vector(gpu, &dw.dt_bias)?,
+            a: vector(gpu, &dw.a)?,
+            norm: vector(gpu, &dw.norm)?,
+            out: matrix(&dw.out)?,
+            state_at,
+        })
+    }
+}
+
 impl DeviceMoe {
     fn upload(gpu: &Gpu, model: &Model, x: &Experts, beside_dense: bool) -> Result<DeviceMoe> {
         let m = model.config.moe.as_ref().expect("experts in a model with a mixture");
@@ -718,8 +903,9 @@ impl DeviceMoe {
         p.moe_route(&routing, &ms.logits, &ms.ids, &ms.weights)
     }
 
-    /// out = the chosen experts' gated feed-forwards of the `t` rows of
-    /// `h`, summed by their weights (the routing `route` recorded).
+    /// out (=, or += where `accumulate`) the chosen experts' gated
+    /// feed-forwards of the `t` rows of `h`, summed by their weights (the
+    /// routing `route` recorded).
     #[allow(clippy::too_many_arguments)]
     fn experts(
         &self,
@@ -730,6 +916,7 @@ impl DeviceMoe {
         t: usize,
         e: usize,
         out: &DeviceBuffer,
+        accumulate: bool,
     ) -> ember_gpu::Result<()> {
         let n_used = ms.n_used;
         let pairs = t * n_used;
@@ -737,7 +924,7 @@ impl DeviceMoe {
         p.matmul_id(&self.up, h, n_used, &ms.ids, pairs, &ms.up)?;
         p.gated(act, &ms.gate, &ms.up, &ms.act, pairs * self.gate.rows)?;
         p.matmul_id(&self.down, &ms.act, 1, &ms.ids, pairs, &ms.y)?;
-        p.moe_combine(&ms.y, &ms.ids, &ms.weights, &self.down_scale, t, n_used, e, out, false)
+        p.moe_combine(&ms.y, &ms.ids, &ms.weights, &self.down_scale, t, n_used, e, out, accumulate)
     }
 }
 
@@ -815,7 +1002,26 @@ struct Work {
     top: DeviceBuffer,
     moe: Option<MoeWork>,
     per_layer: Option<PerLayerWork>,
+    delta: Option<DeltaWork>,
+    /// Gated attention (qwen35): the query projection's rows before they
+    /// are split, the gates, and the gated outputs.
+    q_raw: DeviceBuffer,
+    gates: DeviceBuffer,
+    att_gated: DeviceBuffer,
     host: HostRows,
+}
+
+/// A gated DeltaNet layer's working buffers: the projections, the
+/// convolution's output, the per-head terms, and the rule's outputs before
+/// and after their norm.
+struct DeltaWork {
+    mixed: DeviceBuffer,
+    conv: DeviceBuffer,
+    z: DeviceBuffer,
+    beta: DeviceBuffer,
+    gate: DeviceBuffer,
+    heads: DeviceBuffer,
+    normed: DeviceBuffer,
 }
 
 /// gemma4's per-layer inputs: the token rows from the host, the
@@ -844,6 +1050,8 @@ struct MoeWork {
     y: DeviceBuffer,
     dense: DeviceBuffer,
     mixed: DeviceBuffer,
+    /// A shared expert's gate, one a row.
+    shared_gate: DeviceBuffer,
 }
 
 /// What the host computes for a pass before the device runs it, allocated
@@ -854,6 +1062,8 @@ struct HostRows {
     cos: Vec<f32>,
     sin: Vec<f32>,
     per_layer: Vec<f32>,
+    /// One sequence's recurrent states at a time.
+    states: Vec<f32>,
 }
 
 impl Work {
@@ -887,6 +1097,7 @@ impl Work {
                     y: buf("expert outputs", pairs * e)?,
                     dense: buf("dense output", t * e)?,
                     mixed: buf("mixture output", t * e)?,
+                    shared_gate: buf("shared expert gate", t)?,
                 })
             }
             _ => None,
@@ -903,6 +1114,23 @@ impl Work {
         } else {
             None
         };
+        let deltas = c.layers.iter().filter_map(|l| l.delta);
+        let (cd, vd, nv) = deltas.fold((0, 0, 0), |(a, b, n), d| (a.max(d.conv_dim()), b.max(d.value_dim()), n.max(d.net.n_v_heads)));
+        let delta = if cd > 0 {
+            Some(DeltaWork {
+                mixed: buf("delta projection", t * cd)?,
+                conv: buf("delta convolution", t * cd)?,
+                z: buf("delta output gate", t * vd)?,
+                beta: buf("delta beta", t * nv)?,
+                gate: buf("delta decay", t * nv)?,
+                heads: buf("delta heads", t * vd)?,
+                normed: buf("delta heads normed", t * vd)?,
+            })
+        } else {
+            None
+        };
+        let gated = c.layers.iter().any(|l| l.attn_gate);
+        let widest_raw_q = if gated { 2 * widest_q } else { 0 };
         Ok(Work {
             rows: t,
             x: buf("x", t * e)?,
@@ -925,11 +1153,16 @@ impl Work {
             top: buf("top logits", 2 * MAX_TOP)?,
             moe,
             per_layer,
+            delta,
+            q_raw: buf("queries and gates", t * widest_raw_q)?,
+            gates: buf("attention gates", if gated { t * widest_q } else { 0 })?,
+            att_gated: buf("gated attention", if gated { t * widest_att } else { 0 })?,
             host: HostRows {
                 x: Vec::with_capacity(t * e),
                 cos: Vec::with_capacity(t * m.half_rot),
                 sin: Vec::with_capacity(t * m.half_rot),
                 per_layer: Vec::new(),
+                states: Vec::new(),
             },
             bytes,
         })
@@ -938,8 +1171,6 @@ impl Work {
 
 #[cfg(test)]
 mod tests {
-    use ember_gguf::GgmlType;
-
     use super::*;
 
     #[test]

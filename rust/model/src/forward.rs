@@ -296,8 +296,9 @@ impl Model {
                 kv_type.name()
             )));
         }
-        // The device refuses recurrent layers, so the ledger holds no states.
-        let cache = KvCache::held_elsewhere(kv_type, n_ctx, max_batch.max(1), &shapes);
+        // A hybrid's recurrent states stay in the ledger on the host between
+        // passes, where checkpoints and saved slots read them.
+        let cache = KvCache::held_elsewhere(kv_type, n_ctx, max_batch.max(1), &shapes).with_states(&self.config.state_lens());
         let rings = dw.rings(self, &cache)?;
         Ok(Session { cache, scratch: Scratch::default(), logits: Vec::new(), rings: Some(rings) })
     }
@@ -328,11 +329,21 @@ impl Model {
             return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
         }
         if seqs.iter().any(|sp| sp.session.on_device()) {
+            if seqs.iter().any(|sp| !sp.session.on_device()) {
+                return Err(ModelError::Invalid("a pass mixes CPU and device sessions".into()));
+            }
+            if seqs.iter().any(|sp| !sp.snapshots.is_empty()) {
+                // Rare (a hybrid's prompt crossing a checkpoint): each
+                // sequence on its own, cut where its snapshots fall.
+                for sp in seqs.iter_mut() {
+                    self.device_pass_with_snapshots(sp)?;
+                }
+                return Ok(());
+            }
             let mut parts = Vec::with_capacity(seqs.len());
             for sp in seqs.iter_mut() {
                 let Session { cache, logits, rings, .. } = &mut *sp.session;
-                let rings = rings.as_ref().ok_or_else(|| ModelError::Invalid("a pass mixes CPU and device sessions".into()))?;
-                parts.push((cache, rings, sp.tokens, sp.want, logits));
+                parts.push((cache, rings.as_ref().expect("checked above"), sp.tokens, sp.want, logits));
             }
             return self.device_pass(parts);
         }
@@ -354,19 +365,36 @@ impl Model {
     #[allow(clippy::type_complexity)]
     fn device_pass(&self, parts: Vec<(&mut KvCache, &DeviceRings, &[u32], Logits, &mut Vec<f32>)>) -> Result<()> {
         let dw = self.placement().ok_or_else(|| ModelError::Invalid("a device session of a model not on a device".into()))?;
-        let (mut caches, mut rest): (Vec<&mut KvCache>, Vec<_>) =
-            parts.into_iter().map(|(cache, rings, tokens, want, out)| (cache, (rings, tokens, want, out))).unzip();
-        let mut seqs: Vec<DeviceSeq<'_>> = caches
-            .iter()
-            .zip(rest.iter_mut())
-            .map(|(cache, (rings, tokens, want, out))| DeviceSeq { cache: &**cache, rings: *rings, tokens: *tokens, want: *want, out: &mut **out })
+        let mut seqs: Vec<DeviceSeq<'_>> = parts
+            .into_iter()
+            .map(|(cache, rings, tokens, want, out)| DeviceSeq { cache, rings, tokens, want, out })
             .collect();
         dw.pass(self, &mut seqs)?;
-        drop(seqs);
-        for (cache, (_, tokens, _, _)) in caches.iter_mut().zip(&rest) {
-            cache.commit(tokens.len());
+        for q in seqs {
+            q.cache.commit(q.tokens.len());
         }
         Ok(())
+    }
+
+    /// One device sequence's pass, cut where its snapshots fall, each
+    /// snapshot taking the states the pieces before it left. The device's
+    /// rule takes a token at a time, so the cuts change no arithmetic.
+    fn device_pass_with_snapshots(&self, sp: &mut SeqPass<'_>) -> Result<()> {
+        let Session { cache, logits, rings, .. } = &mut *sp.session;
+        let rings = rings.as_ref().expect("a device session");
+        let mut done = 0;
+        for snap in sp.snapshots.iter_mut() {
+            if snap.at > done {
+                self.device_pass(vec![(&mut *cache, rings, &sp.tokens[done..snap.at], Logits::None, &mut *logits)])?;
+                done = snap.at;
+            }
+            snap.states.clear();
+            (0..cache.n_states()).for_each(|i| snap.states.extend_from_slice(cache.state(i)));
+        }
+        // Snapshots fall inside the pass (0 < at < its tokens), and the
+        // batcher asks for the last row alone, which the last piece holds.
+        debug_assert!(done < sp.tokens.len() && !matches!(sp.want, Logits::All | Logits::Hidden));
+        self.device_pass(vec![(&mut *cache, rings, &sp.tokens[done..], sp.want, &mut *logits)])
     }
 
     fn check_pass(&self, cache: &KvCache, tokens: &[u32]) -> Result<()> {

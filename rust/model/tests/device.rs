@@ -148,19 +148,22 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
     assert_eq!(argmax(&last), argmax(&cpu_last));
 }
 
+/// A matrix type without a device product (IQ4_NL, which the CPU reads) is
+/// refused by tensor, and the model stays as it was, on the CPU; every
+/// family's tiny model is taken.
 #[test]
 fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
     let Some(gpu) = gpu() else { return };
-    for (arch, why) in [("qwen35", "gated DeltaNet"), ("qwen35moe", "gated DeltaNet")] {
-        let Some(model) = tiny(arch) else { return };
-        let refusal = device_refusal(&model).unwrap();
-        assert!(refusal.contains(why), "{arch}: {refusal}");
-        let mut model = Model::load(tiny_model(arch).unwrap(), LoadOptions::default()).unwrap();
-        let err = model.place_on(gpu.clone()).err().unwrap().to_string();
-        assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
-        assert!(err.starts_with(&format!("device: the model cannot run on {}: ", gpu.info().name)), "{err}");
-    }
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "llamamoe", "qwen3moe", "gemma4", "gemma4moe"] {
+    let Some(model) = tiny("llamaiq4nl") else { return };
+    assert_eq!(device_refusal(&model).as_deref(), Some("tensor output.weight: type IQ4_NL has no device kernel yet"));
+    let mut model = Model::load(tiny_model("llamaiq4nl").unwrap(), LoadOptions::default()).unwrap();
+    let err = model.place_on(gpu.clone()).err().unwrap().to_string();
+    assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
+    assert_eq!(
+        err,
+        format!("device: the model cannot run on {}: tensor output.weight: type IQ4_NL has no device kernel yet", gpu.info().name)
+    );
+    for arch in TINY_ARCHS {
         let Some(model) = tiny(arch) else { return };
         assert_eq!(device_refusal(&model), None, "{arch}");
     }
@@ -185,20 +188,26 @@ fn a_pass_past_the_session_is_refused() {
 /// Every family the device runs, on its tiny random-weight model: a prompt
 /// and then decoded tokens on the device against the CPU pass, by the
 /// normalised error of the logits. The two engines round differently (the
-/// CPU quantizes activations to 8 bits before its products and rounds the
-/// query to f16 before the keys; the device keeps both in f32), and how far
-/// a rounding carries depends on the model: the budget is twice what the
-/// CPU's own logits move when its cache is f32 instead of f16 (1.1% on
-/// llama's tiny model, 1.8% on gemma4's, whose unscaled attention over
-/// normed queries and keys is sharper). A broken part lands far past it:
-/// gemma4 without its value norm is at 18%, without its per-layer inputs at
-/// 83%; a mixture choosing the wrong experts at 140%.
+/// CPU quantizes activations to 8 bits before its products, rounds the
+/// query to f16 before the keys, and reads a hybrid's prompt through the
+/// delta rule's chunked form; the device keeps activations and queries in
+/// f32 and takes the rule a token at a time), and how far a rounding carries
+/// depends on the model. So the budget is twice the larger of what the
+/// CPU's own logits move when its cache is f32 instead of f16, and when it
+/// reads the prompt a token at a time (1.1% on llama's tiny model, 1.8% on
+/// gemma4's, whose unscaled attention over normed queries and keys is
+/// sharper). A broken part lands far past it: gemma4 without its value norm
+/// is at 18%, without its per-layer inputs at 83%; a mixture choosing the
+/// wrong experts at 140%. Qwen3.5's hybrids are here in their all-f32 form,
+/// where nothing is quantized and the device is within 1e-4 of the CPU:
+/// with quantized matrices a few positions carry the CPU's 8-bit
+/// activations far (the gate against llama.cpp below says how far).
 #[test]
 fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
     let Some(gpu) = gpu() else { return };
     let families = [
         "llama", "qwen2", "qwen3", "gemma3", "llama31", "phi3", "phi3long", "qwen3yarn", "llamamoe", "qwen3moe", "gemma4",
-        "gemma4moe",
+        "gemma4moe", "qwen35f32",
     ];
     for arch in families {
         let Some(model) = tiny(arch) else { return };
@@ -206,20 +215,28 @@ fn every_family_the_device_runs_matches_the_cpu_on_its_tiny_model() {
         let n_vocab = model.config.n_vocab;
         let dm = placed(&tiny_model(arch).unwrap(), gpu.clone());
         let ids = tokens(40, 3, n_vocab);
-        let run = |m: &Model, mut s: Session| {
-            let mut logits = m.prefill(&mut s, &ids, Logits::All).unwrap();
+        let run = |m: &Model, mut s: Session, by_token: bool| {
+            let mut logits = if by_token {
+                ids.iter().flat_map(|&t| m.forward(&mut s, &[t], Logits::Last).unwrap().to_vec()).collect()
+            } else {
+                m.prefill(&mut s, &ids, Logits::All).unwrap()
+            };
             for &t in &ids[..5] {
                 logits.extend_from_slice(m.forward(&mut s, &[t], Logits::Last).unwrap());
             }
             logits
         };
-        let ours = run(&dm, session(&dm, 48, 40));
-        let theirs = run(&model, model.new_session(48, 40, KvType::F16));
-        let wider = run(&model, model.new_session(48, 40, KvType::F32));
+        let ours = run(&dm, session(&dm, 48, 40), false);
+        let theirs = run(&model, model.new_session(48, 40, KvType::F16), false);
+        let wider = run(&model, model.new_session(48, 40, KvType::F32), false);
+        let stepped = run(&model, model.new_session(48, 40, KvType::F16), true);
         let err = normalised_error(&ours, &theirs);
-        let budget = 2.0 * normalised_error(&wider, &theirs);
+        let budget = 2.0 * normalised_error(&wider, &theirs).max(normalised_error(&stepped, &theirs));
         println!("{arch} on the device: normalised error against the CPU {err:.2e} (budget {budget:.2e})");
         assert!(err < budget, "{arch}: normalised error against the CPU {err:e}, past {budget:e}");
+        if arch == "qwen35f32" {
+            assert!(err < 1e-3, "{arch}: nothing quantized, yet {err:e} from the CPU");
+        }
     }
 }
 
@@ -349,4 +366,60 @@ fn a_draw_decided_by_its_top_reads_back_only_the_top() {
     let eog = dm.tokenizer.eog_ids().len() as u64;
     assert_eq!(read_whole, 10 * n_vocab as u64);
     assert_eq!(read_top, 10 * (40 + eog));
+}
+
+/// Every family on the device held to llama.cpp's logits on its tiny
+/// model's fixture prompt with the CPU's own gate (`tests/tiny.rs`): the
+/// prompt read in passes of 7 (a sliding-window ring wraps mid-pass, a
+/// hybrid's states cross passes), the top token equal wherever llama.cpp's
+/// top two are a logit apart and at 97% of the positions where they are a
+/// tenth apart, and the mean difference of its top logits under the
+/// family's bound.
+///
+/// llama.cpp's reference rounds activations as its CPU does (8 bits before
+/// a quantized matrix, f16 before an F16 one) and ember's CPU mirrors it;
+/// the device keeps them in f32. Three bounds are wider for that, each
+/// where the CPU's own figure sits close to its bound: gemma4 0.04 (the
+/// CPU 0.029 of 0.03, the device 0.035), and the quantized hybrids 0.06
+/// (the CPU 0.012 and 0.017, the device 0.047 and 0.038), where a few of
+/// their 200 positions carry the rounding to a logit or two (at most 1.5
+/// and 2.5) while the confident positions all agree. Their all-f32 twin,
+/// where nothing is rounded on the way, holds the CPU's 0.005: the device
+/// is at 0.0001 there, as the CPU is.
+#[test]
+fn every_family_on_the_device_matches_llama_cpp_on_its_tiny_model() {
+    let Some(gpu) = gpu() else { return };
+    let bounds = [
+        ("llama", 0.35),
+        ("qwen2", 0.35),
+        ("qwen3", 0.35),
+        ("gemma3", 0.35),
+        ("llama31", 0.03),
+        ("llamamoe", 0.03),
+        ("qwen3moe", 0.03),
+        ("gemma4", 0.04),
+        ("gemma4moe", 0.03),
+        ("phi3", 0.03),
+        ("phi3long", 0.03),
+        ("qwen3yarn", 0.03),
+        ("qwen35", 0.06),
+        ("qwen35f32", 0.005),
+        ("qwen35moe", 0.06),
+    ];
+    for (arch, bound) in bounds {
+        let Some(path) = tiny_model(arch) else { return };
+        let dm = placed(&path, gpu.clone());
+        let f = tiny_fixture(arch);
+        let ids = ids(&f["input_ids"]);
+        let n_vocab = dm.config.n_vocab;
+        let n_ctx = f["n_ctx"].as_u64().map_or(ids.len(), |n| n as usize);
+        let mut s = session(&dm, n_ctx, 7);
+        let logits = dm.prefill(&mut s, &ids, Logits::All).unwrap();
+        let mut agreement = Agreement::default();
+        for row in f["positions"].as_array().unwrap() {
+            let pos = row["pos"].as_u64().unwrap() as usize;
+            agreement.add(&logits[pos * n_vocab..(pos + 1) * n_vocab], row);
+        }
+        agreement.check_within(&format!("tiny {arch} on the device"), bound);
+    }
 }

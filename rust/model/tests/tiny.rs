@@ -6,15 +6,8 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 use ember_model::{KvType, LoadOptions, Logits, Model};
-
-fn fixture(arch: &str) -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/tiny/{arch}.json"));
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-}
 
 fn tiny_parity(arch: &str) {
     tiny_parity_within(arch, 0.35)
@@ -35,7 +28,7 @@ fn tiny_parity_in_passes(arch: &str, pass: usize, max_mean_diff: f64) {
     )
     .unwrap();
     assert!(model.unread_tensors().is_empty(), "{arch}: unread tensors {:?}", model.unread_tensors());
-    let f = fixture(arch);
+    let f = tiny_fixture(arch);
     let ids = ids(&f["input_ids"]);
     let n_vocab = model.config.n_vocab;
     // Prompt read in passes of `pass` tokens (7: the sliding-window ring
@@ -192,7 +185,7 @@ fn every_family_reads_a_prompt_as_it_decodes() {
     for arch in TINY_ARCHS.into_iter().filter(|&a| !["qwen35", "qwen35moe"].contains(&a)) {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
-        let ids = ids(&fixture(arch)["input_ids"]);
+        let ids = ids(&tiny_fixture(arch)["input_ids"]);
         let n_vocab = model.config.n_vocab;
         let n_ctx = ids.len().max(64);
         let mut a = model.new_session(n_ctx, 7, KvType::F16);
@@ -345,7 +338,7 @@ fn every_tokenizer_reads_text_as_llama_cpp() {
         let Some(path) = tiny_model(arch) else { return };
         let file = ember_gguf::GgufFile::open(&path).unwrap();
         let tok = ember_tokenizer::Tokenizer::from_gguf(file.header()).unwrap();
-        let f = fixture(arch);
+        let f = tiny_fixture(arch);
         let cases = f["tokenizations"].as_array().expect("fixtures record tokenizations");
         assert!(!cases.is_empty());
         for case in cases {

@@ -1,5 +1,6 @@
 // Element by element over `n` values: the gated FFN's activations (ggml's
-// SiLU and tanh-approximated GELU of the gate, times the up projection).
+// SiLU and tanh-approximated GELU of the gate, times the up projection),
+// and a sigmoid gate (Qwen3.5's gated attention).
 // One thread a value. The gate and the output are rows of `width`; the up
 // values may sit in wider rows (`b_stride`) from `b_at` (gemma4's
 // per-layer inputs: one layer's slice of each token's row).
@@ -49,5 +50,13 @@ fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
         let z = 0.7978846 * g * (1.0 + 0.044715 * g * g);
         let t = 1.0 - 2.0 / (exp(min(2.0 * z, 80.0)) + 1.0);
         out[i] = 0.5 * g * (1.0 + t) * b[b_index(i)];
+    }
+}
+
+@compute @workgroup_size(64)
+fn sigmoid_mul(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = index(id);
+    if (i < p.n) {
+        out[i] = b[b_index(i)] / (1.0 + exp(-a[i]));
     }
 }

@@ -34,7 +34,9 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
 
 /// A tiny random-weight model (`tests/fixtures/make_tiny_models.py` writes
 /// them), or `None` when model tests are skipped on purpose.
-/// Every tiny model `tests/fixtures/make_tiny_models.py` writes.
+/// Every tiny model `tests/fixtures/make_tiny_models.py` writes with
+/// llama.cpp's reference beside it (`tests/fixtures/tiny`): all but the
+/// type variant a device refuses (`llamaiq4nl`).
 pub const TINY_ARCHS: [&str; 15] = [
     "llama",
     "qwen2",
@@ -164,6 +166,14 @@ impl Agreement {
         assert!(self.argmax_rate() >= 0.90, "{r}");
         assert!(self.mean_abs_diff() < max_mean_diff, "{r}");
     }
+}
+
+/// llama.cpp's logits on a tiny model's fixture prompt
+/// (`tests/fixtures/tiny/{arch}.json`, written by make_tiny_reference.py).
+#[allow(dead_code)]
+pub fn tiny_fixture(arch: &str) -> Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/tiny/{arch}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
 /// A tiny model loaded (see [`tiny_model`]).
