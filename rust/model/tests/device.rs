@@ -423,3 +423,140 @@ fn every_family_on_the_device_matches_llama_cpp_on_its_tiny_model() {
         agreement.check_within(&format!("tiny {arch} on the device"), bound);
     }
 }
+
+/// xorshift64*, uniform in [-1, 1): the same inputs on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.unit()).collect()
+    }
+}
+
+fn assert_close(got: &[f32], want: &[f32], budget: f64, what: &str) {
+    let err = normalised_error(got, want);
+    assert!(err <= budget, "{what}: normalised error {err:e} > {budget:e}");
+}
+
+/// The hybrid's device kernels against their CPU twins
+/// (`ember_model::delta_net`): the short convolution with its state, the
+/// L2 norms of the query and key heads, the per-head terms, the gated
+/// delta rule token by token over a state, and the attention and shared
+/// expert gates; each on rows behind another sequence's, at a state offset
+/// behind another layer's.
+#[test]
+fn the_hybrids_kernels_match_their_cpu_twins() {
+    use ember_model::delta_net::{conv_silu, l2_norm, softplus, DeltaNet};
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(0x4242);
+    let (rows, row0, n) = (9, 2, 7);
+
+    // The convolution: 4 taps over 24 channels, its state at offset 5.
+    let (channels, d_conv, at) = (24, 4, 5);
+    let x = rng.vec(rows * channels);
+    let w = rng.vec(channels * d_conv);
+    let mut states = rng.vec(at + (d_conv - 1) * channels + 3);
+    let (xb, wb, sb, ob) =
+        (gpu.upload("x", &x).unwrap(), gpu.upload("w", &w).unwrap(), gpu.upload("s", &states).unwrap(), gpu.zeros("o", rows * channels).unwrap());
+    let mut p = gpu.pass();
+    p.delta_conv(&xb, &wb, &sb, at, &ob, row0, n, channels, d_conv).unwrap();
+    p.submit().unwrap();
+    let mut want = vec![0.0; n * channels];
+    let state = &mut states[at..at + (d_conv - 1) * channels];
+    conv_silu(&w, d_conv, channels, state, &x[row0 * channels..(row0 + n) * channels], n, &mut want);
+    assert_close(&gpu.read(&ob).unwrap()[row0 * channels..], &want, 1e-6, "the convolution");
+    assert_close(&gpu.read(&sb).unwrap(), &states, 1e-7, "the convolution's state");
+
+    // L2 norms of the first 3 heads of 8 in rows of 40.
+    let v = rng.vec(rows * 40);
+    let vb = gpu.upload("v", &v).unwrap();
+    let mut p = gpu.pass();
+    p.l2_norm_heads(&vb, rows, 3, 8, 40, 1e-6).unwrap();
+    p.submit().unwrap();
+    let mut want = v.clone();
+    for row in want.chunks_mut(40) {
+        row[..24].chunks_mut(8).for_each(|h| l2_norm(h, 1e-6));
+    }
+    assert_close(&gpu.read(&vb).unwrap(), &want, 1e-6, "the L2 norms");
+
+    // The per-head terms, 4 heads a row.
+    let heads = 4;
+    let (beta, alpha, dt_bias) = (rng.vec(rows * heads), rng.vec(rows * heads), rng.vec(heads));
+    let a: Vec<f32> = rng.vec(heads).iter().map(|v| -v.abs() - 0.1).collect();
+    let (bb, gb) = (gpu.upload("beta", &beta).unwrap(), gpu.upload("alpha", &alpha).unwrap());
+    let mut p = gpu.pass();
+    p.delta_gates(&bb, &gb, &gpu.upload("dt", &dt_bias).unwrap(), &gpu.upload("a", &a).unwrap(), rows * heads).unwrap();
+    p.submit().unwrap();
+    let want_beta: Vec<f32> = beta.iter().map(|b| 1.0 / (1.0 + (-b).exp())).collect();
+    let want_gate: Vec<f32> = alpha.iter().enumerate().map(|(i, g)| softplus(g + dt_bias[i % heads]) * a[i % heads]).collect();
+    assert_close(&gpu.read(&bb).unwrap(), &want_beta, 1e-6, "beta");
+    assert_close(&gpu.read(&gb).unwrap(), &want_gate, 1e-6, "the decay");
+
+    // The rule: 4 value heads of 16 over 2 key heads, rows of queries,
+    // keys and values 3 floats wider than they need, the state at 11.
+    let net = DeltaNet { n_k_heads: 2, n_v_heads: 4, head_dim: 16 };
+    let (kd, vd) = (32, 64);
+    let stride = 2 * kd + vd + 3;
+    let mut qkv = rng.vec(rows * stride);
+    for row in qkv.chunks_mut(stride) {
+        row[..2 * kd].chunks_mut(16).for_each(|h| l2_norm(h, 1e-6));
+    }
+    let gates: Vec<f32> = want_gate.iter().map(|g| g.min(0.0)).collect();
+    let state_at = 11;
+    let mut states: Vec<f32> = rng.vec(state_at + net.state_len()).iter().map(|v| v * 0.1).collect();
+    let (qb, sb, ob) = (gpu.upload("qkv", &qkv).unwrap(), gpu.upload("s", &states).unwrap(), gpu.zeros("out", rows * vd).unwrap());
+    let shape = ember_gpu::DeltaShape {
+        n,
+        row0,
+        head_dim: 16,
+        n_v_heads: 4,
+        n_k_heads: 2,
+        qkv_stride: stride,
+        key_dim: kd,
+        state_at,
+    };
+    let mut p = gpu.pass();
+    p.delta_rule(&shape, &qb, &gpu.upload("g", &gates).unwrap(), &gpu.upload("b", &want_beta).unwrap(), &sb, &ob).unwrap();
+    p.submit().unwrap();
+    let mut want = vec![0.0; n * vd];
+    for r in row0..row0 + n {
+        let row = &qkv[r * stride..(r + 1) * stride];
+        let (g, b) = (&gates[r * heads..(r + 1) * heads], &want_beta[r * heads..(r + 1) * heads]);
+        let out = &mut want[(r - row0) * vd..(r - row0 + 1) * vd];
+        net.step(&mut states[state_at..], &row[..kd], &row[kd..2 * kd], &row[2 * kd..2 * kd + vd], g, b, out);
+    }
+    assert_close(&gpu.read(&ob).unwrap()[row0 * vd..], &want, 1e-5, "the rule's outputs");
+    assert_close(&gpu.read(&sb).unwrap(), &states, 1e-5, "the rule's state");
+
+    // Gated attention: (query, gate) pairs split, then the output gated.
+    let raw = rng.vec(3 * 2 * 2 * 8);
+    let (q, g) = (gpu.zeros("q", 48).unwrap(), gpu.zeros("g", 48).unwrap());
+    let att = rng.vec(48);
+    let (ab, gated) = (gpu.upload("att", &att).unwrap(), gpu.zeros("gated", 48).unwrap());
+    let mut p = gpu.pass();
+    p.split_gates(&gpu.upload("raw", &raw).unwrap(), &q, &g, 3 * 2, 8).unwrap();
+    p.gated(ember_gpu::Activation::Sigmoid, &g, &ab, &gated, 48).unwrap();
+    p.submit().unwrap();
+    let want_q: Vec<f32> = raw.chunks(16).flat_map(|h| h[..8].to_vec()).collect();
+    let want_g: Vec<f32> = raw.chunks(16).flat_map(|h| h[8..].to_vec()).collect();
+    assert_eq!(gpu.read(&q).unwrap(), want_q);
+    assert_eq!(gpu.read(&g).unwrap(), want_g);
+    let want: Vec<f32> = att.iter().zip(&want_g).map(|(v, z)| v / (1.0 + (-z).exp())).collect();
+    assert_close(&gpu.read(&gated).unwrap(), &want, 1e-6, "the attention gate");
+
+    // A shared expert's rows scaled by the sigmoid of their gates.
+    let (xs, z) = (rng.vec(5 * 12), rng.vec(5));
+    let xb = gpu.upload("x", &xs).unwrap();
+    let mut p = gpu.pass();
+    p.row_gate(&xb, &gpu.upload("z", &z).unwrap(), 5, 12).unwrap();
+    p.submit().unwrap();
+    let want: Vec<f32> = xs.iter().enumerate().map(|(i, v)| v / (1.0 + (-z[i / 12]).exp())).collect();
+    assert_close(&gpu.read(&xb).unwrap(), &want, 1e-6, "the row gate");
+}
