@@ -64,7 +64,7 @@ def test_the_in_process_model_on_the_device(smollm2_path):
 
 
 def test_a_model_without_device_kernels_is_refused_by_name_and_noted_otherwise():
-    """A model with a matrix type the device has no product for (an IQ4_NL
+    """A model with a matrix type the device has no product for (a Q8_K
     output head, which the CPU reads) on a named device is refused, naming
     the tensor; asked for by -ngl alone it runs on the CPU, and the note
     says why."""
@@ -74,9 +74,9 @@ def test_a_model_without_device_kernels_is_refused_by_name_and_noted_otherwise()
     sys.path.insert(0, str(FIXTURES))
     import make_tiny_models
 
-    path = make_tiny_models.ensure("llamaiq4nl")
+    path = make_tiny_models.ensure("llamaq8k")
     name = _device_name()
-    with pytest.raises(DeviceError, match=f"the model cannot run on {name}: tensor output.weight: type IQ4_NL has no "
+    with pytest.raises(DeviceError, match=f"the model cannot run on {name}: tensor output.weight: type Q8_K has no "
                                           "device kernel yet"):
         ember.Model(path, n_ctx=64, device=name)
     model = ember.Model(path, n_ctx=64, gpu_layers="all")

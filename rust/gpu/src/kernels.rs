@@ -12,6 +12,7 @@ const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
+const IQ4_LEVELS: &str = include_str!("shaders/formats/iq4_levels.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
@@ -44,6 +45,9 @@ fn format_source(ty: GgmlType) -> Option<&'static str> {
         Q5_1 => include_str!("shaders/formats/q5_1.wgsl"),
         Q8_0 => include_str!("shaders/formats/q8_0.wgsl"),
         Q2_K => include_str!("shaders/formats/q2_k.wgsl"),
+        Q3_K => include_str!("shaders/formats/q3_k.wgsl"),
+        IQ4_NL => include_str!("shaders/formats/iq4_nl.wgsl"),
+        IQ4_XS => include_str!("shaders/formats/iq4_xs.wgsl"),
         Q4_K => include_str!("shaders/formats/q4_k.wgsl"),
         Q5_K => include_str!("shaders/formats/q5_k.wgsl"),
         Q6_K => include_str!("shaders/formats/q6_k.wgsl"),
@@ -123,7 +127,11 @@ impl Kernel {
 /// and the format's block; WGSL declarations may come in any order.
 fn product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
     let block = format_source(ty)?;
-    let scales = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) { K_SCALES } else { "" };
+    let scales = match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => K_SCALES,
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => IQ4_LEVELS,
+        _ => "",
+    };
     let common = if wide { MATMUL_COMMON.to_string() } else { MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
     Some(format!("{main}\n{common}\n{scales}\n{block}"))
 }

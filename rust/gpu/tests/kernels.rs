@@ -55,7 +55,8 @@ impl Rng {
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => &[0],
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q3_K => &[108],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q2_K => &[80, 82],
         Q6_K => &[208],
@@ -121,9 +122,9 @@ fn check_matmul(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, n: usize, see
     assert!(err <= MATMUL_BUDGET, "{ty} {rows}x{cols} over {n}: normalised error {err:e} > {MATMUL_BUDGET:e}");
 }
 
-const FORMATS: [GgmlType; 12] = {
+const FORMATS: [GgmlType; 15] = {
     use GgmlType::*;
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K]
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS]
 };
 
 #[test]
@@ -201,9 +202,9 @@ fn rms_norm_matches_the_cpu() {
 #[test]
 fn a_type_without_a_kernel_is_refused_by_name() {
     let Some(gpu) = gpu() else { return };
-    let err = gpu.upload_matrix("blk.0.ffn_up.weight", GgmlType::Q3_K, 1, 256, &[0; 110]).err().unwrap();
-    assert!(matches!(err, GpuError::UnsupportedType { ty: GgmlType::Q3_K }));
-    assert_eq!(err.to_string(), "Q3_K has no device kernel");
+    let err = gpu.upload_matrix("blk.0.ffn_up.weight", GgmlType::Q8_K, 1, 256, &[0; 292]).err().unwrap();
+    assert!(matches!(err, GpuError::UnsupportedType { ty: GgmlType::Q8_K }));
+    assert_eq!(err.to_string(), "Q8_K has no device kernel");
 }
 
 #[test]

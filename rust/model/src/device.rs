@@ -1176,11 +1176,11 @@ mod tests {
     #[test]
     fn a_matrix_of_a_type_without_a_device_kernel_is_named() {
         let q4 = Matrix::for_test(GgmlType::Q4_0, 1, 32, vec![0; 18], false);
-        let q3 = Matrix::for_test(GgmlType::Q3_K, 1, 256, vec![0; 110], false);
+        let q8k = Matrix::for_test(GgmlType::Q8_K, 1, 256, vec![0; 292], false);
         assert_eq!(without_kernel([&q4].into_iter()), None);
         assert_eq!(
-            without_kernel([&q4, &q3].into_iter()).as_deref(),
-            Some("tensor test.Q3_K: type Q3_K has no device kernel yet")
+            without_kernel([&q4, &q8k].into_iter()).as_deref(),
+            Some("tensor test.Q8_K: type Q8_K has no device kernel yet")
         );
     }
 }

@@ -148,20 +148,20 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
     assert_eq!(argmax(&last), argmax(&cpu_last));
 }
 
-/// A matrix type without a device product (IQ4_NL, which the CPU reads) is
+/// A matrix type without a device product (Q8_K, which the CPU reads) is
 /// refused by tensor, and the model stays as it was, on the CPU; every
 /// family's tiny model is taken.
 #[test]
 fn a_model_the_device_cannot_run_is_refused_with_the_reason() {
     let Some(gpu) = gpu() else { return };
-    let Some(model) = tiny("llamaiq4nl") else { return };
-    assert_eq!(device_refusal(&model).as_deref(), Some("tensor output.weight: type IQ4_NL has no device kernel yet"));
-    let mut model = Model::load(tiny_model("llamaiq4nl").unwrap(), LoadOptions::default()).unwrap();
+    let Some(model) = tiny("llamaq8k") else { return };
+    assert_eq!(device_refusal(&model).as_deref(), Some("tensor output.weight: type Q8_K has no device kernel yet"));
+    let mut model = Model::load(tiny_model("llamaq8k").unwrap(), LoadOptions::default()).unwrap();
     let err = model.place_on(gpu.clone()).err().unwrap().to_string();
     assert!(model.placement().is_none() && !model.new_session(8, 8, KvType::F16).on_device());
     assert_eq!(
         err,
-        format!("device: the model cannot run on {}: tensor output.weight: type IQ4_NL has no device kernel yet", gpu.info().name)
+        format!("device: the model cannot run on {}: tensor output.weight: type Q8_K has no device kernel yet", gpu.info().name)
     );
     for arch in TINY_ARCHS {
         let Some(model) = tiny(arch) else { return };

@@ -36,7 +36,7 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
 /// them), or `None` when model tests are skipped on purpose.
 /// Every tiny model `tests/fixtures/make_tiny_models.py` writes with
 /// llama.cpp's reference beside it (`tests/fixtures/tiny`): all but the
-/// type variant a device refuses (`llamaiq4nl`).
+/// type variant a device refuses (`llamaq8k`).
 pub const TINY_ARCHS: [&str; 15] = [
     "llama",
     "qwen2",
