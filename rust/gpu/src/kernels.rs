@@ -14,6 +14,7 @@ const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const IQ4_LEVELS: &str = include_str!("shaders/formats/iq4_levels.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
+const WORKGROUP_SUM: &str = include_str!("shaders/workgroup_sum.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
 const SCALE: &str = include_str!("shaders/scale.wgsl");
@@ -102,7 +103,7 @@ impl Kernel {
         Some(match self {
             Kernel::Matmul(ty, wide) => product(MATMUL, ty, wide)?,
             Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
-            Kernel::RmsNorm => RMS_NORM.to_string(),
+            Kernel::RmsNorm => format!("{RMS_NORM}\n{WORKGROUP_SUM}"),
             Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => ELEMENTWISE.to_string(),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Scale => SCALE.to_string(),
@@ -115,7 +116,7 @@ impl Kernel {
             Kernel::DeltaGates => DELTA_GATES.to_string(),
             Kernel::DeltaConv => DELTA_CONV.to_string(),
             Kernel::DeltaRule => DELTA_RULE.to_string(),
-            Kernel::L2Norm => L2_NORM.to_string(),
+            Kernel::L2Norm => format!("{L2_NORM}\n{WORKGROUP_SUM}"),
             Kernel::SplitGates => SPLIT_GATES.to_string(),
             Kernel::RowGate => ROW_GATE.to_string(),
         })

@@ -17,9 +17,6 @@ struct Params {
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<uniform> p: Params;
 
-const WG: u32 = 64u;
-var<workgroup> partial: array<f32, WG>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let head = g.x + g.y * p.groups_x;
@@ -32,16 +29,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         let v = x[start + i];
         acc += v * v;
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            partial[lid] += partial[lid + half];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / sqrt(partial[0] + p.eps);
-    workgroupBarrier();
+    let sum = workgroup_sum(lid, acc);
+    let inv = 1.0 / sqrt(sum + p.eps);
     for (var i = lid; i < p.width; i += WG) {
         x[start + i] *= inv;
     }

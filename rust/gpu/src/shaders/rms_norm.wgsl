@@ -13,9 +13,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-const WG: u32 = 64u;
-var<workgroup> partial: array<f32, WG>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let row = g.x + g.y * p.groups_x;
@@ -28,15 +25,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         let v = x[start + i];
         acc += v * v;
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var half = WG / 2u; half > 0u; half >>= 1u) {
-        if (lid < half) {
-            partial[lid] += partial[lid + half];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(partial[0] / f32(p.width) + p.eps);
+    let sum = workgroup_sum(lid, acc);
+    let scale = inverseSqrt(sum / f32(p.width) + p.eps);
     for (var i = lid; i < p.width; i += WG) {
         out[start + i] = x[start + i] * scale * weight[i];
     }
