@@ -560,3 +560,71 @@ fn the_hybrids_kernels_match_their_cpu_twins() {
     let want: Vec<f32> = xs.iter().enumerate().map(|(i, v)| v / (1.0 + (-z[i / 12]).exp())).collect();
     assert_close(&gpu.read(&xb).unwrap(), &want, 1e-6, "the row gate");
 }
+
+/// A hybrid's checkpoints on the device. Its recurrent states live in the
+/// host's cache between passes, so a checkpoint inside a prompt's pass is
+/// taken by cutting the pass there; the device's rule takes a token at a
+/// time, so the cut changes nothing. A prompt that parts where the last
+/// one did resumes from that checkpoint with a fresh slot's answer, bit for
+/// bit (log-probabilities included), and two slots stepped together answer
+/// as each alone.
+#[test]
+fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
+    use ember_kv::{CheckpointPolicy, Taken};
+    use ember_model::batch::{Resume, SlotEvent};
+    let Some(gpu) = gpu() else { return };
+    let Some(path) = tiny_model("qwen35f32") else { return };
+    let dm = placed(&path, gpu);
+    let n = dm.config.n_vocab;
+    let policy = CheckpointPolicy { max: 8, interval: 0, min_step: 0 };
+    let batcher = || {
+        let mut b = Batcher::new(dm.clone(), 2, 256, 16, KvType::F16).unwrap();
+        b.set_checkpoints(policy);
+        b
+    };
+    type Draws = Vec<(u32, Option<f32>, Vec<(u32, f32)>)>;
+    let ask = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> (Draws, Resume) {
+        let started = b.start(slot, prompt, greedy(5, 3), true, &[]).unwrap();
+        let mut draws = Vec::new();
+        while b.is_busy(slot) {
+            for (s, ev) in b.step() {
+                match ev {
+                    SlotEvent::Step(st) if s == slot => draws.push((st.token, st.logprob, st.top)),
+                    SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
+                    _ => {}
+                }
+            }
+        }
+        (draws, started.resume)
+    };
+    let sheet = tokens(50, 2, n);
+    let then = |salt: u32, len: usize| [&sheet[..], &tokens(len - sheet.len(), salt, n)[..]].concat();
+    let mut b = batcher();
+    ask(&mut b, 0, &then(3, 70));
+    // Parts at 50, inside the pass of 48..64: the checkpoint is taken there.
+    let (_, resume) = ask(&mut b, 0, &then(4, 75));
+    assert_eq!(resume, Resume::NoCheckpoint { parted: 50 });
+    assert_eq!(b.checkpoints(0), [(50, Taken::Parted)]);
+    let third = then(5, 66);
+    let (draws, resume) = ask(&mut b, 0, &third);
+    assert_eq!(resume, Resume::Restored { parted: 50, pos: 50, taken: Taken::Parted });
+    assert_eq!(draws, ask(&mut batcher(), 0, &third).0, "resumed at 50 on the device, against a fresh slot");
+
+    let prompts = [then(6, 61), then(7, 58)];
+    let alone: Vec<Draws> = prompts.iter().map(|p| ask(&mut batcher(), 0, p).0).collect();
+    let mut b = batcher();
+    for (i, p) in prompts.iter().enumerate() {
+        b.start(i, p, greedy(5, 3), true, &[]).unwrap();
+    }
+    let mut together: Vec<Draws> = vec![Vec::new(), Vec::new()];
+    while b.any_busy() {
+        for (s, ev) in b.step() {
+            match ev {
+                SlotEvent::Step(st) => together[s].push((st.token, st.logprob, st.top)),
+                SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(together, alone, "two hybrid slots stepped together on the device");
+}
