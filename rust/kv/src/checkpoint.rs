@@ -158,7 +158,9 @@ impl Checkpoints {
         if policy.max == 0 || cache.states.is_empty() {
             return;
         }
-        self.insert(tokens, cache.states.iter().flatten().copied().collect(), taken, policy);
+        let mut states = Vec::with_capacity(cache.states_len());
+        cache.copy_states_into(&mut states);
+        self.insert(tokens, states, taken, policy);
     }
 
     /// Keeps `states` (every recurrent state, one after another in a cache's
@@ -202,7 +204,7 @@ impl Checkpoints {
         if xxh3_64(as_bytes(&ck.states)) != ck.checksum {
             return Err(RestoreRefused::Damaged);
         }
-        if cache.states.iter().map(Vec::len).sum::<usize>() != ck.states.len() {
+        if cache.states_len() != ck.states.len() {
             return Err(RestoreRefused::Shape);
         }
         if ck.pos > cache.len() {
@@ -213,12 +215,7 @@ impl Checkpoints {
             cache.clear();
             return Err(RestoreRefused::Position { wanted: ck.pos, stood });
         }
-        let mut rest = &ck.states[..];
-        for st in &mut cache.states {
-            let (head, tail) = rest.split_at(st.len());
-            st.copy_from_slice(head);
-            rest = tail;
-        }
+        cache.set_states(&ck.states);
         Ok(())
     }
 

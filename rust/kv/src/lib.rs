@@ -298,6 +298,32 @@ impl KvCache {
         self.states.len()
     }
 
+    /// Floats of every recurrent state together.
+    pub fn states_len(&self) -> usize {
+        self.states.iter().map(Vec::len).sum()
+    }
+
+    /// Every recurrent state, one after another in order, appended to `out`
+    /// (the form checkpoints and a device's state buffer hold them in).
+    pub fn copy_states_into(&self, out: &mut Vec<f32>) {
+        self.states.iter().for_each(|s| out.extend_from_slice(s));
+    }
+
+    /// Sets every recurrent state from `all` ([`copy_states_into`]'s form,
+    /// [`states_len`] floats).
+    ///
+    /// [`copy_states_into`]: Self::copy_states_into
+    /// [`states_len`]: Self::states_len
+    pub fn set_states(&mut self, all: &[f32]) {
+        assert_eq!(all.len(), self.states_len(), "states of another cache's shape");
+        let mut rest = all;
+        for st in &mut self.states {
+            let (head, tail) = rest.split_at(st.len());
+            st.copy_from_slice(head);
+            rest = tail;
+        }
+    }
+
     pub fn kv_type(&self) -> KvType {
         self.ty
     }

@@ -454,7 +454,7 @@ impl DeviceWeights {
         for q in seqs.iter() {
             if let Some(states) = &q.rings.states {
                 host.states.clear();
-                (0..q.cache.n_states()).for_each(|i| host.states.extend_from_slice(q.cache.state(i)));
+                q.cache.copy_states_into(&mut host.states);
                 g.write(states, &host.states).map_err(device_error)?;
             }
         }
@@ -479,13 +479,7 @@ impl DeviceWeights {
         p.submit().map_err(device_error)?;
         for q in seqs.iter_mut() {
             if let Some(states) = &q.rings.states {
-                let back = g.read(states).map_err(device_error)?;
-                let mut at = 0;
-                for i in 0..q.cache.n_states() {
-                    let state = q.cache.state_mut(i);
-                    state.copy_from_slice(&back[at..at + state.len()]);
-                    at += state.len();
-                }
+                q.cache.set_states(&g.read(states).map_err(device_error)?);
             }
         }
         let mut r0 = 0;
@@ -506,8 +500,7 @@ impl DeviceWeights {
         if want == Logits::Hidden {
             // Every row after the output norm: what the head would read.
             let mut p = g.pass();
-            p.copy(&s.x, r0 * e, &s.o, 0, n * e).map_err(device_error)?;
-            p.rms_norm(&s.o, &self.output_norm, &s.h, n, c.rms_eps).map_err(device_error)?;
+            self.normed_rows(model, &mut p, s, r0, n).map_err(device_error)?;
             p.submit().map_err(device_error)?;
             out.extend(g.read_first(&s.h, n * e).map_err(device_error)?);
             return Ok(());
@@ -525,27 +518,33 @@ impl DeviceWeights {
         for at in (first..first + rows).step_by(s.logit_rows) {
             let k = s.logit_rows.min(first + rows - at);
             let mut p = g.pass();
-            p.copy(&s.x, at * e, &s.o, 0, k * e).map_err(device_error)?;
-            p.rms_norm(&s.o, &self.output_norm, &s.h, k, c.rms_eps).map_err(device_error)?;
+            self.normed_rows(model, &mut p, s, at, k).map_err(device_error)?;
             p.matmul(&self.output, &s.h, k, &s.logits).map_err(device_error)?;
             p.submit().map_err(device_error)?;
             out.extend(g.read_first(&s.logits, k * c.n_vocab).map_err(device_error)?);
             self.logits_read.fetch_add((k * c.n_vocab) as u64, Ordering::Relaxed);
         }
-        if let Some(cap) = c.logit_softcap {
-            out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        if c.logit_softcap.is_some() {
+            out.iter_mut().for_each(|v| *v = soft_capped(model, *v));
         }
         Ok(())
+    }
+
+    /// Records rows `first..first + n` of the residual, after the output
+    /// norm, into `s.h`: what the head reads.
+    fn normed_rows(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, s: &Work, first: usize, n: usize) -> ember_gpu::Result<()> {
+        let c = &model.config;
+        p.copy(&s.x, first * c.n_embd, &s.o, 0, n * c.n_embd)?;
+        p.rms_norm(&s.o, &self.output_norm, &s.h, n, c.rms_eps)
     }
 
     /// Row `row`'s logits with only its `k` largest read back (ties to the
     /// lower token), the rest -inf: `n_vocab` values become `k` pairs.
     fn read_top(&self, model: &Model, s: &Work, row: usize, k: usize, out: &mut Vec<f32>) -> Result<()> {
         let c = &model.config;
-        let (g, e) = (&*self.gpu, c.n_embd);
+        let g = &*self.gpu;
         let mut p = g.pass();
-        p.copy(&s.x, row * e, &s.o, 0, e).map_err(device_error)?;
-        p.rms_norm(&s.o, &self.output_norm, &s.h, 1, c.rms_eps).map_err(device_error)?;
+        self.normed_rows(model, &mut p, s, row, 1).map_err(device_error)?;
         p.matmul(&self.output, &s.h, 1, &s.logits).map_err(device_error)?;
         p.top_k(&s.logits, c.n_vocab, 1, k, &s.top).map_err(device_error)?;
         p.submit().map_err(device_error)?;
@@ -555,10 +554,7 @@ impl DeviceWeights {
         for (id, v) in top {
             // A row with NaNs may leave places unfilled (id past the vocabulary).
             if let Some(slot) = out.get_mut(id as usize) {
-                *slot = match c.logit_softcap {
-                    Some(cap) => (v / cap).tanh() * cap,
-                    None => v,
-                };
+                *slot = soft_capped(model, v);
             }
         }
         Ok(())
@@ -925,6 +921,14 @@ impl DeviceMoe {
         p.gated(act, &ms.gate, &ms.up, &ms.act, pairs * self.gate.rows)?;
         p.matmul_id(&self.down, &ms.act, 1, &ms.ids, pairs, &ms.y)?;
         p.moe_combine(&ms.y, &ms.ids, &ms.weights, &self.down_scale, t, n_used, e, out, accumulate)
+    }
+}
+
+/// A logit as the model caps it (`final_logit_softcapping`), or as it is.
+fn soft_capped(model: &Model, v: f32) -> f32 {
+    match model.config.logit_softcap {
+        Some(cap) => (v / cap).tanh() * cap,
+        None => v,
     }
 }
 

@@ -389,7 +389,7 @@ impl Model {
                 done = snap.at;
             }
             snap.states.clear();
-            (0..cache.n_states()).for_each(|i| snap.states.extend_from_slice(cache.state(i)));
+            cache.copy_states_into(&mut snap.states);
         }
         // Snapshots fall inside the pass (0 < at < its tokens), and the
         // batcher asks for the last row alone, which the last piece holds.

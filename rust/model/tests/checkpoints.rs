@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{tiny, tokens};
+use common::{tiny, tokens, Draw};
 
 use std::sync::Arc;
 
@@ -29,9 +29,6 @@ fn batcher(model: &Arc<Model>, policy: CheckpointPolicy) -> Batcher {
     b
 }
 
-/// A token, its log-probability and the most likely ones'.
-type Draw = (u32, Option<f32>, Vec<(u32, f32)>);
-
 /// What a request drew, and how its prompt met the slot.
 struct Answer {
     draws: Vec<Draw>,
@@ -40,17 +37,7 @@ struct Answer {
 }
 
 fn ask(b: &mut Batcher, slot: usize, prompt: &[u32], hints: &[usize]) -> Answer {
-    let started = b.start(slot, prompt, greedy(6), true, hints).unwrap();
-    let mut draws = Vec::new();
-    while b.is_busy(slot) {
-        for (s, ev) in b.step() {
-            match ev {
-                SlotEvent::Step(st) if s == slot => draws.push((st.token, st.logprob, st.top)),
-                SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
-                _ => {}
-            }
-        }
-    }
+    let (draws, started) = common::ask_slot(b, slot, prompt, greedy(6), hints);
     Answer { draws, n_cached: started.n_cached, resume: started.resume }
 }
 

@@ -571,7 +571,7 @@ fn the_hybrids_kernels_match_their_cpu_twins() {
 #[test]
 fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
     use ember_kv::{CheckpointPolicy, Taken};
-    use ember_model::batch::{Resume, SlotEvent};
+    use ember_model::batch::Resume;
     let Some(gpu) = gpu() else { return };
     let Some(path) = tiny_model("qwen35f32") else { return };
     let dm = placed(&path, gpu);
@@ -582,19 +582,8 @@ fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
         b.set_checkpoints(policy);
         b
     };
-    type Draws = Vec<(u32, Option<f32>, Vec<(u32, f32)>)>;
-    let ask = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> (Draws, Resume) {
-        let started = b.start(slot, prompt, greedy(5, 3), true, &[]).unwrap();
-        let mut draws = Vec::new();
-        while b.is_busy(slot) {
-            for (s, ev) in b.step() {
-                match ev {
-                    SlotEvent::Step(st) if s == slot => draws.push((st.token, st.logprob, st.top)),
-                    SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
-                    _ => {}
-                }
-            }
-        }
+    let ask = |b: &mut Batcher, slot: usize, prompt: &[u32]| -> (Vec<Draw>, Resume) {
+        let (draws, started) = ask_slot(b, slot, prompt, greedy(5, 3), &[]);
         (draws, started.resume)
     };
     let sheet = tokens(50, 2, n);
@@ -611,20 +600,11 @@ fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
     assert_eq!(draws, ask(&mut batcher(), 0, &third).0, "resumed at 50 on the device, against a fresh slot");
 
     let prompts = [then(6, 61), then(7, 58)];
-    let alone: Vec<Draws> = prompts.iter().map(|p| ask(&mut batcher(), 0, p).0).collect();
+    let alone: Vec<Vec<Draw>> = prompts.iter().map(|p| ask(&mut batcher(), 0, p).0).collect();
     let mut b = batcher();
     for (i, p) in prompts.iter().enumerate() {
         b.start(i, p, greedy(5, 3), true, &[]).unwrap();
     }
-    let mut together: Vec<Draws> = vec![Vec::new(), Vec::new()];
-    while b.any_busy() {
-        for (s, ev) in b.step() {
-            match ev {
-                SlotEvent::Step(st) => together[s].push((st.token, st.logprob, st.top)),
-                SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
-                _ => {}
-            }
-        }
-    }
+    let together = step_until_idle_drawing(&mut b);
     assert_eq!(together, alone, "two hybrid slots stepped together on the device");
 }

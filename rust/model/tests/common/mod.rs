@@ -201,15 +201,50 @@ pub fn greedy(max_tokens: usize, n_probs: usize) -> GenerateParams {
     }
 }
 
+/// A drawn token, its log-probability and the most likely ones'.
+#[allow(dead_code)]
+pub type Draw = (u32, Option<f32>, Vec<(u32, f32)>);
+
+/// Starts `prompt` in `slot` of `b` and steps until that slot is done:
+/// what it drew, and how its prompt met the slot (a failed request fails
+/// the test).
+#[allow(dead_code)]
+pub fn ask_slot(
+    b: &mut ember_model::batch::Batcher,
+    slot: usize,
+    prompt: &[u32],
+    params: GenerateParams,
+    hints: &[usize],
+) -> (Vec<Draw>, ember_model::batch::Started) {
+    let started = b.start(slot, prompt, params, true, hints).unwrap();
+    let mut draws = Vec::new();
+    while b.is_busy(slot) {
+        for (s, ev) in b.step() {
+            match ev {
+                ember_model::batch::SlotEvent::Step(st) if s == slot => draws.push((st.token, st.logprob, st.top)),
+                ember_model::batch::SlotEvent::Failed(e) => panic!("slot {s} failed: {e}"),
+                _ => {}
+            }
+        }
+    }
+    (draws, started)
+}
+
 /// Steps `b` until no slot is busy: the tokens each of its slots drew (a
 /// failed request fails the test).
 #[allow(dead_code)]
 pub fn step_until_idle(b: &mut ember_model::batch::Batcher) -> Vec<Vec<u32>> {
+    step_until_idle_drawing(b).into_iter().map(|d| d.into_iter().map(|(t, ..)| t).collect()).collect()
+}
+
+/// [`step_until_idle`], with each token's log-probabilities.
+#[allow(dead_code)]
+pub fn step_until_idle_drawing(b: &mut ember_model::batch::Batcher) -> Vec<Vec<Draw>> {
     let mut drawn = vec![Vec::new(); b.n_slots()];
     while b.any_busy() {
         for (slot, ev) in b.step() {
             match ev {
-                ember_model::batch::SlotEvent::Step(s) => drawn[slot].push(s.token),
+                ember_model::batch::SlotEvent::Step(s) => drawn[slot].push((s.token, s.logprob, s.top)),
                 ember_model::batch::SlotEvent::Failed(e) => panic!("slot {slot}: {e}"),
                 ember_model::batch::SlotEvent::Done => {}
             }
