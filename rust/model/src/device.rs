@@ -1,5 +1,5 @@
-//! The forward pass on a GPU (`ember-gpu`): the dense attention families'
-//! blocks with every weight uploaded once in its file format
+//! The forward pass on a GPU (`ember-gpu`): every family's blocks, the
+//! dense attention families' first, with every weight uploaded once in its file format
 //! ([`Model::place_on`]), each conversation's keys and values in f16 rings
 //! on the device beside a position ledger on the host (the session's
 //! cache, [held elsewhere](ember_kv::KvCache::held_elsewhere)), several
