@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::Avx2;
-use super::lanes::{in_groups, Lanes};
+use super::lanes::{in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries};
 
 /// Reachable only through `super::run_avx512`, after `super::level`.
 pub(super) struct Avx512;
@@ -155,6 +155,91 @@ unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 
     _mm256_storeu_ps(out.as_mut_ptr(), acc);
 }
 
+/// Most Q8_0 blocks of a key that [`scores16_q8_0_scaled`] holds
+/// transposed (heads of 512); wider keys are scored eight at a time.
+const MAX_KEY_BLOCKS: usize = 16;
+
+/// [`Lanes::scores16_q8_0_scaled`] with the sixteen keys transposed once
+/// for all the queries: per block, eight registers whose lane `i` holds four
+/// quants of key `i` (offset to unsigned, `k + 128`), so that a query's four
+/// quants, broadcast, meet all sixteen keys in one `vpdpbusd` and a block's
+/// eight steps leave each key's exact dot in its own lane, with no lanes to
+/// sum. The sums start from `-128` times the query's block sum, which takes
+/// the offset back out; then each block is scaled and added by a fused
+/// multiply-add, block after block, as [`scores8_q8_0`] does per key.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32, dst: *mut f32,
+                               stride: usize) {
+    use ember_kv::Q8_0_BYTES;
+    let len = keys[0].len();
+    let nb = len / Q8_0_BYTES;
+    let base = keys[0].as_ptr();
+    let offsets: [i64; 16] = std::array::from_fn(|i| keys[i].as_ptr().offset_from(base) as i64);
+    if nb > MAX_KEY_BLOCKS || offsets.iter().any(|&o| i32::try_from(o).is_err()) {
+        return scores16_q8_0_by_eights::<Avx512>(q.rows, count, keys, scale, dst, stride);
+    }
+    assert!(keys.iter().all(|k| k.len() == len) && q.rows.len() >= count * len);
+    assert!(q.sums.len() >= count * nb && q.scales.len() >= count * nb);
+    let index = _mm512_loadu_si512(offsets.map(|o| o as i32).as_ptr().cast());
+    let offset = _mm512_set1_epi8(-128);
+    // Only the key's own blocks are written, and only they are read.
+    let mut kt = [std::mem::MaybeUninit::<__m512i>::uninit(); 8 * MAX_KEY_BLOCKS];
+    let mut dk = [std::mem::MaybeUninit::<__m512>::uninit(); MAX_KEY_BLOCKS];
+    for b in 0..nb {
+        let at = b * Q8_0_BYTES;
+        let scales: [u16; 16] = std::array::from_fn(|i| u16::from_le_bytes([keys[i][at], keys[i][at + 1]]));
+        dk[b].write(_mm512_cvtph_ps(_mm256_loadu_si256(scales.as_ptr().cast())));
+        for (c, kt) in kt[8 * b..8 * b + 8].iter_mut().enumerate() {
+            // Quants 4c..4c + 4 of each key's block, one key to a lane.
+            kt.write(_mm512_xor_si512(_mm512_i32gather_epi32::<1>(index, base.add(at + 2 + 4 * c).cast()), offset));
+        }
+    }
+    let kt = std::slice::from_raw_parts(kt.as_ptr().cast::<__m512i>(), 8 * nb);
+    let dk = std::slice::from_raw_parts(dk.as_ptr().cast::<__m512>(), nb);
+    let mut i = 0;
+    while i < count {
+        let query = |j: usize| {
+            let (at, blocks) = ((i + j) * len, (i + j) * nb);
+            (q.rows.as_ptr().add(at), q.sums.as_ptr().add(blocks), q.scales.as_ptr().add(blocks), dst.add((i + j) * stride))
+        };
+        i += match count - i {
+            8.. => { q8_0_dots16::<8>(std::array::from_fn(query), nb, kt, dk, scale); 8 }
+            4..=7 => { q8_0_dots16::<4>(std::array::from_fn(query), nb, kt, dk, scale); 4 }
+            2 | 3 => { q8_0_dots16::<2>(std::array::from_fn(query), nb, kt, dk, scale); 2 }
+            _ => { q8_0_dots16::<1>([query(0)], nb, kt, dk, scale); 1 }
+        };
+    }
+}
+
+/// [`scores16_q8_0_scaled`]'s arithmetic for `N` queries (each its Q8_0
+/// row, its block sums, its block scales and where its sixteen scores go),
+/// `N` chains of byte dots in flight.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q8_0_dots16<const N: usize>(queries: [(*const u8, *const i32, *const f32, *mut f32); N], nb: usize,
+                                      kt: &[__m512i], dk: &[__m512], scale: f32) {
+    use ember_kv::Q8_0_BYTES;
+    let mut s = [_mm512_setzero_ps(); N];
+    for (b, &dk) in dk.iter().enumerate().take(nb) {
+        let k: [__m512i; 8] = std::array::from_fn(|c| kt[8 * b + c]);
+        let mut acc: [__m512i; N] = std::array::from_fn(|n| _mm512_set1_epi32(-128 * *queries[n].1.add(b)));
+        for (c, &k) in k.iter().enumerate() {
+            for (acc, &(q, ..)) in acc.iter_mut().zip(&queries) {
+                let quants = _mm512_set1_epi32(std::ptr::read_unaligned(q.add(b * Q8_0_BYTES + 2 + 4 * c).cast::<i32>()));
+                *acc = _mm512_dpbusd_epi32(*acc, k, quants);
+            }
+        }
+        for ((s, acc), &(_, _, dq, _)) in s.iter_mut().zip(&acc).zip(&queries) {
+            *s = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(*dq.add(b)), dk), _mm512_cvtepi32_ps(*acc), *s);
+        }
+    }
+    let scale = _mm512_set1_ps(scale);
+    for (s, &(.., d)) in s.iter().zip(&queries) {
+        _mm512_storeu_ps(d, _mm512_mul_ps(scale, *s));
+    }
+}
+
 /// [`Lanes::scores8_f16`] for three queries at once, with the keys read in
 /// place and laid out as [`scores8`]'s: each step widens the eight halves of
 /// keys `r` and `r + 4` into one register, once for the three queries (12
@@ -221,11 +306,13 @@ unsafe fn weigh_heads<const H: usize, const U: usize>(
 
 /// [`weigh_heads`] over all of each head's `n` floats: four registers per
 /// head (eight for one head alone), so that eight or more chains are in
-/// flight, then one, then single floats.
+/// flight, then one, then single floats. Up to six heads (a prompt's rows
+/// that see the same positions) take 24 registers, a value row's four loads
+/// met by 24 multiply-adds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn weigh_all<const H: usize>(w: *const f32, stride: usize, rows: usize, v: *const f32, n: usize, o: *mut f32) {
-    const { assert!(H >= 1 && H <= 4) };
+    const { assert!(H >= 1 && H <= 6) };
     let mut i = 0;
     if H == 1 {
         while i + 128 <= n {
@@ -454,6 +541,11 @@ impl Lanes for Avx512 {
         scores8_q8_0(q, keys, dk, out)
     }
     #[inline(always)]
+    unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32, dst: *mut f32,
+                                   stride: usize) {
+        scores16_q8_0_scaled(q, count, keys, scale, dst, stride)
+    }
+    #[inline(always)]
     unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
         Avx2::narrow(src, dst)
     }
@@ -527,13 +619,15 @@ impl Lanes for Avx512 {
         let n = o.len() / heads;
         let rows = v.len() / n.max(1);
         assert!(w.len() >= (heads - 1) * stride + rows && v.len() >= rows * n);
-        in_groups(heads, 4, |g, count| {
+        in_groups(heads, 6, |g, count| {
             let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
             match count {
                 1 => weigh_all::<1>(ws, stride, rows, v.as_ptr(), n, os),
                 2 => weigh_all::<2>(ws, stride, rows, v.as_ptr(), n, os),
                 3 => weigh_all::<3>(ws, stride, rows, v.as_ptr(), n, os),
-                _ => weigh_all::<4>(ws, stride, rows, v.as_ptr(), n, os),
+                4 => weigh_all::<4>(ws, stride, rows, v.as_ptr(), n, os),
+                5 => weigh_all::<5>(ws, stride, rows, v.as_ptr(), n, os),
+                _ => weigh_all::<6>(ws, stride, rows, v.as_ptr(), n, os),
             }
         });
     }

@@ -4,6 +4,16 @@
 use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::f16;
 
+/// Queries quantized to Q8_0 (as long as a key each, query `i` at
+/// `rows[i * len..]`), with what the byte-dot forms read beside the rows:
+/// per query and block (`i * blocks + b`) the sum of its quants, which takes
+/// their offset back out, and its scale, widened.
+pub(super) struct Q8Queries<'a> {
+    pub rows: &'a [u8],
+    pub sums: &'a [i32],
+    pub scales: &'a [f32],
+}
+
 /// Element loops with a scalar form and AVX2/F16C and AVX-512 forms that round identically.
 pub(super) trait Lanes {
     /// The dots of a query `q` with eight keys `k` (rows of `q.len()`, a
@@ -48,6 +58,13 @@ pub(super) trait Lanes {
     /// integer dot of the quants, scaled by `dq * dk` (one rounding) and
     /// added by a fused multiply-add, the blocks in order.
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]);
+    /// [`Lanes::scores8_q8_0`] of the queries `0..count` of `q` with sixteen
+    /// Q8_0 key rows, each query's sixteen dots times `scale` (one rounding,
+    /// as `store_scaled`) written at `dst + i * stride`.
+    unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32, dst: *mut f32,
+                                   stride: usize) {
+        scores16_q8_0_by_eights::<Self>(q.rows, count, keys, scale, dst, stride)
+    }
     /// f32 to f16, rounding to nearest even (as `f16::from_f32`).
     unsafe fn narrow(src: &[f32], dst: &mut [f16]);
     /// f16 to f32 (exact).
@@ -176,6 +193,27 @@ impl Lanes for Scalar {
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
         for (&w, v) in w.iter().zip(v.chunks_exact(o.len())) {
             fma_row(w, v, o);
+        }
+    }
+}
+
+/// [`Lanes::scores16_q8_0_scaled`] as two calls of [`Lanes::scores8_q8_0`]
+/// per query: the definition its other forms round as.
+#[inline(always)]
+pub(super) unsafe fn scores16_q8_0_by_eights<L: Lanes + ?Sized>(q: &[u8], count: usize, keys: &[&[u8]; 16], scale: f32,
+                                                                 dst: *mut f32, stride: usize) {
+    let len = keys[0].len();
+    let blocks = len / Q8_0_BYTES;
+    let key_scale = |i: usize, b: usize| f16::from_le_bytes([keys[i][b * Q8_0_BYTES], keys[i][b * Q8_0_BYTES + 1]]).to_f32();
+    for half in 0..2 {
+        let keys8: [&[u8]; 8] = std::array::from_fn(|i| keys[8 * half + i]);
+        let dk: Vec<f32> = (0..8 * blocks).map(|e| key_scale(8 * half + e % 8, e / 8)).collect();
+        for i in 0..count {
+            let mut s8 = [0.0f32; 8];
+            L::scores8_q8_0(&q[i * len..][..len], &keys8, &dk, &mut s8);
+            for (e, &x) in s8.iter().enumerate() {
+                *dst.add(i * stride + 8 * half + e) = scale * x;
+            }
         }
     }
 }

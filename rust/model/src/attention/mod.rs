@@ -52,7 +52,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
-use lanes::{Lanes, Scalar};
+use lanes::{Lanes, Q8Queries, Scalar};
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -77,6 +77,9 @@ struct Scratch {
     /// The queries quantized to Q8_0, for a Q8_0 cache's keys, and the block
     /// scales of the eight keys being scored, widened.
     q8: Vec<u8>,
+    /// Each quantized query's sum of quants and scale per block.
+    q8_sums: Vec<i32>,
+    q8_scales: Vec<f32>,
     dk: Vec<f32>,
     k8: Vec<f32>,
     /// The queries that meet a block of widened keys (their indices, the
@@ -145,6 +148,11 @@ const ITEM_FLOATS: usize = 4096;
 /// Below this many queries, an item reads f16 keys in place instead of
 /// widening each block of eight once for all its queries.
 const DIRECT_QUERIES: usize = 4;
+
+/// From this many queries on, an item transposes each block of sixteen
+/// Q8_0 keys for them all ([`Lanes::scores16_q8_0_scaled`]) rather than
+/// meeting the keys in place one query at a time.
+const Q8_0_TRANSPOSED_QUERIES: usize = 8;
 
 /// Items per thread to aim for, so that uneven items (later rows see more
 /// keys) still balance.
@@ -623,6 +631,11 @@ unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, h
             let dst = &mut sc.q8[(j - j0) * heads * bytes..][..heads * bytes];
             ember_quant::quantize_row_q8_0(src, dst).expect("a Q8_0 cache's heads are whole blocks");
         }
+        let blocks = || sc.q8[..nq * bytes].chunks_exact(Q8_0_BYTES);
+        sc.q8_sums.clear();
+        sc.q8_sums.extend(blocks().map(|b| b[2..].iter().map(|&x| x as i8 as i32).sum::<i32>()));
+        sc.q8_scales.clear();
+        sc.q8_scales.extend(blocks().map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()));
         return;
     }
     let Scratch { q16, qw, .. } = sc;
@@ -669,7 +682,7 @@ unsafe fn span<L: Lanes>(
     let hkp = hk.next_multiple_of(8);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
+    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -689,8 +702,26 @@ unsafe fn span<L: Lanes>(
         k8.clear();
         k8.resize(8 * hkp, 0.0);
     }
+    // Whether every query of the item sees positions a..b.
+    let all_see = |a: usize, b: usize| p.first(j1 - 1) <= a && p.start + j0 + 1 >= b;
     let mut b0 = s0;
     while b0 <= hi {
+        // Sixteen Q8_0 keys that every query of a prompt's item sees are
+        // transposed once and met by all its queries in byte dots.
+        if q8_keys && nq >= Q8_0_TRANSPOSED_QUERIES && b0 + 16 <= hi + 1 && all_see(b0, b0 + 16) {
+            for pos in (b0 + 32).min(hi + 1)..(b0 + 48).min(hi + 1) {
+                prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk);
+            }
+            for pos in b0..b0 + 16 {
+                prefetch_head_row(&p.values, ring.row(pos), p.vw, kvh, hv);
+            }
+            let keys16 = std::array::from_fn(|i| p.keys.slice(ring.row(b0 + i) * p.kw + kvh * hk, hk).bytes());
+            assert!(scores.len() >= (nq - 1) * width + b0 + 16 - s0);
+            let queries = Q8Queries { rows: q8, sums: q8_sums, scales: q8_scales };
+            L::scores16_q8_0_scaled(&queries, nq, &keys16, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
+            b0 += 16;
+            continue;
+        }
         let b1 = (b0 + 8).min(hi + 1);
         let mut rows8 = [0usize; 8];
         for (i, r) in rows8.iter_mut().enumerate() {
@@ -728,7 +759,7 @@ unsafe fn span<L: Lanes>(
         // A block of eight widened keys that every query of the item sees
         // (most blocks of a long context) is met by them all at once, its
         // scores scaled and stored by the kernel straight into the rows.
-        if !q8_keys && !direct && b1 - b0 == 8 && p.first(j1 - 1) <= b0 && p.start + j0 + 1 >= b1 {
+        if !q8_keys && !direct && b1 - b0 == 8 && all_see(b0, b1) {
             assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qw.len() >= nq * hkp);
             L::scores8_scaled(qw, nq, hkp, &k8[..8 * hkp], p.scale, scores.as_mut_ptr().add(b0 - s0), width);
             b0 = b1;
@@ -833,16 +864,20 @@ unsafe fn span<L: Lanes>(
             head_row::<L>(&p.values, ring.row(pos), p.vw, kvh, hv, &mut v32[(pos - c0) * hv..][..hv]);
         }
         let (ja, jb) = (p.rows_seeing(c0, j0, j1).start, p.rows_seeing(c1 - 1, j0, j1).end);
-        for j in ja..jb {
-            let a = p.first(j).max(c0);
-            let b = (p.start + j + 1).min(c1);
-            if a >= b {
-                continue;
+        let seen = |j: usize| (p.first(j).max(c0), (p.start + j + 1).min(c1));
+        let mut j = ja;
+        while j < jb {
+            let (a, b) = seen(j);
+            // The row's heads, and those of the following rows that see the
+            // same positions (most of a prompt's rows, away from the
+            // diagonal), share each value row: their queries are consecutive.
+            let rows = (j + 1..jb).take_while(|&r| seen(r) == (a, b)).count() + 1;
+            if a < b {
+                let (qi, n) = ((j - j0) * heads, rows * heads);
+                let w = &scores[qi * width + a - s0..][..(n - 1) * width + b - a];
+                L::weigh_heads(w, width, n, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..n * hv]);
             }
-            // The row's heads see the same positions: they share each value row.
-            let qi = (j - j0) * heads;
-            let w = &scores[qi * width + a - s0..][..(heads - 1) * width + b - a];
-            L::weigh_heads(w, width, heads, &v32[(a - c0) * hv..][..(b - a) * hv], &mut o[qi * hv..][..heads * hv]);
+            j += rows;
         }
         c0 = c1;
     }
