@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::lanes::{in_groups, Lanes};
+use super::lanes::{in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries};
 
 /// Reachable only through `super::run_avx2`, after `super::level`.
 pub(super) struct Avx2;
@@ -83,6 +83,99 @@ mod avx {
             acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc);
         }
         _mm256_storeu_ps(out.as_mut_ptr(), acc);
+    }
+
+    /// Most Q8_0 blocks of a key that [`scores16_q8_0_scaled`] holds
+    /// transposed (heads of 512); wider keys are scored eight at a time.
+    const MAX_KEY_BLOCKS: usize = 16;
+
+    /// [`Lanes::scores16_q8_0_scaled`](super::Lanes::scores16_q8_0_scaled)
+    /// with each half of the keys transposed once for all the queries: per
+    /// block, eight registers whose lane `i` holds four quants of key `i`,
+    /// as magnitudes and as the signs the query's quants are given (as in
+    /// [`scores8_q8_0`]), so that a query's four quants, broadcast, meet
+    /// eight keys in one `maddubs` and `madd` and each key's exact dot ends
+    /// in its own lane, with no lanes to sum; then each block is scaled and
+    /// added by a fused multiply-add, block after block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores16_q8_0_scaled(q: &super::Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32,
+                                              dst: *mut f32, stride: usize) {
+        use ember_kv::Q8_0_BYTES;
+        use std::mem::MaybeUninit;
+        let len = keys[0].len();
+        let nb = len / Q8_0_BYTES;
+        let base = keys[0].as_ptr();
+        let offsets: [i64; 16] = std::array::from_fn(|i| keys[i].as_ptr().offset_from(base) as i64);
+        if nb > MAX_KEY_BLOCKS || offsets.iter().any(|&o| i32::try_from(o).is_err()) {
+            return super::scores16_q8_0_by_eights::<super::Avx2>(q.rows, count, keys, scale, dst, stride);
+        }
+        assert!(keys.iter().all(|k| k.len() == len) && q.rows.len() >= count * len && q.scales.len() >= count * nb);
+        let offsets = offsets.map(|o| o as i32);
+        for half in 0..2 {
+            // Only the key's own blocks are written, and only they are read.
+            let mut magnitudes = [MaybeUninit::<__m256i>::uninit(); 8 * MAX_KEY_BLOCKS];
+            let mut signs = [MaybeUninit::<__m256i>::uninit(); 8 * MAX_KEY_BLOCKS];
+            let mut dk = [MaybeUninit::<__m256>::uninit(); MAX_KEY_BLOCKS];
+            let index = _mm256_loadu_si256(offsets[8 * half..].as_ptr().cast());
+            for b in 0..nb {
+                let at = b * Q8_0_BYTES;
+                let scales: [u16; 8] =
+                    std::array::from_fn(|i| u16::from_le_bytes([keys[8 * half + i][at], keys[8 * half + i][at + 1]]));
+                dk[b].write(_mm256_cvtph_ps(_mm_loadu_si128(scales.as_ptr().cast())));
+                for c in 0..8 {
+                    // Quants 4c..4c + 4 of each key's block, one key to a lane.
+                    let kv = _mm256_i32gather_epi32::<1>(base.add(at + 2 + 4 * c).cast(), index);
+                    magnitudes[8 * b + c].write(_mm256_sign_epi8(kv, kv));
+                    signs[8 * b + c].write(kv);
+                }
+            }
+            let magnitudes = std::slice::from_raw_parts(magnitudes.as_ptr().cast::<__m256i>(), 8 * nb);
+            let signs = std::slice::from_raw_parts(signs.as_ptr().cast::<__m256i>(), 8 * nb);
+            let dk = std::slice::from_raw_parts(dk.as_ptr().cast::<__m256>(), nb);
+            let keys = (magnitudes, signs, dk);
+            let mut i = 0;
+            while i < count {
+                let query = |j: usize| {
+                    let (at, blocks) = ((i + j) * len, (i + j) * nb);
+                    (q.rows.as_ptr().add(at), q.scales.as_ptr().add(blocks), dst.add((i + j) * stride + 8 * half))
+                };
+                i += match count - i {
+                    4.. => { q8_0_dots8::<4>(std::array::from_fn(query), keys, scale); 4 }
+                    2 | 3 => { q8_0_dots8::<2>(std::array::from_fn(query), keys, scale); 2 }
+                    _ => { q8_0_dots8::<1>([query(0)], keys, scale); 1 }
+                };
+            }
+        }
+    }
+
+    /// [`scores16_q8_0_scaled`]'s arithmetic for `N` queries (each its Q8_0
+    /// row, its block scales and where its eight scores go) and eight keys
+    /// transposed (magnitudes, signs and block scales).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8_0_dots8<const N: usize>(queries: [(*const u8, *const f32, *mut f32); N],
+                                         (magnitudes, signs, dk): (&[__m256i], &[__m256i], &[__m256]), scale: f32) {
+        use ember_kv::Q8_0_BYTES;
+        let ones = _mm256_set1_epi16(1);
+        let mut s = [_mm256_setzero_ps(); N];
+        for (b, &dk) in dk.iter().enumerate() {
+            let mut dots = [_mm256_setzero_si256(); N];
+            for c in 0..8 {
+                let (m, k) = (magnitudes[8 * b + c], signs[8 * b + c]);
+                for (dot, &(q, ..)) in dots.iter_mut().zip(&queries) {
+                    let quants = _mm256_set1_epi32(std::ptr::read_unaligned(q.add(b * Q8_0_BYTES + 2 + 4 * c).cast::<i32>()));
+                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(m, _mm256_sign_epi8(quants, k)), ones));
+                }
+            }
+            for ((s, dot), &(_, dq, _)) in s.iter_mut().zip(&dots).zip(&queries) {
+                *s = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(*dq.add(b)), dk), _mm256_cvtepi32_ps(*dot), *s);
+            }
+        }
+        let scale = _mm256_set1_ps(scale);
+        for (s, &(.., d)) in s.iter().zip(&queries) {
+            _mm256_storeu_ps(d, _mm256_mul_ps(scale, *s));
+        }
     }
 
     /// The output held in registers, 64 floats at a time (eight
@@ -470,6 +563,11 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {
         avx::scores8_q8_0(q, keys, dk, out)
+    }
+    #[inline(always)]
+    unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32, dst: *mut f32,
+                                   stride: usize) {
+        avx::scores16_q8_0_scaled(q, count, keys, scale, dst, stride)
     }
     #[inline(always)]
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
