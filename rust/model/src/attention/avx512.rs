@@ -204,24 +204,25 @@ unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], 
             (q.rows.as_ptr().add(at), q.sums.as_ptr().add(blocks), q.scales.as_ptr().add(blocks), dst.add((i + j) * stride))
         };
         i += match count - i {
-            8.. => { q8_0_dots16::<8>(std::array::from_fn(query), nb, kt, dk, scale); 8 }
-            4..=7 => { q8_0_dots16::<4>(std::array::from_fn(query), nb, kt, dk, scale); 4 }
-            2 | 3 => { q8_0_dots16::<2>(std::array::from_fn(query), nb, kt, dk, scale); 2 }
-            _ => { q8_0_dots16::<1>([query(0)], nb, kt, dk, scale); 1 }
+            8.. => { q8_0_dots16::<8>(std::array::from_fn(query), kt, dk, scale); 8 }
+            4..=7 => { q8_0_dots16::<4>(std::array::from_fn(query), kt, dk, scale); 4 }
+            2 | 3 => { q8_0_dots16::<2>(std::array::from_fn(query), kt, dk, scale); 2 }
+            _ => { q8_0_dots16::<1>([query(0)], kt, dk, scale); 1 }
         };
     }
 }
 
 /// [`scores16_q8_0_scaled`]'s arithmetic for `N` queries (each its Q8_0
-/// row, its block sums, its block scales and where its sixteen scores go),
-/// `N` chains of byte dots in flight.
+/// row, its block sums, its block scales and where its sixteen scores go)
+/// and the keys transposed (eight registers and the scales per block), `N`
+/// chains of byte dots in flight.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q8_0_dots16<const N: usize>(queries: [(*const u8, *const i32, *const f32, *mut f32); N], nb: usize,
-                                      kt: &[__m512i], dk: &[__m512], scale: f32) {
+unsafe fn q8_0_dots16<const N: usize>(queries: [(*const u8, *const i32, *const f32, *mut f32); N], kt: &[__m512i],
+                                      dk: &[__m512], scale: f32) {
     use ember_kv::Q8_0_BYTES;
     let mut s = [_mm512_setzero_ps(); N];
-    for (b, &dk) in dk.iter().enumerate().take(nb) {
+    for (b, &dk) in dk.iter().enumerate() {
         let k: [__m512i; 8] = std::array::from_fn(|c| kt[8 * b + c]);
         let mut acc: [__m512i; N] = std::array::from_fn(|n| _mm512_set1_epi32(-128 * *queries[n].1.add(b)));
         for (c, &k) in k.iter().enumerate() {

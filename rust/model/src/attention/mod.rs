@@ -74,10 +74,10 @@ struct Scratch {
     scores: Vec<f32>,
     q16: Vec<f16>,
     qw: Vec<f32>,
-    /// The queries quantized to Q8_0, for a Q8_0 cache's keys, and the block
-    /// scales of the eight keys being scored, widened.
+    /// The queries quantized to Q8_0, for a Q8_0 cache's keys, with each
+    /// query's sum of quants and scale per block ([`Q8Queries`]); and the
+    /// block scales of the eight keys being scored, widened.
     q8: Vec<u8>,
-    /// Each quantized query's sum of quants and scale per block.
     q8_sums: Vec<i32>,
     q8_scales: Vec<f32>,
     dk: Vec<f32>,
