@@ -4,7 +4,7 @@
 
 use half::f16;
 
-use super::lanes::{in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries};
+use super::lanes::{gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS};
 
 /// Reachable only through `super::run_avx2`, after `super::level`.
 pub(super) struct Avx2;
@@ -85,10 +85,6 @@ mod avx {
         _mm256_storeu_ps(out.as_mut_ptr(), acc);
     }
 
-    /// Most Q8_0 blocks of a key that [`scores16_q8_0_scaled`] holds
-    /// transposed (heads of 512); wider keys are scored eight at a time.
-    const MAX_KEY_BLOCKS: usize = 16;
-
     /// [`Lanes::scores16_q8_0_scaled`](super::Lanes::scores16_q8_0_scaled)
     /// with each half of the keys transposed once for all the queries: per
     /// block, eight registers whose lane `i` holds four quants of key `i`,
@@ -101,17 +97,15 @@ mod avx {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn scores16_q8_0_scaled(q: &super::Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32,
                                               dst: *mut f32, stride: usize) {
+        use super::MAX_KEY_BLOCKS;
         use ember_kv::Q8_0_BYTES;
         use std::mem::MaybeUninit;
-        let len = keys[0].len();
-        let nb = len / Q8_0_BYTES;
-        let base = keys[0].as_ptr();
-        let offsets: [i64; 16] = std::array::from_fn(|i| keys[i].as_ptr().offset_from(base) as i64);
-        if nb > MAX_KEY_BLOCKS || offsets.iter().any(|&o| i32::try_from(o).is_err()) {
+        let Some(offsets) = super::gather_offsets(keys) else {
             return super::scores16_q8_0_by_eights::<super::Avx2>(q.rows, count, keys, scale, dst, stride);
-        }
-        assert!(keys.iter().all(|k| k.len() == len) && q.rows.len() >= count * len && q.scales.len() >= count * nb);
-        let offsets = offsets.map(|o| o as i32);
+        };
+        let (len, base) = (keys[0].len(), keys[0].as_ptr());
+        let nb = len / Q8_0_BYTES;
+        assert!(q.rows.len() >= count * len && q.scales.len() >= count * nb);
         for half in 0..2 {
             // Only the key's own blocks are written, and only they are read.
             let mut magnitudes = [MaybeUninit::<__m256i>::uninit(); 8 * MAX_KEY_BLOCKS];

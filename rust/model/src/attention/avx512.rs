@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::Avx2;
-use super::lanes::{in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries};
+use super::lanes::{gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS};
 
 /// Reachable only through `super::run_avx512`, after `super::level`.
 pub(super) struct Avx512;
@@ -155,10 +155,6 @@ unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 
     _mm256_storeu_ps(out.as_mut_ptr(), acc);
 }
 
-/// Most Q8_0 blocks of a key that [`scores16_q8_0_scaled`] holds
-/// transposed (heads of 512); wider keys are scored eight at a time.
-const MAX_KEY_BLOCKS: usize = 16;
-
 /// [`Lanes::scores16_q8_0_scaled`] with the sixteen keys transposed once
 /// for all the queries: per block, eight registers whose lane `i` holds four
 /// quants of key `i` (offset to unsigned, `k + 128`), so that a query's four
@@ -172,16 +168,13 @@ const MAX_KEY_BLOCKS: usize = 16;
 unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], scale: f32, dst: *mut f32,
                                stride: usize) {
     use ember_kv::Q8_0_BYTES;
-    let len = keys[0].len();
-    let nb = len / Q8_0_BYTES;
-    let base = keys[0].as_ptr();
-    let offsets: [i64; 16] = std::array::from_fn(|i| keys[i].as_ptr().offset_from(base) as i64);
-    if nb > MAX_KEY_BLOCKS || offsets.iter().any(|&o| i32::try_from(o).is_err()) {
+    let Some(offsets) = gather_offsets(keys) else {
         return scores16_q8_0_by_eights::<Avx512>(q.rows, count, keys, scale, dst, stride);
-    }
-    assert!(keys.iter().all(|k| k.len() == len) && q.rows.len() >= count * len);
-    assert!(q.sums.len() >= count * nb && q.scales.len() >= count * nb);
-    let index = _mm512_loadu_si512(offsets.map(|o| o as i32).as_ptr().cast());
+    };
+    let (len, base) = (keys[0].len(), keys[0].as_ptr());
+    let nb = len / Q8_0_BYTES;
+    assert!(q.rows.len() >= count * len && q.sums.len() >= count * nb && q.scales.len() >= count * nb);
+    let index = _mm512_loadu_si512(offsets.as_ptr().cast());
     let offset = _mm512_set1_epi8(-128);
     // Only the key's own blocks are written, and only they are read.
     let mut kt = [std::mem::MaybeUninit::<__m512i>::uninit(); 8 * MAX_KEY_BLOCKS];

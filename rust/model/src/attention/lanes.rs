@@ -197,6 +197,26 @@ impl Lanes for Scalar {
     }
 }
 
+/// Most Q8_0 blocks of a key that the transposed forms of
+/// [`Lanes::scores16_q8_0_scaled`] hold in registers (heads of 512).
+pub(super) const MAX_KEY_BLOCKS: usize = 16;
+
+/// Where sixteen Q8_0 keys (all as long) lie from the first, in bytes, for
+/// the transposed forms' gathers; `None` where they cannot take them (keys
+/// wider than [`MAX_KEY_BLOCKS`], or an offset past 32 bits), and the keys
+/// are scored eight at a time instead.
+#[inline(always)]
+pub(super) fn gather_offsets(keys: &[&[u8]; 16]) -> Option<[i32; 16]> {
+    let len = keys[0].len();
+    assert!(keys.iter().all(|k| k.len() == len), "keys of one head");
+    if len / Q8_0_BYTES > MAX_KEY_BLOCKS {
+        return None;
+    }
+    let base = keys[0].as_ptr() as isize;
+    let offsets: [isize; 16] = std::array::from_fn(|i| keys[i].as_ptr() as isize - base);
+    offsets.iter().all(|&o| i32::try_from(o).is_ok()).then(|| offsets.map(|o| o as i32))
+}
+
 /// [`Lanes::scores16_q8_0_scaled`] as two calls of [`Lanes::scores8_q8_0`]
 /// per query: the definition its other forms round as.
 #[inline(always)]
