@@ -679,7 +679,7 @@ unsafe fn q5_regs<const X: bool>(blk: *const u8, h: __m256i, p: usize) -> (__m25
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_q5_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
+pub(super) unsafe fn unpack_q5_0_impl(blocks: usize, src: *const u8, dst: *mut u8) {
     let (bb, xb) = (PackedFormat::Q5_0.block_bytes(), block_bytes::<true>(PackedFormat::Q5_0));
     for b in 0..blocks {
         let (s, d) = (src.add(b * bb), dst.add(b * xb));
@@ -704,7 +704,7 @@ pub(super) fn block_bytes<const X: bool>(fmt: PackedFormat) -> usize {
 }
 
 #[inline(always)]
-unsafe fn q5_0_impl<I: Isa, const N: usize, const X: bool>(
+pub(super) unsafe fn q5_0_impl<I: Isa, const N: usize, const X: bool>(
     nb: usize,
     g: *const u8,
     a: *const u8,

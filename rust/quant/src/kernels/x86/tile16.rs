@@ -19,8 +19,8 @@
 use std::arch::x86_64::*;
 
 use super::tile::{
-    block_bytes, cols, q4_0_impl, q4_1_impl, q4_k_impl, q6_k_impl, store, unpack_q4_0_impl, unpack_q4_1_impl,
-    unpack_q4_k_impl, unpack_q6_k_impl, vnni_available, Col, Vnni,
+    block_bytes, cols, q4_0_impl, q4_1_impl, q4_k_impl, q5_0_impl, q6_k_impl, store, unpack_q4_0_impl,
+    unpack_q4_1_impl, unpack_q4_k_impl, unpack_q5_0_impl, unpack_q6_k_impl, vnni_available, Col, Vnni,
 };
 use crate::kernels::tile::{check_tile, UnpackedTile};
 use crate::packed::{PackedFormat, GROUP, Q4_K_QUANTS, Q6_K_QUANTS};
@@ -34,9 +34,10 @@ pub(crate) fn unpacked_tile(fmt: PackedFormat) -> Option<UnpackedTile> {
     Some(match fmt {
         PackedFormat::Q4_0 => UnpackedTile { unpack: unpack_q4_0, tile: tile_q4_0_x },
         PackedFormat::Q4_1 => UnpackedTile { unpack: unpack_q4_1, tile: tile_q4_1_x },
+        PackedFormat::Q5_0 => UnpackedTile { unpack: unpack_q5_0, tile: tile_q5_0_x },
         PackedFormat::Q4_K => UnpackedTile { unpack: unpack_q4_k, tile: tile_q4_k_x },
         PackedFormat::Q6_K => UnpackedTile { unpack: unpack_q6_k, tile: tile_q6_k_x },
-        PackedFormat::Q5_0 | PackedFormat::Q8_0 => return None,
+        PackedFormat::Q8_0 => return None,
     })
 }
 
@@ -47,11 +48,13 @@ fn arrays(fmt: PackedFormat) -> &'static [(usize, usize)] {
     match fmt {
         // d[8] f16 and 16 bytes of padding (or m[8] f16); 8 registers
         PackedFormat::Q4_0 | PackedFormat::Q4_1 => &[(32, 16), (256, 32)],
+        // d[8] f16; 8 registers of bytes
+        PackedFormat::Q5_0 => &[(16, 16), (256, 32)],
         // d[8], dmin[8] f16; scales and mins [8 sub][8 rows]; 64 registers
         PackedFormat::Q4_K => &[(32, 16), (Q4_K_QUANTS - 32, 8), (2048, 32)],
         // d[8] f16; scales [16 sub][8 rows]; 64 registers
         PackedFormat::Q6_K => &[(16, 16), (Q6_K_QUANTS - 16, 8), (2048, 32)],
-        PackedFormat::Q5_0 | PackedFormat::Q8_0 => unreachable!("no paired layout"),
+        PackedFormat::Q8_0 => unreachable!("no paired layout"),
     }
 }
 
@@ -73,6 +76,7 @@ macro_rules! unpacker {
 
 unpacker!(unpack_q4_0, unpack_q4_0_impl, PackedFormat::Q4_0);
 unpacker!(unpack_q4_1, unpack_q4_1_impl, PackedFormat::Q4_1);
+unpacker!(unpack_q5_0, unpack_q5_0_impl, PackedFormat::Q5_0);
 unpacker!(unpack_q4_k, unpack_q4_k_impl, PackedFormat::Q4_K);
 unpacker!(unpack_q6_k, unpack_q6_k_impl, PackedFormat::Q6_K);
 
@@ -174,6 +178,7 @@ macro_rules! tile_entry {
 
 tile_entry!(tile_q4_0_x, q4_0_pair, q4_0_impl, PackedFormat::Q4_0);
 tile_entry!(tile_q4_1_x, q4_1_pair, q4_1_impl, PackedFormat::Q4_1);
+tile_entry!(tile_q5_0_x, q5_0_pair, q5_0_impl, PackedFormat::Q5_0);
 tile_entry!(tile_q4_k_x, q4_k_pair, q4_k_impl, PackedFormat::Q4_K);
 tile_entry!(tile_q6_k_x, q6_k_pair, q6_k_impl, PackedFormat::Q6_K);
 
@@ -198,21 +203,12 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
 }
 
-/// One 32-element block of 4-bit quants for sixteen rows (eight registers
+/// One 32-element block of byte quants for sixteen rows (eight registers
 /// at `regs`: elements `4p..` then `16 + 4p..`, for p in 0..4) against every
-/// column: `acc += (dx d_y) Σ q q_y`, then `acc += mx sums[b]`. Two running
-/// sums per column, so no `dpbusd` waits long on the one before it.
+/// column: each column's exact `Σ q q_y`. Two running sums per column, so no
+/// `dpbusd` waits long on the one before it.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn q4_block16<const N: usize>(
-    regs: *const u8,
-    dx: __m512,
-    mx: __m512,
-    b: usize,
-    c: &[Col; N],
-    sums: impl Fn(&Col) -> *const f32,
-    acc: &mut [__m512; N],
-) {
+unsafe fn block_dots16<const N: usize>(regs: *const u8, b: usize, c: &[Col; N]) -> [__m512i; N] {
     let mut lo = [_mm512_setzero_si512(); N];
     let mut hi = [_mm512_setzero_si512(); N];
     for p in 0..4 {
@@ -224,9 +220,25 @@ unsafe fn q4_block16<const N: usize>(
             hi[j] = _mm512_dpbusd_epi32(hi[j], xh, bcast4(y.add(16)));
         }
     }
+    std::array::from_fn(|j| _mm512_add_epi32(lo[j], hi[j]))
+}
+
+/// One block of 4-bit quants for sixteen rows against every column:
+/// `acc += (dx d_y) Σ q q_y`, then `acc += mx sums[b]`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn q4_block16<const N: usize>(
+    regs: *const u8,
+    dx: __m512,
+    mx: __m512,
+    b: usize,
+    c: &[Col; N],
+    sums: impl Fn(&Col) -> *const f32,
+    acc: &mut [__m512; N],
+) {
+    let isum = block_dots16::<N>(regs, b, c);
     for j in 0..N {
-        let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[j], hi[j]));
-        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(*c[j].d.add(b))), isum, acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(*c[j].d.add(b))), _mm512_cvtepi32_ps(isum[j]), acc[j]);
         acc[j] = _mm512_fmadd_ps(mx, _mm512_set1_ps(*sums(&c[j]).add(b)), acc[j]);
     }
 }
@@ -254,6 +266,29 @@ unsafe fn q4_1_pair<const N: usize>(nb: usize, g: *const u8, a: *const u8, strid
     for b in 0..nb {
         let blk = g.add(b * bb);
         q4_block16::<N>(blk.add(64), f16x16(blk), f16x16(blk.add(32)), b, &c, |c| c.s, &mut acc);
+    }
+    acc
+}
+
+/// Q5_0 over a pair: the quants were stored offset by 16, so `16 d_y Σq_y`
+/// is taken back per column, in the 8-row kernel's order.
+#[inline(always)]
+unsafe fn q5_0_pair<const N: usize>(nb: usize, g: *const u8, a: *const u8, stride: usize) -> [__m512; N] {
+    let bb = 2 * block_bytes::<true>(PackedFormat::Q5_0);
+    let c = cols::<N>(nb, a, stride);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for b in 0..nb {
+        let blk = g.add(b * bb);
+        let isum = block_dots16::<N>(blk.add(32), b, &c);
+        let dx = f16x16(blk);
+        for j in 0..N {
+            let t = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(isum[j]),
+                _mm512_set1_ps(*c[j].d.add(b)),
+                _mm512_set1_ps(-16.0 * *c[j].dsum.add(b)),
+            );
+            acc[j] = _mm512_fmadd_ps(dx, t, acc[j]);
+        }
     }
     acc
 }
