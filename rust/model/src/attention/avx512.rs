@@ -234,18 +234,18 @@ unsafe fn q8_0_dots16<const N: usize>(queries: [(*const u8, *const i32, *const f
     }
 }
 
-/// [`Lanes::scores8_f16`] for three queries at once, with the keys read in
+/// [`Lanes::scores8_f16`] for `N` queries at once, with the keys read in
 /// place and laid out as [`scores8`]'s: each step widens the eight halves of
-/// keys `r` and `r + 4` into one register, once for the three queries (12
-/// accumulators), and the lanes are summed by [`reduce_pairs`]. The same
-/// lanes, the same sums.
+/// keys `r` and `r + 4` into one register, once for the `N` queries (`4 N`
+/// accumulators: four queries take 16 of the 32 registers), and the lanes
+/// are summed by [`reduce_pairs`]. The same lanes, the same sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
+unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out: [&mut [f32; 8]; N]) {
     let n = q[0].len();
     assert!(n.is_multiple_of(8) && q.iter().all(|q| q.len() == n) && keys.iter().all(|k| k.len() >= n));
     let kp = keys.map(|k| k.as_ptr());
-    let mut acc = [[_mm512_setzero_ps(); 4]; 3];
+    let mut acc = [[_mm512_setzero_ps(); 4]; N];
     let mut i = 0;
     while i < n {
         let qv = q.map(|q| _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.as_ptr().add(i))))));
@@ -527,8 +527,8 @@ impl Lanes for Avx512 {
         Avx2::scores8_f16(q, keys, out)
     }
     #[inline(always)]
-    unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
-        scores8_f16_x3(q, keys, out)
+    unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out: [&mut [f32; 8]; N]) {
+        scores8_f16_n(q, keys, out)
     }
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {

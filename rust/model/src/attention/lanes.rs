@@ -46,8 +46,8 @@ pub(super) trait Lanes {
     }
     /// The same with eight f16 key rows read in place (each `q.len()` long).
     unsafe fn scores8_f16(q: &[f32], keys: &[&[f16]; 8], out: &mut [f32; 8]);
-    /// [`Lanes::scores8_f16`] of three queries with the same keys.
-    unsafe fn scores8_f16_x3(q: [&[f32]; 3], keys: &[&[f16]; 8], out: [&mut [f32; 8]; 3]) {
+    /// [`Lanes::scores8_f16`] of `N` queries with the same keys.
+    unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out: [&mut [f32; 8]; N]) {
         for (q, out) in q.into_iter().zip(out) {
             Self::scores8_f16(q, keys, out);
         }
