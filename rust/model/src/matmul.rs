@@ -404,9 +404,12 @@ fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
     // Several tasks per thread to even out stragglers, each big enough to amortise scheduling.
     let spread = w.rows.div_ceil(pool.threads() * 4).max(16);
     match (&w.packed, w.dot_cols) {
-        // Up to one group of columns (a decoded token per conversation): a
-        // long run of groups per kernel call, streamed once.
-        (Some(_), _) if t <= MAX_TILE_COLS => spread.next_multiple_of(GROUP),
+        // Up to one group of columns (a decoded token per conversation): one
+        // run of groups per thread, streamed once. Four shorter runs each
+        // (which evened out stragglers) cost SmolLM2's generation on a Zen 5
+        // 430 t/s against 500, and Gemma 3 270M's 230 against 257: each run
+        // starts a stream that the prefetchers must take up again.
+        (Some(_), _) if t <= MAX_TILE_COLS => w.rows.div_ceil(pool.threads()).next_multiple_of(GROUP),
         // Several columns: tiles that stay in L1 while every column passes over them.
         (Some(_), _) => TILE_ROWS,
         (None, Some(_)) if t > 1 => TILE_ROWS,
