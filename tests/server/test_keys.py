@@ -5,9 +5,6 @@ as the official clients read them (their typed errors), refusals counted in
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
 from ember.server.errors import ApiError
@@ -97,14 +94,15 @@ def test_scopes_as_the_official_clients_read_them(keyed):
 
 def test_limits_as_the_official_clients_read_them(keyed):
     w = _client(keyed, "writer")
-    held = threading.Thread(target=lambda: w.chat.completions.create(
-        model="x", messages=CHAT, max_tokens=200, extra_body={"ignore_eos": True}))
-    held.start()
-    time.sleep(0.5)
+    # The held request is known to be in flight once its first chunk is read
+    # (a sleep raced a fast decode), and stays so for hundreds of tokens.
+    held = w.chat.completions.create(model="x", messages=CHAT, max_tokens=400, stream=True,
+                                     extra_body={"ignore_eos": True})
+    next(iter(held))
     with pytest.raises(openai.RateLimitError) as e:
         w.chat.completions.create(model="x", messages=CHAT, max_tokens=1)
     assert e.value.response.headers["Retry-After"] == "1"
-    held.join()
+    held.close()
     s = _client(keyed, "slow")
     s.chat.completions.create(model="x", messages=CHAT, max_tokens=1)
     s.chat.completions.create(model="x", messages=CHAT, max_tokens=1)
