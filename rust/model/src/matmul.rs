@@ -401,8 +401,6 @@ fn with_unpacked<R>(
 
 /// Rows in a task of a product over `t` columns.
 fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
-    // Several tasks per thread to even out stragglers, each big enough to amortise scheduling.
-    let spread = w.rows.div_ceil(pool.threads() * 4).max(16);
     match (&w.packed, w.dot_cols) {
         // Up to one group of columns (a decoded token per conversation): one
         // run of groups per thread, streamed once. Four shorter runs each
@@ -413,7 +411,8 @@ fn task_rows(pool: &Pool, w: &Matrix, t: usize) -> usize {
         // Several columns: tiles that stay in L1 while every column passes over them.
         (Some(_), _) => TILE_ROWS,
         (None, Some(_)) if t > 1 => TILE_ROWS,
-        _ => spread,
+        // Several tasks per thread to even out stragglers, each big enough to amortise scheduling.
+        _ => w.rows.div_ceil(pool.threads() * 4).max(16),
     }
 }
 
