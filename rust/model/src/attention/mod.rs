@@ -76,10 +76,11 @@ struct Scratch {
     qw: Vec<f32>,
     /// The queries quantized to Q8_0, for a Q8_0 cache's keys, with each
     /// query's sum of quants and scale per block ([`Q8Queries`]); and the
-    /// block scales of the eight keys being scored, widened.
+    /// block scales of the eight keys being scored, as stored and widened.
     q8: Vec<u8>,
     q8_sums: Vec<i32>,
     q8_scales: Vec<f32>,
+    dk16: Vec<f16>,
     dk: Vec<f32>,
     k8: Vec<f32>,
     /// The queries that meet a block of widened keys (their indices, the
@@ -690,7 +691,7 @@ unsafe fn span<L: Lanes>(
     let hkp = hk.next_multiple_of(8);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
+    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -705,6 +706,7 @@ unsafe fn span<L: Lanes>(
     let q8_keys = matches!(p.keys, Rows::Q8_0(_));
     let (kbytes, kblocks) = (hk / Q8_0_BLOCK * Q8_0_BYTES, hk / Q8_0_BLOCK);
     if q8_keys {
+        dk16.resize(8 * kblocks, f16::ZERO);
         dk.resize(8 * kblocks, 0.0);
     } else if !direct {
         k8.clear();
@@ -755,9 +757,12 @@ unsafe fn span<L: Lanes>(
         if let Some(keys8) = &keys8 {
             for (i, key) in keys8.iter().enumerate() {
                 for b in 0..kblocks {
-                    dk[8 * b + i] = f16::from_le_bytes([key[b * Q8_0_BYTES], key[b * Q8_0_BYTES + 1]]).to_f32();
+                    dk16[8 * b + i] = f16::from_le_bytes([key[b * Q8_0_BYTES], key[b * Q8_0_BYTES + 1]]);
                 }
             }
+            // Widened together, eight or sixteen at a time (exactly, as one at
+            // a time would): one at a time they were widened in software.
+            L::widen(dk16, dk);
         } else if !direct {
             for pos in b0..b1 {
                 head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
