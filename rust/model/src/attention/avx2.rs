@@ -14,6 +14,14 @@ mod avx {
 
     use half::f16;
 
+    /// The f16 scale that starts the Q8_0 block at `blk`, widened into every
+    /// lane by F16C (exactly, as `f16::to_f32` does in software).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn block_scale(blk: *const u8) -> __m256 {
+        _mm256_cvtph_ps(_mm_set1_epi16(std::ptr::read_unaligned(blk.cast::<i16>())))
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn narrow(src: &[f32], dst: &mut [f16]) {
@@ -231,7 +239,7 @@ mod avx {
             for (&w, row) in w.iter().zip(v.clone()) {
                 assert!(row.len() >= (b + 1) * Q8_0_BYTES);
                 let blk = row.as_ptr().add(b * Q8_0_BYTES);
-                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+                let d = block_scale(blk);
                 let wb = _mm256_set1_ps(w);
                 for (u, a) in acc.iter_mut().enumerate() {
                     let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast())));
@@ -262,7 +270,7 @@ mod avx {
                 // Each head's weight of this row is read through the pointer below.
                 assert!(row.len() >= (b + 1) * Q8_0_BYTES && (H - 1) * stride + i < w.len());
                 let blk = row.as_ptr().add(b * Q8_0_BYTES);
-                let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+                let d = block_scale(blk);
                 for u in 0..4 {
                     let q = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * u).cast()))));
                     for (g, a) in acc.iter_mut().enumerate() {
@@ -320,7 +328,7 @@ mod avx {
         assert!(src.len() / Q8_0_BYTES * Q8_0_BLOCK >= dst.len() && dst.len().is_multiple_of(Q8_0_BLOCK));
         for (b, out) in dst.chunks_exact_mut(Q8_0_BLOCK).enumerate() {
             let blk = src.as_ptr().add(b * Q8_0_BYTES);
-            let d = _mm256_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            let d = block_scale(blk);
             for i in 0..4 {
                 let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(blk.add(2 + 8 * i).cast()));
                 _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));

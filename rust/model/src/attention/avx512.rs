@@ -456,7 +456,7 @@ unsafe fn weigh_q8_0_chunk<'r, const H: usize, const B: usize>(w: &[f32], stride
         let wg: [__m512; H] = std::array::from_fn(|g| _mm512_set1_ps(*wp.add(g * stride + i)));
         for k in 0..B {
             let blk = row.as_ptr().add((b + k) * Q8_0_BYTES);
-            let d = _mm512_set1_ps(f16::from_bits(u16::from_le_bytes([*blk, *blk.add(1)])).to_f32());
+            let d = _mm512_cvtph_ps(_mm256_set1_epi16(std::ptr::read_unaligned(blk.cast::<i16>())));
             for u in 0..2 {
                 let q = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(2 + 16 * u).cast()));
                 let x = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
