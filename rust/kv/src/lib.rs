@@ -638,6 +638,13 @@ pub struct RingRows {
 }
 
 impl RingRows {
+    /// How many positions from `pos` on sit in consecutive rows (the ring
+    /// wraps after them), `first <= pos < first + ring`.
+    #[inline(always)]
+    pub fn consecutive_from(&self, pos: usize) -> usize {
+        self.ring - self.row(pos)
+    }
+
     /// The row of position `pos`, `first <= pos < first + ring`.
     #[inline(always)]
     pub fn row(&self, pos: usize) -> usize {
