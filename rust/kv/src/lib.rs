@@ -792,6 +792,9 @@ mod tests {
                 let rows = c.ring_rows(il, first);
                 for pos in first..first + ring {
                     assert_eq!(rows.row(pos), c.row_of(il, pos), "layer {il} first {first} pos {pos}");
+                    // The run of consecutive rows from pos ends where the ring wraps.
+                    let run = rows.consecutive_from(pos);
+                    assert!(run >= 1 && rows.row(pos) + run == ring, "layer {il} first {first} pos {pos}");
                 }
             }
         }
