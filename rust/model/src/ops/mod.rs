@@ -217,6 +217,11 @@ mod tests {
         v.extend((-100..=100).map(|i| i as f32));
         v.extend((-60..60).map(|i| (i as f32 + 0.5) * std::f32::consts::LN_2));
         v.extend([0.0, -0.0, 1e-30, -1e-30, 88.0, 88.5, -87.0, -88.0, -1000.0, 1000.0]);
+        // Near both clamps, where 2^n is at the ends of its range and the
+        // result may be subnormal or the largest finite powers.
+        for edge in [EXP_LO, EXP_HI] {
+            v.extend((-2000..=2000).map(|i| edge + i as f32 * 2e-4));
+        }
         v
     }
 
