@@ -170,7 +170,7 @@ const ITEMS_PER_THREAD: usize = 4;
 /// Items per thread where a sequence's spans are shared out: those items
 /// are even (as many spans, the same rows), so fewer balance, and each one
 /// starts its walk of the cache cold. A decoded token of SmolLM2 at depth
-/// 1024 spent 9% less in attention with two than with four (at 4096, 4-5%
+/// 1024 spent 9% less in attention with two than with four (at 4096, 2-5%
 /// less).
 const RANGES_PER_THREAD: usize = 2;
 

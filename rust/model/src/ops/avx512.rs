@@ -1,6 +1,7 @@
-//! The softmax's exponential on sixteen lanes (AVX-512 F), operation for
-//! operation as the eight-lane form and the scalar twin, so the three agree
-//! bit for bit.
+//! The softmax's exponential on sixteen lanes (AVX-512 F), with the same
+//! roundings as the eight-lane form and the scalar twin (operation for
+//! operation but the last, a scaling by a power of two, exact in both
+//! forms), so the three agree bit for bit.
 
 use std::arch::x86_64::*;
 
