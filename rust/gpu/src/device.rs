@@ -5,10 +5,10 @@
 //! them; the handler keeps the first one, and the next submission or read
 //! returns it, so a refused command fails its pass instead of panicking.
 
+use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Mutex};
 
 use ember_gguf::GgmlType;
-use wgpu::util::DeviceExt;
 
 use crate::error::{GpuError, Result};
 use crate::kernels::{Kernel, Pipelines};
@@ -105,6 +105,12 @@ pub struct Gpu {
     queue: wgpu::Queue,
     limits: wgpu::Limits,
     pipelines: Pipelines,
+    /// Bind groups made before, by kernel and buffers: a decoded token binds
+    /// the same ones every time.
+    bindings: Mutex<HashMap<(Kernel, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
+    readback: Mutex<Option<wgpu::Buffer>>,
+    /// Where the matrix products' inputs are laid out block-major, grown as needed.
+    blocked: Mutex<Option<wgpu::Buffer>>,
     fault: Arc<Mutex<Option<GpuError>>>,
 }
 
@@ -133,8 +139,18 @@ impl Gpu {
         let info = infos[index].clone();
         let adapter = &adapters[index];
         let limits = adapter.limits();
+        // A kernel's few numbers travel as immediates (Vulkan's push
+        // constants): a buffer for them on every dispatch cost a card tens of
+        // microseconds a kernel.
+        if !adapter.features().contains(wgpu::Features::IMMEDIATES) || limits.max_immediate_size < MAX_PARAMS_BYTES {
+            return Err(GpuError::Open {
+                device: info.name.clone(),
+                reason: format!("it offers no {MAX_PARAMS_BYTES} bytes of immediates (push constants)"),
+            });
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("ember"),
+            required_features: wgpu::Features::IMMEDIATES,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -158,7 +174,7 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, message| {
             keep(GpuError::Lost(format!("{reason:?}: {message}")));
         });
-        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), fault })
+        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), bindings: Mutex::default(), readback: Mutex::default(), blocked: Mutex::default(), fault })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -356,17 +372,32 @@ impl Gpu {
         if size == 0 {
             return Ok(Vec::new());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // One buffer kept for reading back, grown as needed, so that a
+        // decoded token's read makes and frees no mappable memory.
+        let mut kept = self.readback.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.as_ref().is_none_or(|b| b.size() < size) {
+            *kept = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read back"),
+                size: size.next_power_of_two().max(1 << 16),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = kept.as_ref().expect("made above");
+        let read = self.read_through(staging, from, size);
+        if read.is_err() {
+            // It may be left mapped, or its mapping pending: the next read makes another.
+            *kept = None;
+        }
+        read
+    }
+
+    fn read_through(&self, staging: &wgpu::Buffer, from: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(from, 0, &staging, 0, size);
+        encoder.copy_buffer_to_buffer(from, 0, staging, 0, size);
         self.queue.submit([encoder.finish()]);
         let (tx, rx) = mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
@@ -376,11 +407,24 @@ impl Gpu {
             Ok(Err(e)) => return Err(GpuError::Device(format!("reading a buffer back: {e}"))),
             Err(_) => return Err(GpuError::Lost("the read back was never answered".into())),
         }
-        let view = staging.slice(..).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
+        let view = staging.slice(..size).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
         let bytes = view.to_vec();
         drop(view);
         staging.unmap();
         Ok(bytes)
+    }
+
+    /// A buffer of at least `floats` for the products' block-major inputs.
+    fn blocked_inputs(&self, floats: usize) -> Result<wgpu::Buffer> {
+        let mut kept = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = kept.as_ref().filter(|b| b.size() >= floats as u64 * 4) {
+            return Ok(b.clone());
+        }
+        self.fits(|| "a product's inputs".into(), floats as u64 * 4 + 4)?;
+        // A pass recorded before keeps the smaller one alive as long as it needs it.
+        let buf = self.storage("block-major inputs", &[], floats * 4)?;
+        *kept = Some(buf.clone());
+        Ok(buf)
     }
 
     /// A layer's cache of `ring` rows of keys `width_k` and values
@@ -399,7 +443,7 @@ impl Gpu {
 
     /// A pass: kernels recorded in order, run when it is submitted.
     pub fn pass(&self) -> Pass<'_> {
-        Pass { gpu: self, encoder: self.device.create_command_encoder(&Default::default()) }
+        Pass { gpu: self, encoder: self.device.create_command_encoder(&Default::default()), compute: None, blocked: None }
     }
 }
 
@@ -487,41 +531,78 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
-/// Inputs one thread of the matrix product takes for a prompt (its COLS).
+/// Inputs one workgroup of the matrix product takes for a prompt (its COLS).
 const MATMUL_COLS: usize = 8;
+
+/// Rows one workgroup of the matrix product takes (its ROWS).
+const MATMUL_ROWS: usize = 2;
 
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;
 
-/// Kernels recorded into one command buffer.
+/// The most bytes of numbers one kernel takes (the widest `Params`).
+const MAX_PARAMS_BYTES: u32 = 64;
+
+/// Bind groups kept at most: each holds its buffers alive, so the cache is
+/// emptied when it is full (sessions come and go; their buffers must too).
+const MAX_CACHED_BINDINGS: usize = 4096;
+
+/// Kernels recorded into one command buffer, in one compute pass between
+/// the copies.
 pub struct Pass<'g> {
     gpu: &'g Gpu,
     encoder: wgpu::CommandEncoder,
+    compute: Option<wgpu::ComputePass<'static>>,
+    /// The inputs the block-major buffer holds now, so the products that
+    /// read the same ones (q, k and v; gate and up) lay them out once.
+    blocked: Option<Blocked>,
+}
+
+struct Blocked {
+    from: wgpu::Buffer,
+    n: usize,
+    cols: usize,
+    block: usize,
+    to: wgpu::Buffer,
 }
 
 impl Pass<'_> {
     pub(crate) fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
         let gpu = self.gpu;
+        debug_assert!(params.len() * 4 <= MAX_PARAMS_BYTES as usize);
+        // A kernel that binds the inputs laid out may write them.
+        if self.blocked.as_ref().is_some_and(|b| buffers.iter().any(|&x| *x == b.from)) {
+            self.blocked = None;
+        }
         let pipeline = gpu.pipelines.get(&gpu.device, kernel).expect("a kernel with a source");
-        let uniform = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: bytemuck::cast_slice(params),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let mut entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-            .collect();
-        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniform.as_entire_binding() });
-        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        let mut cpass = self.encoder.begin_compute_pass(&Default::default());
+        let bind = {
+            let mut cache = gpu.bindings.lock().unwrap_or_else(|p| p.into_inner());
+            let key = (kernel, buffers.iter().map(|&b| b.clone()).collect::<Vec<_>>());
+            if let Some(bind) = cache.get(&key) {
+                bind.clone()
+            } else {
+                let entries: Vec<wgpu::BindGroupEntry> = buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+                    .collect();
+                let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &entries,
+                });
+                if cache.len() >= MAX_CACHED_BINDINGS {
+                    cache.clear();
+                }
+                cache.insert(key, bind.clone());
+                bind
+            }
+        };
+        let encoder = &mut self.encoder;
+        let cpass = self.compute.get_or_insert_with(|| encoder.begin_compute_pass(&Default::default()).forget_lifetime());
         cpass.set_pipeline(&pipeline);
         cpass.set_bind_group(0, &bind, &[]);
+        cpass.set_immediates(0, bytemuck::cast_slice(params));
         cpass.dispatch_workgroups(groups[0], groups[1], groups[2]);
     }
 
@@ -539,25 +620,39 @@ impl Pass<'_> {
             )));
         }
         let max = self.max_groups();
-        // A thread takes up to COLS (8) inputs of a prompt, each block dequantized once for them.
+        // A workgroup takes up to COLS (8) inputs of a prompt, each block dequantized once for them.
         let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
-        if col_groups > max || w.rows > max * max {
+        if col_groups > max || w.rows.div_ceil(MATMUL_ROWS) > max * max {
             return Err(GpuError::Shape(format!(
                 "matmul of {} rows over {n} inputs is past the dispatch limit of {max}",
                 w.rows
             )));
         }
+        let blocked = self.block_inputs(x, n, w.cols, w.ty.block_size())?;
         for run in &w.runs {
-            // One thread a row.
-            let groups = run.rows.div_ceil(64);
+            let groups = run.rows.div_ceil(MATMUL_ROWS);
             let groups_x = groups.min(max);
             let groups_y = groups.div_ceil(groups_x);
             // y's rows are the whole matrix's; this run writes its own span of them.
             let params = [run.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, run.first].map(|v| v as u32);
             let groups = [groups_x as u32, groups_y as u32, col_groups as u32];
-            self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &x.buf, &y.buf], &params, groups);
+            self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &blocked, &y.buf], &params, groups);
         }
         Ok(())
+    }
+
+    /// The first `n` rows of `cols` of `x` laid out block-major for the
+    /// products (see `block_inputs.wgsl`), unless the buffer holds them already.
+    fn block_inputs(&mut self, x: &DeviceBuffer, n: usize, cols: usize, block: usize) -> Result<wgpu::Buffer> {
+        if let Some(b) = self.blocked.as_ref().filter(|b| b.from == x.buf && (b.n, b.cols, b.block) == (n, cols, block)) {
+            return Ok(b.to.clone());
+        }
+        let to = self.gpu.blocked_inputs(n * cols)?;
+        let (groups, threads_x) = self.spread(n * cols, "laying out a product's inputs")?;
+        let params = [(n * cols) as u32, threads_x, cols as u32, block as u32];
+        self.dispatch(Kernel::BlockInputs, &[&x.buf, &to], &params, groups);
+        self.blocked = Some(Blocked { from: x.buf.clone(), n, cols, block, to: to.clone() });
+        Ok(to)
     }
 
     /// out = x / rms(x) * weight, over `rows` rows of `weight.len()`.
@@ -678,6 +773,11 @@ impl Pass<'_> {
                 "copying {n} values from {src_at} of {} to {dst_at} of {}",
                 src.len, dst.len
             )));
+        }
+        // A copy is recorded outside a compute pass: end the open one.
+        self.compute = None;
+        if self.blocked.as_ref().is_some_and(|b| b.from == dst.buf) {
+            self.blocked = None;
         }
         self.encoder.copy_buffer_to_buffer(&src.buf, src_at as u64 * 4, &dst.buf, dst_at as u64 * 4, n as u64 * 4);
         Ok(())
@@ -815,7 +915,8 @@ impl Pass<'_> {
 
     /// Runs what was recorded; a fault the device reported while it was
     /// recorded or run fails here (or at the next read).
-    pub fn submit(self) -> Result<()> {
+    pub fn submit(mut self) -> Result<()> {
+        self.compute = None;
         self.gpu.queue.submit([self.encoder.finish()]);
         self.gpu.check()
     }

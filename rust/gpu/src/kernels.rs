@@ -30,6 +30,7 @@ const DELTA_RULE: &str = include_str!("shaders/delta_rule.wgsl");
 const L2_NORM: &str = include_str!("shaders/l2_norm.wgsl");
 const SPLIT_GATES: &str = include_str!("shaders/split_gates.wgsl");
 const ROW_GATE: &str = include_str!("shaders/row_gate.wgsl");
+const BLOCK_INPUTS: &str = include_str!("shaders/block_inputs.wgsl");
 
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
@@ -87,6 +88,7 @@ pub(crate) enum Kernel {
     L2Norm,
     SplitGates,
     RowGate,
+    BlockInputs,
 }
 
 impl Kernel {
@@ -119,6 +121,7 @@ impl Kernel {
             Kernel::L2Norm => format!("{L2_NORM}\n{WORKGROUP_SUM}"),
             Kernel::SplitGates => SPLIT_GATES.to_string(),
             Kernel::RowGate => ROW_GATE.to_string(),
+            Kernel::BlockInputs => BLOCK_INPUTS.to_string(),
         })
     }
 }

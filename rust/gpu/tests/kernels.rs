@@ -153,9 +153,10 @@ fn matmul_of_long_rows_matches_the_cpu() {
 #[test]
 fn matmul_past_the_dispatch_width_reaches_every_row() {
     let Some(gpu) = gpu() else { return };
-    // More rows than one dimension of a dispatch holds (65535): the rest go
-    // to the second dimension, as a vocabulary of 150k rows does.
-    check_matmul(gpu, GgmlType::Q8_0, 65535 + 77, 32, 1, 13);
+    // More workgroups of two rows than one dimension of a dispatch holds
+    // (65535): the rest go to the second dimension, as a vocabulary of 150k
+    // rows does.
+    check_matmul(gpu, GgmlType::Q8_0, 2 * 65535 + 77, 32, 1, 13);
 }
 
 #[test]

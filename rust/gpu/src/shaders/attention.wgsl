@@ -26,7 +26,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> kc: array<u32>;
 @group(0) @binding(2) var<storage, read> vc: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+var<immediate> p: Params;
 
 const WG: u32 = 64u;
 // Value widths up to WG * MAX_PER_THREAD (512: Gemma's global heads).

@@ -21,7 +21,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> state: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+var<immediate> p: Params;
 
 const MAX_CONV: u32 = 16u;
 

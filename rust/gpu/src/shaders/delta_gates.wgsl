@@ -14,7 +14,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> gate: array<f32>;
 @group(0) @binding(2) var<storage, read> dt_bias: array<f32>;
 @group(0) @binding(3) var<storage, read> a: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+var<immediate> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) id: vec3<u32>) {

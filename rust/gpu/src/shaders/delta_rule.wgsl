@@ -28,7 +28,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> beta: array<f32>;
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
-@group(0) @binding(5) var<uniform> p: Params;
+var<immediate> p: Params;
 
 const MAX_HEAD_DIM: u32 = 256u;
 

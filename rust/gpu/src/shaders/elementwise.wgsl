@@ -20,7 +20,7 @@ struct Params {
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+var<immediate> p: Params;
 
 fn index(id: vec3<u32>) -> u32 {
     return id.x + id.y * p.threads_x;

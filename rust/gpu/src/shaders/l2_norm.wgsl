@@ -15,7 +15,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
-@group(0) @binding(1) var<uniform> p: Params;
+var<immediate> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

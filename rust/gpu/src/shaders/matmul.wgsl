@@ -1,16 +1,23 @@
 // y[c, r] = Σ_k dequant(w)[r, k] · x[c, k] for every row r of a weight
 // matrix kept in its file format, and every column c of the input.
 //
-// One thread a row and up to COLS columns (8 for a prompt, 1 for a decoded
-// token): it walks the row's blocks, each dequantized once for all its
-// columns, with no barrier to wait at (a workgroup a row, its threads
-// meeting in workgroup memory, ran four times slower on lavapipe; a card
-// will want subgroup sums). The weights are the file's bytes in an array of
-// words, so a block may start at any byte: every read goes through
-// `bytes_at`, which joins two words where a read straddles them.
-// BLOCK (elements a block holds), BLOCK_BYTES and `block_dot` (a block's
-// products with every column, added to `acc`) come from the format's own
-// file, appended to this one.
+// A workgroup takes ROWS rows and up to COLS columns (8 for a prompt, 1 for
+// a decoded token), THREADS threads a row: thread j of a row takes its
+// blocks j, j + THREADS, ..., each dequantized once for all its columns, so
+// neighbouring threads read neighbouring bytes (one thread walking a whole
+// row, as this kernel did first, read a card's memory at 1-2% of its rate).
+// The threads of a row then add their sums in workgroup memory. The inputs
+// come laid out block-major (`block_inputs.wgsl`): element e of every block
+// of a column side by side, so that neighbouring threads, each at element e
+// of its own block, read neighbouring floats. The weights
+// are the file's bytes in an array of words, so a block may start at any
+// byte: every read goes through `bytes_at`, which joins two words where a
+// read straddles them. BLOCK (elements a block holds), BLOCK_BYTES and
+// `block_dot` (a block's products with every column, added to `acc`) come
+// from the format's own file, appended to this one.
+
+const THREADS: u32 = 32u;
+const ROWS: u32 = WG / THREADS;
 
 struct Params {
     rows: u32,
@@ -28,24 +35,54 @@ struct Params {
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+var<immediate> p: Params;
+
+var<workgroup> partial: array<f32, WG * COLS>;
+
+// Where this workgroup's first column starts, its last column (counted
+// from the first), and blocks a row holds.
+var<private> x_col0: u32;
+var<private> last_col: u32;
+var<private> n_blocks: u32;
+
+// Element i of input column c (i counted from the column's start), in the
+// block-major layout. Columns past the input's last read the last one
+// again: their sums are not written.
+fn x_at(i: u32, c: u32) -> f32 {
+    return x[x_col0 + min(c, last_col) * p.x_stride + (i % BLOCK) * n_blocks + i / BLOCK];
+}
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    let row = id.x + id.y * p.groups_x * WG;
-    let col0 = id.z * COLS;
-    if (row >= p.rows) {
-        return;
-    }
-    n_cols = min(COLS, p.n - col0);
-    let n_blocks = p.cols / BLOCK;
-    let row_start = row * p.row_bytes;
-    let x_start = col0 * p.x_stride;
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = (g.x + g.y * p.groups_x) * ROWS + lid / THREADS;
+    let lane = lid % THREADS;
+    let col0 = g.z * COLS;
+    let n_cols = min(COLS, p.n - col0);
+    last_col = n_cols - 1u;
+    x_col0 = col0 * p.x_stride;
+    n_blocks = p.cols / BLOCK;
     var acc: array<f32, COLS>;
-    for (var b = 0u; b < n_blocks; b++) {
-        block_dot(&acc, row_start + b * BLOCK_BYTES, x_start + b * BLOCK);
+    if (row < p.rows) {
+        let row_start = row * p.row_bytes;
+        for (var b = lane; b < n_blocks; b += THREADS) {
+            block_dot(&acc, row_start + b * BLOCK_BYTES, b * BLOCK);
+        }
     }
-    for (var c = 0u; c < n_cols; c++) {
-        y[(col0 + c) * p.y_stride + p.y_first + row] = acc[c];
+    for (var c = 0u; c < COLS; c++) {
+        partial[c * WG + lid] = acc[c];
+    }
+    workgroupBarrier();
+    for (var s = THREADS / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            for (var c = 0u; c < COLS; c++) {
+                partial[c * WG + lid] += partial[c * WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && row < p.rows) {
+        for (var c = 0u; c < n_cols; c++) {
+            y[(col0 + c) * p.y_stride + p.y_first + row] = partial[c * WG + lid];
+        }
     }
 }

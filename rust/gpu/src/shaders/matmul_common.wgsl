@@ -1,13 +1,12 @@
 // What every matrix product shares: the readers of a weight row's bytes and
 // the per-column accumulation the formats' `block_dot` calls. The product
-// that includes this declares `w` (the weights as words), `x` (the inputs),
-// `p.x_stride` (floats between two input columns) and sets `n_cols`.
+// that includes this declares `w` (the weights as words) and `x_at(i, c)`
+// (element i of input column c, as its inputs are laid out; any c below
+// COLS, so that every loop here runs a constant count and its sums stay in
+// registers, where a count read at run time left them in memory).
 
 const WG: u32 = 64u;
 const COLS: u32 = 8u;
-
-// The columns this workgroup takes (at most COLS).
-var<private> n_cols: u32;
 
 // The four bytes at byte offset `o` of the weights, little-endian.
 // Without a branch: threads of one SIMD group read rows of any alignment.
@@ -35,21 +34,21 @@ fn i8_of(word: u32, k: u32) -> f32 {
 // acc[c] += v * x[c, i] for each column: element i of the row (counted from
 // the first column's start) met by every column.
 fn fma_cols(acc: ptr<function, array<f32, COLS>>, v: f32, i: u32) {
-    for (var c = 0u; c < n_cols; c++) {
-        (*acc)[c] += v * x[i + c * p.x_stride];
+    for (var c = 0u; c < COLS; c++) {
+        (*acc)[c] += v * x_at(i, c);
     }
 }
 
 // acc[c] += x[c, i]: the sums of inputs a block's minimum multiplies.
 fn sum_cols(acc: ptr<function, array<f32, COLS>>, i: u32) {
-    for (var c = 0u; c < n_cols; c++) {
-        (*acc)[c] += x[i + c * p.x_stride];
+    for (var c = 0u; c < COLS; c++) {
+        (*acc)[c] += x_at(i, c);
     }
 }
 
 // acc[c] += scale * part[c].
 fn add_scaled(acc: ptr<function, array<f32, COLS>>, scale: f32, part: array<f32, COLS>) {
-    for (var c = 0u; c < n_cols; c++) {
+    for (var c = 0u; c < COLS; c++) {
         (*acc)[c] += scale * part[c];
     }
 }

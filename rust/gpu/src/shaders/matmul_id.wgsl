@@ -30,7 +30,12 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
+var<immediate> p: Params;
+
+// Element i (counted from the first column's start) of input column c.
+fn x_at(i: u32, c: u32) -> f32 {
+    return x[i + c * p.x_stride];
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) id: vec3<u32>) {
@@ -43,7 +48,6 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     if (expert < p.first_expert || expert >= p.first_expert + p.n_experts) {
         return;
     }
-    n_cols = 1u;
     let n_blocks = p.cols / BLOCK;
     let row_start = ((expert - p.first_expert) * p.rows + row) * p.row_bytes;
     let x_start = (col / p.x_group) * p.x_stride;

@@ -16,7 +16,7 @@ struct Params {
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
-@group(0) @binding(2) var<uniform> p: Params;
+var<immediate> p: Params;
 
 const WG: u32 = 64u;
 const NONE: u32 = 0xffffffffu;
