@@ -3,8 +3,17 @@ speed comparisons (`benches/compare_llamacpp.py -m FILE`): random weights
 cost what trained ones cost to multiply.
 
     python benches/make_bench_models.py [--shape NAME ...] [--quant q4_0|q8_0|q4_k_m] [--out DIR]
+    python benches/make_bench_models.py --like FILE ... [--out DIR]
+
+`--like FILE` writes FILE's twin with random weights: the same metadata,
+tensors, shapes and block types byte for byte up to where the data starts,
+so FILE may be only its header (`head -c`), which is how a real model's
+shape travels to a machine it cannot be copied to whole.
 
 Shapes (scaled to fit this kind of machine where the real model would not):
+  llama3.2-3b   Llama 3.2 3B: 28 layers of 3072, 24 query and 8 key/value
+                heads of 128, feed-forwards of 8192, tied embeddings over
+                SmolLM2's 49,152 tokens (the real model has 128,256)
   gemma4-e2b    Gemma 4 E2B as llama.cpp reads it: 35 layers of 1536, a
                 4 sliding : 1 full pattern (heads of 256 and 512, one
                 key/value head), the last 20 layers reading earlier caches,
@@ -45,8 +54,11 @@ import make_tiny_models as tiny  # noqa: E402  (vocabularies and their writer)
 # Bytes per block, elements per block, and where the f16 scales sit.
 _BLOCKS = {
     Q.Q4_0: (18, 32, [0]),
+    Q.Q4_1: (20, 32, [0, 2]),
+    Q.Q5_0: (22, 32, [0]),
     Q.Q8_0: (34, 32, [0]),
     Q.Q4_K: (144, 256, [0, 2]),
+    Q.Q5_K: (176, 256, [0, 2]),
     Q.Q6_K: (210, 256, [208]),
 }
 _SCALE = np.float16(0.004).tobytes()
@@ -258,7 +270,69 @@ def qwen35_0_8b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     vec("output_norm.weight", np.ones(e))
 
 
+def llama32_3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
+    n_layer, e, n_head, n_kv, hd, n_ff = 28, 3072, 24, 8, 128, 8192
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_rope_freq_base(500000.0)
+    w.add_rope_dimension_count(hd)
+    w.add_layer_norm_rms_eps(1e-5)
+    vocab = tiny.load_vocab("smollm2")
+    tiny.write_vocab(w, vocab, None)
+    nv = len(vocab["tokens"])
+
+    def m(name, kind, rows, cols):
+        ty = mix(kind)
+        w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
+
+    def norm(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    m("token_embd.weight", "output", nv, e)
+    for il in range(n_layer):
+        p = f"blk.{il}."
+        norm(p + "attn_norm.weight", e)
+        m(p + "attn_q.weight", "attn_q", n_head * hd, e)
+        m(p + "attn_k.weight", "attn_k", n_kv * hd, e)
+        m(p + "attn_v.weight", "attn_v", n_kv * hd, e)
+        m(p + "attn_output.weight", "attn_o", e, n_head * hd)
+        norm(p + "ffn_norm.weight", e)
+        m(p + "ffn_gate.weight", "ffn_gate", n_ff, e)
+        m(p + "ffn_up.weight", "ffn_up", n_ff, e)
+        m(p + "ffn_down.weight", "ffn_down", e, n_ff)
+    norm("output_norm.weight", e)
+
+
+def like(source: Path, out: Path, rng) -> None:
+    """`source`'s twin with random weights (see the module's doc)."""
+    md, tensors, data_start = tiny.read_header(source)
+    align = md.get("general.alignment", 32)
+    with open(source, "rb") as f:
+        header = f.read(data_start)
+    if len(header) != data_start:
+        sys.exit(f"{source}: cut before its data starts ({len(header)} of {data_start} bytes)")
+    with open(out, "wb") as f:
+        f.write(header)
+        for name, dims, ty, offset in sorted(tensors, key=lambda t: t[3]):
+            f.write(b"\0" * (data_start + offset - f.tell()))
+            ty = Q(ty)
+            cols, rows = dims[0], int(np.prod(dims[1:], dtype=np.int64))
+            if ty == Q.F32 and len(dims) == 1:
+                data = np.ones(cols, dtype=np.float32)  # a norm's weights
+            elif ty in (Q.F32, Q.F16) or ty in _BLOCKS:
+                data = random_rows(rng, ty, rows, cols)
+            else:
+                sys.exit(f"{source}: {name} is {ty.name}, which --like does not write yet")
+            f.write(data.tobytes())
+            f.write(b"\0" * (-f.tell() % align))
+
+
 SHAPES = {
+    "llama3.2-3b": ("llama", llama32_3b),
     "gemma4-e2b": ("gemma4", gemma4_e2b),
     "qwen3moe-a3b": ("qwen3moe", qwen3moe_a3b),
     "qwen35-0.8b": ("qwen35", qwen35_0_8b),
@@ -267,12 +341,21 @@ SHAPES = {
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--shape", nargs="*", default=None, choices=list(SHAPES))
+    ap.add_argument("--like", nargs="+", type=Path, default=[], metavar="FILE",
+                    help="random weights in each FILE's layout, written as STEM.random.gguf")
     ap.add_argument("--quant", default="q4_0", choices=["q4_0", "q8_0", "q4_k_m"])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("EMBER_BENCH_MODELS", Path.home() / ".cache/ember/bench-models")))
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    for name in a.shape:
+    for source in a.like:
+        path = a.out / (source.name.removesuffix(".gguf") + ".random.gguf")
+        tmp = path.with_suffix(".partial")
+        like(source, tmp, np.random.default_rng(7))
+        tmp.replace(path)
+        print(f"{path} {path.stat().st_size / 2**30:.2f} GiB")
+    shapes = a.shape if a.shape is not None else ([] if a.like else list(SHAPES))
+    for name in shapes:
         arch, build = SHAPES[name]
         path = a.out / f"{name}.{a.quant}.gguf"
         if path.is_file():

@@ -1,11 +1,12 @@
 //! The forward pass on a device against the CPU's, on the same file: a
-//! prompt of `-p` tokens (pp) and `-n` tokens decoded one at a time after
-//! it (tg), in tokens a second, as llama-bench reports them.
+//! prompt of `-p` tokens (pp) and `-n` tokens decoded one at a time (tg),
+//! each from an empty cache, in tokens a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME] [--json]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME] [--json] [--device-only]
 //!
 //! `--json` prints one line of the figures instead of the table
-//! (`benches/gpu_bench.py` reads it).
+//! (`benches/gpu_bench.py` reads it); `--device-only` leaves the CPU's
+//! figures out (a large model's take minutes on the CPU).
 //! On Mesa's lavapipe (a Vulkan device on the CPU) the figures say only
 //! that the path runs; on a card they are the device's speed.
 
@@ -16,7 +17,7 @@ use ember_model::{Gpu, KvType, LoadOptions, Logits, Model};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut path, mut pp, mut tg, mut device, mut json) = (None, 512usize, 128usize, None, false);
+    let (mut path, mut pp, mut tg, mut device, mut json, mut cpu) = (None, 512usize, 128usize, None, false, true);
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
@@ -24,6 +25,7 @@ fn main() {
             "-n" => tg = value("-n").parse().expect("-n: a number of tokens"),
             "--device" => device = Some(value("--device")),
             "--json" => json = true,
+            "--device-only" => cpu = false,
             _ => path = Some(a),
         }
     }
@@ -43,10 +45,13 @@ fn main() {
     );
     let n_vocab = model.config.n_vocab;
     let ids: Vec<u32> = (0..(pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
-    // One untimed pass first: the device's pipelines are built on first use.
-    dm.forward(&mut dm.new_session(8, 8, KvType::F16), &ids[..8], Logits::Last).unwrap();
+    // Untimed passes first, a prompt's and a decoded token's: the device's
+    // pipelines are built on first use.
+    let mut warm = dm.new_session(9, 8, KvType::F16);
+    dm.forward(&mut warm, &ids[..8], Logits::Last).unwrap();
+    dm.forward(&mut warm, &ids[8..9], Logits::Last).unwrap();
     let (device_pp, device_tg) = pp_and_tg(&dm, &ids, pp);
-    let (cpu_pp, cpu_tg) = pp_and_tg(&model, &ids, pp);
+    let (cpu_pp, cpu_tg) = if cpu { pp_and_tg(&model, &ids, pp) } else { (f64::NAN, f64::NAN) };
     if json {
         println!(
             "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
@@ -61,13 +66,15 @@ fn main() {
     println!("| tg{tg} | {device_tg:.1} | {cpu_tg:.1} |");
 }
 
-/// Tokens a second reading `ids[..pp]` as one prompt, then decoding the
-/// rest one at a time after it; on the device or the CPU, as `model` is placed.
+/// Tokens a second reading `ids[..pp]` as one prompt, and decoding the
+/// rest one at a time, each from an empty cache as llama-bench's pp and tg
+/// are; on the device or the CPU, as `model` is placed.
 fn pp_and_tg(model: &Model, ids: &[u32], pp: usize) -> (f64, f64) {
-    let mut s = model.new_session(ids.len(), pp.max(1), KvType::F16);
+    let mut s = model.new_session(pp.max(1), pp.max(1), KvType::F16);
     let t = Instant::now();
     model.prefill(&mut s, &ids[..pp], Logits::Last).unwrap();
     let prompt = pp as f64 / t.elapsed().as_secs_f64();
+    let mut s = model.new_session(ids.len() - pp, 1, KvType::F16);
     let t = Instant::now();
     for &id in &ids[pp..] {
         model.forward(&mut s, &[id], Logits::Last).unwrap();
