@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use ember_gguf::GgmlType;
 
 use crate::error::{GpuError, Result};
-use crate::kernels::{Kernel, Pipelines};
+use crate::kernels::{matmul_threads, Kernel, Pipelines};
 
 /// What kind of device an adapter is, as the driver says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +111,10 @@ pub struct Gpu {
     readback: Mutex<Option<wgpu::Buffer>>,
     /// Where the matrix products' inputs are laid out block-major, grown as needed.
     blocked: Mutex<Option<wgpu::Buffer>>,
+    /// The spans of a split attention, grown as needed.
+    attention_parts: Mutex<Option<wgpu::Buffer>>,
+    /// Positions a span of attention holds, where a test sets it.
+    attention_span: Option<usize>,
     fault: Arc<Mutex<Option<GpuError>>>,
 }
 
@@ -174,7 +178,12 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, message| {
             keep(GpuError::Lost(format!("{reason:?}: {message}")));
         });
-        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), bindings: Mutex::default(), readback: Mutex::default(), blocked: Mutex::default(), fault })
+        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), bindings: Mutex::default(), readback: Mutex::default(),
+            blocked: Mutex::default(),
+            attention_parts: Mutex::default(),
+            attention_span: None,
+            fault,
+        })
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -414,17 +423,26 @@ impl Gpu {
         Ok(bytes)
     }
 
-    /// A buffer of at least `floats` for the products' block-major inputs.
-    fn blocked_inputs(&self, floats: usize) -> Result<wgpu::Buffer> {
-        let mut kept = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+    /// The working buffer in `slot`, made again larger when it holds fewer
+    /// than `floats`.
+    fn grown(&self, slot: &Mutex<Option<wgpu::Buffer>>, label: &str, floats: usize) -> Result<wgpu::Buffer> {
+        let mut kept = slot.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = kept.as_ref().filter(|b| b.size() >= floats as u64 * 4) {
             return Ok(b.clone());
         }
-        self.fits(|| "a product's inputs".into(), floats as u64 * 4 + 4)?;
+        self.fits(|| label.to_string(), floats as u64 * 4 + 4)?;
         // A pass recorded before keeps the smaller one alive as long as it needs it.
-        let buf = self.storage("block-major inputs", &[], floats * 4)?;
+        let buf = self.storage(label, &[], floats * 4)?;
         *kept = Some(buf.clone());
         Ok(buf)
+    }
+
+    /// Cuts every attention's positions into spans of `positions` (rounded
+    /// up to whole blocks of 64), each a workgroup of its own, however few
+    /// positions there are (the tests, to reach the split path with small
+    /// caches).
+    pub fn split_attention_every(&mut self, positions: usize) {
+        self.attention_span = Some(positions.max(1).next_multiple_of(ATTENTION_BLOCK));
     }
 
     /// A layer's cache of `ring` rows of keys `width_k` and values
@@ -534,11 +552,21 @@ pub struct AttentionShape {
 /// Inputs one workgroup of the matrix product takes for a prompt (its COLS).
 const MATMUL_COLS: usize = 8;
 
-/// Rows one workgroup of the matrix product takes (its ROWS).
-const MATMUL_ROWS: usize = 2;
 
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;
+
+/// Positions the attention kernel scores at a time (its WG): a span of a
+/// split attention holds whole blocks of them.
+const ATTENTION_BLOCK: usize = 64;
+
+/// Workgroups an attention call should have at least: a query's positions
+/// are cut into spans until it does (a decoded token has a workgroup a head).
+const ATTENTION_GROUPS: usize = 512;
+
+/// The most spans a query's positions are cut into (the merge folds them
+/// one at a time).
+const MAX_ATTENTION_SPLITS: usize = 64;
 
 /// The most bytes of numbers one kernel takes (the widest `Params`).
 const MAX_PARAMS_BYTES: u32 = 64;
@@ -622,7 +650,9 @@ impl Pass<'_> {
         let max = self.max_groups();
         // A workgroup takes up to COLS (8) inputs of a prompt, each block dequantized once for them.
         let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
-        if col_groups > max || w.rows.div_ceil(MATMUL_ROWS) > max * max {
+        // A workgroup of 64 takes a row for each THREADS of its threads.
+        let rows_per_group = 64 / matmul_threads(w.ty);
+        if col_groups > max || w.rows.div_ceil(rows_per_group) > max * max {
             return Err(GpuError::Shape(format!(
                 "matmul of {} rows over {n} inputs is past the dispatch limit of {max}",
                 w.rows
@@ -630,7 +660,7 @@ impl Pass<'_> {
         }
         let blocked = self.block_inputs(x, n, w.cols, w.ty.block_size())?;
         for run in &w.runs {
-            let groups = run.rows.div_ceil(MATMUL_ROWS);
+            let groups = run.rows.div_ceil(rows_per_group);
             let groups_x = groups.min(max);
             let groups_y = groups.div_ceil(groups_x);
             // y's rows are the whole matrix's; this run writes its own span of them.
@@ -647,7 +677,7 @@ impl Pass<'_> {
         if let Some(b) = self.blocked.as_ref().filter(|b| b.from == x.buf && (b.n, b.cols, b.block) == (n, cols, block)) {
             return Ok(b.to.clone());
         }
-        let to = self.gpu.blocked_inputs(n * cols)?;
+        let to = self.gpu.grown(&self.gpu.blocked, "block-major inputs", n * cols)?;
         let (groups, threads_x) = self.spread(n * cols, "laying out a product's inputs")?;
         let params = [(n * cols) as u32, threads_x, cols as u32, block as u32];
         self.dispatch(Kernel::BlockInputs, &[&x.buf, &to], &params, groups);
@@ -875,6 +905,27 @@ impl Pass<'_> {
         if s.n_head > self.max_groups() || s.t > self.max_groups() {
             return bad("past the dispatch limit");
         }
+        if s.head_dim_k % 2 != 0 {
+            return bad("key heads must be of an even width (f16 pairs)");
+        }
+        // The most positions one query sees, cut into spans of whole blocks.
+        let most = s.window.map_or(s.start + s.t, |w| w.min(s.start + s.t));
+        let span = self
+            .gpu
+            .attention_span
+            .unwrap_or_else(|| {
+                let splits = (ATTENTION_GROUPS / (s.n_head * s.t)).clamp(1, MAX_ATTENTION_SPLITS);
+                most.div_ceil(splits)
+            })
+            .max(most.div_ceil(MAX_ATTENTION_SPLITS))
+            .next_multiple_of(ATTENTION_BLOCK);
+        let splits = most.div_ceil(span);
+        let width = s.head_dim_v + 2;
+        let parts = self.gpu.grown(
+            &self.gpu.attention_parts,
+            "attention's spans",
+            if splits > 1 { s.t * s.n_head * splits * width } else { 1 },
+        )?;
         let params = [
             s.t as u32,
             s.start as u32,
@@ -886,15 +937,19 @@ impl Pass<'_> {
             s.window.unwrap_or(0) as u32,
             s.scale.to_bits(),
             s.row0 as u32,
-            0,
-            0,
+            span as u32,
+            splits as u32,
         ];
         self.dispatch(
             Kernel::Attention,
-            &[&q.buf, &layer.k, &layer.v, &out.buf],
+            &[&q.buf, &layer.k, &layer.v, &out.buf, &parts],
             &params,
-            [s.n_head as u32, s.t as u32, 1],
+            [s.n_head as u32, s.t as u32, splits as u32],
         );
+        if splits > 1 {
+            let params = [s.n_head, s.head_dim_v, s.row0, splits].map(|v| v as u32);
+            self.dispatch(Kernel::AttentionMerge, &[&parts, &out.buf], &params, [s.n_head as u32, s.t as u32, 1]);
+        }
         Ok(())
     }
 

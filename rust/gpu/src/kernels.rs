@@ -21,6 +21,7 @@ const SCALE: &str = include_str!("shaders/scale.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
 const MOE_ROUTE: &str = include_str!("shaders/moe_route.wgsl");
 const MOE_COMBINE: &str = include_str!("shaders/moe_combine.wgsl");
 const TOP_K: &str = include_str!("shaders/top_k.wgsl");
@@ -34,6 +35,20 @@ const BLOCK_INPUTS: &str = include_str!("shaders/block_inputs.wgsl");
 
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
+
+/// The product's line that sets how many threads share a row's blocks.
+const ROW_THREADS: &str = "const THREADS: u32 = 32u;";
+
+/// Threads that share out a row's blocks in the matrix product: 32, or 8
+/// for the formats of 256-element blocks, whose rows of 4096 hold only 16
+/// (32 threads left half of them idle, at a third of Q4_0's rate).
+pub(crate) fn matmul_threads(ty: GgmlType) -> usize {
+    if ty.block_size() >= 256 {
+        8
+    } else {
+        32
+    }
+}
 
 fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
@@ -79,6 +94,7 @@ pub(crate) enum Kernel {
     Rope,
     KvStore,
     Attention,
+    AttentionMerge,
     MoeRoute,
     MoeCombine,
     TopK,
@@ -103,7 +119,9 @@ impl Kernel {
 
     fn source(self) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty, wide) => product(MATMUL, ty, wide)?,
+            Kernel::Matmul(ty, wide) => {
+                product(MATMUL, ty, wide)?.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)))
+            }
             Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
             Kernel::RmsNorm => format!("{RMS_NORM}\n{WORKGROUP_SUM}"),
             Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => ELEMENTWISE.to_string(),
@@ -112,6 +130,7 @@ impl Kernel {
             Kernel::Rope => ROPE.to_string(),
             Kernel::KvStore => KV_STORE.to_string(),
             Kernel::Attention => ATTENTION.to_string(),
+            Kernel::AttentionMerge => ATTENTION_MERGE.to_string(),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
             Kernel::MoeCombine => MOE_COMBINE.to_string(),
             Kernel::TopK => TOP_K.to_string(),
@@ -178,5 +197,6 @@ mod tests {
     #[test]
     fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
         assert!(super::MATMUL_COMMON.contains(super::WIDE_COLS));
+        assert!(super::MATMUL.contains(super::ROW_THREADS));
     }
 }

@@ -447,6 +447,26 @@ fn attention_in_a_sliding_window_ring_matches_the_cpu() {
 }
 
 #[test]
+fn attention_split_into_spans_matches_the_cpu() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own that cuts every query's positions into spans of
+    // 64, each a workgroup, folded after. A prompt's first queries see fewer
+    // positions than its last: their later spans hold none (every score
+    // masked) and must add nothing. Decoded tokens at depth cross several
+    // spans; in a window, the spans start at each query's first position.
+    let mut split = Gpu::open(None).unwrap();
+    split.split_attention_every(64);
+    check_attention(&split, shape(9, 3, 64, 64, None), 400, &[200, 1, 1, 37, 1, 130], 71);
+    check_attention(&split, shape(4, 2, 128, 128, Some(150)), 200, &[40, 40, 40, 40, 1, 1, 40], 72);
+    // Spans as the device chooses them for a decoded token (a workgroup a
+    // head is too few): at depth, beside the same passes unsplit.
+    let Some(gpu) = gpu() else { return };
+    check_attention(gpu, shape(24, 8, 128, 128, None), 700, &[600, 1, 1, 1], 73);
+}
+
+#[test]
 fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
     let Some(gpu) = gpu() else { return };
     let layer = gpu.kv_layer(40, 64, 64).unwrap();

@@ -1,8 +1,9 @@
 //! The forward pass on a device against the CPU's, on the same file: a
 //! prompt of `-p` tokens (pp) and `-n` tokens decoded one at a time (tg),
-//! each from an empty cache, in tokens a second, as llama-bench reports them.
+//! each after `-d` tokens already in the cache (none by default), in tokens
+//! a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [--device NAME] [--json] [--device-only]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [--device NAME] [--json] [--device-only]
 //!
 //! `--json` prints one line of the figures instead of the table
 //! (`benches/gpu_bench.py` reads it); `--device-only` leaves the CPU's
@@ -17,12 +18,13 @@ use ember_model::{Gpu, KvType, LoadOptions, Logits, Model};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut path, mut pp, mut tg, mut device, mut json, mut cpu) = (None, 512usize, 128usize, None, false, true);
+    let (mut path, mut pp, mut tg, mut depth, mut device, mut json, mut cpu) = (None, 512usize, 128usize, 0usize, None, false, true);
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
             "-p" => pp = value("-p").parse().expect("-p: a number of tokens"),
             "-n" => tg = value("-n").parse().expect("-n: a number of tokens"),
+            "-d" => depth = value("-d").parse().expect("-d: a number of tokens"),
             "--device" => device = Some(value("--device")),
             "--json" => json = true,
             "--device-only" => cpu = false,
@@ -44,17 +46,17 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
     let n_vocab = model.config.n_vocab;
-    let ids: Vec<u32> = (0..(pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
+    let ids: Vec<u32> = (0..(depth + pp + tg) as u32).map(|i| (3 + i * 37) % n_vocab as u32).collect();
     // Untimed passes first, a prompt's and a decoded token's: the device's
     // pipelines are built on first use.
     let mut warm = dm.new_session(9, 8, KvType::F16);
     dm.forward(&mut warm, &ids[..8], Logits::Last).unwrap();
     dm.forward(&mut warm, &ids[8..9], Logits::Last).unwrap();
-    let (device_pp, device_tg) = pp_and_tg(&dm, &ids, pp);
-    let (cpu_pp, cpu_tg) = if cpu { pp_and_tg(&model, &ids, pp) } else { (f64::NAN, f64::NAN) };
+    let (device_pp, device_tg) = pp_and_tg(&dm, &ids, depth, pp);
+    let (cpu_pp, cpu_tg) = if cpu { pp_and_tg(&model, &ids, depth, pp) } else { (f64::NAN, f64::NAN) };
     if json {
         println!(
-            "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
+            "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"depth\": {depth}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
             gpu.info().name,
             gpu.info().description,
             model.threads()
@@ -62,22 +64,31 @@ fn main() {
         return;
     }
     println!("| test | device t/s | CPU t/s ({} threads) |", model.threads());
-    println!("| pp{pp} | {device_pp:.1} | {cpu_pp:.1} |");
-    println!("| tg{tg} | {device_tg:.1} | {cpu_tg:.1} |");
+    let at = if depth > 0 { format!(" @ d{depth}") } else { String::new() };
+    println!("| pp{pp}{at} | {device_pp:.1} | {cpu_pp:.1} |");
+    println!("| tg{tg}{at} | {device_tg:.1} | {cpu_tg:.1} |");
 }
 
-/// Tokens a second reading `ids[..pp]` as one prompt, and decoding the
-/// rest one at a time, each from an empty cache as llama-bench's pp and tg
-/// are; on the device or the CPU, as `model` is placed.
-fn pp_and_tg(model: &Model, ids: &[u32], pp: usize) -> (f64, f64) {
-    let mut s = model.new_session(pp.max(1), pp.max(1), KvType::F16);
+/// Tokens a second reading `ids[depth..depth + pp]` as one prompt, and
+/// decoding the rest one at a time, each after `ids[..depth]` (untimed) as
+/// llama-bench's pp and tg are; on the device or the CPU, as `model` is placed.
+fn pp_and_tg(model: &Model, ids: &[u32], depth: usize, pp: usize) -> (f64, f64) {
+    let session = |n_ctx: usize, batch: usize| {
+        let mut s = model.new_session(n_ctx, batch, KvType::F16);
+        if depth > 0 {
+            model.prefill(&mut s, &ids[..depth], Logits::Last).unwrap();
+        }
+        s
+    };
+    let mut s = session(depth + pp.max(1), pp.max(depth).max(1));
     let t = Instant::now();
-    model.prefill(&mut s, &ids[..pp], Logits::Last).unwrap();
+    model.prefill(&mut s, &ids[depth..depth + pp], Logits::Last).unwrap();
     let prompt = pp as f64 / t.elapsed().as_secs_f64();
-    let mut s = model.new_session(ids.len() - pp, 1, KvType::F16);
+    let decoded = &ids[depth + pp..];
+    let mut s = session(depth + decoded.len(), depth.max(1));
     let t = Instant::now();
-    for &id in &ids[pp..] {
+    for &id in decoded {
         model.forward(&mut s, &[id], Logits::Last).unwrap();
     }
-    (prompt, (ids.len() - pp) as f64 / t.elapsed().as_secs_f64())
+    (prompt, decoded.len() as f64 / t.elapsed().as_secs_f64())
 }

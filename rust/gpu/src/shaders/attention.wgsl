@@ -1,9 +1,14 @@
 // Causal attention of `t` queries at positions start.. over a cache of f16
 // keys and values (rows at position % ring), each query head reading its
 // group's key-value head, with an optional sliding window: a query at p sees
-// positions p + 1 - window ..= p. One workgroup a (query, head); its threads
-// score 64 positions at a time, and the running maximum and sum fold each
-// block of scores into the output (flash attention's online softmax).
+// positions p + 1 - window ..= p. One workgroup a (query, head, span): its
+// threads score 64 positions at a time, and the running maximum and sum
+// fold each block of scores into the output (flash attention's online
+// softmax). A query's positions may be cut into `splits` spans of `span`
+// positions, one workgroup each (flash-decoding: a decoded token's few
+// heads alone would leave most of a card idle); then each span writes its
+// maximum, sum and unnormalised output to `parts`, and
+// `attention_merge.wgsl` folds them.
 
 struct Params {
     t: u32,
@@ -18,14 +23,18 @@ struct Params {
     scale: f32,
     // The first row of q and out this call's queries are in.
     row0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    // Positions a span holds, and spans a query's positions are cut into
+    // (1: the workgroup writes `out` itself).
+    span: u32,
+    splits: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> kc: array<u32>;
 @group(0) @binding(2) var<storage, read> vc: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+// Per (row, head, span): its maximum, its sum, then dv unnormalised outputs.
+@group(0) @binding(4) var<storage, read_write> parts: array<f32>;
 var<immediate> p: Params;
 
 const WG: u32 = 64u;
@@ -49,11 +58,15 @@ fn half_at(i: u32, from_keys: bool) -> f32 {
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let head = g.x;
     let row = g.y;
+    let split = g.z;
     let pos = p.start + row;
     var first = 0u;
     if (p.window > 0u && pos + 1u > p.window) {
         first = pos + 1u - p.window;
     }
+    // This span's positions, lo..hi (none where the query sees fewer).
+    let lo = first + split * p.span;
+    let hi = min(lo + p.span, pos + 1u);
     let kvh = head / (p.n_head / p.n_head_kv);
     let q0 = ((p.row0 + row) * p.n_head + head) * p.dk;
     let k_stride = p.n_head_kv * p.dk;
@@ -62,20 +75,22 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
     var m = -3.4e38;
     var l = 0.0;
     var acc: array<f32, MAX_PER_THREAD>;
-    for (var c0 = first; c0 <= pos; c0 += WG) {
+    for (var c0 = lo; c0 < hi; c0 += WG) {
         let j = c0 + lid;
         var s = -3.4e38;
-        if (j <= pos) {
-            let k0 = (j % p.ring) * k_stride + kvh * p.dk;
+        if (j < hi) {
+            // Rows are f16 pairs from an even start: a word is two of them.
+            let k0 = ((j % p.ring) * k_stride + kvh * p.dk) >> 1u;
             var dot = 0.0;
-            for (var d = 0u; d < p.dk; d++) {
-                dot += q[q0 + d] * half_at(k0 + d, true);
+            for (var d = 0u; d < p.dk; d += 2u) {
+                let pair = unpack2x16float(kc[k0 + (d >> 1u)]);
+                dot += q[q0 + d] * pair.x + q[q0 + d + 1u] * pair.y;
             }
             s = dot * p.scale;
         }
         scores[lid] = s;
         workgroupBarrier();
-        let n = min(WG, pos + 1u - c0);
+        let n = min(WG, hi - c0);
         var cm = m;
         for (var i = 0u; i < n; i++) {
             cm = max(cm, scores[i]);
@@ -85,7 +100,31 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         for (var k = 0u; k < MAX_PER_THREAD; k++) {
             acc[k] *= corr;
         }
-        for (var i = 0u; i < n; i++) {
+        // Four positions a step, their rows read before they are summed, so
+        // that a thread has four reads in flight rather than one.
+        var i = 0u;
+        for (; i + 4u <= n; i += 4u) {
+            let p0 = exp(scores[i] - cm);
+            let p1 = exp(scores[i + 1u] - cm);
+            let p2 = exp(scores[i + 2u] - cm);
+            let p3 = exp(scores[i + 3u] - cm);
+            l += p0 + p1 + p2 + p3;
+            let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
+            let v1 = ((c0 + i + 1u) % p.ring) * v_stride + kvh * p.dv;
+            let v2 = ((c0 + i + 2u) % p.ring) * v_stride + kvh * p.dv;
+            let v3 = ((c0 + i + 3u) % p.ring) * v_stride + kvh * p.dv;
+            for (var k = 0u; k < MAX_PER_THREAD; k++) {
+                let d = lid + k * WG;
+                if (d < p.dv) {
+                    let a = half_at(v0 + d, false);
+                    let b = half_at(v1 + d, false);
+                    let c = half_at(v2 + d, false);
+                    let e = half_at(v3 + d, false);
+                    acc[k] += p0 * a + p1 * b + p2 * c + p3 * e;
+                }
+            }
+        }
+        for (; i < n; i++) {
             let pj = exp(scores[i] - cm);
             l += pj;
             let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
@@ -99,11 +138,25 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         m = cm;
         workgroupBarrier();
     }
-    let o0 = ((p.row0 + row) * p.n_head + head) * p.dv;
+    if (p.splits == 1u) {
+        let o0 = ((p.row0 + row) * p.n_head + head) * p.dv;
+        for (var k = 0u; k < MAX_PER_THREAD; k++) {
+            let d = lid + k * WG;
+            if (d < p.dv) {
+                out[o0 + d] = acc[k] / l;
+            }
+        }
+        return;
+    }
+    let at = ((row * p.n_head + head) * p.splits + split) * (p.dv + 2u);
+    if (lid == 0u) {
+        parts[at] = m;
+        parts[at + 1u] = l;
+    }
     for (var k = 0u; k < MAX_PER_THREAD; k++) {
         let d = lid + k * WG;
         if (d < p.dv) {
-            out[o0 + d] = acc[k] / l;
+            parts[at + 2u + d] = acc[k];
         }
     }
 }
