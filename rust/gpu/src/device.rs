@@ -190,6 +190,12 @@ impl Gpu {
         &self.info
     }
 
+    /// Bytes of device memory the live buffers hold, as wgpu's allocator
+    /// counts them (None where the backend keeps no count).
+    pub fn allocated_bytes(&self) -> Option<u64> {
+        self.device.generate_allocator_report().map(|r| r.total_allocated_bytes)
+    }
+
     /// Caps one binding below the device's own limit, so that matrices past
     /// it are held in runs of rows sooner (a card whose driver reports more
     /// than it serves well; the tests, to reach the runs with small matrices).
@@ -231,6 +237,11 @@ impl Gpu {
     /// holding `data` at its start.
     pub(crate) fn storage(&self, label: &str, data: &[u8], bytes: usize) -> Result<wgpu::Buffer> {
         let size = (bytes.div_ceil(4) + 1) * 4;
+        // A kept bind group holds its buffers: a session's rings would outlive
+        // it there. Buffers are made when sessions and working sets are, so
+        // forgetting the kept ones then frees the dropped ones before the new
+        // ones take the card's memory, and a decoded token finds its own kept.
+        self.bindings.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -571,8 +582,8 @@ const MAX_ATTENTION_SPLITS: usize = 64;
 /// The most bytes of numbers one kernel takes (the widest `Params`).
 const MAX_PARAMS_BYTES: u32 = 64;
 
-/// Bind groups kept at most: each holds its buffers alive, so the cache is
-/// emptied when it is full (sessions come and go; their buffers must too).
+/// Bind groups kept at most (the cache is also emptied whenever a buffer is
+/// made: see `Gpu::storage`).
 const MAX_CACHED_BINDINGS: usize = 4096;
 
 /// Kernels recorded into one command buffer, in one compute pass between

@@ -467,6 +467,31 @@ fn attention_split_into_spans_matches_the_cpu() {
 }
 
 #[test]
+fn a_dropped_cache_layer_is_freed_though_kernels_bound_it() {
+    if gpu().is_none() {
+        return;
+    }
+    // A device of its own, so that no other test's buffers come and go.
+    let gpu = Gpu::open(None).unwrap();
+    let before = gpu.allocated_bytes().expect("Vulkan's allocator keeps a count");
+    let layer = gpu.kv_layer(4096, 128, 128).unwrap();
+    let (q, out) = (gpu.zeros("q", 256).unwrap(), gpu.zeros("out", 256).unwrap());
+    let s = AttentionShape { t: 1, start: 0, ..shape(2, 1, 128, 128, None) };
+    let mut pass = gpu.pass();
+    pass.attention(&s, &q, &layer, &out).unwrap();
+    pass.submit().unwrap();
+    gpu.read_first(&out, 1).unwrap();
+    let held = gpu.allocated_bytes().unwrap();
+    assert!(held >= before + 2 * 4096 * 128 * 2, "{before} -> {held}");
+    drop((layer, q, out));
+    // The next buffer made (a new session's, say) lets the kept bind groups go.
+    let next = gpu.zeros("next", 1).unwrap();
+    gpu.read_first(&next, 1).unwrap();
+    let after = gpu.allocated_bytes().unwrap();
+    assert!(after < before + 4096 * 128 * 2, "the layer's 2 MiB are still held: {before} -> {held} -> {after}");
+}
+
+#[test]
 fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
     let Some(gpu) = gpu() else { return };
     let layer = gpu.kv_layer(40, 64, 64).unwrap();
