@@ -2,8 +2,11 @@
 device where a GPU build of its llama-bench is given: pp (a prompt of -p
 tokens) and tg (-n tokens decoded after it), in tokens a second.
 
-    python benches/gpu_bench.py [-m FILE ...] [-p 512] [-n 128] [--device NAME]
+    python benches/gpu_bench.py [-m FILE ...] [-p 512] [-n 128] [-d 0] [--device NAME]
                                 [--llama-bench PATH_TO_A_VULKAN_OR_CUDA_BUILD]
+
+Each pp and tg is measured from an empty cache, or after -d tokens already
+in it, as llama-bench's are.
 
 ember's figures come from `rust/model/examples/device_bench.rs` (built here
 with cargo, release), which runs the device pass and the CPU pass on the same
@@ -25,9 +28,9 @@ from compare_llamacpp import _run, default_models, physical_cores
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def device_bench(model: Path, pp: int, tg: int, device: str | None) -> dict:
+def device_bench(model: Path, pp: int, tg: int, depth: int, device: str | None) -> dict:
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "ember-model", "--example", "device_bench", "--",
-           str(model), "-p", str(pp), "-n", str(tg), "--json"]
+           str(model), "-p", str(pp), "-n", str(tg), "-d", str(depth), "--json"]
     if device:
         cmd += ["--device", device]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -42,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-m", "--models", nargs="+", type=Path, help="GGUF files (default: the two test models)")
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("-d", "--n-depth", type=int, default=0, help="tokens already in the cache")
     ap.add_argument("--device", help="the device to run on (Vulkan0, ...; default: the first card)")
     ap.add_argument("--llama-bench", type=Path, help="a GPU build of llama.cpp's llama-bench, run with -ngl 99")
     a = ap.parse_args(argv)
-    if a.n_prompt < 1 or a.n_gen < 1:
-        ap.error("-p and -n must be >= 1")
+    if a.n_prompt < 1 or a.n_gen < 1 or a.n_depth < 0:
+        ap.error("-p and -n must be >= 1, -d >= 0")
     if a.llama_bench and not a.llama_bench.is_file():
         ap.error(f"--llama-bench {a.llama_bench}: no such file")
     models = a.models or default_models()
@@ -55,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("missing model file(s): " + ", ".join(map(str, missing)) + " (python tests/fetch_test_models.py)")
     rows = []
     for model in models:
-        r = device_bench(model, a.n_prompt, a.n_gen, a.device)
+        r = device_bench(model, a.n_prompt, a.n_gen, a.n_depth, a.device)
         peer = {}
         if a.llama_bench:
             for test, (p, n) in (("pp", (a.n_prompt, 0)), ("tg", (0, a.n_gen))):
-                peer[test] = llama_rate_on_device(a.llama_bench, model, p, n)
+                peer[test] = llama_rate_on_device(a.llama_bench, model, p, n, a.n_depth)
         rows.append((model.name, r, peer))
         print(f"{model.name}: {json.dumps(r)}", file=sys.stderr, flush=True)
     device = rows[0][1]["device"] + " (" + rows[0][1]["description"] + ")"
@@ -70,15 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, r, peer in rows:
         for test, n in (("pp", r["pp"]), ("tg", r["tg"])):
             ours = r[f"device_{test}_ts"]
-            line = f"| {name} | {test}{n} | {ours:.1f} | {r[f'cpu_{test}_ts']:.1f} |"
+            at = f" @ d{a.n_depth}" if a.n_depth else ""
+            line = f"| {name} | {test}{n}{at} | {ours:.1f} | {r[f'cpu_{test}_ts']:.1f} |"
             if peer:
                 line += f" {peer[test]:.1f} | {ours / peer[test]:.2f}x |"
             print(line)
     return 0
 
 
-def llama_rate_on_device(binary: Path, model: Path, n_prompt: int, n_gen: int) -> float:
-    out = _run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-ngl", "99",
+def llama_rate_on_device(binary: Path, model: Path, n_prompt: int, n_gen: int, depth: int) -> float:
+    out = _run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-ngl", "99",
                 "-t", str(physical_cores()), "-r", "3", "-o", "json"], "llama-bench")
     objs = [o for o in json.loads(out[out.find("["):]) if o.get("n_prompt") == n_prompt and o.get("n_gen") == n_gen]
     if len(objs) != 1:
