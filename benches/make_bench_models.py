@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,12 @@ def random_rows(rng: np.random.Generator, ty: Q, rows: int, cols: int) -> np.nda
     for at in scales:
         blocks[:, :, at:at + 2] = np.frombuffer(_SCALE, dtype=np.uint8)
     return blocks.reshape(rows, -1)
+
+
+def add_matrix(w: gguf.GGUFWriter, rng, mix: "Mix", name: str, kind: str, rows: int, cols: int) -> None:
+    """A random matrix of `rows` rows of `cols`, in the block type `mix` gives its kind."""
+    ty = mix(kind)
+    w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
 
 
 class Mix:
@@ -122,9 +129,7 @@ def gemma4_e2b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     tiny.write_vocab(w, vocab, None)
     nv = len(vocab["tokens"])
 
-    def m(name, kind, rows, cols):
-        ty = mix(kind)
-        w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
+    m = partial(add_matrix, w, rng, mix)
 
     def norm(name, n):
         w.add_tensor(name, np.ones(n, dtype=np.float32))
@@ -235,9 +240,7 @@ def qwen35_0_8b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     tiny.write_vocab(w, vocab, None)
     nv = len(vocab["tokens"])
 
-    def m(name, kind, rows, cols):
-        ty = mix(kind)
-        w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
+    m = partial(add_matrix, w, rng, mix)
 
     def vec(name, values):
         w.add_tensor(name, np.asarray(values, dtype=np.float32))
@@ -285,9 +288,7 @@ def llama32_3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     tiny.write_vocab(w, vocab, None)
     nv = len(vocab["tokens"])
 
-    def m(name, kind, rows, cols):
-        ty = mix(kind)
-        w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
+    m = partial(add_matrix, w, rng, mix)
 
     def norm(name, n):
         w.add_tensor(name, np.ones(n, dtype=np.float32))
