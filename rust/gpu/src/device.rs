@@ -108,6 +108,7 @@ pub struct Gpu {
     /// Bind groups made before, by kernel and buffers: a decoded token binds
     /// the same ones every time.
     bindings: Mutex<HashMap<(Kernel, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
+    /// The mappable buffer reads come back through, grown as needed.
     readback: Mutex<Option<wgpu::Buffer>>,
     /// Where the matrix products' inputs are laid out block-major, grown as needed.
     blocked: Mutex<Option<wgpu::Buffer>>,
@@ -178,7 +179,14 @@ impl Gpu {
         device.set_device_lost_callback(move |reason, message| {
             keep(GpuError::Lost(format!("{reason:?}: {message}")));
         });
-        Ok(Gpu { info, device, queue, limits, pipelines: Pipelines::default(), bindings: Mutex::default(), readback: Mutex::default(),
+        Ok(Gpu {
+            info,
+            device,
+            queue,
+            limits,
+            pipelines: Pipelines::default(),
+            bindings: Mutex::default(),
+            readback: Mutex::default(),
             blocked: Mutex::default(),
             attention_parts: Mutex::default(),
             attention_span: None,
@@ -562,7 +570,6 @@ pub struct AttentionShape {
 
 /// Inputs one workgroup of the matrix product takes for a prompt (its COLS).
 const MATMUL_COLS: usize = 8;
-
 
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;

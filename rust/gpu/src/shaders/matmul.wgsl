@@ -5,16 +5,16 @@
 // a decoded token), THREADS threads a row: thread j of a row takes its
 // blocks j, j + THREADS, ..., each dequantized once for all its columns, so
 // neighbouring threads read neighbouring bytes (one thread walking a whole
-// row, as this kernel did first, read a card's memory at 1-2% of its rate).
-// The threads of a row then add their sums in workgroup memory. The inputs
-// come laid out block-major (`block_inputs.wgsl`): element e of every block
-// of a column side by side, so that neighbouring threads, each at element e
-// of its own block, read neighbouring floats. The weights
-// are the file's bytes in an array of words, so a block may start at any
-// byte: every read goes through `bytes_at`, which joins two words where a
-// read straddles them. BLOCK (elements a block holds), BLOCK_BYTES and
-// `block_dot` (a block's products with every column, added to `acc`) come
-// from the format's own file, appended to this one.
+// row, as this kernel did first, read a card's memory at 2% of its rate or
+// less). The threads of a row then add their sums in workgroup memory. The
+// inputs come laid out block-major (`block_inputs.wgsl`): element e of every
+// block of a column side by side, so that neighbouring threads, each at
+// element e of its own block, read neighbouring floats. The weights are the
+// file's bytes in an array of words, so a block may start at any byte: every
+// read goes through `bytes_at`, which joins two words where a read straddles
+// them. BLOCK (elements a block holds), BLOCK_BYTES and `block_dot` (a
+// block's products with every column, added to `acc`) come from the format's
+// own file, appended to this one.
 
 const THREADS: u32 = 32u;
 const ROWS: u32 = WG / THREADS;
