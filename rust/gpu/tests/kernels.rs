@@ -461,7 +461,7 @@ fn attention_split_into_spans_matches_the_cpu() {
     check_attention(&split, shape(9, 3, 64, 64, None), 400, &[200, 1, 1, 37, 1, 130], 71);
     check_attention(&split, shape(4, 2, 128, 128, Some(150)), 200, &[40, 40, 40, 40, 1, 1, 40], 72);
     // Spans as the device chooses them for a decoded token (a workgroup a
-    // head is too few): at depth, beside the same passes unsplit.
+    // head is too few), at depth 600 after a prompt read whole.
     let Some(gpu) = gpu() else { return };
     check_attention(gpu, shape(24, 8, 128, 128, None), 700, &[600, 1, 1, 1], 73);
 }
