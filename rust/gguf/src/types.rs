@@ -169,6 +169,22 @@ impl GgmlType {
         }
     }
 
+    /// Byte offsets in a block of its f16 scales (and minimums), for the
+    /// formats ember's kernels read: where random bytes would make
+    /// infinities and NaNs, so writers of random blocks set them. Empty for
+    /// the others.
+    pub fn f16_scale_offsets(self) -> &'static [usize] {
+        use GgmlType::*;
+        match self {
+            Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+            Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+            Q2_K => &[80, 82],
+            Q3_K => &[108],
+            Q6_K => &[208],
+            _ => &[],
+        }
+    }
+
     /// Bytes taken by a row of `n` elements, or `None` when `n` is not a whole
     /// number of blocks or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {

@@ -186,14 +186,9 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     if ty == F16 {
         return (0..rows * cols).flat_map(|_| half::f16::from_f32((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).to_le_bytes()).collect();
     }
-    let fields: &[usize] = match ty {
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q6_K => &[208],
-        _ => &[0],
-    };
     let mut data: Vec<u8> = (0..rows * cols / ty.block_size() * ty.type_size()).map(|_| next() as u8).collect();
     for block in data.chunks_exact_mut(ty.type_size()) {
-        for &at in fields {
+        for &at in ty.f16_scale_offsets() {
             block[at..at + 2].copy_from_slice(&scale);
         }
     }

@@ -49,21 +49,6 @@ impl Rng {
     }
 }
 
-/// Where each format keeps its f16 scales (byte offsets in a block): random
-/// bytes there would make infinities and NaNs, so they get sane values, one
-/// in eight negative, as a quantizer may write.
-fn f16_fields(ty: GgmlType) -> &'static [usize] {
-    use GgmlType::*;
-    match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
-        Q3_K => &[108],
-        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
-        Q2_K => &[80, 82],
-        Q6_K => &[208],
-        _ => &[],
-    }
-}
-
 /// `rows` rows of `cols` in `ty`'s file layout, filled at random.
 fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     use GgmlType::*;
@@ -74,8 +59,9 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u
         BF16 => (0..n).flat_map(|_| bf16::from_f32(rng.unit()).to_le_bytes()).collect(),
         _ => {
             let mut data = rng.bytes(n / ty.block_size() * ty.type_size());
+            // Sane scales, one in eight negative, as a quantizer may write.
             for block in data.chunks_exact_mut(ty.type_size()) {
-                for &at in f16_fields(ty) {
+                for &at in ty.f16_scale_offsets() {
                     let mut d = 1e-3 + 2e-2 * (rng.unit() + 1.0) / 2.0;
                     if rng.next() % 8 == 0 {
                         d = -d;

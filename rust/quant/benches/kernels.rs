@@ -16,25 +16,13 @@ use ember_quant::{
     activation_type, dot_fn, quantize_activation, tile_fn_at, unpacked_tile_at, SimdLevel, MAX_TILE_COLS,
 };
 
-/// Random bytes with every f16 scale field made small and finite, by
-/// rewriting the file through a dequantize-free trick: scales live at known
-/// offsets per format, so write them directly.
+/// Random bytes with every f16 scale field made small and finite.
 fn random_matrix(ty: GgmlType, rows: usize, k: usize, seed: &mut u64) -> Vec<u8> {
     let rb = ty.row_bytes(k as u64).unwrap() as usize;
     let mut data: Vec<u8> = (0..rows * rb).map(|_| next(seed) as u8).collect();
-    let (block, scale_offsets): (usize, &[usize]) = match ty {
-        GgmlType::Q4_0 => (18, &[0]),
-        GgmlType::Q4_1 => (20, &[0, 2]),
-        GgmlType::Q5_0 => (22, &[0]),
-        GgmlType::Q5_1 => (24, &[0, 2]),
-        GgmlType::Q8_0 => (34, &[0]),
-        GgmlType::Q4_K => (144, &[0, 2]),
-        GgmlType::Q6_K => (210, &[208]),
-        _ => (0, &[]),
-    };
-    if block > 0 {
-        for b in data.chunks_exact_mut(block) {
-            for &o in scale_offsets {
+    if ty.block_size() > 1 {
+        for b in data.chunks_exact_mut(ty.type_size()) {
+            for &o in ty.f16_scale_offsets() {
                 b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
             }
         }

@@ -426,3 +426,26 @@ fn quantize_length_errors() {
     assert!(quantize_activation(ActType::F16, &x[..100], &mut v).is_ok());
     assert_eq!(v.len(), 200);
 }
+
+/// `GgmlType::f16_scale_offsets` names every f16 scale a format holds: a
+/// block of 0xff bytes (each f16 there NaN) dequantizes to finite values once
+/// those offsets hold 1.0, and not before. Writers of random blocks rely on it.
+#[test]
+fn the_f16_scale_offsets_are_every_scale_of_the_block() {
+    for id in 0..64 {
+        let Some(ty) = GgmlType::from_id(id) else { continue };
+        let offsets = ty.f16_scale_offsets();
+        if offsets.is_empty() || !can_dequantize(ty) {
+            continue;
+        }
+        let mut block = vec![0xffu8; ty.type_size()];
+        let mut out = vec![0f32; ty.block_size()];
+        dequantize_row(ty, &block, &mut out).unwrap();
+        assert!(out.iter().any(|v| !v.is_finite()), "{ty}: NaN scales gave finite values");
+        for &at in offsets {
+            block[at..at + 2].copy_from_slice(&f16::from_f32(1.0).to_le_bytes());
+        }
+        dequantize_row(ty, &block, &mut out).unwrap();
+        assert!(out.iter().all(|v| v.is_finite()), "{ty}: a scale outside {offsets:?} is still NaN");
+    }
+}
