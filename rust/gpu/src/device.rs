@@ -617,8 +617,8 @@ impl Pass<'_> {
         let gpu = self.gpu;
         debug_assert!(params.len() * 4 <= MAX_PARAMS_BYTES as usize);
         // A kernel that binds the inputs laid out may write them.
-        if self.blocked.as_ref().is_some_and(|b| buffers.iter().any(|&x| *x == b.from)) {
-            self.blocked = None;
+        for &b in buffers {
+            self.may_write(b);
         }
         let pipeline = gpu.pipelines.get(&gpu.device, kernel).expect("a kernel with a source");
         let bind = {
@@ -687,6 +687,14 @@ impl Pass<'_> {
             self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &blocked, &y.buf], &params, groups);
         }
         Ok(())
+    }
+
+    /// Forgets the block-major inputs if they were laid out from `buf`,
+    /// which what is recorded next may write.
+    fn may_write(&mut self, buf: &wgpu::Buffer) {
+        if self.blocked.as_ref().is_some_and(|b| b.from == *buf) {
+            self.blocked = None;
+        }
     }
 
     /// The first `n` rows of `cols` of `x` laid out block-major for the
@@ -824,9 +832,7 @@ impl Pass<'_> {
         }
         // A copy is recorded outside a compute pass: end the open one.
         self.compute = None;
-        if self.blocked.as_ref().is_some_and(|b| b.from == dst.buf) {
-            self.blocked = None;
-        }
+        self.may_write(&dst.buf);
         self.encoder.copy_buffer_to_buffer(&src.buf, src_at as u64 * 4, &dst.buf, dst_at as u64 * 4, n as u64 * 4);
         Ok(())
     }

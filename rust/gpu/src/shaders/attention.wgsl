@@ -42,15 +42,9 @@ const WG: u32 = 64u;
 const MAX_PER_THREAD: u32 = 8u;
 var<workgroup> scores: array<f32, WG>;
 
-// The f16 at index `i` of a cache, widened.
-fn half_at(i: u32, from_keys: bool) -> f32 {
-    var word: u32;
-    if (from_keys) {
-        word = kc[i >> 1u];
-    } else {
-        word = vc[i >> 1u];
-    }
-    let pair = unpack2x16float(word);
+// The f16 at index `i` of the values, widened.
+fn value_at(i: u32) -> f32 {
+    let pair = unpack2x16float(vc[i >> 1u]);
     return select(pair.x, pair.y, (i & 1u) == 1u);
 }
 
@@ -116,10 +110,10 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             for (var k = 0u; k < MAX_PER_THREAD; k++) {
                 let d = lid + k * WG;
                 if (d < p.dv) {
-                    let a = half_at(v0 + d, false);
-                    let b = half_at(v1 + d, false);
-                    let c = half_at(v2 + d, false);
-                    let e = half_at(v3 + d, false);
+                    let a = value_at(v0 + d);
+                    let b = value_at(v1 + d);
+                    let c = value_at(v2 + d);
+                    let e = value_at(v3 + d);
                     acc[k] += p0 * a + p1 * b + p2 * c + p3 * e;
                 }
             }
@@ -131,7 +125,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             for (var k = 0u; k < MAX_PER_THREAD; k++) {
                 let d = lid + k * WG;
                 if (d < p.dv) {
-                    acc[k] += pj * half_at(v0 + d, false);
+                    acc[k] += pj * value_at(v0 + d);
                 }
             }
         }
