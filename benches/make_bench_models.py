@@ -85,6 +85,18 @@ def add_matrix(w: gguf.GGUFWriter, rng, mix: "Mix", name: str, kind: str, rows: 
     w.add_tensor(name, random_rows(rng, ty, rows, cols), raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
 
 
+def add_norm(w: gguf.GGUFWriter, name: str, n: int) -> None:
+    """A norm's weights: ones."""
+    w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+
+def add_vocab(w: gguf.GGUFWriter, model: str, pre: str | None) -> int:
+    """A test model's vocabulary written to `w`; returns its size."""
+    vocab = tiny.load_vocab(model)
+    tiny.write_vocab(w, vocab, pre)
+    return len(vocab["tokens"])
+
+
 class Mix:
     """Which block type each kind of matrix gets."""
 
@@ -125,14 +137,11 @@ def gemma4_e2b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     w.add_shared_kv_layers(shared)
     w.add_embedding_length_per_layer_input(npl)
     w.add_final_logit_softcapping(30.0)
-    vocab = tiny.load_vocab("gemma3")
-    tiny.write_vocab(w, vocab, None)
-    nv = len(vocab["tokens"])
+    nv = add_vocab(w, "gemma3", None)
 
     m = partial(add_matrix, w, rng, mix)
 
-    def norm(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
+    norm = partial(add_norm, w)
 
     m("token_embd.weight", "embd", nv, e)
     m("per_layer_token_embd.weight", "embd", nv, n_layer * npl)
@@ -179,9 +188,7 @@ def qwen3moe_a3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_used)
     w.add_expert_feed_forward_length(n_ff_exp)
-    vocab = tiny.load_vocab("smollm2")
-    tiny.write_vocab(w, vocab, "qwen2")
-    nv = len(vocab["tokens"])
+    nv = add_vocab(w, "smollm2", "qwen2")
 
     def m(name, kind, rows, cols, n=1):
         ty = mix(kind)
@@ -190,8 +197,7 @@ def qwen3moe_a3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
             data = data.reshape(n, rows, -1)
         w.add_tensor(name, data, raw_dtype=ty if ty not in (Q.F32, Q.F16) else None)
 
-    def norm(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
+    norm = partial(add_norm, w)
 
     m("token_embd.weight", "embd", nv, e)
     for il in range(n_layer):
@@ -236,9 +242,7 @@ def qwen35_0_8b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     w.add_ssm_time_step_rank(n_v_heads)
     w.add_ssm_group_count(n_k_heads)
     w.add_array("qwen35.attention.recurrent_layers", recurrent)
-    vocab = tiny.load_vocab("gemma3")
-    tiny.write_vocab(w, vocab, None)
-    nv = len(vocab["tokens"])
+    nv = add_vocab(w, "gemma3", None)
 
     m = partial(add_matrix, w, rng, mix)
 
@@ -284,14 +288,11 @@ def llama32_3b(w: gguf.GGUFWriter, rng, mix: Mix) -> None:
     w.add_rope_freq_base(500000.0)
     w.add_rope_dimension_count(hd)
     w.add_layer_norm_rms_eps(1e-5)
-    vocab = tiny.load_vocab("smollm2")
-    tiny.write_vocab(w, vocab, None)
-    nv = len(vocab["tokens"])
+    nv = add_vocab(w, "smollm2", None)
 
     m = partial(add_matrix, w, rng, mix)
 
-    def norm(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
+    norm = partial(add_norm, w)
 
     m("token_embd.weight", "output", nv, e)
     for il in range(n_layer):
