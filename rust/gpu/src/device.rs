@@ -317,6 +317,23 @@ impl Gpu {
         Ok(DeviceMatrix { ty, rows, cols, row_bytes, runs })
     }
 
+    /// Matrices of one type and width (`cols` of `ty`; each part its rows
+    /// and their bytes) held as one, their rows stacked in order, for the
+    /// kernels that take a set of products at once ([`Pass::matmul_gated`],
+    /// [`Pass::matmul_split`]); None where they do not fit one binding
+    /// together (the caller keeps them apart).
+    pub fn upload_stacked(&self, name: &str, ty: GgmlType, cols: usize, parts: &[(usize, &[u8])]) -> Result<Option<StackedMatrix>> {
+        let bytes: usize = parts.iter().map(|(_, b)| b.len()).sum();
+        if bytes as u64 + 8 > self.binding_limit() {
+            return Ok(None);
+        }
+        let rows = parts.iter().map(|(r, _)| r).sum();
+        let data: Vec<u8> = parts.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+        let m = self.upload_matrix(name, ty, rows, cols, &data)?;
+        debug_assert_eq!(m.runs.len(), 1);
+        Ok(Some(StackedMatrix { m, parts: parts.iter().map(|(r, _)| *r).collect() }))
+    }
+
     /// f32 values on the device.
     pub fn upload(&self, label: &str, values: &[f32]) -> Result<DeviceBuffer> {
         self.fits(|| label.to_string(), values.len() as u64 * 4 + 4)?;
@@ -480,7 +497,14 @@ impl Gpu {
 
     /// A pass: kernels recorded in order, run when it is submitted.
     pub fn pass(&self) -> Pass<'_> {
-        Pass { gpu: self, encoder: self.device.create_command_encoder(&Default::default()), compute: None, blocked: None }
+        Pass {
+            gpu: self,
+            encoder: self.device.create_command_encoder(&Default::default()),
+            compute: None,
+            blocked: None,
+            deferred_add: None,
+            kernels: 0,
+        }
     }
 }
 
@@ -508,6 +532,25 @@ pub struct DeviceMatrix {
     pub cols: usize,
     row_bytes: usize,
     runs: Vec<RowRun>,
+}
+
+/// Matrices held as one, their rows stacked ([`Gpu::upload_stacked`]).
+pub struct StackedMatrix {
+    m: DeviceMatrix,
+    /// Rows of each part, in order.
+    parts: Vec<usize>,
+}
+
+impl StackedMatrix {
+    /// Bytes it holds on the device.
+    pub fn bytes(&self) -> u64 {
+        self.m.bytes()
+    }
+
+    /// Rows of each part, in order.
+    pub fn parts(&self) -> &[usize] {
+        &self.parts
+    }
 }
 
 struct RowRun {
@@ -540,8 +583,17 @@ pub struct DeviceKvLayer {
     v: wgpu::Buffer,
 }
 
+/// How a layer's heads are rotated: the first `half` pairs of each
+/// `head_dim`-wide head, adjacent (2i, 2i + 1) or halves (i, i + half).
+#[derive(Clone, Copy, Debug)]
+pub struct Rotation {
+    pub head_dim: usize,
+    pub half: usize,
+    pub halves: bool,
+}
+
 /// A gate's activation: the FFN's, or an attention output's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Activation {
     Silu,
     /// GELU, tanh approximation (ggml's `gelu`).
@@ -602,6 +654,19 @@ pub struct Pass<'g> {
     /// The inputs the block-major buffer holds now, so the products that
     /// read the same ones (q, k and v; gate and up) lay them out once.
     blocked: Option<Blocked>,
+    /// A residual add not recorded yet: a norm of its sum, next, takes it
+    /// in (`add_rms_norm.wgsl`, a kernel fewer); anything else records it
+    /// first.
+    deferred_add: Option<DeferredAdd>,
+    /// Kernels recorded so far.
+    kernels: usize,
+}
+
+/// x[..n] += b[..n], deferred.
+struct DeferredAdd {
+    x: wgpu::Buffer,
+    b: wgpu::Buffer,
+    n: usize,
 }
 
 struct Blocked {
@@ -614,6 +679,7 @@ struct Blocked {
 
 impl Pass<'_> {
     pub(crate) fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
+        self.record_deferred_add();
         let gpu = self.gpu;
         debug_assert!(params.len() * 4 <= MAX_PARAMS_BYTES as usize);
         // A kernel that binds the inputs laid out may write them.
@@ -650,6 +716,7 @@ impl Pass<'_> {
         cpass.set_bind_group(0, &bind, &[]);
         cpass.set_immediates(0, bytemuck::cast_slice(params));
         cpass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        self.kernels += 1;
     }
 
     pub(crate) fn max_groups(&self) -> usize {
@@ -687,6 +754,83 @@ impl Pass<'_> {
             self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &blocked, &y.buf], &params, groups);
         }
         Ok(())
+    }
+
+    /// out[c] = act(gate · x[c], up · x[c]) for the `n` rows c of x, `w`
+    /// the gate and the up projection stacked: the two products and the
+    /// activation of a gated feed-forward in one kernel, each output as
+    /// [`Pass::matmul`] twice and [`Pass::gated`] give it.
+    pub fn matmul_gated(&mut self, w: &StackedMatrix, act: Activation, x: &DeviceBuffer, n: usize, out: &DeviceBuffer) -> Result<()> {
+        let rows = match w.parts[..] {
+            [gate, up] if gate == up => gate,
+            _ => return Err(GpuError::Shape(format!("a gated product of parts of {:?} rows", w.parts))),
+        };
+        if out.len < n * rows {
+            return Err(GpuError::Shape(format!("gated matmul of {rows} rows over {n} inputs: out holds {}", out.len)));
+        }
+        // A workgroup of 64 takes as many gate rows as up rows.
+        let per_group = 64 / matmul_threads(w.m.ty) / 2;
+        let (blocked, groups) = self.row_product_groups(&w.m, x, n, rows, per_group)?;
+        let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, 0, 0].map(|v| v as u32);
+        let kernel = Kernel::MatmulGated(w.m.ty, n > 1, act);
+        self.dispatch(kernel, &[&w.m.runs[0].buf, &blocked, &out.buf], &params, groups);
+        Ok(())
+    }
+
+    /// y[i][c] = w_i · x[c] for the `n` rows c of x, `w` three matrices
+    /// stacked (an attention layer's queries, keys and values): the three
+    /// products in one kernel, each output as [`Pass::matmul`] gives it.
+    pub fn matmul_split(&mut self, w: &StackedMatrix, x: &DeviceBuffer, n: usize, y: [&DeviceBuffer; 3]) -> Result<()> {
+        let [r0, r1, r2] = w.parts[..] else {
+            return Err(GpuError::Shape(format!("a product split three ways of parts of {:?} rows", w.parts)));
+        };
+        if y.iter().zip([r0, r1, r2]).any(|(b, rows)| b.len < n * rows) {
+            return Err(GpuError::Shape(format!("matmul split into {:?} rows over {n} inputs: an output is short", w.parts)));
+        }
+        let per_group = 64 / matmul_threads(w.m.ty);
+        let (blocked, groups) = self.row_product_groups(&w.m, x, n, w.m.rows, per_group)?;
+        let params = [w.m.rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, r0, r1].map(|v| v as u32);
+        let buffers = [&w.m.runs[0].buf, &blocked, &y[0].buf, &y[1].buf, &y[2].buf];
+        self.dispatch(Kernel::MatmulSplit(w.m.ty, n > 1), &buffers, &params, groups);
+        Ok(())
+    }
+
+    /// The inputs laid out for a row-parallel product of `m` over `n` of
+    /// them, and its workgroups: `rows` rows, `per_group` to a workgroup.
+    fn row_product_groups(
+        &mut self,
+        m: &DeviceMatrix,
+        x: &DeviceBuffer,
+        n: usize,
+        rows: usize,
+        per_group: usize,
+    ) -> Result<(wgpu::Buffer, [u32; 3])> {
+        if n == 0 || x.len < n * m.cols {
+            return Err(GpuError::Shape(format!("a product of {} columns over {n} rows: x holds {}", m.cols, x.len)));
+        }
+        let max = self.max_groups();
+        let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
+        let groups = rows.div_ceil(per_group);
+        if col_groups > max || groups > max * max {
+            return Err(GpuError::Shape(format!("a product of {rows} rows over {n} inputs is past the dispatch limit of {max}")));
+        }
+        let blocked = self.block_inputs(x, n, m.cols, m.ty.block_size())?;
+        let groups_x = groups.min(max);
+        Ok((blocked, [groups_x as u32, groups.div_ceil(groups_x) as u32, col_groups as u32]))
+    }
+
+    /// Kernels recorded so far (a deferred add is not, yet).
+    pub fn kernels(&self) -> usize {
+        self.kernels
+    }
+
+    /// Records the deferred add, if there is one, before what comes next.
+    fn record_deferred_add(&mut self) {
+        if let Some(add) = self.deferred_add.take() {
+            let n = add.n;
+            let (groups, threads_x) = self.spread(n, "an add").expect("checked when deferred");
+            self.dispatch(Kernel::AddInPlace, &[&add.x, &add.b], &[n as u32, threads_x, n as u32, 0], groups);
+        }
     }
 
     /// Forgets the block-major inputs if they were laid out from `buf`,
@@ -733,7 +877,13 @@ impl Pass<'_> {
             return Err(GpuError::Shape(format!("rms_norm of {rows} rows is past the dispatch limit")));
         }
         let params = [width as u32, rows as u32, eps.to_bits(), gx as u32];
-        self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, [gx as u32, gy as u32, 1]);
+        let groups = [gx as u32, gy as u32, 1];
+        // Not where the add's values are the norm's output too (a post-norm's,
+        // in the buffer this norm writes): a kernel binds a buffer once.
+        match self.deferred_add.take_if(|a| a.x == x.buf && a.n == rows * width && a.b != out.buf) {
+            Some(add) => self.dispatch(Kernel::AddRmsNorm, &[&x.buf, &add.b, &weight.buf, &out.buf], &params, groups),
+            None => self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, groups),
+        }
         Ok(())
     }
 
@@ -811,6 +961,14 @@ impl Pass<'_> {
             return Err(GpuError::Shape(format!("adding {} values to {n} of {}", b.len, x.len)));
         }
         let (groups, threads_x) = self.spread(n, "an add")?;
+        if b.len >= n {
+            // A residual, which the norm of its sum may take in: recorded
+            // later, but the inputs laid out from x are stale now.
+            self.record_deferred_add();
+            self.may_write(&x.buf);
+            self.deferred_add = Some(DeferredAdd { x: x.buf.clone(), b: b.buf.clone(), n });
+            return Ok(());
+        }
         self.dispatch(Kernel::AddInPlace, &[&x.buf, &b.buf], &[n as u32, threads_x, b.len.min(n) as u32, 0], groups);
         Ok(())
     }
@@ -830,6 +988,7 @@ impl Pass<'_> {
                 src.len, dst.len
             )));
         }
+        self.record_deferred_add();
         // A copy is recorded outside a compute pass: end the open one.
         self.compute = None;
         self.may_write(&dst.buf);
@@ -894,6 +1053,58 @@ impl Pass<'_> {
             let params = [rows, width, start, layer.ring, threads_x as usize, from, 0, 0].map(|v| v as u32);
             self.dispatch(Kernel::KvStore, &[&src.buf, dst], &params, groups);
         }
+        Ok(())
+    }
+
+    /// One sequence's rows `from..from + rows` of a pass (positions
+    /// `start..`) made ready for attention in one kernel: its queries (`q`,
+    /// rows of `n_head` heads) rotated in place as [`Pass::rope`] rotates
+    /// them, its keys rotated and stored with its values into the layer's
+    /// cache as [`Pass::rope`] and then [`Pass::kv_store`] would, bit for
+    /// bit. The angles are the pass's rows'.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_and_store(
+        &mut self,
+        layer: &DeviceKvLayer,
+        q: &DeviceBuffer,
+        n_head: usize,
+        k: &DeviceBuffer,
+        v: &DeviceBuffer,
+        cos: &DeviceBuffer,
+        sin: &DeviceBuffer,
+        rotation: Rotation,
+        from: usize,
+        rows: usize,
+        start: usize,
+    ) -> Result<()> {
+        let Rotation { head_dim, half, halves } = rotation;
+        let end = from + rows;
+        if rows == 0
+            || rows > layer.ring
+            || half == 0
+            || 2 * half > head_dim
+            || layer.width_k % head_dim != 0
+            || layer.width_k % 2 != 0
+            || layer.width_v % 2 != 0
+            || q.len < end * n_head * head_dim
+            || k.len < end * layer.width_k
+            || v.len < end * layer.width_v
+            || cos.len < end * half
+            || sin.len < end * half
+        {
+            return Err(GpuError::Shape(format!(
+                "rotating and storing rows {from}..{end} ({rotation:?}, {n_head} query heads) in a ring of {} of keys {} and values {} wide: \
+                 the queries hold {}, keys {}, values {}, angles {} and {}",
+                layer.ring, layer.width_k, layer.width_v, q.len, k.len, v.len, cos.len, sin.len
+            )));
+        }
+        let threads = rows * (n_head * half + layer.width_k / 2 + layer.width_v / 2);
+        let (groups, threads_x) = self.spread(threads, "rotating and storing")?;
+        let n_head_kv = layer.width_k / head_dim;
+        let params = [rows, from, start, layer.ring, n_head, n_head_kv, head_dim, half, halves as usize, layer.width_v, threads_x as usize, 0]
+            .map(|v| v as u32);
+        let buffers = [&q.buf, &k.buf, &v.buf, &cos.buf, &sin.buf, &layer.k, &layer.v];
+        self.dispatch(Kernel::RopeStore, &buffers, &params, groups);
         Ok(())
     }
 
@@ -994,9 +1205,12 @@ impl Pass<'_> {
 
     /// Runs what was recorded; a fault the device reported while it was
     /// recorded or run fails here (or at the next read).
-    pub fn submit(mut self) -> Result<()> {
+    /// Submits what was recorded; returns how many kernels that was.
+    pub fn submit(mut self) -> Result<usize> {
+        self.record_deferred_add();
         self.compute = None;
         self.gpu.queue.submit([self.encoder.finish()]);
-        self.gpu.check()
+        self.gpu.check()?;
+        Ok(self.kernels)
     }
 }

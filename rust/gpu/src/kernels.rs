@@ -6,19 +6,28 @@ use std::sync::Mutex;
 
 use ember_gguf::GgmlType;
 
+use crate::Activation;
+
 /// The matrix product's template and, per weight format, the file that
 /// gives its block (elements, bytes, and the dot of one block with the input).
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
+const MATMUL_GATED: &str = include_str!("shaders/matmul_gated.wgsl");
+const MATMUL_SPLIT: &str = include_str!("shaders/matmul_split.wgsl");
+const MATMUL_ROWS: &str = include_str!("shaders/matmul_rows.wgsl");
+const ACTIVATIONS: &str = include_str!("shaders/activations.wgsl");
 const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const IQ4_LEVELS: &str = include_str!("shaders/formats/iq4_levels.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
+const ADD_RMS_NORM: &str = include_str!("shaders/add_rms_norm.wgsl");
 const WORKGROUP_SUM: &str = include_str!("shaders/workgroup_sum.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
 const SCALE: &str = include_str!("shaders/scale.wgsl");
 const ROPE: &str = include_str!("shaders/rope.wgsl");
+const ROPE_STORE: &str = include_str!("shaders/rope_store.wgsl");
+const ROTATE: &str = include_str!("shaders/rotate.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
@@ -36,7 +45,7 @@ const BLOCK_INPUTS: &str = include_str!("shaders/block_inputs.wgsl");
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 
-/// The product's line that sets how many threads share a row's blocks.
+/// The row-parallel products' line that sets how many threads share a row's blocks.
 const ROW_THREADS: &str = "const THREADS: u32 = 32u;";
 
 /// Threads that share out a row's blocks in the matrix product: 32, or 8
@@ -83,9 +92,16 @@ pub(crate) enum Kernel {
     /// The weight type, and whether a thread takes eight inputs (a prompt)
     /// or one (a decoded token, where eight would cost it the unused columns).
     Matmul(GgmlType, bool),
+    /// A gated feed-forward's two products and its activation (wide as
+    /// `Matmul`'s).
+    MatmulGated(GgmlType, bool, Activation),
+    /// Three products over the same inputs, each to its own output.
+    MatmulSplit(GgmlType, bool),
     /// A mixture's expert products, one input a thread.
     MatmulId(GgmlType),
     RmsNorm,
+    /// A residual add and the norm of its sum.
+    AddRmsNorm,
     SiluMul,
     GeluMul,
     SigmoidMul,
@@ -93,6 +109,8 @@ pub(crate) enum Kernel {
     Scale,
     Rope,
     KvStore,
+    /// A sequence's queries rotated, its keys rotated and stored, its values stored.
+    RopeStore,
     Attention,
     AttentionMerge,
     MoeRoute,
@@ -119,15 +137,25 @@ impl Kernel {
 
     fn source(self) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty, wide) => {
-                product(MATMUL, ty, wide)?.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)))
-            }
+            Kernel::Matmul(ty, wide) => row_product(MATMUL, ty, wide)?,
+            Kernel::MatmulSplit(ty, wide) => row_product(MATMUL_SPLIT, ty, wide)?,
             Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
+            Kernel::MatmulGated(ty, wide, act) => {
+                let which = match act {
+                    Activation::Silu => "silu_mul_of",
+                    Activation::GeluTanh => "gelu_mul_of",
+                    Activation::Sigmoid => "sigmoid_mul_of",
+                };
+                let chosen = format!("fn activation(g: f32, u: f32) -> f32 {{\n    return {which}(g, u);\n}}");
+                format!("{}\n{ACTIVATIONS}\n{chosen}", row_product(MATMUL_GATED, ty, wide)?)
+            }
             Kernel::RmsNorm => format!("{RMS_NORM}\n{WORKGROUP_SUM}"),
-            Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => ELEMENTWISE.to_string(),
+            Kernel::AddRmsNorm => format!("{ADD_RMS_NORM}\n{WORKGROUP_SUM}"),
+            Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => format!("{ELEMENTWISE}\n{ACTIVATIONS}"),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Scale => SCALE.to_string(),
-            Kernel::Rope => ROPE.to_string(),
+            Kernel::Rope => format!("{ROPE}\n{ROTATE}"),
+            Kernel::RopeStore => format!("{ROPE_STORE}\n{ROTATE}"),
             Kernel::KvStore => KV_STORE.to_string(),
             Kernel::Attention => ATTENTION.to_string(),
             Kernel::AttentionMerge => ATTENTION_MERGE.to_string(),
@@ -157,6 +185,13 @@ fn product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
     };
     let common = if wide { MATMUL_COMMON.to_string() } else { MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
     Some(format!("{main}\n{common}\n{scales}\n{block}"))
+}
+
+/// A row-parallel product's source (`matmul_rows.wgsl` under `main`), with
+/// the threads a row its format takes.
+fn row_product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
+    let rows = MATMUL_ROWS.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)));
+    product(&format!("{main}\n{rows}"), ty, wide)
 }
 
 /// Pipelines built once per device and kernel.
@@ -197,6 +232,6 @@ mod tests {
     #[test]
     fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
         assert!(super::MATMUL_COMMON.contains(super::WIDE_COLS));
-        assert!(super::MATMUL.contains(super::ROW_THREADS));
+        assert!(super::MATMUL_ROWS.contains(super::ROW_THREADS));
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use ember_gguf::GgmlType;
-use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError, Routing};
+use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError, Rotation, Routing};
 use half::{bf16, f16};
 
 fn gpu() -> Option<&'static Gpu> {
@@ -128,6 +128,97 @@ fn matmul_of_every_format_matches_the_cpu() {
     }
 }
 
+/// The gated product against the two products and the activation apart:
+/// the same bits, and so the same closeness to the CPU.
+fn check_matmul_gated(gpu: &Gpu, ty: GgmlType, act: Activation, rows: usize, cols: usize, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let (gate, up) = (random_matrix(&mut rng, ty, rows, cols), random_matrix(&mut rng, ty, rows, cols));
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
+    let pair = gpu.upload_stacked("pair", ty, cols, &[(rows, &gate), (rows, &up)]).unwrap().expect("fits one binding");
+    let (gw, uw) = (gpu.upload_matrix("gate", ty, rows, cols, &gate).unwrap(), gpu.upload_matrix("up", ty, rows, cols, &up).unwrap());
+    let xb = gpu.upload("x", &x).unwrap();
+    let (g, u) = (gpu.zeros("g", n * rows).unwrap(), gpu.zeros("u", n * rows).unwrap());
+    let (apart, together) = (gpu.zeros("apart", n * rows).unwrap(), gpu.zeros("together", n * rows).unwrap());
+    let mut pass = gpu.pass();
+    pass.matmul(&gw, &xb, n, &g).unwrap();
+    pass.matmul(&uw, &xb, n, &u).unwrap();
+    pass.gated(act, &g, &u, &apart, n * rows).unwrap();
+    let before = pass.kernels();
+    pass.matmul_gated(&pair, act, &xb, n, &together).unwrap();
+    assert_eq!(pass.kernels(), before + 1, "one kernel, the inputs already laid out");
+    pass.submit().unwrap();
+    let (want, got) = (gpu.read(&apart).unwrap(), gpu.read(&together).unwrap());
+    assert!(want.iter().any(|&v| v != 0.0));
+    assert_eq!(got, want, "{ty} {act:?} {rows}x{cols} over {n}: the gated product against its parts");
+}
+
+#[test]
+fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
+    let Some(gpu) = gpu() else { return };
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let cols = if ty.block_size() == 256 { 512 } else { 160 };
+        // Rows not a whole number of a workgroup's pairs (1, or 4 for the
+        // 256-element blocks); a decoded token, and two workgroups of inputs.
+        check_matmul_gated(gpu, ty, Activation::Silu, 37, cols, 1, 0x9a7e + i as u64);
+        check_matmul_gated(gpu, ty, Activation::GeluTanh, 37, cols, 11, 0x9a7e + 100 + i as u64);
+    }
+    check_matmul_gated(gpu, GgmlType::Q4_0, Activation::Sigmoid, 5, 64, 3, 0x9a7f);
+    // A pair past one binding is left to the caller to keep apart.
+    let mut small = Gpu::open(None).unwrap();
+    small.limit_bindings(4096);
+    let mut rng = Rng(0x9a80);
+    let half = random_matrix(&mut rng, GgmlType::Q4_0, 120, 32);
+    assert!(small.upload_stacked("pair", GgmlType::Q4_0, 32, &[(120, &half), (120, &half)]).unwrap().is_none());
+    let pair = small.upload_stacked("pair", GgmlType::Q4_0, 32, &[(100, &half[..1800]), (100, &half[..1800])]).unwrap();
+    assert_eq!(pair.unwrap().parts(), [100, 100]);
+}
+
+/// Three products over the same inputs in one kernel against the three
+/// apart: the same bits.
+fn check_matmul_split(gpu: &Gpu, ty: GgmlType, rows: [usize; 3], cols: usize, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let data = rows.map(|r| random_matrix(&mut rng, ty, r, cols));
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
+    let parts: Vec<(usize, &[u8])> = rows.iter().zip(&data).map(|(&r, d)| (r, &d[..])).collect();
+    let stacked = gpu.upload_stacked("qkv", ty, cols, &parts).unwrap().expect("fits one binding");
+    let xb = gpu.upload("x", &x).unwrap();
+    let apart = rows.map(|r| gpu.zeros("apart", n * r).unwrap());
+    let together = rows.map(|r| gpu.zeros("together", n * r).unwrap());
+    let mut pass = gpu.pass();
+    for ((&r, d), y) in rows.iter().zip(&data).zip(&apart) {
+        pass.matmul(&gpu.upload_matrix("w", ty, r, cols, d).unwrap(), &xb, n, y).unwrap();
+    }
+    let before = pass.kernels();
+    pass.matmul_split(&stacked, &xb, n, [&together[0], &together[1], &together[2]]).unwrap();
+    assert_eq!(pass.kernels(), before + 1, "one kernel, the inputs already laid out");
+    pass.submit().unwrap();
+    for (i, (a, t)) in apart.iter().zip(&together).enumerate() {
+        let (want, got) = (gpu.read(a).unwrap(), gpu.read(t).unwrap());
+        assert!(want.iter().any(|&v| v != 0.0));
+        assert_eq!(got, want, "{ty} {rows:?}x{cols} over {n}: part {i} against its product alone");
+    }
+}
+
+#[test]
+fn a_product_split_three_ways_is_its_parts_bit_for_bit() {
+    let Some(gpu) = gpu() else { return };
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let cols = if ty.block_size() == 256 { 512 } else { 160 };
+        // Parts that end inside a workgroup's rows (2, or 8 for the
+        // 256-element blocks); a decoded token, and two workgroups of inputs.
+        check_matmul_split(gpu, ty, [37, 13, 13], cols, 1, 0x5b1 + i as u64);
+        check_matmul_split(gpu, ty, [24, 9, 15], cols, 11, 0x5b1 + 100 + i as u64);
+    }
+    let mut rng = Rng(0x5b2);
+    let w = random_matrix(&mut rng, GgmlType::Q4_0, 6, 32);
+    let two = gpu.upload_stacked("two", GgmlType::Q4_0, 32, &[(3, &w[..54]), (3, &w[54..])]).unwrap().unwrap();
+    let (x, y) = (gpu.zeros("x", 32).unwrap(), gpu.zeros("y", 3).unwrap());
+    let err = gpu.pass().matmul_split(&two, &x, 1, [&y, &y, &y]).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "two parts are not three: {err}");
+    let err = gpu.pass().matmul_gated(&two, Activation::Silu, &x, 2, &y).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "an output too short: {err}");
+}
+
 #[test]
 fn matmul_of_long_rows_matches_the_cpu() {
     let Some(gpu) = gpu() else { return };
@@ -184,6 +275,72 @@ fn rms_norm_matches_the_cpu() {
         let err = normalised_error(&gpu.read(&out).unwrap(), &want);
         assert!(err <= 1e-6, "rms_norm {rows}x{width}: normalised error {err:e}");
     }
+}
+
+#[test]
+fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(22);
+    let (rows, width) = (3, 96);
+    let n = rows * width;
+    let x: Vec<f32> = (0..n).map(|_| 3.0 * rng.unit()).collect();
+    let o: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+    let weight: Vec<f32> = (0..width).map(|_| 1.0 + rng.unit() / 2.0).collect();
+    let sum: Vec<f32> = x.iter().zip(&o).map(|(a, b)| a + b).collect();
+    let normed = |v: &[f32]| -> Vec<f64> {
+        v.chunks(width)
+            .flat_map(|row| {
+                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / width as f64;
+                let scale = 1.0 / (ms + 1e-6).sqrt();
+                row.iter().zip(&weight).map(move |(&v, &w)| v as f64 * scale * w as f64).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let wb = gpu.upload("w", &weight).unwrap();
+    let out = gpu.zeros("out", n).unwrap();
+    // The norm of the sum takes the add in: one kernel for both.
+    let (xb, ob) = (gpu.upload("x", &x).unwrap(), gpu.upload("o", &o).unwrap());
+    let mut pass = gpu.pass();
+    pass.add_to(&xb, &ob, n).unwrap();
+    assert_eq!(pass.kernels(), 0, "the add waits for what comes next");
+    pass.rms_norm(&xb, &wb, &out, rows, 1e-6).unwrap();
+    assert_eq!(pass.kernels(), 1, "the norm of the sum took the add in");
+    pass.submit().unwrap();
+    assert_eq!(gpu.read(&xb).unwrap(), sum, "the sum is kept, rounded as the add rounds it");
+    let err = normalised_error(&gpu.read(&out).unwrap(), &normed(&sum));
+    assert!(err <= 1e-6, "the norm of the sum: normalised error {err:e}");
+    // A product of the sum records the add first (the inputs it laid out
+    // before the add are stale); so does a norm of another buffer, one
+    // writing where the add reads (a post-norm's output) and a copy.
+    let (xb, ob) = (gpu.upload("x", &x).unwrap(), gpu.upload("o", &o).unwrap());
+    let mut identity = vec![0f32; width * width];
+    (0..width).for_each(|i| identity[i * width + i] = 1.0);
+    let identity: Vec<u8> = identity.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let identity = gpu.upload_matrix("identity", GgmlType::F32, width, width, &identity).unwrap();
+    let (copy, product) = (gpu.zeros("copy", n).unwrap(), gpu.zeros("product", n).unwrap());
+    let mut pass = gpu.pass();
+    pass.matmul(&identity, &xb, rows, &product).unwrap();
+    pass.add_to(&xb, &ob, n).unwrap();
+    pass.matmul(&identity, &xb, rows, &product).unwrap();
+    assert_eq!(pass.kernels(), 5, "laying out and product, add, laying out again and product");
+    // x = sum + o, its add recorded before the norm of o.
+    pass.add_to(&xb, &ob, n).unwrap();
+    pass.rms_norm(&ob, &wb, &out, rows, 1e-6).unwrap();
+    assert_eq!(pass.kernels(), 7);
+    // x = sum + 2 o, then its norm written over o.
+    pass.add_to(&xb, &ob, n).unwrap();
+    pass.rms_norm(&xb, &wb, &ob, rows, 1e-6).unwrap();
+    assert_eq!(pass.kernels(), 9);
+    pass.add_to(&xb, &ob, n).unwrap();
+    pass.copy(&xb, 0, &copy, 0, n).unwrap();
+    pass.submit().unwrap();
+    assert_eq!(gpu.read(&product).unwrap(), sum, "the product read the sum, not the inputs laid out before");
+    let plus_o = |v: &[f32]| -> Vec<f32> { v.iter().zip(&o).map(|(a, b)| a + b).collect() };
+    let twice = plus_o(&plus_o(&sum));
+    let normed_twice: Vec<f64> = normed(&twice);
+    let want: Vec<f64> = twice.iter().zip(&normed_twice).map(|(&a, &b)| a as f64 + b).collect();
+    let err = normalised_error(&gpu.read(&copy).unwrap(), &want);
+    assert!(err <= 1e-6, "the copy after a deferred add: normalised error {err:e}");
 }
 
 #[test]
@@ -329,6 +486,53 @@ fn rope_matches_the_cpu_in_both_styles() {
 
 /// Attention in f64 over keys and values rounded to f16, as the cache holds
 /// them: `keys[p]`, `values[p]` are position p's rows.
+/// A sequence's queries rotated and its keys and values stored in one
+/// kernel against [`Pass::rope`] twice and [`Pass::kv_store`]: the same
+/// bits, wrapping in a ring, in both pair layouts, with heads rotated only
+/// in part (rope dimensions below the head's).
+#[test]
+fn rotating_and_storing_in_one_kernel_is_its_parts_bit_for_bit() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(0x5707e);
+    // (query heads, key heads, head width, pairs rotated, value width, halves)
+    for (n_head, n_head_kv, head_dim, half, width_v, halves) in
+        [(9, 3, 64, 32, 192, false), (4, 2, 10, 3, 14, true), (3, 1, 6, 2, 6, false)]
+    {
+        let (from, rows, ring, start) = (2, 5, 6, 4);
+        let (wq, wk) = (n_head * head_dim, n_head_kv * head_dim);
+        let end = from + rows;
+        let q: Vec<f32> = (0..end * wq).map(|_| rng.unit()).collect();
+        let k: Vec<f32> = (0..end * wk).map(|_| rng.unit()).collect();
+        let v: Vec<f32> = (0..end * width_v).map(|_| rng.unit()).collect();
+        let cos: Vec<f32> = (0..end * half).map(|_| rng.unit()).collect();
+        let sin: Vec<f32> = (0..end * half).map(|_| rng.unit()).collect();
+        let (cb, sb, vb) = (gpu.upload("cos", &cos).unwrap(), gpu.upload("sin", &sin).unwrap(), gpu.upload("v", &v).unwrap());
+        let rotation = Rotation { head_dim, half, halves };
+        // Apart: every row of the pass rotated, this sequence's stored.
+        let (qa, ka, apart) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v).unwrap());
+        let mut pass = gpu.pass();
+        pass.rope(&qa, &cb, &sb, end, n_head, head_dim, half, halves).unwrap();
+        pass.rope(&ka, &cb, &sb, end, n_head_kv, head_dim, half, halves).unwrap();
+        pass.kv_store(&apart, &ka, &vb, from, rows, start).unwrap();
+        pass.submit().unwrap();
+        let (qt, kt, together) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v).unwrap());
+        let mut pass = gpu.pass();
+        pass.rope_and_store(&together, &qt, n_head, &kt, &vb, &cb, &sb, rotation, from, rows, start).unwrap();
+        assert_eq!(pass.submit().unwrap(), 1);
+        let what = format!("{rotation:?}, {n_head}/{n_head_kv} heads");
+        assert_eq!(gpu.read_kv(&together, ring).unwrap(), gpu.read_kv(&apart, ring).unwrap(), "the cache, {what}");
+        let (rotated, want) = (gpu.read(&qt).unwrap(), gpu.read(&qa).unwrap());
+        assert_eq!(rotated[from * wq..], want[from * wq..], "the sequence's queries, {what}");
+        assert_eq!(rotated[..from * wq], q[..from * wq], "the rows before the sequence's, {what}");
+        assert_eq!(gpu.read(&kt).unwrap(), k, "the keys are read, not rotated in place");
+    }
+    let layer = gpu.kv_layer(4, 6, 6).unwrap();
+    let x = gpu.zeros("x", 64).unwrap();
+    let rotation = Rotation { head_dim: 6, half: 2, halves: false };
+    let err = gpu.pass().rope_and_store(&layer, &x, 1, &x, &x, &x, &x, rotation, 0, 5, 0).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "more rows than the ring holds: {err}");
+}
+
 fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>]) -> Vec<f64> {
     let round = |v: f32| f16::from_f32(v).to_f64();
     let group = s.n_head / s.n_head_kv;

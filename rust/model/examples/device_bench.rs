@@ -86,9 +86,14 @@ fn pp_and_tg(model: &Model, ids: &[u32], depth: usize, pp: usize) -> (f64, f64) 
     let prompt = pp as f64 / t.elapsed().as_secs_f64();
     let decoded = &ids[depth + pp..];
     let mut s = session(depth + decoded.len(), depth.max(1));
+    let kernels = model.placement().map(|d| d.kernels());
     let t = Instant::now();
     for &id in decoded {
         model.forward(&mut s, &[id], Logits::Last).unwrap();
     }
-    (prompt, decoded.len() as f64 / t.elapsed().as_secs_f64())
+    let tg = decoded.len() as f64 / t.elapsed().as_secs_f64();
+    if let (Some(before), Some(d)) = (kernels, model.placement()) {
+        eprintln!("kernels a decoded token: {}", (d.kernels() - before) / decoded.len().max(1) as u64);
+    }
+    (prompt, tg)
 }

@@ -33,7 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ember_gpu::{
-    Activation, AttentionShape, DeltaShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Routing,
+    Activation, AttentionShape, DeltaShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Rotation,
+    Routing, StackedMatrix,
 };
 use ember_gguf::GgmlType;
 use ember_kv::KvCache;
@@ -48,16 +49,16 @@ fn device_error(e: GpuError) -> ModelError {
     ModelError::Device(e.to_string())
 }
 
+fn tensor_error(m: &Matrix, e: GpuError) -> ModelError {
+    ModelError::Device(format!("tensor {}: {e}", m.name))
+}
+
 /// One attention block and its feed-forward block on the device: dense, a
 /// mixture, or both side by side.
 struct DeviceLayer {
     attn_norm: DeviceBuffer,
     /// None in a gated DeltaNet layer, which has `delta` instead.
-    wq: Option<DeviceMatrix>,
-    /// None where the layer reads an earlier layer's rings (gemma4).
-    wk: Option<DeviceMatrix>,
-    /// None where the values are the keys before their norm (gemma4).
-    wv: Option<DeviceMatrix>,
+    qkv: Option<Qkv>,
     /// Ones of a value head's width, where values are RMS-normed (gemma4).
     value_norm: Option<DeviceBuffer>,
     bq: Option<DeviceBuffer>,
@@ -111,9 +112,40 @@ struct DevicePerLayerInputs {
 }
 
 struct DeviceFfn {
-    gate: DeviceMatrix,
-    up: DeviceMatrix,
+    gate_up: GateUp,
     down: DeviceMatrix,
+}
+
+impl DeviceFfn {
+    /// Rows of the gate (and up) projection.
+    fn rows(&self) -> usize {
+        match &self.gate_up {
+            GateUp::Pair(pair) => pair.parts()[0],
+            GateUp::Apart { gate, .. } => gate.rows,
+        }
+    }
+}
+
+/// An attention layer's query, key and value projections.
+enum Qkv {
+    /// The three stacked (one type and width, one binding): one kernel
+    /// takes the three products.
+    Stacked(StackedMatrix),
+    Apart {
+        wq: DeviceMatrix,
+        /// None where the layer reads an earlier layer's rings (gemma4).
+        wk: Option<DeviceMatrix>,
+        /// None where the values are the keys before their norm (gemma4).
+        wv: Option<DeviceMatrix>,
+    },
+}
+
+/// A gated feed-forward's gate and up projections: held as one where they
+/// share a type and fit one binding (one kernel takes both products and the
+/// activation), else apart.
+enum GateUp {
+    Pair(StackedMatrix),
+    Apart { gate: DeviceMatrix, up: DeviceMatrix },
 }
 
 /// A mixture's weights on the device (the CPU's [`Experts`]).
@@ -152,6 +184,7 @@ pub struct DeviceWeights {
     /// runs one pass at a time.
     work: Mutex<Option<Work>>,
     logits_read: AtomicU64,
+    kernels: AtomicU64,
 }
 
 /// The most of a row's largest logits read back in place of the row: past
@@ -264,11 +297,9 @@ impl DeviceWeights {
         if let Some(why) = device_refusal(model) {
             return Err(ModelError::Device(format!("the model cannot run on {}: {why}", gpu.info().name)));
         }
-        let mut bytes = 0u64;
+        let (mut bytes, mut stacked_bytes) = (0u64, 0u64);
         let mut matrix = |m: &Matrix| -> Result<DeviceMatrix> {
-            let d = gpu
-                .upload_matrix(&m.name, m.ty, m.rows, m.cols, m.bytes())
-                .map_err(|e| ModelError::Device(format!("tensor {}: {e}", m.name)))?;
+            let d = gpu.upload_matrix(&m.name, m.ty, m.rows, m.cols, m.bytes()).map_err(|e| tensor_error(m, e))?;
             bytes += d.bytes();
             Ok(d)
         };
@@ -276,7 +307,22 @@ impl DeviceWeights {
         let mut layers = Vec::with_capacity(w.layers.len());
         for (l, lc) in w.layers.iter().zip(&model.config.layers) {
             let ffn = match &l.ffn {
-                Some(f) => Some(DeviceFfn { gate: matrix(&f.gate)?, up: matrix(&f.up)?, down: matrix(&f.down)? }),
+                Some(f) => {
+                    let pair = if (f.gate.ty, f.gate.rows, f.gate.cols) == (f.up.ty, f.up.rows, f.up.cols) {
+                        let parts = [(f.gate.rows, f.gate.bytes()), (f.up.rows, f.up.bytes())];
+                        gpu.upload_stacked(&f.gate.name, f.gate.ty, f.gate.cols, &parts).map_err(|e| tensor_error(&f.gate, e))?
+                    } else {
+                        None
+                    };
+                    let gate_up = match pair {
+                        Some(pair) => {
+                            stacked_bytes += pair.bytes();
+                            GateUp::Pair(pair)
+                        }
+                        None => GateUp::Apart { gate: matrix(&f.gate)?, up: matrix(&f.up)? },
+                    };
+                    Some(DeviceFfn { gate_up, down: matrix(&f.down)? })
+                }
                 None => None,
             };
             let moe = l.experts.as_ref().map(|x| DeviceMoe::upload(&gpu, model, x, l.ffn.is_some() && l.shared_gate.is_none())).transpose()?;
@@ -306,9 +352,24 @@ impl DeviceWeights {
             };
             layers.push(DeviceLayer {
                 attn_norm: vector(&gpu, &l.attn_norm)?,
-                wq: l.wq.as_ref().map(&mut matrix).transpose()?,
-                wk: l.wk.as_ref().map(&mut matrix).transpose()?,
-                wv: l.wv.as_ref().map(&mut matrix).transpose()?,
+                qkv: match (&l.wq, &l.wk, &l.wv) {
+                    (Some(q), Some(k), Some(v)) if [k, v].iter().all(|m| (m.ty, m.cols) == (q.ty, q.cols)) => {
+                        let parts = [q, k, v].map(|m| (m.rows, m.bytes()));
+                        match gpu.upload_stacked(&q.name, q.ty, q.cols, &parts).map_err(|e| tensor_error(q, e))? {
+                            Some(m) => {
+                                stacked_bytes += m.bytes();
+                                Some(Qkv::Stacked(m))
+                            }
+                            None => Some(Qkv::Apart { wq: matrix(q)?, wk: Some(matrix(k)?), wv: Some(matrix(v)?) }),
+                        }
+                    }
+                    (Some(q), k, v) => Some(Qkv::Apart {
+                        wq: matrix(q)?,
+                        wk: k.as_ref().map(&mut matrix).transpose()?,
+                        wv: v.as_ref().map(&mut matrix).transpose()?,
+                    }),
+                    (None, ..) => None,
+                },
                 value_norm,
                 bq: optional(&gpu, &l.bq)?,
                 bk: optional(&gpu, &l.bk)?,
@@ -333,7 +394,7 @@ impl DeviceWeights {
         };
         let output_norm = vector(&gpu, &w.output_norm)?;
         let output = matrix(w.output())?;
-        bytes += layers.iter().filter_map(|l| l.moe.as_ref()).map(DeviceMoe::bytes).sum::<u64>();
+        bytes += stacked_bytes + layers.iter().filter_map(|l| l.moe.as_ref()).map(DeviceMoe::bytes).sum::<u64>();
         Ok(DeviceWeights {
             gpu,
             layers,
@@ -343,6 +404,7 @@ impl DeviceWeights {
             bytes,
             work: Mutex::new(None),
             logits_read: AtomicU64::new(0),
+            kernels: AtomicU64::new(0),
         })
     }
 
@@ -476,7 +538,7 @@ impl DeviceWeights {
                 p.scale(&s.x, scale, t * c.n_embd).map_err(device_error)?;
             }
         }
-        p.submit().map_err(device_error)?;
+        self.count_kernels(p.submit().map_err(device_error)?);
         for q in seqs.iter_mut() {
             if let Some(states) = &q.rings.states {
                 q.cache.set_states(&g.read(states).map_err(device_error)?);
@@ -501,7 +563,7 @@ impl DeviceWeights {
             // Every row after the output norm: what the head would read.
             let mut p = g.pass();
             self.normed_rows(model, &mut p, s, r0, n).map_err(device_error)?;
-            p.submit().map_err(device_error)?;
+            self.count_kernels(p.submit().map_err(device_error)?);
             out.extend(g.read_first(&s.h, n * e).map_err(device_error)?);
             return Ok(());
         }
@@ -520,7 +582,7 @@ impl DeviceWeights {
             let mut p = g.pass();
             self.normed_rows(model, &mut p, s, at, k).map_err(device_error)?;
             p.matmul(&self.output, &s.h, k, &s.logits).map_err(device_error)?;
-            p.submit().map_err(device_error)?;
+            self.count_kernels(p.submit().map_err(device_error)?);
             out.extend(g.read_first(&s.logits, k * c.n_vocab).map_err(device_error)?);
             self.logits_read.fetch_add((k * c.n_vocab) as u64, Ordering::Relaxed);
         }
@@ -547,7 +609,7 @@ impl DeviceWeights {
         self.normed_rows(model, &mut p, s, row, 1).map_err(device_error)?;
         p.matmul(&self.output, &s.h, 1, &s.logits).map_err(device_error)?;
         p.top_k(&s.logits, c.n_vocab, 1, k, &s.top).map_err(device_error)?;
-        p.submit().map_err(device_error)?;
+        self.count_kernels(p.submit().map_err(device_error)?);
         let top = g.read_top(&s.top, k).map_err(device_error)?;
         self.logits_read.fetch_add(k as u64, Ordering::Relaxed);
         out.resize(c.n_vocab, f32::NEG_INFINITY);
@@ -558,6 +620,15 @@ impl DeviceWeights {
             }
         }
         Ok(())
+    }
+
+    /// Kernels the device has run for the passes so far.
+    pub fn kernels(&self) -> u64 {
+        self.kernels.load(Ordering::Relaxed)
+    }
+
+    fn count_kernels(&self, n: usize) {
+        self.kernels.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Logit values read back from the device so far: a whole row's
@@ -583,21 +654,28 @@ impl DeviceWeights {
         let (e, eps) = (c.n_embd, c.rms_eps);
         let (hk, qw, kw, vw) = (lc.head_dim_k, lc.q_width(), lc.k_width(), lc.v_width());
         p.rms_norm(&s.x, &l.attn_norm, &s.h, t, eps)?;
-        let wq = l.wq.as_ref().expect("an attention layer has queries");
-        if lc.attn_gate {
-            // Each head's query, then its gate (qwen35): split apart.
-            p.matmul(wq, &s.h, t, &s.q_raw)?;
-            p.split_gates(&s.q_raw, &s.q, &s.gates, t * lc.n_head, hk)?;
-        } else {
-            p.matmul(wq, &s.h, t, &s.q)?;
-        }
-        if let Some(wk) = &l.wk {
-            p.matmul(wk, &s.h, t, &s.k)?;
-            match &l.wv {
-                Some(wv) => p.matmul(wv, &s.h, t, &s.v)?,
-                // Values are the keys before their norm (gemma4's attention_k_eq_v).
-                None => p.copy(&s.k, 0, &s.v, 0, t * vw)?,
+        // Each head's query, then its gate (qwen35), split apart below.
+        let queries = if lc.attn_gate { &s.q_raw } else { &s.q };
+        let own_keys = match l.qkv.as_ref().expect("an attention layer has queries") {
+            Qkv::Stacked(m) => {
+                p.matmul_split(m, &s.h, t, [queries, &s.k, &s.v])?;
+                true
             }
+            Qkv::Apart { wq, wk, wv } => {
+                p.matmul(wq, &s.h, t, queries)?;
+                if let Some(wk) = wk {
+                    p.matmul(wk, &s.h, t, &s.k)?;
+                    match wv {
+                        Some(wv) => p.matmul(wv, &s.h, t, &s.v)?,
+                        // Values are the keys before their norm (gemma4's attention_k_eq_v).
+                        None => p.copy(&s.k, 0, &s.v, 0, t * vw)?,
+                    }
+                }
+                wk.is_some()
+            }
+        };
+        if lc.attn_gate {
+            p.split_gates(&s.q_raw, &s.q, &s.gates, t * lc.n_head, hk)?;
         }
         for (buf, bias, width) in [(&s.q, &l.bq, qw), (&s.k, &l.bk, kw), (&s.v, &l.bv, vw)] {
             if let Some(b) = bias {
@@ -609,15 +687,17 @@ impl DeviceWeights {
         let (cos, sin) = (&s.cos[lc.rope], &s.sin[lc.rope]);
         // Each head normed (qwen3, gemma) into its own buffer, then rotated in place.
         let q = normed_heads(p, &s.q, &s.qn, l.q_norm.as_ref(), t * lc.n_head, eps)?;
-        p.rope(q, cos, sin, t, lc.n_head, hk, rope.n_rot / 2, halves)?;
-        // A layer with keys of its own stores them; one that reads an
-        // earlier layer's rings finds its positions there already.
-        let own = if l.wk.is_some() {
+        let rotation = Rotation { head_dim: hk, half: rope.n_rot / 2, halves };
+        // A layer with keys of its own rotates them and stores them with its
+        // values, each sequence's with its queries' rotation (one kernel); one
+        // that reads an earlier layer's rings finds its positions there
+        // already, and only rotates its queries.
+        let own = if own_keys {
             let k = normed_heads(p, &s.k, &s.kn, l.k_norm.as_ref(), t * lc.n_head_kv, eps)?;
-            p.rope(k, cos, sin, t, lc.n_head_kv, hk, rope.n_rot / 2, halves)?;
             let v = normed_heads(p, &s.v, &s.vn, l.value_norm.as_ref(), t * lc.n_head_kv, eps)?;
             Some((k, v))
         } else {
+            p.rope(q, cos, sin, t, lc.n_head, hk, rotation.half, halves)?;
             None
         };
         let ci = lc.kv.cache_layer();
@@ -625,7 +705,7 @@ impl DeviceWeights {
         for seq in seqs {
             let (kv, n, start) = (&seq.rings.layers[ci], seq.tokens.len(), seq.cache.len());
             if let Some((k, v)) = own {
-                p.kv_store(kv, k, v, row0, n, start)?;
+                p.rope_and_store(kv, q, lc.n_head, k, v, cos, sin, rotation, row0, n, start)?;
             }
             let shape = AttentionShape {
                 t: n,
@@ -719,9 +799,14 @@ impl DeviceWeights {
         };
         p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
         if let Some(f) = &l.ffn {
-            p.matmul(&f.gate, &s.h, t, &s.gate)?;
-            p.matmul(&f.up, &s.h, t, &s.up)?;
-            p.gated(act, &s.gate, &s.up, &s.act, t * f.gate.rows)?;
+            match &f.gate_up {
+                GateUp::Pair(pair) => p.matmul_gated(pair, act, &s.h, t, &s.act)?,
+                GateUp::Apart { gate, up } => {
+                    p.matmul(gate, &s.h, t, &s.gate)?;
+                    p.matmul(up, &s.h, t, &s.up)?;
+                    p.gated(act, &s.gate, &s.up, &s.act, t * gate.rows)?;
+                }
+            }
             p.matmul(&f.down, &s.act, t, &s.o)?;
         }
         let out = match (&l.moe, &s.moe) {
@@ -1077,7 +1162,7 @@ impl Work {
         let m = c.max_widths();
         let widest_q = c.layers.iter().map(LayerConfig::q_width).max().unwrap_or(0);
         let widest_att = c.layers.iter().map(LayerConfig::att_width).max().unwrap_or(0);
-        let widest_ff = dw.layers.iter().filter_map(|l| l.ffn.as_ref()).map(|f| f.gate.rows).max().unwrap_or(0);
+        let widest_ff = dw.layers.iter().filter_map(|l| l.ffn.as_ref()).map(DeviceFfn::rows).max().unwrap_or(0);
         let widest_expert = dw.layers.iter().filter_map(|l| l.moe.as_ref()).map(|m| m.gate.rows).max().unwrap_or(0);
         let mut bytes = 0u64;
         let mut buf = |name: &str, n: usize| {

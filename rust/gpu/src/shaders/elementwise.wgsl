@@ -1,6 +1,5 @@
-// Element by element over `n` values: the gated FFN's activations (ggml's
-// SiLU and tanh-approximated GELU of the gate, times the up projection),
-// and a sigmoid gate (Qwen3.5's gated attention).
+// Element by element over `n` values: the gated FFN's activations and a
+// sigmoid gate (`activations.wgsl`).
 // One thread a value. The gate and the output are rows of `width`; the up
 // values may sit in wider rows (`b_stride`) from `b_at` (gemma4's
 // per-layer inputs: one layer's slice of each token's row).
@@ -35,8 +34,7 @@ fn b_index(i: u32) -> u32 {
 fn silu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = index(id);
     if (i < p.n) {
-        let g = a[i];
-        out[i] = g / (1.0 + exp(-g)) * b[b_index(i)];
+        out[i] = silu_mul_of(a[i], b[b_index(i)]);
     }
 }
 
@@ -44,12 +42,7 @@ fn silu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
 fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = index(id);
     if (i < p.n) {
-        let g = a[i];
-        // tanh(z) as 1 - 2 / (e^2z + 1), which stays finite where WGSL's
-        // tanh may not for large |z|.
-        let z = 0.7978846 * g * (1.0 + 0.044715 * g * g);
-        let t = 1.0 - 2.0 / (exp(min(2.0 * z, 80.0)) + 1.0);
-        out[i] = 0.5 * g * (1.0 + t) * b[b_index(i)];
+        out[i] = gelu_mul_of(a[i], b[b_index(i)]);
     }
 }
 
@@ -57,6 +50,6 @@ fn gelu_mul(@builtin(global_invocation_id) id: vec3<u32>) {
 fn sigmoid_mul(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = index(id);
     if (i < p.n) {
-        out[i] = b[b_index(i)] / (1.0 + exp(-a[i]));
+        out[i] = sigmoid_mul_of(a[i], b[b_index(i)]);
     }
 }

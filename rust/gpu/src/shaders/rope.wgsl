@@ -36,10 +36,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         ia = base + pair;
         ib = ia + p.half;
     }
-    let c = cos_t[row * p.half + pair];
-    let s = sin_t[row * p.half + pair];
-    let a = x[ia];
-    let b = x[ib];
-    x[ia] = a * c - b * s;
-    x[ib] = a * s + b * c;
+    let r = rotate(x[ia], x[ib], cos_t[row * p.half + pair], sin_t[row * p.half + pair]);
+    x[ia] = r.x;
+    x[ib] = r.y;
 }

@@ -1,0 +1,44 @@
+// out[c, r] = activation(gate[r] · x[c], up[r] · x[c]): a gated
+// feed-forward's two products and its activation in one kernel, the gate's
+// and the up projection's rows held as one matrix (the gate's first). A
+// workgroup's first PAIRS rows are gate rows, its last PAIRS the same rows
+// of up; each row's sums are `matmul_rows.wgsl`'s and the activation is
+// `activations.wgsl`'s, so the outputs are those of the two products and
+// `elementwise.wgsl` one after the other, bit for bit. The format's block,
+// the shared readers, the activations and `activation` (which of them)
+// are appended.
+
+const PAIRS: u32 = ROWS / 2u;
+
+struct Params {
+    // Output rows: the gate's (and up's).
+    rows: u32,
+    cols: u32,
+    n: u32,
+    row_bytes: u32,
+    // Workgroups along x: rows past the dispatch limit go to y.
+    groups_x: u32,
+    x_stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+var<immediate> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let slot = lid / THREADS;
+    let up = slot / PAIRS;
+    let row = (g.x + g.y * p.groups_x) * PAIRS + slot % PAIRS;
+    let n_cols = row_sums(g.z, lid, (row + up * p.rows) * p.row_bytes, row < p.rows);
+    if (lid % THREADS == 0u && up == 0u && row < p.rows) {
+        for (var c = 0u; c < n_cols; c++) {
+            let gate = partial[c * WG + lid];
+            let value = partial[c * WG + lid + PAIRS * THREADS];
+            out[(g.z * COLS + c) * p.rows + row] = activation(gate, value);
+        }
+    }
+}
