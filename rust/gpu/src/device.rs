@@ -502,7 +502,7 @@ impl Gpu {
             encoder: self.device.create_command_encoder(&Default::default()),
             compute: None,
             blocked: None,
-            deferred_add: None,
+            pending: None,
             kernels: 0,
         }
     }
@@ -654,19 +654,47 @@ pub struct Pass<'g> {
     /// The inputs the block-major buffer holds now, so the products that
     /// read the same ones (q, k and v; gate and up) lay them out once.
     blocked: Option<Blocked>,
-    /// A residual add not recorded yet: a norm of its sum, next, takes it
-    /// in (`add_rms_norm.wgsl`, a kernel fewer); anything else records it
-    /// first.
-    deferred_add: Option<DeferredAdd>,
+    /// A kernel not recorded yet, so that the next may take it in (see
+    /// [`Pending`]); anything else records it first.
+    pending: Option<Pending>,
     /// Kernels recorded so far.
     kernels: usize,
 }
 
-/// x[..n] += b[..n], deferred.
-struct DeferredAdd {
+/// What a pass holds back for the kernel after it (each form of
+/// `rms_norm.wgsl` rounds as the kernels it stands for).
+enum Pending {
+    /// x[..n] += b[..n], a residual: the norm of its sum takes it in.
+    Add { x: wgpu::Buffer, b: wgpu::Buffer, n: usize },
+    /// A norm (its residual add taken in, or not): a product reading its
+    /// output takes in the laying out of it.
+    Norm(PendingNorm),
+}
+
+struct PendingNorm {
     x: wgpu::Buffer,
-    b: wgpu::Buffer,
-    n: usize,
+    added: Option<wgpu::Buffer>,
+    weight: wgpu::Buffer,
+    out: wgpu::Buffer,
+    rows: usize,
+    width: usize,
+    eps: f32,
+}
+
+impl PendingNorm {
+    /// Records it, its output laid out block-major into `laid_out` as well
+    /// for blocks of `block` where one is given.
+    fn record(self, pass: &mut Pass<'_>, laid_out: Option<(&wgpu::Buffer, usize)>) {
+        let max = pass.max_groups();
+        let (gx, gy) = (self.rows.min(max), self.rows.div_ceil(max));
+        let block = laid_out.map_or(1, |(_, block)| block);
+        let params = [self.width as u32, self.rows as u32, self.eps.to_bits(), gx as u32, block as u32, 0, 0, 0];
+        let mut buffers = vec![&self.x, &self.weight, &self.out];
+        buffers.extend(&self.added);
+        buffers.extend(laid_out.map(|(b, _)| b));
+        let kernel = Kernel::RmsNorm { added: self.added.is_some(), laid_out: laid_out.is_some() };
+        pass.dispatch(kernel, &buffers, &params, [gx as u32, gy as u32, 1]);
+    }
 }
 
 struct Blocked {
@@ -679,7 +707,7 @@ struct Blocked {
 
 impl Pass<'_> {
     pub(crate) fn dispatch(&mut self, kernel: Kernel, buffers: &[&wgpu::Buffer], params: &[u32], groups: [u32; 3]) {
-        self.record_deferred_add();
+        self.record_pending();
         let gpu = self.gpu;
         debug_assert!(params.len() * 4 <= MAX_PARAMS_BYTES as usize);
         // A kernel that binds the inputs laid out may write them.
@@ -819,17 +847,20 @@ impl Pass<'_> {
         Ok((blocked, [groups_x as u32, groups.div_ceil(groups_x) as u32, col_groups as u32]))
     }
 
-    /// Kernels recorded so far (a deferred add is not, yet).
+    /// Kernels recorded so far (one held back is not, yet).
     pub fn kernels(&self) -> usize {
         self.kernels
     }
 
-    /// Records the deferred add, if there is one, before what comes next.
-    fn record_deferred_add(&mut self) {
-        if let Some(add) = self.deferred_add.take() {
-            let n = add.n;
-            let (groups, threads_x) = self.spread(n, "an add").expect("checked when deferred");
-            self.dispatch(Kernel::AddInPlace, &[&add.x, &add.b], &[n as u32, threads_x, n as u32, 0], groups);
+    /// Records the kernel held back, if there is one, before what comes next.
+    fn record_pending(&mut self) {
+        match self.pending.take() {
+            Some(Pending::Add { x, b, n }) => {
+                let (groups, threads_x) = self.spread(n, "an add").expect("checked when held back");
+                self.dispatch(Kernel::AddInPlace, &[&x, &b], &[n as u32, threads_x, n as u32, 0], groups);
+            }
+            Some(Pending::Norm(norm)) => norm.record(self, None),
+            None => {}
         }
     }
 
@@ -848,6 +879,13 @@ impl Pass<'_> {
             return Ok(b.to.clone());
         }
         let to = self.gpu.grown(&self.gpu.blocked, "block-major inputs", n * cols)?;
+        let norm_of_x = |p: &mut Pending| matches!(p, Pending::Norm(m) if m.out == x.buf && (m.rows, m.width) == (n, cols));
+        if let Some(Pending::Norm(norm)) = self.pending.take_if(norm_of_x) {
+            // The norm that writes these inputs lays them out as it goes.
+            norm.record(self, Some((&to, block)));
+            self.blocked = Some(Blocked { from: x.buf.clone(), n, cols, block, to: to.clone() });
+            return Ok(to);
+        }
         let (groups, threads_x) = self.spread(n * cols, "laying out a product's inputs")?;
         let params = [(n * cols) as u32, threads_x, cols as u32, block as u32];
         self.dispatch(Kernel::BlockInputs, &[&x.buf, &to], &params, groups);
@@ -872,18 +910,24 @@ impl Pass<'_> {
             )));
         }
         let max = self.max_groups();
-        let (gx, gy) = (rows.min(max), rows.div_ceil(max));
-        if gy > max {
+        if rows.div_ceil(max) > max {
             return Err(GpuError::Shape(format!("rms_norm of {rows} rows is past the dispatch limit")));
         }
-        let params = [width as u32, rows as u32, eps.to_bits(), gx as u32];
-        let groups = [gx as u32, gy as u32, 1];
         // Not where the add's values are the norm's output too (a post-norm's,
         // in the buffer this norm writes): a kernel binds a buffer once.
-        match self.deferred_add.take_if(|a| a.x == x.buf && a.n == rows * width && a.b != out.buf) {
-            Some(add) => self.dispatch(Kernel::AddRmsNorm, &[&x.buf, &add.b, &weight.buf, &out.buf], &params, groups),
-            None => self.dispatch(Kernel::RmsNorm, &[&x.buf, &weight.buf, &out.buf], &params, groups),
+        let sum_of_x = |p: &mut Pending| matches!(p, Pending::Add { x: ax, b, n } if *ax == x.buf && *n == rows * width && *b != out.buf);
+        let added = match self.pending.take_if(sum_of_x) {
+            Some(Pending::Add { b, .. }) => Some(b),
+            _ => None,
+        };
+        self.record_pending();
+        // Held back, but the inputs laid out from what it writes are stale now.
+        self.may_write(&out.buf);
+        if added.is_some() {
+            self.may_write(&x.buf);
         }
+        let (x, weight, out) = (x.buf.clone(), weight.buf.clone(), out.buf.clone());
+        self.pending = Some(Pending::Norm(PendingNorm { x, added, weight, out, rows, width, eps }));
         Ok(())
     }
 
@@ -964,9 +1008,9 @@ impl Pass<'_> {
         if b.len >= n {
             // A residual, which the norm of its sum may take in: recorded
             // later, but the inputs laid out from x are stale now.
-            self.record_deferred_add();
+            self.record_pending();
             self.may_write(&x.buf);
-            self.deferred_add = Some(DeferredAdd { x: x.buf.clone(), b: b.buf.clone(), n });
+            self.pending = Some(Pending::Add { x: x.buf.clone(), b: b.buf.clone(), n });
             return Ok(());
         }
         self.dispatch(Kernel::AddInPlace, &[&x.buf, &b.buf], &[n as u32, threads_x, b.len.min(n) as u32, 0], groups);
@@ -988,7 +1032,7 @@ impl Pass<'_> {
                 src.len, dst.len
             )));
         }
-        self.record_deferred_add();
+        self.record_pending();
         // A copy is recorded outside a compute pass: end the open one.
         self.compute = None;
         self.may_write(&dst.buf);
@@ -1207,7 +1251,7 @@ impl Pass<'_> {
     /// recorded or run fails here (or at the next read).
     /// Submits what was recorded; returns how many kernels that was.
     pub fn submit(mut self) -> Result<usize> {
-        self.record_deferred_add();
+        self.record_pending();
         self.compute = None;
         self.gpu.queue.submit([self.encoder.finish()]);
         self.gpu.check()?;

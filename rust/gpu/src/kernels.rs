@@ -20,7 +20,28 @@ const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
 const IQ4_LEVELS: &str = include_str!("shaders/formats/iq4_levels.wgsl");
 const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
-const ADD_RMS_NORM: &str = include_str!("shaders/add_rms_norm.wgsl");
+
+/// The norm's forms (see `rms_norm.wgsl`): its input as it is, or with a
+/// residual added first; its output as it is, or laid out as well.
+const NORM_INPUT: &str = "@group(0) @binding(0) var<storage, read> x: array<f32>;
+fn load(at: u32) -> f32 {
+    return x[at];
+}";
+const NORM_INPUT_ADDED: &str = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+fn load(at: u32) -> f32 {
+    let v = x[at] + b[at];
+    x[at] = v;
+    return v;
+}";
+const NORM_OUTPUT: &str = "fn store(start: u32, i: u32, v: f32) {
+    out[start + i] = v;
+}";
+const NORM_OUTPUT_LAID_OUT: &str = "@group(0) @binding(LAID_OUT) var<storage, read_write> laid_out: array<f32>;
+fn store(start: u32, i: u32, v: f32) {
+    out[start + i] = v;
+    laid_out[start + (i % p.block) * (p.width / p.block) + i / p.block] = v;
+}";
 const WORKGROUP_SUM: &str = include_str!("shaders/workgroup_sum.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
 const ADD_IN_PLACE: &str = include_str!("shaders/add_in_place.wgsl");
@@ -99,9 +120,10 @@ pub(crate) enum Kernel {
     MatmulSplit(GgmlType, bool),
     /// A mixture's expert products, one input a thread.
     MatmulId(GgmlType),
-    RmsNorm,
-    /// A residual add and the norm of its sum.
-    AddRmsNorm,
+    /// RMS norm: whether a residual add comes first (its buffer bound
+    /// after the output), and whether the output is laid out block-major as
+    /// well (bound last).
+    RmsNorm { added: bool, laid_out: bool },
     SiluMul,
     GeluMul,
     SigmoidMul,
@@ -149,8 +171,14 @@ impl Kernel {
                 let chosen = format!("fn activation(g: f32, u: f32) -> f32 {{\n    return {which}(g, u);\n}}");
                 format!("{}\n{ACTIVATIONS}\n{chosen}", row_product(MATMUL_GATED, ty, wide)?)
             }
-            Kernel::RmsNorm => format!("{RMS_NORM}\n{WORKGROUP_SUM}"),
-            Kernel::AddRmsNorm => format!("{ADD_RMS_NORM}\n{WORKGROUP_SUM}"),
+            Kernel::RmsNorm { added, laid_out } => {
+                let input = if added { NORM_INPUT_ADDED } else { NORM_INPUT };
+                let output = match laid_out {
+                    true => NORM_OUTPUT_LAID_OUT.replace("LAID_OUT", if added { "4" } else { "3" }),
+                    false => NORM_OUTPUT.to_string(),
+                };
+                format!("{RMS_NORM}\n{WORKGROUP_SUM}\n{input}\n{output}")
+            }
             Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => format!("{ELEMENTWISE}\n{ACTIVATIONS}"),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Scale => SCALE.to_string(),

@@ -278,7 +278,7 @@ fn rms_norm_matches_the_cpu() {
 }
 
 #[test]
-fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise() {
+fn a_residual_add_and_a_norm_are_taken_in_by_the_kernels_after_them_and_kept_in_order_otherwise() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(22);
     let (rows, width) = (3, 96);
@@ -304,8 +304,7 @@ fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise
     pass.add_to(&xb, &ob, n).unwrap();
     assert_eq!(pass.kernels(), 0, "the add waits for what comes next");
     pass.rms_norm(&xb, &wb, &out, rows, 1e-6).unwrap();
-    assert_eq!(pass.kernels(), 1, "the norm of the sum took the add in");
-    pass.submit().unwrap();
+    assert_eq!(pass.submit().unwrap(), 1, "the norm of the sum took the add in");
     assert_eq!(gpu.read(&xb).unwrap(), sum, "the sum is kept, rounded as the add rounds it");
     let err = normalised_error(&gpu.read(&out).unwrap(), &normed(&sum));
     assert!(err <= 1e-6, "the norm of the sum: normalised error {err:e}");
@@ -313,10 +312,15 @@ fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise
     // before the add are stale); so does a norm of another buffer, one
     // writing where the add reads (a post-norm's output) and a copy.
     let (xb, ob) = (gpu.upload("x", &x).unwrap(), gpu.upload("o", &o).unwrap());
-    let mut identity = vec![0f32; width * width];
-    (0..width).for_each(|i| identity[i * width + i] = 1.0);
-    let identity: Vec<u8> = identity.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let identity = gpu.upload_matrix("identity", GgmlType::F32, width, width, &identity).unwrap();
+    // An exact identity in Q8_0 (scales of one, a quant of one on the
+    // diagonal), so that the inputs are laid out in blocks of 32.
+    let identity: Vec<u8> = (0..width)
+        .flat_map(|r| (0..width / 32).flat_map(move |b| {
+            let quants = (0..32).map(move |j| u8::from(b * 32 + j == r));
+            f16::from_f32(1.0).to_le_bytes().into_iter().chain(quants)
+        }))
+        .collect();
+    let identity = gpu.upload_matrix("identity", GgmlType::Q8_0, width, width, &identity).unwrap();
     let (copy, product) = (gpu.zeros("copy", n).unwrap(), gpu.zeros("product", n).unwrap());
     let mut pass = gpu.pass();
     pass.matmul(&identity, &xb, rows, &product).unwrap();
@@ -326,11 +330,11 @@ fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise
     // x = sum + o, its add recorded before the norm of o.
     pass.add_to(&xb, &ob, n).unwrap();
     pass.rms_norm(&ob, &wb, &out, rows, 1e-6).unwrap();
-    assert_eq!(pass.kernels(), 7);
+    assert_eq!(pass.kernels(), 6, "the norm itself held back in turn");
     // x = sum + 2 o, then its norm written over o.
     pass.add_to(&xb, &ob, n).unwrap();
     pass.rms_norm(&xb, &wb, &ob, rows, 1e-6).unwrap();
-    assert_eq!(pass.kernels(), 9);
+    assert_eq!(pass.kernels(), 8);
     pass.add_to(&xb, &ob, n).unwrap();
     pass.copy(&xb, 0, &copy, 0, n).unwrap();
     pass.submit().unwrap();
@@ -341,6 +345,20 @@ fn a_residual_add_is_taken_in_by_the_norm_of_its_sum_and_kept_in_order_otherwise
     let want: Vec<f64> = twice.iter().zip(&normed_twice).map(|(&a, &b)| a as f64 + b).collect();
     let err = normalised_error(&gpu.read(&copy).unwrap(), &want);
     assert!(err <= 1e-6, "the copy after a deferred add: normalised error {err:e}");
+
+    // The add, the norm of its sum and the laying out of the norm's output
+    // for the product that reads it: one kernel.
+    let (xb, ob) = (gpu.upload("x", &x).unwrap(), gpu.upload("o", &o).unwrap());
+    let mut pass = gpu.pass();
+    pass.add_to(&xb, &ob, n).unwrap();
+    pass.rms_norm(&xb, &wb, &out, rows, 1e-6).unwrap();
+    pass.matmul(&identity, &out, rows, &product).unwrap();
+    assert_eq!(pass.submit().unwrap(), 2, "add, norm and laying out; the product");
+    let normed_sum = gpu.read(&out).unwrap();
+    assert_eq!(gpu.read(&product).unwrap(), normed_sum, "the product read the norm's output laid out");
+    let err = normalised_error(&normed_sum, &normed(&sum));
+    assert!(err <= 1e-6, "the norm laid out: normalised error {err:e}");
+    assert_eq!(gpu.read(&xb).unwrap(), sum);
 }
 
 #[test]
