@@ -789,19 +789,39 @@ impl Pass<'_> {
     /// activation of a gated feed-forward in one kernel, each output as
     /// [`Pass::matmul`] twice and [`Pass::gated`] give it.
     pub fn matmul_gated(&mut self, w: &StackedMatrix, act: Activation, x: &DeviceBuffer, n: usize, out: &DeviceBuffer) -> Result<()> {
+        self.matmul_gated_laid_out(w, act, x, n, out, 1)
+    }
+
+    /// [`Pass::matmul_gated`], its output laid out for a product over
+    /// blocks of `block`, which then reads it in place.
+    pub fn matmul_gated_laid_out(
+        &mut self,
+        w: &StackedMatrix,
+        act: Activation,
+        x: &DeviceBuffer,
+        n: usize,
+        out: &DeviceBuffer,
+        block: usize,
+    ) -> Result<()> {
         let rows = match w.parts[..] {
             [gate, up] if gate == up => gate,
             _ => return Err(GpuError::Shape(format!("a gated product of parts of {:?} rows", w.parts))),
         };
-        if out.len < n * rows {
-            return Err(GpuError::Shape(format!("gated matmul of {rows} rows over {n} inputs: out holds {}", out.len)));
+        if out.len < n * rows || block == 0 || rows % block != 0 {
+            return Err(GpuError::Shape(format!(
+                "gated matmul of {rows} rows over {n} inputs laid out in blocks of {block}: out holds {}",
+                out.len
+            )));
         }
         // A workgroup of 64 takes as many gate rows as up rows.
         let per_group = 64 / matmul_threads(w.m.ty) / 2;
         let (blocked, groups) = self.row_product_groups(&w.m, x, n, rows, per_group)?;
-        let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, 0, 0].map(|v| v as u32);
+        let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, block, 0].map(|v| v as u32);
         let kernel = Kernel::MatmulGated(w.m.ty, n > 1, act);
         self.dispatch(kernel, &[&w.m.runs[0].buf, &blocked, &out.buf], &params, groups);
+        if block > 1 {
+            self.inputs_laid_out(out, n, rows, block);
+        }
         Ok(())
     }
 
@@ -862,6 +882,16 @@ impl Pass<'_> {
             Some(Pending::Norm(norm)) => norm.record(self, None),
             None => {}
         }
+    }
+
+    /// Says that the first `n` rows of `cols` of `x` are laid out for a
+    /// product over blocks of `block` already (by the kernels that wrote
+    /// them: [`Pass::attention_laid_out`], [`Pass::matmul_gated_laid_out`]),
+    /// so that the next product over them reads them in place. Until a
+    /// kernel writes `x` again; nothing may read its rows as they are.
+    pub fn inputs_laid_out(&mut self, x: &DeviceBuffer, n: usize, cols: usize, block: usize) {
+        self.record_pending();
+        self.blocked = Some(Blocked { from: x.buf.clone(), n, cols, block, to: x.buf.clone() });
     }
 
     /// Forgets the block-major inputs if they were laid out from `buf`,
@@ -1155,12 +1185,19 @@ impl Pass<'_> {
     /// Attention of `s.t` query rows of `q` over the layer's cache (which
     /// must hold their positions already: `kv_store` first), into `out`
     /// ([t, n_head * head_dim_v]).
-    pub fn attention(
+    pub fn attention(&mut self, s: &AttentionShape, q: &DeviceBuffer, layer: &DeviceKvLayer, out: &DeviceBuffer) -> Result<()> {
+        self.attention_laid_out(s, q, layer, out, 1)
+    }
+
+    /// [`Pass::attention`], its output rows laid out for a product over
+    /// blocks of `block` (see [`Pass::inputs_laid_out`]).
+    pub fn attention_laid_out(
         &mut self,
         s: &AttentionShape,
         q: &DeviceBuffer,
         layer: &DeviceKvLayer,
         out: &DeviceBuffer,
+        block: usize,
     ) -> Result<()> {
         let bad = |why: &str| Err(GpuError::Shape(format!("attention of {s:?} over a ring of {}: {why}", layer.ring)));
         if s.t == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0 {
@@ -1186,6 +1223,9 @@ impl Pass<'_> {
         }
         if s.head_dim_k % 2 != 0 {
             return bad("key heads must be of an even width (f16 pairs)");
+        }
+        if block == 0 || (s.n_head * s.head_dim_v) % block != 0 {
+            return bad("the output rows are not whole blocks of the layout");
         }
         // The most positions one query sees, cut into spans of whole blocks.
         let most = s.window.map_or(s.start + s.t, |w| w.min(s.start + s.t));
@@ -1218,6 +1258,10 @@ impl Pass<'_> {
             s.row0 as u32,
             span as u32,
             splits as u32,
+            block as u32,
+            0,
+            0,
+            0,
         ];
         self.dispatch(
             Kernel::Attention,
@@ -1226,7 +1270,7 @@ impl Pass<'_> {
             [s.n_head as u32, s.t as u32, splits as u32],
         );
         if splits > 1 {
-            let params = [s.n_head, s.head_dim_v, s.row0, splits].map(|v| v as u32);
+            let params = [s.n_head, s.head_dim_v, s.row0, splits, block, 0, 0, 0].map(|v| v as u32);
             self.dispatch(Kernel::AttentionMerge, &[&parts, &out.buf], &params, [s.n_head as u32, s.t as u32, 1]);
         }
         Ok(())

@@ -871,3 +871,72 @@ fn the_top_of_each_row_is_the_cpus_with_ties_to_the_lower_index() {
     assert_eq!(gpu.read_top(&out, 20).unwrap()[19], (17, f32::NEG_INFINITY));
     assert!(matches!(gpu.pass().top_k(&small, 20, 1, 21, &out), Err(GpuError::Shape(_))));
 }
+
+/// The attention's and the gated product's outputs written laid out for
+/// the product that reads them next: that product reads them in place and
+/// gives the same bits as over the outputs as they are, laid out by a
+/// kernel of its own. The attention both whole and cut into spans (its
+/// merge writes the outputs then).
+#[test]
+fn outputs_laid_out_for_the_next_product_give_it_the_same_bits() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(0x1a1d);
+    let ty = GgmlType::Q4_0;
+    // A gated feed-forward of 64 over inputs of 32, then a product of 24 rows over its 64.
+    let (ff, n) = (64, 3);
+    let (gate, up) = (random_matrix(&mut rng, ty, ff, 32), random_matrix(&mut rng, ty, ff, 32));
+    let pair = gpu.upload_stacked("pair", ty, 32, &[(ff, &gate), (ff, &up)]).unwrap().unwrap();
+    let down = gpu.upload_matrix("down", ty, 24, ff, &random_matrix(&mut rng, ty, 24, ff)).unwrap();
+    let x = gpu.upload("x", &(0..n * 32).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
+    let (plain, laid) = (gpu.zeros("act", n * ff).unwrap(), gpu.zeros("act laid out", n * ff).unwrap());
+    let (ya, yb) = (gpu.zeros("ya", n * 24).unwrap(), gpu.zeros("yb", n * 24).unwrap());
+    let mut pass = gpu.pass();
+    pass.matmul_gated(&pair, Activation::Silu, &x, n, &plain).unwrap();
+    pass.matmul(&down, &plain, n, &ya).unwrap();
+    assert_eq!(pass.submit().unwrap(), 4, "laying out, gated, laying out, product");
+    let mut pass = gpu.pass();
+    pass.matmul_gated_laid_out(&pair, Activation::Silu, &x, n, &laid, 32).unwrap();
+    pass.matmul(&down, &laid, n, &yb).unwrap();
+    assert_eq!(pass.submit().unwrap(), 3, "laying out, gated and laid out, product");
+    let (want, got) = (gpu.read(&ya).unwrap(), gpu.read(&yb).unwrap());
+    assert!(want.iter().any(|&v| v != 0.0));
+    assert_eq!(got, want, "the product over the gated outputs laid out");
+    let (plain, laid) = (gpu.read(&plain).unwrap(), gpu.read(&laid).unwrap());
+    for (c, row) in plain.chunks(ff).enumerate() {
+        for (k, &v) in row.iter().enumerate() {
+            assert_eq!(laid[c * ff + (k % 32) * 2 + k / 32], v, "element {k} of row {c}, laid out");
+        }
+    }
+
+    // Attention of 4 heads over 2 of 16 (rows of 64, two blocks of 32), a
+    // prompt of 5, then a product of 8 rows over its rows: from an empty
+    // cache whole, and at depth 70 in spans of 64.
+    let wo_bytes = random_matrix(&mut rng, ty, 8, 64);
+    let mut split = Gpu::open(None).unwrap();
+    split.split_attention_every(64);
+    for (gpu, start) in [(gpu, 0), (&split, 70)] {
+        let s = AttentionShape { t: 5, start, ..shape(4, 2, 16, 16, None) };
+        let wo = &gpu.upload_matrix("wo", ty, 8, 64, &wo_bytes).unwrap();
+        let layer = gpu.kv_layer(80, 32, 32).unwrap();
+        let k = gpu.upload("k", &(0..75 * 32).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
+        let v = gpu.upload("v", &(0..75 * 32).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
+        let q = gpu.upload("q", &(0..5 * 64).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
+        let (plain, laid) = (gpu.zeros("att", 5 * 64).unwrap(), gpu.zeros("att laid out", 5 * 64).unwrap());
+        let (ya, yb) = (gpu.zeros("ya", 5 * 8).unwrap(), gpu.zeros("yb", 5 * 8).unwrap());
+        let mut pass = gpu.pass();
+        pass.kv_store(&layer, &k, &v, 0, start + 5, 0).unwrap();
+        pass.attention(&s, &q, &layer, &plain).unwrap();
+        pass.matmul(wo, &plain, 5, &ya).unwrap();
+        pass.attention_laid_out(&s, &q, &layer, &laid, 32).unwrap();
+        pass.inputs_laid_out(&laid, 5, 64, 32);
+        let before = pass.kernels();
+        pass.matmul(wo, &laid, 5, &yb).unwrap();
+        assert_eq!(pass.kernels(), before + 1, "the product reads the attention's rows in place");
+        pass.submit().unwrap();
+        let (want, got) = (gpu.read(&ya).unwrap(), gpu.read(&yb).unwrap());
+        assert!(want.iter().any(|&v| v != 0.0));
+        assert_eq!(got, want, "the product over the attention's rows laid out");
+    }
+    let err = gpu.pass().matmul_gated_laid_out(&pair, Activation::Silu, &x, n, &yb, 48).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "64 rows are not whole blocks of 48: {err}");
+}

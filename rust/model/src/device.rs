@@ -700,6 +700,7 @@ impl DeviceWeights {
             p.rope(q, cos, sin, t, lc.n_head, hk, rotation.half, halves)?;
             None
         };
+        let wo = l.wo.as_ref().expect("an attention layer has an output");
         let ci = lc.kv.cache_layer();
         let mut row0 = 0;
         for seq in seqs {
@@ -718,14 +719,19 @@ impl DeviceWeights {
                 scale: lc.attn_scale,
                 window: lc.window,
             };
-            p.attention(&shape, q, kv, &s.att)?;
+            match lc.attn_gate {
+                false => p.attention_laid_out(&shape, q, kv, &s.att, wo.ty.block_size())?,
+                // The gate reads the outputs as they are.
+                true => p.attention(&shape, q, kv, &s.att)?,
+            }
             row0 += n;
         }
-        let wo = l.wo.as_ref().expect("an attention layer has an output");
         if lc.attn_gate {
             p.gated(Activation::Sigmoid, &s.gates, &s.att, &s.att_gated, t * lc.att_width())?;
             p.matmul(wo, &s.att_gated, t, &s.o)?;
         } else {
+            // Each sequence's rows were written laid out for this product.
+            p.inputs_laid_out(&s.att, t, wo.cols, wo.ty.block_size());
             p.matmul(wo, &s.att, t, &s.o)?;
         }
         residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
@@ -800,7 +806,8 @@ impl DeviceWeights {
         p.rms_norm(&s.x, &l.ffn_norm, &s.h, t, eps)?;
         if let Some(f) = &l.ffn {
             match &f.gate_up {
-                GateUp::Pair(pair) => p.matmul_gated(pair, act, &s.h, t, &s.act)?,
+                // Written laid out for the down product, which reads them in place.
+                GateUp::Pair(pair) => p.matmul_gated_laid_out(pair, act, &s.h, t, &s.act, f.down.ty.block_size())?,
                 GateUp::Apart { gate, up } => {
                     p.matmul(gate, &s.h, t, &s.gate)?;
                     p.matmul(up, &s.h, t, &s.up)?;

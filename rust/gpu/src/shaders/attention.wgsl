@@ -27,6 +27,12 @@ struct Params {
     // (1: the workgroup writes `out` itself).
     span: u32,
     splits: u32,
+    // The block of the layout `out` is written in for the product that
+    // reads it (`block_inputs.wgsl`'s; 1: rows as they are).
+    block: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -133,11 +139,10 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         workgroupBarrier();
     }
     if (p.splits == 1u) {
-        let o0 = ((p.row0 + row) * p.n_head + head) * p.dv;
         for (var k = 0u; k < MAX_PER_THREAD; k++) {
             let d = lid + k * WG;
             if (d < p.dv) {
-                out[o0 + d] = acc[k] / l;
+                out[out_at(p.row0 + row, head * p.dv + d)] = acc[k] / l;
             }
         }
         return;

@@ -8,6 +8,11 @@ struct Params {
     dv: u32,
     row0: u32,
     splits: u32,
+    // As `attention.wgsl`'s.
+    block: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> parts: array<f32>;
@@ -31,13 +36,12 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         let at = (base + s) * width;
         sum += parts[at + 1u] * exp(parts[at] - big);
     }
-    let o0 = ((p.row0 + row) * p.n_head + head) * p.dv;
     for (var d = lid; d < p.dv; d += WG) {
         var v = 0.0;
         for (var s = 0u; s < p.splits; s++) {
             let at = (base + s) * width;
             v += parts[at + 2u + d] * exp(parts[at] - big);
         }
-        out[o0 + d] = v / sum;
+        out[out_at(p.row0 + row, head * p.dv + d)] = v / sum;
     }
 }

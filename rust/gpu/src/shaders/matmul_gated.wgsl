@@ -19,8 +19,10 @@ struct Params {
     // Workgroups along x: rows past the dispatch limit go to y.
     groups_x: u32,
     x_stride: u32,
+    // The block of the layout `out` is written in for the product that
+    // reads it (`block_inputs.wgsl`'s; 1: rows as they are).
+    block: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -38,7 +40,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         for (var c = 0u; c < n_cols; c++) {
             let gate = partial[c * WG + lid];
             let value = partial[c * WG + lid + PAIRS * THREADS];
-            out[(g.z * COLS + c) * p.rows + row] = activation(gate, value);
+            let at = (g.z * COLS + c) * p.rows + (row % p.block) * (p.rows / p.block) + row / p.block;
+            out[at] = activation(gate, value);
         }
     }
 }
