@@ -323,6 +323,19 @@ impl Gpu {
     /// [`Pass::matmul_split`]); None where they do not fit one binding
     /// together (the caller keeps them apart).
     pub fn upload_stacked(&self, name: &str, ty: GgmlType, cols: usize, parts: &[(usize, &[u8])]) -> Result<Option<StackedMatrix>> {
+        if !crate::matmul_supports(ty) {
+            return Err(GpuError::UnsupportedType { ty });
+        }
+        let Some(row_bytes) = ty.row_bytes(cols as u64).map(|b| b as usize) else {
+            return Err(GpuError::Shape(format!("{name}: {cols} columns are not whole blocks of {ty}")));
+        };
+        if let Some((i, (rows, b))) = parts.iter().enumerate().find(|(_, (rows, b))| b.len() != rows * row_bytes) {
+            return Err(GpuError::Shape(format!(
+                "{name}: part {i} gives {} bytes for {rows} rows of {cols} {ty} ({} bytes)",
+                b.len(),
+                rows * row_bytes
+            )));
+        }
         let bytes: usize = parts.iter().map(|(_, b)| b.len()).sum();
         if bytes as u64 + 8 > self.binding_limit() {
             return Ok(None);

@@ -213,6 +213,8 @@ fn a_product_split_three_ways_is_its_parts_bit_for_bit() {
     let w = random_matrix(&mut rng, GgmlType::Q4_0, 6, 32);
     let two = gpu.upload_stacked("two", GgmlType::Q4_0, 32, &[(3, &w[..54]), (3, &w[54..])]).unwrap().unwrap();
     let (x, y) = (gpu.zeros("x", 32).unwrap(), gpu.zeros("y", 3).unwrap());
+    let err = gpu.upload_stacked("uneven", GgmlType::Q4_0, 32, &[(2, &w[..54]), (4, &w[54..])]).err().unwrap();
+    assert!(err.to_string().contains("part 0 gives 54 bytes for 2 rows of 32 Q4_0 (36 bytes)"), "{err}");
     let err = gpu.pass().matmul_split(&two, &x, 1, [&y, &y, &y]).err().unwrap();
     assert!(matches!(err, GpuError::Shape(_)), "two parts are not three: {err}");
     let err = gpu.pass().matmul_gated(&two, Activation::Silu, &x, 2, &y).err().unwrap();
