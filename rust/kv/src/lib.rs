@@ -11,6 +11,7 @@
 //! by [`KvCache::truncate`], which reports the furthest position that stays valid.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use half::f16;
 use thiserror::Error;
@@ -229,8 +230,20 @@ pub struct KvCache {
     /// layout their forward pass keeps), each the sum of every position held:
     /// unlike keys and values they cannot be cut back to a shorter prefix.
     states: Vec<Vec<f32>>,
+    /// The stamp of the states' last edit ([`states_stamp`](Self::states_stamp)).
+    states_stamp: u64,
     /// Positions held: 0..len.
     len: usize,
+}
+
+/// The last stamp given to an edit of a cache's recurrent states: stamps
+/// are unique across every cache, so two caches whose states carry one hold
+/// the same states (one is a copy of the other, and neither was edited
+/// since).
+static STATE_EDITS: AtomicU64 = AtomicU64::new(0);
+
+fn next_state_stamp() -> u64 {
+    STATE_EDITS.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 impl KvCache {
@@ -274,13 +287,14 @@ impl KvCache {
                 LayerKv { shape, rows, k: store(rows * shape.k_width), v: store(rows * shape.v_width) }
             })
             .collect();
-        KvCache { ty, n_ctx, max_batch, layers, states: Vec::new(), len: 0 }
+        KvCache { ty, n_ctx, max_batch, layers, states: Vec::new(), states_stamp: next_state_stamp(), len: 0 }
     }
 
     /// The same cache with a recurrent state of `floats` f32 for each entry
     /// (zero: nothing read yet).
     pub fn with_states(mut self, floats: &[usize]) -> KvCache {
         self.states = floats.iter().map(|&n| vec![0.0; n]).collect();
+        self.states_stamp = next_state_stamp();
         self
     }
 
@@ -291,7 +305,17 @@ impl KvCache {
 
     /// Recurrent state `i`, for the pass in progress to carry forward.
     pub fn state_mut(&mut self, i: usize) -> &mut [f32] {
+        self.states_stamp = next_state_stamp();
         &mut self.states[i]
+    }
+
+    /// A stamp of the recurrent states as they are: every edit (a pass, a
+    /// restore, a clear) gives them a new one, unique across every cache,
+    /// and a copy of the cache keeps it. So whoever holds a copy of them
+    /// elsewhere (a device between passes) knows by the stamp whether it
+    /// still holds these.
+    pub fn states_stamp(&self) -> u64 {
+        self.states_stamp
     }
 
     pub fn n_states(&self) -> usize {
@@ -316,6 +340,7 @@ impl KvCache {
     /// [`states_len`]: Self::states_len
     pub fn set_states(&mut self, all: &[f32]) {
         assert_eq!(all.len(), self.states_len(), "states of another cache's shape");
+        self.states_stamp = next_state_stamp();
         let mut rest = all;
         for st in &mut self.states {
             let (head, tail) = rest.split_at(st.len());
@@ -460,6 +485,7 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.len = 0;
         self.states.iter_mut().for_each(|s| s.fill(0.0));
+        self.states_stamp = next_state_stamp();
     }
 
     /// Serialises the held positions (with shapes, for checking on restore):
@@ -589,6 +615,7 @@ impl KvCache {
         for (st, bytes) in self.states.iter_mut().zip(saved.states) {
             st.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
         }
+        self.states_stamp = next_state_stamp();
         self.len = saved.len;
     }
 }
@@ -716,6 +743,37 @@ mod tests {
         assert_eq!(c.max_truncation(5), 0);
         assert_eq!(c.truncate(5), 0);
         assert!(c.is_empty() && c.state(1).iter().all(|&v| v == 0.0));
+    }
+
+    /// Every edit of the recurrent states stamps them anew, a stamp no other
+    /// cache has; a copy keeps its original's until either is edited. Reads
+    /// and the keys' own changes leave it.
+    #[test]
+    fn every_edit_of_the_states_stamps_them_anew_and_a_copy_keeps_the_stamp() {
+        let mut c = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 5]);
+        let other = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 5]);
+        assert_ne!(c.states_stamp(), other.states_stamp(), "two caches of zeros, stamped apart");
+        let mut seen = vec![other.states_stamp(), c.states_stamp()];
+        let mut stamped = |c: &KvCache, what: &str| {
+            assert!(!seen.contains(&c.states_stamp()), "{what} left the stamp or reused one");
+            seen.push(c.states_stamp());
+        };
+        c.state_mut(0)[1] = 2.0;
+        stamped(&c, "a pass's edit");
+        c.set_states(&[0.5; 8]);
+        stamped(&c, "states set whole");
+        let saved = c.save_state();
+        let copy = c.clone();
+        assert_eq!(copy.states_stamp(), c.states_stamp(), "a copy holds the same states");
+        let (read, _) = (c.state(1).to_vec(), c.save_state());
+        assert_eq!((read.len(), c.states_stamp()), (5, copy.states_stamp()), "reads leave the stamp");
+        fill(&mut c, 3);
+        assert_eq!(c.states_stamp(), copy.states_stamp(), "keys and values leave the stamp");
+        c.restore_state(&saved).unwrap();
+        stamped(&c, "a restore");
+        c.clear();
+        stamped(&c, "a clear");
+        assert_eq!(copy.states_stamp(), seen[3], "the copy keeps the stamp it was made with");
     }
 
     /// A saved state holds the rows in use, not the capacity: a few tokens

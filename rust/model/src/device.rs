@@ -185,6 +185,7 @@ pub struct DeviceWeights {
     work: Mutex<Option<Work>>,
     logits_read: AtomicU64,
     kernels: AtomicU64,
+    states_written: AtomicU64,
 }
 
 /// The most of a row's largest logits read back in place of the row: past
@@ -212,6 +213,11 @@ pub struct DeviceRings {
     /// A hybrid's recurrent states, every layer's in the cache's order;
     /// the host's cache holds them between passes.
     states: Option<DeviceBuffer>,
+    /// The stamp ([`KvCache::states_stamp`]) of the host's states that
+    /// `states` holds too (0: none yet): a pass writes them only when the
+    /// host's have changed since (a restored checkpoint, a cleared slot),
+    /// not after each pass it read them back from.
+    states_synced: AtomicU64,
 }
 
 /// Why a model's layers cannot all run on the device, or None when they can.
@@ -405,6 +411,7 @@ impl DeviceWeights {
             work: Mutex::new(None),
             logits_read: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
+            states_written: AtomicU64::new(0),
         })
     }
 
@@ -436,7 +443,7 @@ impl DeviceWeights {
         }
         let floats: usize = model.config.state_lens().iter().sum();
         let states = if floats > 0 { Some(self.gpu.zeros("recurrent states", floats).map_err(device_error)?) } else { None };
-        Ok(DeviceRings { layers, states })
+        Ok(DeviceRings { layers, states, states_synced: AtomicU64::new(0) })
     }
 
     /// `cache`'s state ([`KvCache::save_state`]'s format), its rows read
@@ -515,9 +522,12 @@ impl DeviceWeights {
 
         for q in seqs.iter() {
             if let Some(states) = &q.rings.states {
-                host.states.clear();
-                q.cache.copy_states_into(&mut host.states);
-                g.write(states, &host.states).map_err(device_error)?;
+                if q.rings.states_synced.load(Ordering::Relaxed) != q.cache.states_stamp() {
+                    host.states.clear();
+                    q.cache.copy_states_into(&mut host.states);
+                    g.write(states, &host.states).map_err(device_error)?;
+                    self.states_written.fetch_add(host.states.len() as u64, Ordering::Relaxed);
+                }
             }
         }
         let mut p = g.pass();
@@ -538,10 +548,14 @@ impl DeviceWeights {
                 p.scale(&s.x, scale, t * c.n_embd).map_err(device_error)?;
             }
         }
+        // The pass carries the device's states forward: until they are read
+        // back, they are not the host's.
+        seqs.iter().for_each(|q| q.rings.states_synced.store(0, Ordering::Relaxed));
         self.count_kernels(p.submit().map_err(device_error)?);
         for q in seqs.iter_mut() {
             if let Some(states) = &q.rings.states {
                 q.cache.set_states(&g.read(states).map_err(device_error)?);
+                q.rings.states_synced.store(q.cache.states_stamp(), Ordering::Relaxed);
             }
         }
         let mut r0 = 0;
@@ -620,6 +634,11 @@ impl DeviceWeights {
             }
         }
         Ok(())
+    }
+
+    /// Floats of recurrent states written to the device so far.
+    pub fn states_written(&self) -> u64 {
+        self.states_written.load(Ordering::Relaxed)
     }
 
     /// Kernels the device has run for the passes so far.

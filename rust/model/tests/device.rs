@@ -608,3 +608,36 @@ fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
     let together = step_until_idle_drawing(&mut b);
     assert_eq!(together, alone, "two hybrid slots stepped together on the device");
 }
+
+/// A hybrid's recurrent states cross to the device only when the host's
+/// have changed since the device last held them: a pass reads them back,
+/// and the next pass of the same conversation finds them there. A restored
+/// state (an edit on the host) crosses again, and the conversation goes on
+/// from it as one that never left the device.
+#[test]
+fn a_hybrids_states_cross_to_the_device_only_when_the_hosts_have_changed() {
+    let Some(gpu) = gpu() else { return };
+    let Some(path) = tiny_model("qwen35f32") else { return };
+    let dm = placed(&path, gpu);
+    let placement = dm.placement().expect("placed");
+    let n = dm.config.n_vocab;
+    let ids = tokens(12, 9, n);
+    let mut s = session(&dm, 32, 8);
+    let before = placement.states_written();
+    dm.forward(&mut s, &ids[..8], Logits::None).unwrap();
+    let once = placement.states_written() - before;
+    assert!(once > 0, "the first pass writes the fresh states");
+    for &id in &ids[8..10] {
+        dm.forward(&mut s, &[id], Logits::Last).unwrap();
+    }
+    assert_eq!(placement.states_written() - before, once, "decoded tokens find their states on the device");
+    let saved = s.save_state(&dm).unwrap();
+    let going_on = dm.forward(&mut s, &ids[10..12], Logits::All).unwrap().to_vec();
+    // Back to the saved state in the same conversation, whose device states
+    // have gone on past it.
+    s.restore_state(&dm, &saved).unwrap();
+    let written = placement.states_written();
+    let resumed = dm.forward(&mut s, &ids[10..12], Logits::All).unwrap().to_vec();
+    assert_eq!(placement.states_written() - written, once, "a restored state crosses again");
+    assert_eq!(resumed, going_on, "resumed from the restored states, as the conversation went on");
+}
