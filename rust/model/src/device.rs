@@ -610,8 +610,15 @@ impl DeviceWeights {
     /// norm, into `s.h`: what the head reads.
     fn normed_rows(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, s: &Work, first: usize, n: usize) -> ember_gpu::Result<()> {
         let c = &model.config;
-        p.copy(&s.x, first * c.n_embd, &s.o, 0, n * c.n_embd)?;
-        p.rms_norm(&s.o, &self.output_norm, &s.h, n, c.rms_eps)
+        // Rows from the first (a single conversation's decoded token) are
+        // normed where they are; later ones are copied to the front first.
+        let rows = if first == 0 {
+            &s.x
+        } else {
+            p.copy(&s.x, first * c.n_embd, &s.o, 0, n * c.n_embd)?;
+            &s.o
+        };
+        p.rms_norm(rows, &self.output_norm, &s.h, n, c.rms_eps)
     }
 
     /// Row `row`'s logits with only its `k` largest read back (ties to the
