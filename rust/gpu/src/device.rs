@@ -773,25 +773,13 @@ impl Pass<'_> {
                 w.rows, w.cols, x.len, y.len
             )));
         }
-        let max = self.max_groups();
-        // A workgroup takes up to COLS (8) inputs of a prompt, each block dequantized once for them.
-        let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
         // A workgroup of 64 takes a row for each THREADS of its threads.
-        let rows_per_group = 64 / matmul_threads(w.ty);
-        if col_groups > max || w.rows.div_ceil(rows_per_group) > max * max {
-            return Err(GpuError::Shape(format!(
-                "matmul of {} rows over {n} inputs is past the dispatch limit of {max}",
-                w.rows
-            )));
-        }
-        let blocked = self.block_inputs(x, n, w.cols, w.ty.block_size())?;
+        let per_group = 64 / matmul_threads(w.ty);
+        let (blocked, _) = self.row_product_groups(w, x, n, w.rows, per_group)?;
         for run in &w.runs {
-            let groups = run.rows.div_ceil(rows_per_group);
-            let groups_x = groups.min(max);
-            let groups_y = groups.div_ceil(groups_x);
+            let groups = self.product_grid(run.rows, n, per_group)?;
             // y's rows are the whole matrix's; this run writes its own span of them.
-            let params = [run.rows, w.cols, n, w.row_bytes, groups_x, w.cols, w.rows, run.first].map(|v| v as u32);
-            let groups = [groups_x as u32, groups_y as u32, col_groups as u32];
+            let params = [run.rows, w.cols, n, w.row_bytes, groups[0] as usize, w.cols, w.rows, run.first].map(|v| v as u32);
             self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &blocked, &y.buf], &params, groups);
         }
         Ok(())
@@ -869,15 +857,23 @@ impl Pass<'_> {
         if n == 0 || x.len < n * m.cols {
             return Err(GpuError::Shape(format!("a product of {} columns over {n} rows: x holds {}", m.cols, x.len)));
         }
+        let groups = self.product_grid(rows, n, per_group)?;
+        Ok((self.block_inputs(x, n, m.cols, m.ty.block_size())?, groups))
+    }
+
+    /// The workgroups of a row-parallel product of `rows` rows, `per_group`
+    /// to a workgroup (spread over x and y past the dispatch limit), over
+    /// `n` inputs: up to COLS (8) of a prompt's a workgroup along z, each
+    /// block dequantized once for them.
+    fn product_grid(&self, rows: usize, n: usize, per_group: usize) -> Result<[u32; 3]> {
         let max = self.max_groups();
         let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
         let groups = rows.div_ceil(per_group);
         if col_groups > max || groups > max * max {
             return Err(GpuError::Shape(format!("a product of {rows} rows over {n} inputs is past the dispatch limit of {max}")));
         }
-        let blocked = self.block_inputs(x, n, m.cols, m.ty.block_size())?;
         let groups_x = groups.min(max);
-        Ok((blocked, [groups_x as u32, groups.div_ceil(groups_x) as u32, col_groups as u32]))
+        Ok([groups_x as u32, groups.div_ceil(groups_x) as u32, col_groups as u32])
     }
 
     /// Kernels recorded so far (one held back is not, yet).
