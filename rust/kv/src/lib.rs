@@ -232,6 +232,10 @@ pub struct KvCache {
     states: Vec<Vec<f32>>,
     /// The stamp of the states' last edit ([`states_stamp`](Self::states_stamp)).
     states_stamp: u64,
+    /// Whether the cache's owner holds newer states than `states` (a device
+    /// that carried them through its passes): they are read only once taken
+    /// back ([`states_back`](Self::states_back)).
+    states_elsewhere: bool,
     /// Positions held: 0..len.
     len: usize,
 }
@@ -287,7 +291,16 @@ impl KvCache {
                 LayerKv { shape, rows, k: store(rows * shape.k_width), v: store(rows * shape.v_width) }
             })
             .collect();
-        KvCache { ty, n_ctx, max_batch, layers, states: Vec::new(), states_stamp: next_state_stamp(), len: 0 }
+        KvCache {
+            ty,
+            n_ctx,
+            max_batch,
+            layers,
+            states: Vec::new(),
+            states_stamp: next_state_stamp(),
+            states_elsewhere: false,
+            len: 0,
+        }
     }
 
     /// The same cache with a recurrent state of `floats` f32 for each entry
@@ -295,18 +308,52 @@ impl KvCache {
     pub fn with_states(mut self, floats: &[usize]) -> KvCache {
         self.states = floats.iter().map(|&n| vec![0.0; n]).collect();
         self.states_stamp = next_state_stamp();
+        self.states_elsewhere = false;
         self
     }
 
     /// Recurrent state `i`, as the positions held left it.
     pub fn state(&self, i: usize) -> &[f32] {
+        self.check_states_here();
         &self.states[i]
     }
 
     /// Recurrent state `i`, for the pass in progress to carry forward.
     pub fn state_mut(&mut self, i: usize) -> &mut [f32] {
+        self.check_states_here();
         self.states_stamp = next_state_stamp();
         &mut self.states[i]
+    }
+
+    /// The owner's pass carried the states forward where it holds them (a
+    /// device, which reads them back only when the host needs them): the
+    /// cache's own are stale until [`states_back`](Self::states_back).
+    /// Returns the new states' stamp, which the owner keeps beside them.
+    pub fn states_moved_elsewhere(&mut self) -> u64 {
+        self.states_stamp = next_state_stamp();
+        self.states_elsewhere = true;
+        self.states_stamp
+    }
+
+    /// Whether the owner holds newer states than the cache (see
+    /// [`states_moved_elsewhere`](Self::states_moved_elsewhere)).
+    pub fn states_elsewhere(&self) -> bool {
+        self.states_elsewhere
+    }
+
+    /// The states the owner holds, taken back ([`copy_states_into`]'s
+    /// form): the stamp stays, since they are the states it names.
+    ///
+    /// [`copy_states_into`]: Self::copy_states_into
+    pub fn states_back(&mut self, all: &[f32]) {
+        self.fill_states(all);
+        self.states_elsewhere = false;
+    }
+
+    /// A read of states the owner holds newer ones of would give an
+    /// earlier position's: the owner takes them back first.
+    fn check_states_here(&self) {
+        assert!(!self.states_elsewhere, "recurrent states read while their owner holds newer ones");
     }
 
     /// A stamp of the recurrent states as they are: every edit (a pass, a
@@ -330,6 +377,7 @@ impl KvCache {
     /// Every recurrent state, one after another in order, appended to `out`
     /// (the form checkpoints and a device's state buffer hold them in).
     pub fn copy_states_into(&self, out: &mut Vec<f32>) {
+        self.check_states_here();
         self.states.iter().for_each(|s| out.extend_from_slice(s));
     }
 
@@ -339,8 +387,13 @@ impl KvCache {
     /// [`copy_states_into`]: Self::copy_states_into
     /// [`states_len`]: Self::states_len
     pub fn set_states(&mut self, all: &[f32]) {
-        assert_eq!(all.len(), self.states_len(), "states of another cache's shape");
+        self.fill_states(all);
         self.states_stamp = next_state_stamp();
+        self.states_elsewhere = false;
+    }
+
+    fn fill_states(&mut self, all: &[f32]) {
+        assert_eq!(all.len(), self.states_len(), "states of another cache's shape");
         let mut rest = all;
         for st in &mut self.states {
             let (head, tail) = rest.split_at(st.len());
@@ -486,6 +539,7 @@ impl KvCache {
         self.len = 0;
         self.states.iter_mut().for_each(|s| s.fill(0.0));
         self.states_stamp = next_state_stamp();
+        self.states_elsewhere = false;
     }
 
     /// Serialises the held positions (with shapes, for checking on restore):
@@ -529,6 +583,7 @@ impl KvCache {
             out.extend_from_slice(&v);
         }
         // A hybrid's recurrent states follow (none: the format of a cache without them).
+        self.check_states_here();
         for st in &self.states {
             out.extend_from_slice(&(st.len() as u64).to_le_bytes());
             st.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
@@ -616,6 +671,7 @@ impl KvCache {
             st.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(v, b)| *v = f32::from_le_bytes(b.try_into().unwrap()));
         }
         self.states_stamp = next_state_stamp();
+        self.states_elsewhere = false;
         self.len = saved.len;
     }
 }
@@ -743,6 +799,50 @@ mod tests {
         assert_eq!(c.max_truncation(5), 0);
         assert_eq!(c.truncate(5), 0);
         assert!(c.is_empty() && c.state(1).iter().all(|&v| v == 0.0));
+    }
+
+    /// States whose owner carried them forward (a device's pass) are stamped
+    /// anew and are not read until taken back, which keeps that stamp; an
+    /// edit on the host (states set, a restore, a clear) makes the host's the
+    /// ones that count again.
+    #[test]
+    fn states_held_elsewhere_are_read_only_once_taken_back() {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        let mut c = KvCache::new(KvType::F16, 32, 4, &shapes()).with_states(&[3, 5]);
+        let before = c.states_stamp();
+        let held = c.states_moved_elsewhere();
+        assert!(c.states_elsewhere() && held != before && held == c.states_stamp());
+        let reads: [(&str, &dyn Fn(&KvCache)); 3] = [
+            ("a state", &|c| {
+                let _ = c.state(0);
+            }),
+            ("every state", &|c| c.copy_states_into(&mut Vec::new())),
+            ("a save", &|c| {
+                let _ = c.save_state();
+            }),
+        ];
+        for (what, read) in reads {
+            assert!(catch_unwind(AssertUnwindSafe(|| read(&c))).is_err(), "{what} read while held elsewhere");
+        }
+        let mut edited = c.clone();
+        assert!(catch_unwind(AssertUnwindSafe(|| edited.state_mut(0)[0] = 1.0)).is_err(), "an edit of stale states");
+        let theirs: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        c.states_back(&theirs);
+        assert!(!c.states_elsewhere() && c.states_stamp() == held, "taken back, under the stamp they were held with");
+        assert_eq!((c.state(0), c.state(1)), (&theirs[..3], &theirs[3..]));
+        let saved = c.save_state();
+        let edits: [(&str, &dyn Fn(&mut KvCache)); 3] = [
+            ("states set", &|c| c.set_states(&[0.0; 8])),
+            ("a restore", &|c| c.restore_state(&saved).unwrap()),
+            ("a clear", &|c| c.clear()),
+        ];
+        for (what, edit) in edits {
+            let mut away = c.clone();
+            away.states_moved_elsewhere();
+            edit(&mut away);
+            assert!(!away.states_elsewhere(), "{what} leaves the host's states the ones that count");
+            away.copy_states_into(&mut Vec::new());
+        }
     }
 
     /// Every edit of the recurrent states stamps them anew, a stamp no other

@@ -785,8 +785,15 @@ impl Batcher {
                 a.plan.remove(0);
             }
             if let Some(&(_, taken)) = a.plan.first().filter(|&&(at, _)| at == st.slot.tokens.len()) {
-                st.checkpoints.take(&st.slot.session.cache, &st.slot.tokens, taken, &self.checkpoints);
                 a.plan.remove(0);
+                if let Err(e) = st.slot.session.take_states_back(&self.model) {
+                    // The device that held the states failed: so did the slot.
+                    st.active = None;
+                    st.forget();
+                    events.push((i, SlotEvent::Failed(e)));
+                    continue;
+                }
+                st.checkpoints.take(&st.slot.session.cache, &st.slot.tokens, taken, &self.checkpoints);
             }
             if !last {
                 continue;

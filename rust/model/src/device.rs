@@ -19,9 +19,11 @@
 //!
 //! Qwen3.5's hybrids run there: the gated DeltaNet layers (their
 //! convolution and rule token after token, each sequence's recurrent states
-//! written to the device before a pass and read back after it, so the
-//! host's cache keeps them for checkpoints and saved slots as on the CPU),
-//! gated attention and the shared expert's gate.
+//! kept on the device from pass to pass and crossing only when one side
+//! needs the other's: written before a pass when the host's have changed (a
+//! restored checkpoint, a cleared slot), read back when a checkpoint or a
+//! save reads them, so the host's cache serves both as on the CPU), gated
+//! attention and the shared expert's gate.
 //!
 //! A model with a layer the device cannot run yet (heads or a convolution
 //! wider than its kernels hold, a matrix type without a product) is refused
@@ -186,6 +188,7 @@ pub struct DeviceWeights {
     logits_read: AtomicU64,
     kernels: AtomicU64,
     states_written: AtomicU64,
+    states_read: AtomicU64,
 }
 
 /// The most of a row's largest logits read back in place of the row: past
@@ -210,13 +213,14 @@ pub(crate) struct DeviceSeq<'a> {
 /// [held elsewhere](ember_kv::KvCache::held_elsewhere)) puts them.
 pub struct DeviceRings {
     layers: Vec<DeviceKvLayer>,
-    /// A hybrid's recurrent states, every layer's in the cache's order;
-    /// the host's cache holds them between passes.
+    /// A hybrid's recurrent states, every layer's in the cache's order, as
+    /// the conversation's last pass left them.
     states: Option<DeviceBuffer>,
-    /// The stamp ([`KvCache::states_stamp`]) of the host's states that
-    /// `states` holds too (0: none yet): a pass writes them only when the
-    /// host's have changed since (a restored checkpoint, a cleared slot),
-    /// not after each pass it read them back from.
+    /// The stamp ([`KvCache::states_stamp`]) of the states `states` holds
+    /// (0: unknown, or none yet): the host's when a pass wrote them, the
+    /// one a pass gave the states it carried forward otherwise. A pass
+    /// writes the host's only when their stamp differs (a restored
+    /// checkpoint, a cleared slot).
     states_synced: AtomicU64,
 }
 
@@ -412,6 +416,7 @@ impl DeviceWeights {
             logits_read: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
             states_written: AtomicU64::new(0),
+            states_read: AtomicU64::new(0),
         })
     }
 
@@ -449,12 +454,39 @@ impl DeviceWeights {
     /// `cache`'s state ([`KvCache::save_state`]'s format), its rows read
     /// back from `rings`.
     pub(crate) fn save_state(&self, cache: &KvCache, rings: &DeviceRings) -> Result<Vec<u8>> {
+        // States the device holds are saved from a copy of the ledger (no
+        // rows: those stay on the device) that takes them back.
+        let ledger;
+        let cache = if cache.states_elsewhere() {
+            let mut copy = cache.clone();
+            self.take_states_back(&mut copy, rings)?;
+            ledger = copy;
+            &ledger
+        } else {
+            cache
+        };
         cache
             .save_state_with(|il, used| {
                 let (k, v) = self.gpu.read_kv(&rings.layers[il], used)?;
                 Ok((Cow::Owned(k), Cow::Owned(v)))
             })
             .map_err(device_error)
+    }
+
+    /// Reads back the recurrent states a conversation's passes left on the
+    /// device, where the host's cache holds older ones: before a checkpoint
+    /// or a save reads them.
+    pub(crate) fn take_states_back(&self, cache: &mut KvCache, rings: &DeviceRings) -> Result<()> {
+        let Some(states) = rings.states.as_ref().filter(|_| cache.states_elsewhere()) else {
+            return Ok(());
+        };
+        if rings.states_synced.load(Ordering::Relaxed) != cache.states_stamp() {
+            return Err(ModelError::Device("a conversation's recurrent states are held by other rings".into()));
+        }
+        let back = self.gpu.read(states).map_err(device_error)?;
+        self.states_read.fetch_add(back.len() as u64, Ordering::Relaxed);
+        cache.states_back(&back);
+        Ok(())
     }
 
     /// Restores a state of `cache`'s shape, its rows written to `rings`.
@@ -482,7 +514,28 @@ impl DeviceWeights {
     /// asks for in `out` (logits `n_vocab` a row, or the normed hidden states
     /// `n_embd` a row). The caller has checked each part fits, and commits
     /// their positions.
+    ///
+    /// A hybrid's recurrent states stay on the device after the pass, the
+    /// host's cache marked as holding older ones
+    /// ([`KvCache::states_moved_elsewhere`]) until the host needs them
+    /// ([`take_states_back`](Self::take_states_back)). A pass that fails
+    /// once it has begun to run leaves the device's states unknown: a
+    /// conversation whose only current states were there is cleared (as
+    /// the batcher drops a failed pass's slots), one whose host holds them
+    /// has them written again by its next pass.
     pub(crate) fn pass(&self, model: &Model, seqs: &mut [DeviceSeq<'_>]) -> Result<()> {
+        let ran = self.run_pass(model, seqs);
+        for q in seqs.iter_mut().filter(|q| q.rings.states.is_some()) {
+            match ran {
+                Ok(()) => q.rings.states_synced.store(q.cache.states_moved_elsewhere(), Ordering::Relaxed),
+                Err(_) if q.rings.states_synced.load(Ordering::Relaxed) == 0 && q.cache.states_elsewhere() => q.cache.clear(),
+                Err(_) => {}
+            }
+        }
+        ran
+    }
+
+    fn run_pass(&self, model: &Model, seqs: &mut [DeviceSeq<'_>]) -> Result<()> {
         let c = &model.config;
         let w = model.weights();
         let t: usize = seqs.iter().map(|q| q.tokens.len()).sum();
@@ -523,6 +576,9 @@ impl DeviceWeights {
         for q in seqs.iter() {
             if let Some(states) = &q.rings.states {
                 if q.rings.states_synced.load(Ordering::Relaxed) != q.cache.states_stamp() {
+                    if q.cache.states_elsewhere() {
+                        return Err(ModelError::Device("a conversation's recurrent states are held by other rings".into()));
+                    }
                     host.states.clear();
                     q.cache.copy_states_into(&mut host.states);
                     g.write(states, &host.states).map_err(device_error)?;
@@ -548,16 +604,10 @@ impl DeviceWeights {
                 p.scale(&s.x, scale, t * c.n_embd).map_err(device_error)?;
             }
         }
-        // The pass carries the device's states forward: until they are read
-        // back, they are not the host's.
+        // From here the device's states are neither those the host's stamp
+        // names nor, until the pass has run, the ones it carries forward.
         seqs.iter().for_each(|q| q.rings.states_synced.store(0, Ordering::Relaxed));
         self.count_kernels(p.submit().map_err(device_error)?);
-        for q in seqs.iter_mut() {
-            if let Some(states) = &q.rings.states {
-                q.cache.set_states(&g.read(states).map_err(device_error)?);
-                q.rings.states_synced.store(q.cache.states_stamp(), Ordering::Relaxed);
-            }
-        }
         let mut r0 = 0;
         for q in seqs.iter_mut() {
             let n = q.tokens.len();
@@ -646,6 +696,11 @@ impl DeviceWeights {
     /// Floats of recurrent states written to the device so far.
     pub fn states_written(&self) -> u64 {
         self.states_written.load(Ordering::Relaxed)
+    }
+
+    /// Floats of recurrent states read back from the device so far.
+    pub fn states_read(&self) -> u64 {
+        self.states_read.load(Ordering::Relaxed)
     }
 
     /// Kernels the device has run for the passes so far.

@@ -231,6 +231,16 @@ impl Session {
         }
     }
 
+    /// Brings a hybrid's recurrent states back into the host's cache where
+    /// the device's passes left newer ones, for a checkpoint to read them.
+    pub fn take_states_back(&mut self, model: &Model) -> Result<()> {
+        match (&self.rings, model.placement()) {
+            (Some(rings), Some(dw)) => dw.take_states_back(&mut self.cache, rings),
+            (None, _) => Ok(()),
+            (Some(_), None) => Err(ModelError::Invalid("a device session of a model not on a device".into())),
+        }
+    }
+
     /// Restores a state [`save_state`](Self::save_state) wrote; a state of
     /// another shape leaves the session as it was.
     pub fn restore_state(&mut self, model: &Model, state: &[u8]) -> Result<()> {
@@ -382,12 +392,14 @@ impl Model {
     fn device_pass_with_snapshots(&self, sp: &mut SeqPass<'_>) -> Result<()> {
         let Session { cache, logits, rings, .. } = &mut *sp.session;
         let rings = rings.as_ref().expect("a device session");
+        let dw = self.placement().ok_or_else(|| ModelError::Invalid("a device session of a model not on a device".into()))?;
         let mut done = 0;
         for snap in sp.snapshots.iter_mut() {
             if snap.at > done {
                 self.device_pass(vec![(&mut *cache, rings, &sp.tokens[done..snap.at], Logits::None, &mut *logits)])?;
                 done = snap.at;
             }
+            dw.take_states_back(cache, rings)?;
             snap.states.clear();
             cache.copy_states_into(&mut snap.states);
         }

@@ -609,13 +609,13 @@ fn a_hybrids_checkpoints_on_the_device_resume_as_a_fresh_slot_reads() {
     assert_eq!(together, alone, "two hybrid slots stepped together on the device");
 }
 
-/// A hybrid's recurrent states cross to the device only when the host's
-/// have changed since the device last held them: a pass reads them back,
-/// and the next pass of the same conversation finds them there. A restored
-/// state (an edit on the host) crosses again, and the conversation goes on
-/// from it as one that never left the device.
+/// A hybrid's recurrent states cross only when one side needs the other's:
+/// to the device when the host's have changed since it last held them, back
+/// when a save (or a checkpoint) reads them. Decoded tokens move none either
+/// way. A restored state (an edit on the host) crosses again, and the
+/// conversation goes on from it as one that never left the device.
 #[test]
-fn a_hybrids_states_cross_to_the_device_only_when_the_hosts_have_changed() {
+fn a_hybrids_states_cross_only_when_the_other_side_needs_them() {
     let Some(gpu) = gpu() else { return };
     let Some(path) = tiny_model("qwen35f32") else { return };
     let dm = placed(&path, gpu);
@@ -627,11 +627,20 @@ fn a_hybrids_states_cross_to_the_device_only_when_the_hosts_have_changed() {
     dm.forward(&mut s, &ids[..8], Logits::None).unwrap();
     let once = placement.states_written() - before;
     assert!(once > 0, "the first pass writes the fresh states");
+    let read = placement.states_read();
     for &id in &ids[8..10] {
         dm.forward(&mut s, &[id], Logits::Last).unwrap();
     }
     assert_eq!(placement.states_written() - before, once, "decoded tokens find their states on the device");
+    assert_eq!(placement.states_read(), read, "decoded tokens leave their states there");
     let saved = s.save_state(&dm).unwrap();
+    assert_eq!(placement.states_read() - read, once, "a save reads them back");
+    s.take_states_back(&dm).unwrap();
+    assert_eq!(placement.states_read() - read, 2 * once, "taken back for a checkpoint");
+    s.take_states_back(&dm).unwrap();
+    assert_eq!(s.save_state(&dm).unwrap(), saved, "the save and the states taken back agree");
+    assert_eq!(placement.states_read() - read, 2 * once, "states the host holds are not read again");
+    assert_eq!(placement.states_written() - before, once, "nor written: the device still holds them");
     let going_on = dm.forward(&mut s, &ids[10..12], Logits::All).unwrap().to_vec();
     // Back to the saved state in the same conversation, whose device states
     // have gone on past it.
