@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use ember_gguf::GgmlType;
 
 use crate::error::{GpuError, Result};
-use crate::kernels::{matmul_threads, Kernel, Pipelines};
+use crate::kernels::{Kernel, Pipelines, Shareout};
 
 /// What kind of device an adapter is, as the driver says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -773,14 +773,14 @@ impl Pass<'_> {
                 w.rows, w.cols, x.len, y.len
             )));
         }
-        // A workgroup of 64 takes a row for each THREADS of its threads.
-        let per_group = 64 / matmul_threads(w.ty);
+        let form = Shareout::of(w.ty, n, w.rows);
+        let per_group = form.rows_a_group(w.ty);
         let (blocked, _) = self.row_product_groups(w, x, n, w.rows, per_group)?;
         for run in &w.runs {
             let groups = self.product_grid(run.rows, n, per_group)?;
             // y's rows are the whole matrix's; this run writes its own span of them.
             let params = [run.rows, w.cols, n, w.row_bytes, groups[0] as usize, w.cols, w.rows, run.first].map(|v| v as u32);
-            self.dispatch(Kernel::Matmul(w.ty, n > 1), &[&run.buf, &blocked, &y.buf], &params, groups);
+            self.dispatch(Kernel::Matmul(w.ty, form), &[&run.buf, &blocked, &y.buf], &params, groups);
         }
         Ok(())
     }
@@ -814,11 +814,12 @@ impl Pass<'_> {
                 out.len
             )));
         }
-        // A workgroup of 64 takes as many gate rows as up rows.
-        let per_group = 64 / matmul_threads(w.m.ty) / 2;
+        // A workgroup takes as many gate rows as up rows.
+        let form = Shareout::of(w.m.ty, n, w.m.rows);
+        let per_group = form.rows_a_group(w.m.ty) / 2;
         let (blocked, groups) = self.row_product_groups(&w.m, x, n, rows, per_group)?;
         let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, block, 0].map(|v| v as u32);
-        let kernel = Kernel::MatmulGated(w.m.ty, n > 1, act);
+        let kernel = Kernel::MatmulGated(w.m.ty, form, act);
         self.dispatch(kernel, &[&w.m.runs[0].buf, &blocked, &out.buf], &params, groups);
         if block > 1 {
             self.inputs_laid_out(out, n, rows, block);
@@ -836,11 +837,12 @@ impl Pass<'_> {
         if y.iter().zip([r0, r1, r2]).any(|(b, rows)| b.len < n * rows) {
             return Err(GpuError::Shape(format!("matmul split into {:?} rows over {n} inputs: an output is short", w.parts)));
         }
-        let per_group = 64 / matmul_threads(w.m.ty);
+        let form = Shareout::of(w.m.ty, n, w.m.rows);
+        let per_group = form.rows_a_group(w.m.ty);
         let (blocked, groups) = self.row_product_groups(&w.m, x, n, w.m.rows, per_group)?;
         let params = [w.m.rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, r0, r1].map(|v| v as u32);
         let buffers = [&w.m.runs[0].buf, &blocked, &y[0].buf, &y[1].buf, &y[2].buf];
-        self.dispatch(Kernel::MatmulSplit(w.m.ty, n > 1), &buffers, &params, groups);
+        self.dispatch(Kernel::MatmulSplit(w.m.ty, form), &buffers, &params, groups);
         Ok(())
     }
 

@@ -70,6 +70,95 @@ const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 /// The row-parallel products' line that sets how many threads share a row's blocks.
 const ROW_THREADS: &str = "const THREADS: u32 = 32u;";
 
+/// The products' forms of R rows a thread (see `matmul_common.wgsl`): one
+/// row, whose lanes are plain values, and four, a row a lane of a vec4.
+const ONE_ROW: &str = "alias Ru = u32;
+alias Rf = f32;
+alias Ri = i32;
+const R: u32 = 1u;
+const ROW_STEPS = 0u;
+fn bytes_at(o: Ru) -> Ru {
+    return bytes_at1(o);
+}
+fn byte_at(o: Ru) -> Ru {
+    return byte_at1(o);
+}
+fn word_at(o: Ru) -> Ru {
+    return w[o >> 2u];
+}
+fn f16_at(o: Ru) -> Rf {
+    return f16_at1(o);
+}
+fn row_value(v: Rf, k: u32) -> f32 {
+    return v;
+}";
+const FOUR_ROWS: &str = "alias Ru = vec4<u32>;
+alias Rf = vec4<f32>;
+alias Ri = vec4<i32>;
+const R: u32 = 4u;
+const ROW_STEPS = vec4<u32>(0u, 1u, 2u, 3u);
+fn bytes_at(o: Ru) -> Ru {
+    return Ru(bytes_at1(o.x), bytes_at1(o.y), bytes_at1(o.z), bytes_at1(o.w));
+}
+fn byte_at(o: Ru) -> Ru {
+    return Ru(byte_at1(o.x), byte_at1(o.y), byte_at1(o.z), byte_at1(o.w));
+}
+fn word_at(o: Ru) -> Ru {
+    return Ru(w[o.x >> 2u], w[o.y >> 2u], w[o.z >> 2u], w[o.w >> 2u]);
+}
+fn f16_at(o: Ru) -> Rf {
+    return Rf(f16_at1(o.x), f16_at1(o.y), f16_at1(o.z), f16_at1(o.w));
+}
+fn row_value(v: Rf, k: u32) -> f32 {
+    return v[k];
+}";
+/// The IQ4 levels of R indices, in each form.
+const ONE_ROW_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
+    return iq4_level1(i);
+}";
+const FOUR_ROWS_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
+    return Rf(iq4_level1(i.x), iq4_level1(i.y), iq4_level1(i.z), iq4_level1(i.w));
+}";
+
+/// How a row-parallel product shares out its work: the inputs a thread
+/// takes (eight for a prompt, where `wide`, else one) and the rows (four, or
+/// one). Every form gives each row the same bits, so the choice is the
+/// speed's alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shareout {
+    pub(crate) wide: bool,
+    pub(crate) four_rows: bool,
+}
+
+/// Workgroups a decoded token's product of four rows a thread must still
+/// have to be given them: fewer would leave a large card's compute units
+/// idle, where one row a thread keeps them busy.
+const FOUR_ROWS_MIN_GROUPS: usize = 256;
+
+impl Shareout {
+    /// The form of a product of `rows` rows of `ty` over `n` inputs: four
+    /// rows a thread for a prompt, each input read once for all four, and for
+    /// a decoded token where its workgroups still fill a card.
+    pub(crate) fn of(ty: GgmlType, n: usize, rows: usize) -> Shareout {
+        let wide = n > 1;
+        let four_rows = wide || rows.div_ceil(64 / matmul_threads(ty) * 4) >= FOUR_ROWS_MIN_GROUPS;
+        Shareout { wide, four_rows }
+    }
+
+    pub(crate) fn rows_a_thread(self) -> usize {
+        if self.four_rows {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// Rows a workgroup of 64 threads takes.
+    pub(crate) fn rows_a_group(self, ty: GgmlType) -> usize {
+        64 / matmul_threads(ty) * self.rows_a_thread()
+    }
+}
+
 /// Threads that share out a row's blocks in the matrix product: 32, or 8
 /// for the formats of 256-element blocks, whose rows of 4096 hold only 16
 /// (32 threads left half of them idle, at a third of Q4_0's rate).
@@ -111,14 +200,15 @@ pub fn matmul_supports(ty: GgmlType) -> bool {
 /// A kernel, as the pipeline cache names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
-    /// The weight type, and whether a thread takes eight inputs (a prompt)
-    /// or one (a decoded token, where eight would cost it the unused columns).
-    Matmul(GgmlType, bool),
-    /// A gated feed-forward's two products and its activation (wide as
-    /// `Matmul`'s).
-    MatmulGated(GgmlType, bool, Activation),
+    /// The weight type, and the inputs and rows a thread takes: eight
+    /// inputs for a prompt, one for a decoded token (where eight would cost
+    /// it the unused columns).
+    Matmul(GgmlType, Shareout),
+    /// A gated feed-forward's two products and its activation (shared out
+    /// as `Matmul`'s).
+    MatmulGated(GgmlType, Shareout, Activation),
     /// Three products over the same inputs, each to its own output.
-    MatmulSplit(GgmlType, bool),
+    MatmulSplit(GgmlType, Shareout),
     /// A mixture's expert products, one input a thread.
     MatmulId(GgmlType),
     /// RMS norm: whether a residual add comes first (its buffer bound
@@ -160,17 +250,17 @@ impl Kernel {
 
     fn source(self) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty, wide) => row_product(MATMUL, ty, wide)?,
-            Kernel::MatmulSplit(ty, wide) => row_product(MATMUL_SPLIT, ty, wide)?,
-            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false)?,
-            Kernel::MatmulGated(ty, wide, act) => {
+            Kernel::Matmul(ty, form) => row_product(MATMUL, ty, form)?,
+            Kernel::MatmulSplit(ty, form) => row_product(MATMUL_SPLIT, ty, form)?,
+            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false, 1)?,
+            Kernel::MatmulGated(ty, form, act) => {
                 let which = match act {
                     Activation::Silu => "silu_mul_of",
                     Activation::GeluTanh => "gelu_mul_of",
                     Activation::Sigmoid => "sigmoid_mul_of",
                 };
                 let chosen = format!("fn activation(g: f32, u: f32) -> f32 {{\n    return {which}(g, u);\n}}");
-                format!("{}\n{ACTIVATIONS}\n{chosen}", row_product(MATMUL_GATED, ty, wide)?)
+                format!("{}\n{ACTIVATIONS}\n{chosen}", row_product(MATMUL_GATED, ty, form)?)
             }
             Kernel::RmsNorm { added, laid_out } => {
                 let input = if added { NORM_INPUT_ADDED } else { NORM_INPUT };
@@ -203,24 +293,30 @@ impl Kernel {
 }
 
 /// A product's source: its entry point and buffers (`main`), the shared
-/// readers with the inputs a thread takes (eight where `wide`, else one),
-/// and the format's block; WGSL declarations may come in any order.
-fn product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
+/// readers with the inputs a thread takes (eight where `wide`, else one)
+/// and the form of its `rows` rows a thread, and the format's block; WGSL
+/// declarations may come in any order.
+fn product(main: &str, ty: GgmlType, wide: bool, rows: usize) -> Option<String> {
     let block = format_source(ty)?;
+    let (form, levels) = match rows {
+        1 => (ONE_ROW, ONE_ROW_LEVELS),
+        4 => (FOUR_ROWS, FOUR_ROWS_LEVELS),
+        _ => unreachable!("a product takes one row a thread or four"),
+    };
     let scales = match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K => K_SCALES,
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS => IQ4_LEVELS,
-        _ => "",
+        GgmlType::Q4_K | GgmlType::Q5_K => K_SCALES.to_string(),
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => format!("{IQ4_LEVELS}\n{levels}"),
+        _ => String::new(),
     };
     let common = if wide { MATMUL_COMMON.to_string() } else { MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
-    Some(format!("{main}\n{common}\n{scales}\n{block}"))
+    Some(format!("{main}\n{common}\n{form}\n{scales}\n{block}"))
 }
 
 /// A row-parallel product's source (`matmul_rows.wgsl` under `main`), with
-/// the threads a row its format takes.
-fn row_product(main: &str, ty: GgmlType, wide: bool) -> Option<String> {
+/// the threads a row its format takes, shared out as `form` says.
+fn row_product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
     let rows = MATMUL_ROWS.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)));
-    product(&format!("{main}\n{rows}"), ty, wide)
+    product(&format!("{main}\n{rows}"), ty, form.wide, form.rows_a_thread())
 }
 
 /// Pipelines built once per device and kernel.

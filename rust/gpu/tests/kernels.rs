@@ -158,7 +158,8 @@ fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
     for (i, ty) in FORMATS.into_iter().enumerate() {
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
         // Rows not a whole number of a workgroup's pairs (1, or 4 for the
-        // 256-element blocks); a decoded token, and two workgroups of inputs.
+        // 256-element blocks, four times that for a prompt, four rows a
+        // thread); a decoded token, and two workgroups of inputs.
         check_matmul_gated(gpu, ty, Activation::Silu, 37, cols, 1, 0x9a7e + i as u64);
         check_matmul_gated(gpu, ty, Activation::GeluTanh, 37, cols, 11, 0x9a7e + 100 + i as u64);
     }
@@ -171,6 +172,56 @@ fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
     assert!(small.upload_stacked("pair", GgmlType::Q4_0, 32, &[(120, &half), (120, &half)]).unwrap().is_none());
     let pair = small.upload_stacked("pair", GgmlType::Q4_0, 32, &[(100, &half[..1800]), (100, &half[..1800])]).unwrap();
     assert_eq!(pair.unwrap().parts(), [100, 100]);
+}
+
+/// A prompt's products take four rows a thread, a decoded token's one:
+/// each row's arithmetic is the same in both, lane by lane, so every input
+/// of a prompt gets the bits it would get alone, for the plain, gated and
+/// split products. That is what lets a conversation's answers not depend
+/// on the pass it came in.
+fn check_rows_a_thread(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let data: Vec<Vec<u8>> = (0..3).map(|_| random_matrix(&mut rng, ty, rows, cols)).collect();
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
+    let w = gpu.upload_matrix("w", ty, rows, cols, &data[0]).unwrap();
+    let pair = gpu.upload_stacked("pair", ty, cols, &[(rows, &data[0]), (rows, &data[1])]).unwrap().unwrap();
+    let three: Vec<(usize, &[u8])> = data.iter().map(|d| (rows, &d[..])).collect();
+    let split = gpu.upload_stacked("split", ty, cols, &three).unwrap().unwrap();
+    // The three products' outputs for inputs `x` (`m` of them).
+    let run = |x: &[f32], m: usize| -> Vec<Vec<f32>> {
+        let xb = gpu.upload("x", x).unwrap();
+        let ys: Vec<_> = (0..5).map(|_| gpu.zeros("y", m * rows).unwrap()).collect();
+        let mut pass = gpu.pass();
+        pass.matmul(&w, &xb, m, &ys[0]).unwrap();
+        pass.matmul_gated(&pair, Activation::Silu, &xb, m, &ys[1]).unwrap();
+        pass.matmul_split(&split, &xb, m, [&ys[2], &ys[3], &ys[4]]).unwrap();
+        pass.submit().unwrap();
+        ys.iter().map(|y| gpu.read(y).unwrap()).collect()
+    };
+    let prompt = run(&x, n);
+    for c in 0..n {
+        let alone = run(&x[c * cols..(c + 1) * cols], 1);
+        for (i, (all, one)) in prompt.iter().zip(&alone).enumerate() {
+            assert!(one.iter().any(|&v| v != 0.0));
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&all[c * rows..(c + 1) * rows]), bits(one), "{ty} {rows}x{cols}: input {c} of {n}, output {i}");
+        }
+    }
+}
+
+#[test]
+fn a_prompts_products_give_each_input_a_decoded_tokens_bits() {
+    let Some(gpu) = gpu() else { return };
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let cols = if ty.block_size() == 256 { 512 } else { 160 };
+        // Rows past a whole number of a prompt's workgroups (8, or 32 for
+        // the 256-element blocks) and of a thread's four; inputs past one
+        // workgroup's eight. A decoded token takes one row a thread here,
+        // and four where its product has rows enough for 256 workgroups of
+        // four (the last case).
+        check_rows_a_thread(gpu, ty, 45, cols, 9, 0x4a1 + i as u64);
+        check_rows_a_thread(gpu, ty, 8195, cols, 2, 0x4a1 + 100 + i as u64);
+    }
 }
 
 /// Three products over the same inputs in one kernel against the three
@@ -205,7 +256,8 @@ fn a_product_split_three_ways_is_its_parts_bit_for_bit() {
     for (i, ty) in FORMATS.into_iter().enumerate() {
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
         // Parts that end inside a workgroup's rows (2, or 8 for the
-        // 256-element blocks); a decoded token, and two workgroups of inputs.
+        // 256-element blocks, four times that for a prompt) and inside a
+        // thread's four; a decoded token, and two workgroups of inputs.
         check_matmul_split(gpu, ty, [37, 13, 13], cols, 1, 0x5b1 + i as u64);
         check_matmul_split(gpu, ty, [24, 9, 15], cols, 11, 0x5b1 + 100 + i as u64);
     }
@@ -232,10 +284,10 @@ fn matmul_of_long_rows_matches_the_cpu() {
 #[test]
 fn matmul_past_the_dispatch_width_reaches_every_row() {
     let Some(gpu) = gpu() else { return };
-    // More workgroups of two rows than one dimension of a dispatch holds
-    // (65535): the rest go to the second dimension, as a vocabulary of 150k
-    // rows does.
-    check_matmul(gpu, GgmlType::Q8_0, 2 * 65535 + 77, 32, 1, 13);
+    // More workgroups of eight rows (two groups of threads, four rows a
+    // thread) than one dimension of a dispatch holds (65535): the rest go
+    // to the second dimension, as a vocabulary of 600k rows would.
+    check_matmul(gpu, GgmlType::Q8_0, 8 * 65535 + 77, 32, 1, 13);
 }
 
 #[test]

@@ -5,36 +5,43 @@
 // COLS, so that every loop here runs a constant count: on a card that made
 // a decoded token's product of the 32-element formats 4-16% faster than a
 // count read at run time, the others within a few percent).
+//
+// A thread takes R rows at once (a form from `kernels.rs`): a row's byte
+// offset, its values and its sums are a lane of `Ru`/`Rf` (vec4 for four
+// rows, u32 and f32 for one), so every input read serves R rows while each
+// row's arithmetic is the one row's, lane by lane, in the same order: the
+// forms give the same bits. The form gives `bytes_at`, `byte_at`,
+// `word_at` and `f16_at` over R offsets, and `row_value` (lane k of a sum).
 
 const WG: u32 = 64u;
 const COLS: u32 = 8u;
 
 // The four bytes at byte offset `o` of the weights, little-endian.
 // Without a branch: threads of one SIMD group read rows of any alignment.
-fn bytes_at(o: u32) -> u32 {
+fn bytes_at1(o: u32) -> u32 {
     let i = o >> 2u;
     let s = (o & 3u) * 8u;
     let next = select(0u, w[i + 1u] << ((32u - s) & 31u), s != 0u);
     return (w[i] >> s) | next;
 }
 
-fn byte_at(o: u32) -> u32 {
+fn byte_at1(o: u32) -> u32 {
     return (w[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
 }
 
 // The f16 at byte offset `o`, widened.
-fn f16_at(o: u32) -> f32 {
-    return unpack2x16float(bytes_at(o) & 0xffffu).x;
+fn f16_at1(o: u32) -> f32 {
+    return unpack2x16float(bytes_at1(o) & 0xffffu).x;
 }
 
 // Byte `k` (0..3) of a word, as a signed value.
-fn i8_of(word: u32, k: u32) -> f32 {
-    return f32(bitcast<i32>(word << (24u - 8u * k)) >> 24u);
+fn i8_of(word: Ru, k: u32) -> Rf {
+    return Rf(bitcast<Ri>(word << Ru(24u - 8u * k)) >> Ru(24u));
 }
 
 // acc[c] += v * x[c, i] for each column: element i of the row (counted from
 // the first column's start) met by every column.
-fn fma_cols(acc: ptr<function, array<f32, COLS>>, v: f32, i: u32) {
+fn fma_cols(acc: ptr<function, array<Rf, COLS>>, v: Rf, i: u32) {
     for (var c = 0u; c < COLS; c++) {
         (*acc)[c] += v * x_at(i, c);
     }
@@ -48,9 +55,16 @@ fn sum_cols(acc: ptr<function, array<f32, COLS>>, i: u32) {
 }
 
 // acc[c] += scale * part[c].
-fn add_scaled(acc: ptr<function, array<f32, COLS>>, scale: f32, part: array<f32, COLS>) {
+fn add_scaled(acc: ptr<function, array<Rf, COLS>>, scale: Rf, part: array<Rf, COLS>) {
     for (var c = 0u; c < COLS; c++) {
         (*acc)[c] += scale * part[c];
+    }
+}
+
+// acc[c] += scale * sums[c]: inputs' sums (`sum_cols`), the same for every row.
+fn add_scaled_sums(acc: ptr<function, array<Rf, COLS>>, scale: Rf, sums: array<f32, COLS>) {
+    for (var c = 0u; c < COLS; c++) {
+        (*acc)[c] += scale * sums[c];
     }
 }
 

@@ -1,8 +1,8 @@
 // out[c, r] = activation(gate[r] · x[c], up[r] · x[c]): a gated
 // feed-forward's two products and its activation in one kernel, the gate's
 // and the up projection's rows held as one matrix (the gate's first). A
-// workgroup's first PAIRS rows are gate rows, its last PAIRS the same rows
-// of up; each row's sums are `matmul_rows.wgsl`'s and the activation is
+// workgroup's first PAIRS groups of rows are gate rows, its last PAIRS the
+// same rows of up; each row's sums are `matmul_rows.wgsl`'s and the activation is
 // `activations.wgsl`'s, so the outputs are those of the two products and
 // `elementwise.wgsl` one after the other, bit for bit. The format's block,
 // the shared readers, the activations and `activation` (which of them)
@@ -34,14 +34,18 @@ var<immediate> p: Params;
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let slot = lid / THREADS;
     let up = slot / PAIRS;
-    let row = (g.x + g.y * p.groups_x) * PAIRS + slot % PAIRS;
-    let n_cols = row_sums(g.z, lid, (row + up * p.rows) * p.row_bytes, row < p.rows);
-    if (lid % THREADS == 0u && up == 0u && row < p.rows) {
+    let first = ((g.x + g.y * p.groups_x) * PAIRS + slot % PAIRS) * R;
+    let starts = row_starts(first, p.rows, p.row_bytes) + up * p.rows * p.row_bytes;
+    let n_cols = row_sums(g.z, lid, starts, first < p.rows);
+    if (lid % THREADS == 0u && up == 0u && first < p.rows) {
         for (var c = 0u; c < n_cols; c++) {
-            let gate = partial[c * WG + lid];
-            let value = partial[c * WG + lid + PAIRS * THREADS];
-            let at = (g.z * COLS + c) * p.rows + (row % p.block) * (p.rows / p.block) + row / p.block;
-            out[at] = activation(gate, value);
+            let gates = partial[c * WG + lid];
+            let values = partial[c * WG + lid + PAIRS * THREADS];
+            for (var k = 0u; k < min(R, p.rows - first); k++) {
+                let row = first + k;
+                let at = (g.z * COLS + c) * p.rows + (row % p.block) * (p.rows / p.block) + row / p.block;
+                out[at] = activation(row_value(gates, k), row_value(values, k));
+            }
         }
     }
 }

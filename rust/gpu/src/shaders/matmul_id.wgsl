@@ -51,7 +51,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     let n_blocks = p.cols / BLOCK;
     let row_start = ((expert - p.first_expert) * p.rows + row) * p.row_bytes;
     let x_start = (col / p.x_group) * p.x_stride;
-    var acc: array<f32, COLS>;
+    var acc: array<Rf, COLS>;
     for (var b = 0u; b < n_blocks; b++) {
         block_dot(&acc, row_start + b * BLOCK_BYTES, x_start + b * BLOCK);
     }

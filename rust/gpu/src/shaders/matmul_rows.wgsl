@@ -1,26 +1,28 @@
 // What the row-parallel products share (`matmul.wgsl`, `matmul_gated.wgsl`,
-// `matmul_split.wgsl`): a workgroup takes ROWS rows and up to COLS columns
-// (8 for a prompt, 1 for a decoded token), THREADS threads a row: thread j
-// of a row takes its blocks j, j + THREADS, ..., each dequantized once for
-// all its columns, so neighbouring threads read neighbouring bytes (one
-// thread walking a whole row, as this kernel did first, read a card's
-// memory at 2% of its rate or less). The threads of a row then add their
-// sums in workgroup memory. The inputs come laid out block-major
-// (`block_inputs.wgsl`): element e of every block of a column side by side,
-// so that neighbouring threads, each at element e of its own block, read
-// neighbouring floats. The weights are the file's bytes in an array of
-// words, so a block may start at any byte: every read goes through
-// `bytes_at`, which joins two words where a read straddles them. BLOCK
-// (elements a block holds), BLOCK_BYTES and `block_dot` (a block's
-// products with every column, added to `acc`) come from the format's own
-// file; the product's template declares `w`, `x` and `p` (with `cols`, `n`
-// and `x_stride`). Every product built on this takes each sum in the same
-// order, so their outputs agree bit for bit.
+// `matmul_split.wgsl`): a workgroup takes ROWS groups of R rows (four, each
+// input read once for the four, or one: `Shareout` in `kernels.rs` chooses)
+// and up to COLS columns (8 for a prompt, 1 for a decoded token), THREADS
+// threads a group: thread j of a group takes its rows' blocks j,
+// j + THREADS, ..., each dequantized once for all its columns, so
+// neighbouring threads read neighbouring bytes (one thread walking a whole
+// row, as this kernel did first, read a card's memory at 2% of its rate or
+// less). The threads of a group then add their sums in workgroup memory.
+// The inputs come laid out block-major (`block_inputs.wgsl`): element e of
+// every block of a column side by side, so that neighbouring threads, each
+// at element e of its own block, read neighbouring floats. The weights are
+// the file's bytes in an array of words, so a block may start at any byte:
+// every read goes through `bytes_at`, which joins two words where a read
+// straddles them. BLOCK (elements a block holds), BLOCK_BYTES and
+// `block_dot` (a block's products with every column, added to `acc`) come
+// from the format's own file; the product's template declares `w`, `x` and
+// `p` (with `cols`, `n` and `x_stride`). Every product built on this takes
+// each sum in the same order, whatever R, so their outputs agree bit for
+// bit.
 
 const THREADS: u32 = 32u;
 const ROWS: u32 = WG / THREADS;
 
-var<workgroup> partial: array<f32, WG * COLS>;
+var<workgroup> partial: array<Rf, WG * COLS>;
 
 // Where this workgroup's first column starts, its last column (counted
 // from the first), and blocks a row holds.
@@ -35,19 +37,25 @@ fn x_at(i: u32, c: u32) -> f32 {
     return x[x_col0 + min(c, last_col) * p.x_stride + (i % BLOCK) * n_blocks + i / BLOCK];
 }
 
-// The sums of the row at byte `row_start` (none where `has_row` is false)
+// The byte offsets of rows first..first + R, a row past the last read as
+// the last (its sums are not written).
+fn row_starts(first: u32, rows: u32, row_bytes: u32) -> Ru {
+    return min(Ru(first) + ROW_STEPS, Ru(rows - 1u)) * row_bytes;
+}
+
+// The sums of the rows at bytes `row_start` (none where `has_row` is false)
 // with the columns of column group `col_group`: each ends in
-// partial[c * WG + lid] of the row's first thread. Returns how many
-// columns the group has. Every thread of the workgroup calls it (it waits
-// at barriers).
-fn row_sums(col_group: u32, lid: u32, row_start: u32, has_row: bool) -> u32 {
+// partial[c * WG + lid] of the group's first thread, a row a lane. Returns
+// how many columns the group has. Every thread of the workgroup calls it
+// (it waits at barriers).
+fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
     let lane = lid % THREADS;
     let col0 = col_group * COLS;
     let n_cols = min(COLS, p.n - col0);
     last_col = n_cols - 1u;
     x_col0 = col0 * p.x_stride;
     n_blocks = p.cols / BLOCK;
-    var acc: array<f32, COLS>;
+    var acc: array<Rf, COLS>;
     if (has_row) {
         for (var b = lane; b < n_blocks; b += THREADS) {
             block_dot(&acc, row_start + b * BLOCK_BYTES, b * BLOCK);

@@ -28,20 +28,24 @@ var<immediate> p: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = (g.x + g.y * p.groups_x) * ROWS + lid / THREADS;
-    let n_cols = row_sums(g.z, lid, row * p.row_bytes, row < p.rows);
-    if (lid % THREADS == 0u && row < p.rows) {
+    let first = ((g.x + g.y * p.groups_x) * ROWS + lid / THREADS) * R;
+    let n_cols = row_sums(g.z, lid, row_starts(first, p.rows, p.row_bytes), first < p.rows);
+    if (lid % THREADS == 0u && first < p.rows) {
         let r1 = p.rows0;
         let r2 = p.rows0 + p.rows1;
         for (var c = 0u; c < n_cols; c++) {
             let col = g.z * COLS + c;
-            let sum = partial[c * WG + lid];
-            if (row < r1) {
-                y0[col * p.rows0 + row] = sum;
-            } else if (row < r2) {
-                y1[col * p.rows1 + row - r1] = sum;
-            } else {
-                y2[col * (p.rows - r2) + row - r2] = sum;
+            let sums = partial[c * WG + lid];
+            for (var k = 0u; k < min(R, p.rows - first); k++) {
+                let row = first + k;
+                let sum = row_value(sums, k);
+                if (row < r1) {
+                    y0[col * p.rows0 + row] = sum;
+                } else if (row < r2) {
+                    y1[col * p.rows1 + row - r1] = sum;
+                } else {
+                    y2[col * (p.rows - r2) + row - r2] = sum;
+                }
             }
         }
     }

@@ -5,23 +5,23 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 136u;
 
-fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
     let d = f16_at(o);
-    let scales_h = bytes_at(o + 2u) & 0xffffu;
+    let scales_h = bytes_at(o + 2u) & Ru(0xffffu);
     let scales_l = bytes_at(o + 4u);
     for (var ib = 0u; ib < 8u; ib++) {
-        let ls = ((scales_l >> (4u * ib)) & 15u) | (((scales_h >> (2u * ib)) & 3u) << 4u);
-        var s: array<f32, COLS>;
+        let ls = ((scales_l >> Ru(4u * ib)) & Ru(15u)) | (((scales_h >> Ru(2u * ib)) & Ru(3u)) << Ru(4u));
+        var s: array<Rf, COLS>;
         let qo = o + 8u + 16u * ib;
         let xb = xo + 32u * ib;
         for (var j = 0u; j < 16u; j += 4u) {
             let q = bytes_at(qo + j);
             for (var k = 0u; k < 4u; k++) {
-                let b = (q >> (8u * k)) & 0xffu;
-                fma_cols(&s, iq4_level(b & 15u), xb + j + k);
-                fma_cols(&s, iq4_level(b >> 4u), xb + j + k + 16u);
+                let b = (q >> Ru(8u * k)) & Ru(0xffu);
+                fma_cols(&s, iq4_level(b & Ru(15u)), xb + j + k);
+                fma_cols(&s, iq4_level(b >> Ru(4u)), xb + j + k + 16u);
             }
         }
-        add_scaled(acc, d * (f32(ls) - 32.0), s);
+        add_scaled(acc, d * (Rf(ls) - 32.0), s);
     }
 }

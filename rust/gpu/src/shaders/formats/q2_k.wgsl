@@ -5,25 +5,25 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 84u;
 
-fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
     let d = f16_at(o + 80u);
     let dmin = f16_at(o + 82u);
     for (var n = 0u; n < 2u; n++) {
         for (var j = 0u; j < 4u; j++) {
             for (var part = 0u; part < 2u; part++) {
                 let sc = byte_at(o + 8u * n + 2u * j + part);
-                var sq: array<f32, COLS>;
+                var sq: array<Rf, COLS>;
                 var sx: array<f32, COLS>;
                 for (var l = 0u; l < 16u; l += 4u) {
                     let q = bytes_at(o + 16u + 32u * n + 16u * part + l);
                     for (var k = 0u; k < 4u; k++) {
                         let i = xo + 128u * n + 32u * j + 16u * part + l + k;
-                        fma_cols(&sq, f32((q >> (8u * k + 2u * j)) & 3u), i);
+                        fma_cols(&sq, Rf((q >> Ru(8u * k + 2u * j)) & Ru(3u)), i);
                         sum_cols(&sx, i);
                     }
                 }
-                add_scaled(acc, d * f32(sc & 15u), sq);
-                add_scaled(acc, -dmin * f32(sc >> 4u), sx);
+                add_scaled(acc, d * Rf(sc & Ru(15u)), sq);
+                add_scaled_sums(acc, -dmin * Rf(sc >> Ru(4u)), sx);
             }
         }
     }

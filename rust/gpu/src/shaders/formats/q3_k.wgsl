@@ -9,28 +9,28 @@ const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 110u;
 
 // Scale `is` (0..16) of the block at `o`, unbiased.
-fn q3k_scale(o: u32, is: u32) -> f32 {
-    let low = (byte_at(o + 96u + (is % 8u)) >> (4u * (is / 8u))) & 15u;
-    let high = (byte_at(o + 104u + (is % 4u)) >> (2u * (is / 4u))) & 3u;
-    return f32(low | (high << 4u)) - 32.0;
+fn q3k_scale(o: Ru, is: u32) -> Rf {
+    let low = (byte_at(o + 96u + (is % 8u)) >> Ru(4u * (is / 8u))) & Ru(15u);
+    let high = (byte_at(o + 104u + (is % 4u)) >> Ru(2u * (is / 4u))) & Ru(3u);
+    return Rf(low | (high << Ru(4u))) - 32.0;
 }
 
-fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
     let d = f16_at(o + 108u);
     for (var h = 0u; h < 2u; h++) {
         for (var run = 0u; run < 4u; run++) {
             let shift = 2u * run;
             let m = 4u * h + run;
             for (var half = 0u; half < 2u; half++) {
-                var s: array<f32, COLS>;
+                var s: array<Rf, COLS>;
                 let first = 16u * half;
                 for (var l = first; l < first + 16u; l += 4u) {
                     let q = bytes_at(o + 32u + 32u * h + l);
                     let hm = bytes_at(o + l);
                     for (var k = 0u; k < 4u; k++) {
-                        let lo = (q >> (8u * k + shift)) & 3u;
-                        let hi = select(4.0, 0.0, ((hm >> (8u * k + m)) & 1u) != 0u);
-                        fma_cols(&s, f32(lo) - hi, xo + 128u * h + 32u * run + l + k);
+                        let lo = (q >> Ru(8u * k + shift)) & Ru(3u);
+                        let hi = select(Rf(4.0), Rf(0.0), ((hm >> Ru(8u * k + m)) & Ru(1u)) != Ru(0u));
+                        fma_cols(&s, Rf(lo) - hi, xo + 128u * h + 32u * run + l + k);
                     }
                 }
                 add_scaled(acc, d * q3k_scale(o, 8u * h + 2u * run + half), s);

@@ -5,7 +5,7 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
-fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
     let d = f16_at(o + 208u);
     for (var h = 0u; h < 2u; h++) {
         let ql = o + 64u * h;
@@ -14,23 +14,23 @@ fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
         let sc2 = bytes_at(o + 196u + 8u * h);
         let xb = xo + 128u * h;
         for (var is = 0u; is < 2u; is++) {
-            var s1: array<f32, COLS>;
-            var s2: array<f32, COLS>;
-            var s3: array<f32, COLS>;
-            var s4: array<f32, COLS>;
+            var s1: array<Rf, COLS>;
+            var s2: array<Rf, COLS>;
+            var s3: array<Rf, COLS>;
+            var s4: array<Rf, COLS>;
             for (var l = 16u * is; l < 16u * is + 16u; l += 4u) {
                 let a = bytes_at(ql + l);
                 let b = bytes_at(ql + l + 32u);
                 let hh = bytes_at(qh + l);
                 for (var k = 0u; k < 4u; k++) {
-                    let av = (a >> (8u * k)) & 0xffu;
-                    let bv = (b >> (8u * k)) & 0xffu;
-                    let hv = (hh >> (8u * k)) & 0xffu;
+                    let av = (a >> Ru(8u * k)) & Ru(0xffu);
+                    let bv = (b >> Ru(8u * k)) & Ru(0xffu);
+                    let hv = (hh >> Ru(8u * k)) & Ru(0xffu);
                     let e = xb + l + k;
-                    fma_cols(&s1, f32((av & 15u) | ((hv & 3u) << 4u)) - 32.0, e);
-                    fma_cols(&s2, f32((bv & 15u) | (((hv >> 2u) & 3u) << 4u)) - 32.0, e + 32u);
-                    fma_cols(&s3, f32((av >> 4u) | (((hv >> 4u) & 3u) << 4u)) - 32.0, e + 64u);
-                    fma_cols(&s4, f32((bv >> 4u) | (((hv >> 6u) & 3u) << 4u)) - 32.0, e + 96u);
+                    fma_cols(&s1, Rf((av & Ru(15u)) | ((hv & Ru(3u)) << Ru(4u))) - 32.0, e);
+                    fma_cols(&s2, Rf((bv & Ru(15u)) | (((hv >> Ru(2u)) & Ru(3u)) << Ru(4u))) - 32.0, e + 32u);
+                    fma_cols(&s3, Rf((av >> Ru(4u)) | (((hv >> Ru(4u)) & Ru(3u)) << Ru(4u))) - 32.0, e + 64u);
+                    fma_cols(&s4, Rf((bv >> Ru(4u)) | (((hv >> Ru(6u)) & Ru(3u)) << Ru(4u))) - 32.0, e + 96u);
                 }
             }
             add_scaled(acc, d * i8_of(sc, is), s1);

@@ -2,8 +2,8 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 34u;
 
-fn block_dot(acc: ptr<function, array<f32, COLS>>, o: u32, xo: u32) {
-    var s: array<f32, COLS>;
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+    var s: array<Rf, COLS>;
     for (var j = 0u; j < 32u; j += 4u) {
         let q = bytes_at(o + 2u + j);
         for (var k = 0u; k < 4u; k++) {
