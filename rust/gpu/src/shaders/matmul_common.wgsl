@@ -1,8 +1,8 @@
 // What every matrix product shares: the readers of a weight row's bytes and
 // the per-column accumulation the formats' `block_dot` calls. The product
-// that includes this declares `w` (the weights as words) and `x_at(i, c)`
-// (element i of input column c, as its inputs are laid out; any c below
-// COLS, so that every loop here runs a constant count: on a card that made
+// that includes this declares `w` (the weights as words) and `x_at(e, c)`
+// (element e of the block being read, of input column c, as its inputs are
+// laid out; any c below COLS, so that every loop here runs a constant count: on a card that made
 // a decoded token's product of the 32-element formats 4-16% faster than a
 // count read at run time, the others within a few percent).
 //
@@ -39,18 +39,18 @@ fn i8_of(word: Ru, k: u32) -> Rf {
     return Rf(bitcast<Ri>(word << Ru(24u - 8u * k)) >> Ru(24u));
 }
 
-// acc[c] += v * x[c, i] for each column: element i of the row (counted from
-// the first column's start) met by every column.
-fn fma_cols(acc: ptr<function, array<Rf, COLS>>, v: Rf, i: u32) {
+// acc[c] += v * x[c, e] for each column: element e of the block met by
+// every column.
+fn fma_cols(acc: ptr<function, array<Rf, COLS>>, v: Rf, e: u32) {
     for (var c = 0u; c < COLS; c++) {
-        (*acc)[c] += v * x_at(i, c);
+        (*acc)[c] += v * x_at(e, c);
     }
 }
 
-// acc[c] += x[c, i]: the sums of inputs a block's minimum multiplies.
-fn sum_cols(acc: ptr<function, array<f32, COLS>>, i: u32) {
+// acc[c] += x[c, e]: the sums of inputs a block's minimum multiplies.
+fn sum_cols(acc: ptr<function, array<f32, COLS>>, e: u32) {
     for (var c = 0u; c < COLS; c++) {
-        (*acc)[c] += x_at(i, c);
+        (*acc)[c] += x_at(e, c);
     }
 }
 

@@ -32,9 +32,12 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 var<immediate> p: Params;
 
-// Element i (counted from the first column's start) of input column c.
-fn x_at(i: u32, c: u32) -> f32 {
-    return x[i + c * p.x_stride];
+// Where the block being read starts in this thread's input row.
+var<private> x_block: u32;
+
+// Element e of the block being read of input column c.
+fn x_at(e: u32, c: u32) -> f32 {
+    return x[x_block + e + c * p.x_stride];
 }
 
 @compute @workgroup_size(64)
@@ -53,7 +56,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     let x_start = (col / p.x_group) * p.x_stride;
     var acc: array<Rf, COLS>;
     for (var b = 0u; b < n_blocks; b++) {
-        block_dot(&acc, row_start + b * BLOCK_BYTES, x_start + b * BLOCK);
+        x_block = x_start + b * BLOCK;
+        block_dot(&acc, row_start + b * BLOCK_BYTES);
     }
     y[col * p.y_stride + row] = acc[0];
 }

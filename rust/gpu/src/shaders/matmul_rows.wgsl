@@ -25,16 +25,18 @@ const ROWS: u32 = WG / THREADS;
 var<workgroup> partial: array<Rf, WG * COLS>;
 
 // Where this workgroup's first column starts, its last column (counted
-// from the first), and blocks a row holds.
+// from the first), blocks a row holds, and where the block being read
+// starts in the first column.
 var<private> x_col0: u32;
 var<private> last_col: u32;
 var<private> n_blocks: u32;
+var<private> x_block: u32;
 
-// Element i of input column c (i counted from the column's start), in the
-// block-major layout. Columns past the input's last read the last one
-// again: their sums are not written.
-fn x_at(i: u32, c: u32) -> f32 {
-    return x[x_col0 + min(c, last_col) * p.x_stride + (i % BLOCK) * n_blocks + i / BLOCK];
+// Element e of the block being read of input column c, in the block-major
+// layout. Columns past the input's last read the last one again: their
+// sums are not written.
+fn x_at(e: u32, c: u32) -> f32 {
+    return x[x_block + min(c, last_col) * p.x_stride + e * n_blocks];
 }
 
 // The byte offsets of rows first..first + R, a row past the last read as
@@ -58,7 +60,8 @@ fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
     var acc: array<Rf, COLS>;
     if (has_row) {
         for (var b = lane; b < n_blocks; b += THREADS) {
-            block_dot(&acc, row_start + b * BLOCK_BYTES, b * BLOCK);
+            x_block = x_col0 + b;
+            block_dot(&acc, row_start + b * BLOCK_BYTES);
         }
     }
     for (var c = 0u; c < COLS; c++) {

@@ -1,6 +1,6 @@
 const BLOCK: u32 = 1u;
 const BLOCK_BYTES: u32 = 4u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
-    fma_cols(acc, bitcast<Rf>(word_at(o)), xo);
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+    fma_cols(acc, bitcast<Rf>(word_at(o)), 0u);
 }

@@ -4,14 +4,14 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 18u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {
         let q = bytes_at(o + 2u + j);
         for (var k = 0u; k < 4u; k++) {
             let b = (q >> Ru(8u * k)) & Ru(0xffu);
-            fma_cols(&s, iq4_level(b & Ru(15u)), xo + j + k);
-            fma_cols(&s, iq4_level(b >> Ru(4u)), xo + j + k + 16u);
+            fma_cols(&s, iq4_level(b & Ru(15u)), j + k);
+            fma_cols(&s, iq4_level(b >> Ru(4u)), j + k + 16u);
         }
     }
     add_scaled(acc, f16_at(o), s);

@@ -5,7 +5,7 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 136u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let d = f16_at(o);
     let scales_h = bytes_at(o + 2u) & Ru(0xffffu);
     let scales_l = bytes_at(o + 4u);
@@ -13,7 +13,7 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
         let ls = ((scales_l >> Ru(4u * ib)) & Ru(15u)) | (((scales_h >> Ru(2u * ib)) & Ru(3u)) << Ru(4u));
         var s: array<Rf, COLS>;
         let qo = o + 8u + 16u * ib;
-        let xb = xo + 32u * ib;
+        let xb = 32u * ib;
         for (var j = 0u; j < 16u; j += 4u) {
             let q = bytes_at(qo + j);
             for (var k = 0u; k < 4u; k++) {

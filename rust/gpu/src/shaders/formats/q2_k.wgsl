@@ -5,7 +5,7 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 84u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let d = f16_at(o + 80u);
     let dmin = f16_at(o + 82u);
     for (var n = 0u; n < 2u; n++) {
@@ -17,7 +17,7 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
                 for (var l = 0u; l < 16u; l += 4u) {
                     let q = bytes_at(o + 16u + 32u * n + 16u * part + l);
                     for (var k = 0u; k < 4u; k++) {
-                        let i = xo + 128u * n + 32u * j + 16u * part + l + k;
+                        let i = 128u * n + 32u * j + 16u * part + l + k;
                         fma_cols(&sq, Rf((q >> Ru(8u * k + 2u * j)) & Ru(3u)), i);
                         sum_cols(&sx, i);
                     }

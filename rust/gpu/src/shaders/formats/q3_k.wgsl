@@ -15,7 +15,7 @@ fn q3k_scale(o: Ru, is: u32) -> Rf {
     return Rf(low | (high << Ru(4u))) - 32.0;
 }
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let d = f16_at(o + 108u);
     for (var h = 0u; h < 2u; h++) {
         for (var run = 0u; run < 4u; run++) {
@@ -30,7 +30,7 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
                     for (var k = 0u; k < 4u; k++) {
                         let lo = (q >> Ru(8u * k + shift)) & Ru(3u);
                         let hi = select(Rf(4.0), Rf(0.0), ((hm >> Ru(8u * k + m)) & Ru(1u)) != Ru(0u));
-                        fma_cols(&s, Rf(lo) - hi, xo + 128u * h + 32u * run + l + k);
+                        fma_cols(&s, Rf(lo) - hi, 128u * h + 32u * run + l + k);
                     }
                 }
                 add_scaled(acc, d * q3k_scale(o, 8u * h + 2u * run + half), s);

@@ -2,17 +2,17 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 20u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     var s: array<Rf, COLS>;
     var sx: array<f32, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {
         let q = bytes_at(o + 4u + j);
         for (var k = 0u; k < 4u; k++) {
             let b = (q >> Ru(8u * k)) & Ru(0xffu);
-            fma_cols(&s, Rf(b & Ru(15u)), xo + j + k);
-            fma_cols(&s, Rf(b >> Ru(4u)), xo + j + k + 16u);
-            sum_cols(&sx, xo + j + k);
-            sum_cols(&sx, xo + j + k + 16u);
+            fma_cols(&s, Rf(b & Ru(15u)), j + k);
+            fma_cols(&s, Rf(b >> Ru(4u)), j + k + 16u);
+            sum_cols(&sx, j + k);
+            sum_cols(&sx, j + k + 16u);
         }
     }
     add_scaled(acc, f16_at(o), s);

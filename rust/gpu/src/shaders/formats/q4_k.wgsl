@@ -4,7 +4,7 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 144u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let d = f16_at(o);
     let dmin = f16_at(o + 2u);
     for (var c = 0u; c < 4u; c++) {
@@ -18,7 +18,7 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
             let q = bytes_at(o + 16u + 32u * c + l);
             for (var k = 0u; k < 4u; k++) {
                 let b = (q >> Ru(8u * k)) & Ru(0xffu);
-                let ia = xo + 64u * c + l + k;
+                let ia = 64u * c + l + k;
                 fma_cols(&s1, Rf(b & Ru(15u)), ia);
                 fma_cols(&s2, Rf(b >> Ru(4u)), ia + 32u);
                 sum_cols(&x1, ia);

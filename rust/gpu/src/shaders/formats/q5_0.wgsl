@@ -3,7 +3,7 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 22u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let qh = bytes_at(o + 2u);
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {
@@ -13,8 +13,8 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
             let b = (q >> Ru(8u * k)) & Ru(0xffu);
             let lo = (b & Ru(15u)) | (((qh >> Ru(e)) & Ru(1u)) << Ru(4u));
             let hi = (b >> Ru(4u)) | (((qh >> Ru(e + 16u)) & Ru(1u)) << Ru(4u));
-            fma_cols(&s, Rf(lo) - 16.0, xo + e);
-            fma_cols(&s, Rf(hi) - 16.0, xo + e + 16u);
+            fma_cols(&s, Rf(lo) - 16.0, e);
+            fma_cols(&s, Rf(hi) - 16.0, e + 16u);
         }
     }
     add_scaled(acc, f16_at(o), s);

@@ -2,7 +2,7 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 24u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let qh = bytes_at(o + 4u);
     var s: array<Rf, COLS>;
     var sx: array<f32, COLS>;
@@ -13,10 +13,10 @@ fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
             let b = (q >> Ru(8u * k)) & Ru(0xffu);
             let lo = (b & Ru(15u)) | (((qh >> Ru(e)) & Ru(1u)) << Ru(4u));
             let hi = (b >> Ru(4u)) | (((qh >> Ru(e + 16u)) & Ru(1u)) << Ru(4u));
-            fma_cols(&s, Rf(lo), xo + e);
-            fma_cols(&s, Rf(hi), xo + e + 16u);
-            sum_cols(&sx, xo + e);
-            sum_cols(&sx, xo + e + 16u);
+            fma_cols(&s, Rf(lo), e);
+            fma_cols(&s, Rf(hi), e + 16u);
+            sum_cols(&sx, e);
+            sum_cols(&sx, e + 16u);
         }
     }
     add_scaled(acc, f16_at(o), s);

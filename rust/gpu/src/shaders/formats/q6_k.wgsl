@@ -5,14 +5,14 @@
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     let d = f16_at(o + 208u);
     for (var h = 0u; h < 2u; h++) {
         let ql = o + 64u * h;
         let qh = o + 128u + 32u * h;
         let sc = bytes_at(o + 192u + 8u * h);
         let sc2 = bytes_at(o + 196u + 8u * h);
-        let xb = xo + 128u * h;
+        let xb = 128u * h;
         for (var is = 0u; is < 2u; is++) {
             var s1: array<Rf, COLS>;
             var s2: array<Rf, COLS>;

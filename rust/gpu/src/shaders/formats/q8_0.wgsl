@@ -2,12 +2,12 @@
 const BLOCK: u32 = 32u;
 const BLOCK_BYTES: u32 = 34u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru, xo: u32) {
+fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 32u; j += 4u) {
         let q = bytes_at(o + 2u + j);
         for (var k = 0u; k < 4u; k++) {
-            fma_cols(&s, i8_of(q, k), xo + j + k);
+            fma_cols(&s, i8_of(q, k), j + k);
         }
     }
     add_scaled(acc, f16_at(o), s);
