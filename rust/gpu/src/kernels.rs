@@ -70,48 +70,10 @@ const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 /// The row-parallel products' line that sets how many threads share a row's blocks.
 const ROW_THREADS: &str = "const THREADS: u32 = 32u;";
 
-/// The products' forms of R rows a thread (see `matmul_common.wgsl`): one
-/// row, whose lanes are plain values, and four, a row a lane of a vec4.
-const ONE_ROW: &str = "alias Ru = u32;
-alias Rf = f32;
-alias Ri = i32;
-const R: u32 = 1u;
-const ROW_STEPS = 0u;
-fn bytes_at(o: Ru) -> Ru {
-    return bytes_at1(o);
-}
-fn byte_at(o: Ru) -> Ru {
-    return byte_at1(o);
-}
-fn word_at(o: Ru) -> Ru {
-    return w[o >> 2u];
-}
-fn f16_at(o: Ru) -> Rf {
-    return f16_at1(o);
-}
-fn row_value(v: Rf, k: u32) -> f32 {
-    return v;
-}";
-const FOUR_ROWS: &str = "alias Ru = vec4<u32>;
-alias Rf = vec4<f32>;
-alias Ri = vec4<i32>;
-const R: u32 = 4u;
-const ROW_STEPS = vec4<u32>(0u, 1u, 2u, 3u);
-fn bytes_at(o: Ru) -> Ru {
-    return Ru(bytes_at1(o.x), bytes_at1(o.y), bytes_at1(o.z), bytes_at1(o.w));
-}
-fn byte_at(o: Ru) -> Ru {
-    return Ru(byte_at1(o.x), byte_at1(o.y), byte_at1(o.z), byte_at1(o.w));
-}
-fn word_at(o: Ru) -> Ru {
-    return Ru(w[o.x >> 2u], w[o.y >> 2u], w[o.z >> 2u], w[o.w >> 2u]);
-}
-fn f16_at(o: Ru) -> Rf {
-    return Rf(f16_at1(o.x), f16_at1(o.y), f16_at1(o.z), f16_at1(o.w));
-}
-fn row_value(v: Rf, k: u32) -> f32 {
-    return v[k];
-}";
+/// The products' forms of R rows a thread (see `matmul_common.wgsl`).
+const ONE_ROW: &str = include_str!("shaders/one_row.wgsl");
+const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
+
 /// The IQ4 levels of R indices, in each form.
 const ONE_ROW_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
     return iq4_level1(i);
@@ -252,7 +214,7 @@ impl Kernel {
         Some(match self {
             Kernel::Matmul(ty, form) => row_product(MATMUL, ty, form)?,
             Kernel::MatmulSplit(ty, form) => row_product(MATMUL_SPLIT, ty, form)?,
-            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, false, 1)?,
+            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, Shareout { wide: false, four_rows: false })?,
             Kernel::MatmulGated(ty, form, act) => {
                 let which = match act {
                     Activation::Silu => "silu_mul_of",
@@ -293,30 +255,31 @@ impl Kernel {
 }
 
 /// A product's source: its entry point and buffers (`main`), the shared
-/// readers with the inputs a thread takes (eight where `wide`, else one)
-/// and the form of its `rows` rows a thread, and the format's block; WGSL
-/// declarations may come in any order.
-fn product(main: &str, ty: GgmlType, wide: bool, rows: usize) -> Option<String> {
+/// readers with the inputs and the form of the rows a thread takes, and
+/// the format's block; WGSL declarations may come in any order.
+fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
     let block = format_source(ty)?;
-    let (form, levels) = match rows {
-        1 => (ONE_ROW, ONE_ROW_LEVELS),
-        4 => (FOUR_ROWS, FOUR_ROWS_LEVELS),
-        _ => unreachable!("a product takes one row a thread or four"),
+    let (rows, levels) = match form.four_rows {
+        false => (ONE_ROW, ONE_ROW_LEVELS),
+        true => (FOUR_ROWS, FOUR_ROWS_LEVELS),
     };
     let scales = match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => K_SCALES.to_string(),
         GgmlType::IQ4_NL | GgmlType::IQ4_XS => format!("{IQ4_LEVELS}\n{levels}"),
         _ => String::new(),
     };
-    let common = if wide { MATMUL_COMMON.to_string() } else { MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;") };
-    Some(format!("{main}\n{common}\n{form}\n{scales}\n{block}"))
+    let common = match form.wide {
+        true => MATMUL_COMMON.to_string(),
+        false => MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;"),
+    };
+    Some(format!("{main}\n{common}\n{rows}\n{scales}\n{block}"))
 }
 
 /// A row-parallel product's source (`matmul_rows.wgsl` under `main`), with
 /// the threads a row its format takes, shared out as `form` says.
 fn row_product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
     let rows = MATMUL_ROWS.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)));
-    product(&format!("{main}\n{rows}"), ty, form.wide, form.rows_a_thread())
+    product(&format!("{main}\n{rows}"), ty, form)
 }
 
 /// Pipelines built once per device and kernel.

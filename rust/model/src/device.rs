@@ -456,14 +456,12 @@ impl DeviceWeights {
     pub(crate) fn save_state(&self, cache: &KvCache, rings: &DeviceRings) -> Result<Vec<u8>> {
         // States the device holds are saved from a copy of the ledger (no
         // rows: those stay on the device) that takes them back.
-        let ledger;
         let cache = if cache.states_elsewhere() {
             let mut copy = cache.clone();
             self.take_states_back(&mut copy, rings)?;
-            ledger = copy;
-            &ledger
+            Cow::Owned(copy)
         } else {
-            cache
+            Cow::Borrowed(cache)
         };
         cache
             .save_state_with(|il, used| {
