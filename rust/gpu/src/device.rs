@@ -773,8 +773,8 @@ impl Pass<'_> {
                 w.rows, w.cols, x.len, y.len
             )));
         }
-        let form = Shareout::of(w.ty, n, w.rows);
-        let per_group = form.rows_a_group(w.ty);
+        let form = Shareout::of(n, w.rows);
+        let per_group = form.rows_a_group();
         let (blocked, _) = self.row_product_groups(w, x, n, w.rows, per_group)?;
         for run in &w.runs {
             let groups = self.product_grid(run.rows, n, per_group)?;
@@ -815,8 +815,8 @@ impl Pass<'_> {
             )));
         }
         // A workgroup takes as many gate rows as up rows.
-        let form = Shareout::of(w.m.ty, n, w.m.rows);
-        let per_group = form.rows_a_group(w.m.ty) / 2;
+        let form = Shareout::of(n, w.m.rows);
+        let per_group = form.rows_a_group() / 2;
         let (blocked, groups) = self.row_product_groups(&w.m, x, n, rows, per_group)?;
         let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, block, 0].map(|v| v as u32);
         let kernel = Kernel::MatmulGated(w.m.ty, form, act);
@@ -837,8 +837,8 @@ impl Pass<'_> {
         if y.iter().zip([r0, r1, r2]).any(|(b, rows)| b.len < n * rows) {
             return Err(GpuError::Shape(format!("matmul split into {:?} rows over {n} inputs: an output is short", w.parts)));
         }
-        let form = Shareout::of(w.m.ty, n, w.m.rows);
-        let per_group = form.rows_a_group(w.m.ty);
+        let form = Shareout::of(n, w.m.rows);
+        let per_group = form.rows_a_group();
         let (blocked, groups) = self.row_product_groups(&w.m, x, n, w.m.rows, per_group)?;
         let params = [w.m.rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, r0, r1].map(|v| v as u32);
         let buffers = [&w.m.runs[0].buf, &blocked, &y[0].buf, &y[1].buf, &y[2].buf];

@@ -67,9 +67,6 @@ const BLOCK_INPUTS: &str = include_str!("shaders/block_inputs.wgsl");
 /// The shared part's line that sets how many inputs a thread takes.
 const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 
-/// The row-parallel products' line that sets how many threads share a row's blocks.
-const ROW_THREADS: &str = "const THREADS: u32 = 32u;";
-
 /// The products' forms of R rows a thread (see `matmul_common.wgsl`).
 const ONE_ROW: &str = include_str!("shaders/one_row.wgsl");
 const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
@@ -98,12 +95,12 @@ pub(crate) struct Shareout {
 const FOUR_ROWS_MIN_GROUPS: usize = 256;
 
 impl Shareout {
-    /// The form of a product of `rows` rows of `ty` over `n` inputs: four
+    /// The form of a product of `rows` rows over `n` inputs: four
     /// rows a thread for a prompt, each input read once for all four, and for
     /// a decoded token where its workgroups still fill a card.
-    pub(crate) fn of(ty: GgmlType, n: usize, rows: usize) -> Shareout {
+    pub(crate) fn of(n: usize, rows: usize) -> Shareout {
         let wide = n > 1;
-        let four_rows = wide || rows.div_ceil(64 / matmul_threads(ty) * 4) >= FOUR_ROWS_MIN_GROUPS;
+        let four_rows = wide || rows.div_ceil(64 / ROW_THREADS * 4) >= FOUR_ROWS_MIN_GROUPS;
         Shareout { wide, four_rows }
     }
 
@@ -116,21 +113,14 @@ impl Shareout {
     }
 
     /// Rows a workgroup of 64 threads takes.
-    pub(crate) fn rows_a_group(self, ty: GgmlType) -> usize {
-        64 / matmul_threads(ty) * self.rows_a_thread()
+    pub(crate) fn rows_a_group(self) -> usize {
+        64 / ROW_THREADS * self.rows_a_thread()
     }
 }
 
-/// Threads that share out a row's blocks in the matrix product: 32, or 8
-/// for the formats of 256-element blocks, whose rows of 4096 hold only 16
-/// (32 threads left half of them idle, at a third of Q4_0's rate).
-pub(crate) fn matmul_threads(ty: GgmlType) -> usize {
-    if ty.block_size() >= 256 {
-        8
-    } else {
-        32
-    }
-}
+/// Threads that share out a row's pieces in a row-parallel product
+/// (`matmul_rows.wgsl`'s THREADS).
+const ROW_THREADS: usize = 32;
 
 fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
@@ -275,11 +265,10 @@ fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
     Some(format!("{main}\n{common}\n{rows}\n{scales}\n{block}"))
 }
 
-/// A row-parallel product's source (`matmul_rows.wgsl` under `main`), with
-/// the threads a row its format takes, shared out as `form` says.
+/// A row-parallel product's source (`matmul_rows.wgsl` under `main`),
+/// shared out as `form` says.
 fn row_product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
-    let rows = MATMUL_ROWS.replace(ROW_THREADS, &format!("const THREADS: u32 = {}u;", matmul_threads(ty)));
-    product(&format!("{main}\n{rows}"), ty, form)
+    product(&format!("{main}\n{MATMUL_ROWS}"), ty, form)
 }
 
 /// Pipelines built once per device and kernel.
@@ -320,6 +309,6 @@ mod tests {
     #[test]
     fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
         assert!(super::MATMUL_COMMON.contains(super::WIDE_COLS));
-        assert!(super::MATMUL_ROWS.contains(super::ROW_THREADS));
+        assert!(super::MATMUL_ROWS.contains(&format!("const THREADS: u32 = {}u;", super::ROW_THREADS)));
     }
 }

@@ -157,9 +157,9 @@ fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
     let Some(gpu) = gpu() else { return };
     for (i, ty) in FORMATS.into_iter().enumerate() {
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
-        // Rows not a whole number of a workgroup's pairs (1, or 4 for the
-        // 256-element blocks, four times that for a prompt, four rows a
-        // thread); a decoded token, and two workgroups of inputs.
+        // Rows not a whole number of a workgroup's pairs (one for a decoded
+        // token, four for a prompt, four rows a thread); a decoded token,
+        // and two workgroups of inputs.
         check_matmul_gated(gpu, ty, Activation::Silu, 37, cols, 1, 0x9a7e + i as u64);
         check_matmul_gated(gpu, ty, Activation::GeluTanh, 37, cols, 11, 0x9a7e + 100 + i as u64);
     }
@@ -214,13 +214,12 @@ fn a_prompts_products_give_each_input_a_decoded_tokens_bits() {
     let Some(gpu) = gpu() else { return };
     for (i, ty) in FORMATS.into_iter().enumerate() {
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
-        // Rows past a whole number of a prompt's workgroups (8, or 32 for
-        // the 256-element blocks) and of a thread's four; inputs past one
-        // workgroup's eight. A decoded token takes one row a thread here,
-        // and four where its product has rows enough for 256 workgroups of
-        // four (the last case).
+        // Rows past a whole number of a prompt's workgroups (8) and of a
+        // thread's four; inputs past one workgroup's eight. A decoded token
+        // takes one row a thread here, and four where its product has rows
+        // enough for 256 workgroups of four (the last case).
         check_rows_a_thread(gpu, ty, 45, cols, 9, 0x4a1 + i as u64);
-        check_rows_a_thread(gpu, ty, 8195, cols, 2, 0x4a1 + 100 + i as u64);
+        check_rows_a_thread(gpu, ty, 2051, cols, 2, 0x4a1 + 100 + i as u64);
     }
 }
 
@@ -255,9 +254,9 @@ fn a_product_split_three_ways_is_its_parts_bit_for_bit() {
     let Some(gpu) = gpu() else { return };
     for (i, ty) in FORMATS.into_iter().enumerate() {
         let cols = if ty.block_size() == 256 { 512 } else { 160 };
-        // Parts that end inside a workgroup's rows (2, or 8 for the
-        // 256-element blocks, four times that for a prompt) and inside a
-        // thread's four; a decoded token, and two workgroups of inputs.
+        // Parts that end inside a workgroup's rows (2 for a decoded token, 8
+        // for a prompt) and inside a thread's four; a decoded token, and two
+        // workgroups of inputs.
         check_matmul_split(gpu, ty, [37, 13, 13], cols, 1, 0x5b1 + i as u64);
         check_matmul_split(gpu, ty, [24, 9, 15], cols, 11, 0x5b1 + 100 + i as u64);
     }

@@ -57,7 +57,9 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     var acc: array<Rf, COLS>;
     for (var b = 0u; b < n_blocks; b++) {
         x_block = x_start + b * BLOCK;
-        block_dot(&acc, row_start + b * BLOCK_BYTES);
+        for (var piece = 0u; piece < PIECES; piece++) {
+            block_piece(&acc, row_start + b * BLOCK_BYTES, piece);
+        }
     }
     y[col * p.y_stride + row] = acc[0];
 }

@@ -2,22 +2,24 @@
 // `matmul_split.wgsl`): a workgroup takes ROWS groups of R rows (four, each
 // input read once for the four, or one: `Shareout` in `kernels.rs` chooses)
 // and up to COLS columns (8 for a prompt, 1 for a decoded token), THREADS
-// threads a group: thread j of a group takes its rows' blocks j,
-// j + THREADS, ..., each dequantized once for all its columns, so
-// neighbouring threads read neighbouring bytes (one thread walking a whole
-// row, as this kernel did first, read a card's memory at 2% of its rate or
-// less). The threads of a group then add their sums in workgroup memory.
-// The inputs come laid out block-major (`block_inputs.wgsl`): element e of
-// every block of a column side by side, so that neighbouring threads, each
-// at element e of its own block, read neighbouring floats. The weights are
-// the file's bytes in an array of words, so a block may start at any byte:
-// every read goes through `bytes_at`, which joins two words where a read
-// straddles them. BLOCK (elements a block holds), BLOCK_BYTES and
-// `block_dot` (a block's products with every column, added to `acc`) come
-// from the format's own file; the product's template declares `w`, `x` and
-// `p` (with `cols`, `n` and `x_stride`). Every product built on this takes
-// each sum in the same order, whatever R, so their outputs agree bit for
-// bit.
+// threads a group. A row's blocks are cut in PIECES pieces each (one for the
+// 32-element formats, four or eight for the 256-element ones, whose rows of
+// 4096 hold only 16 blocks: a thread each left half of 32 threads idle), and
+// thread j of a group takes its rows' pieces j, j + THREADS, ..., each
+// dequantized once for all its columns, so neighbouring threads read
+// neighbouring bytes (one thread walking a whole row, as this kernel did
+// first, read a card's memory at 2% of its rate or less). The threads of a
+// group then add their sums in workgroup memory. The inputs come laid out
+// block-major (`block_inputs.wgsl`): element e of every block of a column
+// side by side, so that neighbouring threads, each at element e of its own
+// block, read neighbouring floats. The weights are the file's bytes in an
+// array of words, so a block may start at any byte: every read goes through
+// `bytes_at`, which joins two words where a read straddles them. BLOCK
+// (elements a block holds), BLOCK_BYTES, PIECES and `block_piece` (a
+// piece's products with every column, added to `acc`) come from the
+// format's own file; the product's template declares `w`, `x` and `p`
+// (with `cols`, `n` and `x_stride`). Every product built on this takes each
+// sum in the same order, whatever R, so their outputs agree bit for bit.
 
 const THREADS: u32 = 32u;
 const ROWS: u32 = WG / THREADS;
@@ -59,9 +61,10 @@ fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
     n_blocks = p.cols / BLOCK;
     var acc: array<Rf, COLS>;
     if (has_row) {
-        for (var b = lane; b < n_blocks; b += THREADS) {
+        for (var q = lane; q < n_blocks * PIECES; q += THREADS) {
+            let b = q / PIECES;
             x_block = x_col0 + b;
-            block_dot(&acc, row_start + b * BLOCK_BYTES);
+            block_piece(&acc, row_start + b * BLOCK_BYTES, q % PIECES);
         }
     }
     for (var c = 0u; c < COLS; c++) {

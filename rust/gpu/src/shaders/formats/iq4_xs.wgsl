@@ -4,24 +4,24 @@
 // with bits 2 ib and 2 ib + 1 of scales_h on top.
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 136u;
+// A piece is a sub-block of 32.
+const PIECES: u32 = 8u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, ib: u32) {
     let d = f16_at(o);
     let scales_h = bytes_at(o + 2u) & Ru(0xffffu);
     let scales_l = bytes_at(o + 4u);
-    for (var ib = 0u; ib < 8u; ib++) {
-        let ls = ((scales_l >> Ru(4u * ib)) & Ru(15u)) | (((scales_h >> Ru(2u * ib)) & Ru(3u)) << Ru(4u));
-        var s: array<Rf, COLS>;
-        let qo = o + 8u + 16u * ib;
-        let xb = 32u * ib;
-        for (var j = 0u; j < 16u; j += 4u) {
-            let q = bytes_at(qo + j);
-            for (var k = 0u; k < 4u; k++) {
-                let b = (q >> Ru(8u * k)) & Ru(0xffu);
-                fma_cols(&s, iq4_level(b & Ru(15u)), xb + j + k);
-                fma_cols(&s, iq4_level(b >> Ru(4u)), xb + j + k + 16u);
-            }
+    let ls = ((scales_l >> Ru(4u * ib)) & Ru(15u)) | (((scales_h >> Ru(2u * ib)) & Ru(3u)) << Ru(4u));
+    var s: array<Rf, COLS>;
+    let qo = o + 8u + 16u * ib;
+    let xb = 32u * ib;
+    for (var j = 0u; j < 16u; j += 4u) {
+        let q = bytes_at(qo + j);
+        for (var k = 0u; k < 4u; k++) {
+            let b = (q >> Ru(8u * k)) & Ru(0xffu);
+            fma_cols(&s, iq4_level(b & Ru(15u)), xb + j + k);
+            fma_cols(&s, iq4_level(b >> Ru(4u)), xb + j + k + 16u);
         }
-        add_scaled(acc, d * (Rf(ls) - 32.0), s);
     }
+    add_scaled(acc, d * (Rf(ls) - 32.0), s);
 }

@@ -7,6 +7,8 @@
 // 8..16 high halves), the top two bits four to a byte in bytes 8..12.
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 110u;
+// A piece is a 32-run of a half (h, run = piece / 4, piece % 4).
+const PIECES: u32 = 8u;
 
 // Scale `is` (0..16) of the block at `o`, unbiased.
 fn q3k_scale(o: Ru, is: u32) -> Rf {
@@ -15,26 +17,24 @@ fn q3k_scale(o: Ru, is: u32) -> Rf {
     return Rf(low | (high << Ru(4u))) - 32.0;
 }
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
     let d = f16_at(o + 108u);
-    for (var h = 0u; h < 2u; h++) {
-        for (var run = 0u; run < 4u; run++) {
-            let shift = 2u * run;
-            let m = 4u * h + run;
-            for (var half = 0u; half < 2u; half++) {
-                var s: array<Rf, COLS>;
-                let first = 16u * half;
-                for (var l = first; l < first + 16u; l += 4u) {
-                    let q = bytes_at(o + 32u + 32u * h + l);
-                    let hm = bytes_at(o + l);
-                    for (var k = 0u; k < 4u; k++) {
-                        let lo = (q >> Ru(8u * k + shift)) & Ru(3u);
-                        let hi = select(Rf(4.0), Rf(0.0), ((hm >> Ru(8u * k + m)) & Ru(1u)) != Ru(0u));
-                        fma_cols(&s, Rf(lo) - hi, 128u * h + 32u * run + l + k);
-                    }
-                }
-                add_scaled(acc, d * q3k_scale(o, 8u * h + 2u * run + half), s);
+    let h = piece / 4u;
+    let run = piece % 4u;
+    let shift = 2u * run;
+    let m = 4u * h + run;
+    for (var half = 0u; half < 2u; half++) {
+        var s: array<Rf, COLS>;
+        let first = 16u * half;
+        for (var l = first; l < first + 16u; l += 4u) {
+            let q = bytes_at(o + 32u + 32u * h + l);
+            let hm = bytes_at(o + l);
+            for (var k = 0u; k < 4u; k++) {
+                let lo = (q >> Ru(8u * k + shift)) & Ru(3u);
+                let hi = select(Rf(4.0), Rf(0.0), ((hm >> Ru(8u * k + m)) & Ru(1u)) != Ru(0u));
+                fma_cols(&s, Rf(lo) - hi, 128u * h + 32u * run + l + k);
             }
         }
+        add_scaled(acc, d * q3k_scale(o, 8u * h + 2u * run + half), s);
     }
 }

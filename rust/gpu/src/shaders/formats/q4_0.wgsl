@@ -1,9 +1,10 @@
 // d: f16, then 16 bytes: element j in the low nibble of byte j, element
 // j + 16 in its high nibble, each less 8.
 const BLOCK: u32 = 32u;
+const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 18u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {
         let q = bytes_at(o + 2u + j);

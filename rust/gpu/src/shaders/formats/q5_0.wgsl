@@ -1,9 +1,10 @@
 // d: f16, 32 high bits (bit j of element j), then nibbles as Q4_0's; each
 // element (nibble | high bit << 4) - 16.
 const BLOCK: u32 = 32u;
+const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 22u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
     let qh = bytes_at(o + 2u);
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {

@@ -1,8 +1,9 @@
 // d and m: f16, 32 high bits, then nibbles; each d * (nibble | high << 4) + m.
 const BLOCK: u32 = 32u;
+const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 24u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
     let qh = bytes_at(o + 4u);
     var s: array<Rf, COLS>;
     var sx: array<f32, COLS>;

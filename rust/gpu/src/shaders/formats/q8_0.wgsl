@@ -1,8 +1,9 @@
 // d: f16, then 32 signed bytes.
 const BLOCK: u32 = 32u;
+const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 34u;
 
-fn block_dot(acc: ptr<function, array<Rf, COLS>>, o: Ru) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
     var s: array<Rf, COLS>;
     for (var j = 0u; j < 32u; j += 4u) {
         let q = bytes_at(o + 2u + j);
