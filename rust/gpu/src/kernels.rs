@@ -40,7 +40,7 @@ const NORM_OUTPUT: &str = "fn store(start: u32, i: u32, v: f32) {
 const NORM_OUTPUT_LAID_OUT: &str = "@group(0) @binding(LAID_OUT) var<storage, read_write> laid_out: array<f32>;
 fn store(start: u32, i: u32, v: f32) {
     out[start + i] = v;
-    laid_out[start + (i % p.block) * (p.width / p.block) + i / p.block] = v;
+    laid_out[start + laid_out_at(i, p.width, p.block)] = v;
 }";
 const WORKGROUP_SUM: &str = include_str!("shaders/workgroup_sum.wgsl");
 const ELEMENTWISE: &str = include_str!("shaders/elementwise.wgsl");
@@ -212,12 +212,12 @@ impl Kernel {
                     Activation::Sigmoid => "sigmoid_mul_of",
                 };
                 let chosen = format!("fn activation(g: f32, u: f32) -> f32 {{\n    return {which}(g, u);\n}}");
-                format!("{}\n{ACTIVATIONS}\n{chosen}", row_product(MATMUL_GATED, ty, form)?)
+                format!("{}\n{ACTIVATIONS}\n{LAID_OUT}\n{chosen}", row_product(MATMUL_GATED, ty, form)?)
             }
             Kernel::RmsNorm { added, laid_out } => {
                 let input = if added { NORM_INPUT_ADDED } else { NORM_INPUT };
                 let output = match laid_out {
-                    true => NORM_OUTPUT_LAID_OUT.replace("LAID_OUT", if added { "4" } else { "3" }),
+                    true => format!("{}\n{LAID_OUT}", NORM_OUTPUT_LAID_OUT.replace("LAID_OUT", if added { "4" } else { "3" })),
                     false => NORM_OUTPUT.to_string(),
                 };
                 format!("{RMS_NORM}\n{WORKGROUP_SUM}\n{input}\n{output}")
@@ -239,7 +239,7 @@ impl Kernel {
             Kernel::L2Norm => format!("{L2_NORM}\n{WORKGROUP_SUM}"),
             Kernel::SplitGates => SPLIT_GATES.to_string(),
             Kernel::RowGate => ROW_GATE.to_string(),
-            Kernel::BlockInputs => BLOCK_INPUTS.to_string(),
+            Kernel::BlockInputs => format!("{BLOCK_INPUTS}\n{LAID_OUT}"),
         })
     }
 }

@@ -142,7 +142,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         for (var k = 0u; k < MAX_PER_THREAD; k++) {
             let d = lid + k * WG;
             if (d < p.dv) {
-                out[out_at(p.row0 + row, head * p.dv + d)] = acc[k] / l;
+                out[(p.row0 + row) * p.n_head * p.dv + laid_out_at(head * p.dv + d, p.n_head * p.dv, p.block)] = acc[k] / l;
             }
         }
         return;

@@ -42,6 +42,6 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             let at = (base + s) * width;
             v += parts[at + 2u + d] * exp(parts[at] - big);
         }
-        out[out_at(p.row0 + row, head * p.dv + d)] = v / sum;
+        out[(p.row0 + row) * p.n_head * p.dv + laid_out_at(head * p.dv + d, p.n_head * p.dv, p.block)] = v / sum;
     }
 }

@@ -1,5 +1,5 @@
-// A matrix product's inputs laid out block-major for `matmul.wgsl`: in each
-// row of `cols`, element e of block b moves to e * (cols / block) + b.
+// A matrix product's inputs laid out block-major for `matmul_rows.wgsl`
+// (`laid_out.wgsl`'s layout), each row of `cols` on its own.
 
 struct Params {
     n: u32,
@@ -19,5 +19,5 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         return;
     }
     let k = i % p.cols;
-    out[i - k + (k % p.block) * (p.cols / p.block) + k / p.block] = x[i];
+    out[i - k + laid_out_at(k, p.cols, p.block)] = x[i];
 }

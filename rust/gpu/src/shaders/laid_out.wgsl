@@ -1,8 +1,9 @@
-// Where element k of output row `row` goes: rows of `p.n_head * p.dv`,
-// laid out for a product over blocks of `p.block` as `block_inputs.wgsl`
-// lays them (element e of block b at e * (width / block) + b; a block of 1
-// leaves the row as it is). Shared by the attention kernels.
-fn out_at(row: u32, k: u32) -> u32 {
-    let width = p.n_head * p.dv;
-    return row * width + (k % p.block) * (width / p.block) + k / p.block;
+// Where element k of a row `width` wide goes when the row is laid out for a
+// product over blocks of `block` (element e of block b at
+// e * (width / block) + b, where `matmul_rows.wgsl`'s `x_at` reads it; a
+// block of 1 leaves the row as it is). Shared by every kernel that writes a
+// product's inputs laid out: `block_inputs.wgsl`, the norm, the gated
+// product and the attention.
+fn laid_out_at(k: u32, width: u32, block: u32) -> u32 {
+    return (k % block) * (width / block) + k / block;
 }

@@ -43,7 +43,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             let values = partial[c * WG + lid + PAIRS * THREADS];
             for (var k = 0u; k < min(R, p.rows - first); k++) {
                 let row = first + k;
-                let at = (g.z * COLS + c) * p.rows + (row % p.block) * (p.rows / p.block) + row / p.block;
+                let at = (g.z * COLS + c) * p.rows + laid_out_at(row, p.rows, p.block);
                 out[at] = activation(row_value(gates, k), row_value(values, k));
             }
         }
