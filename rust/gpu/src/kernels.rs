@@ -100,7 +100,8 @@ impl Shareout {
     /// a decoded token where its workgroups still fill a card.
     pub(crate) fn of(n: usize, rows: usize) -> Shareout {
         let wide = n > 1;
-        let four_rows = wide || rows.div_ceil(64 / ROW_THREADS * 4) >= FOUR_ROWS_MIN_GROUPS;
+        let four = Shareout { wide, four_rows: true };
+        let four_rows = wide || rows.div_ceil(four.rows_a_group()) >= FOUR_ROWS_MIN_GROUPS;
         Shareout { wide, four_rows }
     }
 

@@ -51,6 +51,12 @@ fn device_error(e: GpuError) -> ModelError {
     ModelError::Device(e.to_string())
 }
 
+/// A conversation whose host states are stale, and whose rings do not hold
+/// the newer ones: never made by a pass, refused rather than read.
+fn states_held_elsewhere() -> ModelError {
+    ModelError::Device("a conversation's recurrent states are held by other rings".into())
+}
+
 fn tensor_error(m: &Matrix, e: GpuError) -> ModelError {
     ModelError::Device(format!("tensor {}: {e}", m.name))
 }
@@ -479,7 +485,7 @@ impl DeviceWeights {
             return Ok(());
         };
         if rings.states_synced.load(Ordering::Relaxed) != cache.states_stamp() {
-            return Err(ModelError::Device("a conversation's recurrent states are held by other rings".into()));
+            return Err(states_held_elsewhere());
         }
         let back = self.gpu.read(states).map_err(device_error)?;
         self.states_read.fetch_add(back.len() as u64, Ordering::Relaxed);
@@ -575,7 +581,7 @@ impl DeviceWeights {
             if let Some(states) = &q.rings.states {
                 if q.rings.states_synced.load(Ordering::Relaxed) != q.cache.states_stamp() {
                     if q.cache.states_elsewhere() {
-                        return Err(ModelError::Device("a conversation's recurrent states are held by other rings".into()));
+                        return Err(states_held_elsewhere());
                     }
                     host.states.clear();
                     q.cache.copy_states_into(&mut host.states);
