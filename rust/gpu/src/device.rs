@@ -6,6 +6,7 @@
 //! returns it, so a refused command fails its pass instead of panicking.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use ember_gguf::GgmlType;
@@ -108,8 +109,11 @@ pub struct Gpu {
     /// Bind groups made before, by kernel and buffers: a decoded token binds
     /// the same ones every time.
     bindings: Mutex<HashMap<(Kernel, Vec<wgpu::Buffer>), wgpu::BindGroup>>,
-    /// The mappable buffer reads come back through, grown as needed.
+    /// The mappable buffer reads come back through, grown as needed; a
+    /// pass that reads takes it while it records, and gives it back.
     readback: Mutex<Option<wgpu::Buffer>>,
+    submits: AtomicU64,
+    waits: AtomicU64,
     /// Where the matrix products' inputs are laid out block-major, grown as needed.
     blocked: Mutex<Option<wgpu::Buffer>>,
     /// The spans of a split attention, grown as needed.
@@ -187,6 +191,8 @@ impl Gpu {
             pipelines: Pipelines::default(),
             bindings: Mutex::default(),
             readback: Mutex::default(),
+            submits: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             blocked: Mutex::default(),
             attention_parts: Mutex::default(),
             attention_span: None,
@@ -427,49 +433,65 @@ impl Gpu {
     /// The first `size` bytes of `from` (a multiple of 4), once every pass
     /// submitted before has run.
     fn read_bytes(&self, from: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-        if size == 0 {
-            return Ok(Vec::new());
-        }
-        // One buffer kept for reading back, grown as needed, so that a
-        // decoded token's read makes and frees no mappable memory.
-        let mut kept = self.readback.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.as_ref().is_none_or(|b| b.size() < size) {
-            *kept = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("read back"),
-                size: size.next_power_of_two().max(1 << 16),
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-        }
-        let staging = kept.as_ref().expect("made above");
-        let read = self.read_through(staging, from, size);
-        if read.is_err() {
-            // It may be left mapped, or its mapping pending: the next read makes another.
-            *kept = None;
-        }
-        read
+        let mut p = self.pass();
+        p.read_back_bytes(from, 0, size);
+        let (_, words) = p.submit_and_read()?;
+        Ok(bytemuck::cast_slice(&words).to_vec())
     }
 
-    fn read_through(&self, staging: &wgpu::Buffer, from: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-        let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(from, 0, staging, 0, size);
+    fn submit(&self, encoder: wgpu::CommandEncoder) -> Result<()> {
         self.queue.submit([encoder.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.check()
+    }
+
+    /// Command buffers submitted so far: a pass and its reads are one.
+    pub fn submits(&self) -> u64 {
+        self.submits.load(Ordering::Relaxed)
+    }
+
+    /// Times the host has waited for the device so far, each for every
+    /// read a pass asked for.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+
+    /// Maps every staging buffer of `reads` once their copies have run (one
+    /// wait for them all), and gathers the reads' values in order.
+    fn map_reads(&self, reads: &Reads) -> Result<Vec<f32>> {
         let (tx, rx) = mpsc::channel();
-        staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
+        let used = |i: usize| if i + 1 == reads.staging.len() { reads.filled } else { reads.staging[i].size() };
+        for (i, b) in reads.staging.iter().enumerate() {
+            let tx = tx.clone();
+            b.slice(..used(i)).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        }
+        drop(tx);
+        self.waits.fetch_add(1, Ordering::Relaxed);
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
         self.check()?;
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(GpuError::Device(format!("reading a buffer back: {e}"))),
-            Err(_) => return Err(GpuError::Lost("the read back was never answered".into())),
+        for _ in &reads.staging {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(GpuError::Device(format!("reading a buffer back: {e}"))),
+                Err(_) => return Err(GpuError::Lost("the read back was never answered".into())),
+            }
         }
-        let view = staging.slice(..size).get_mapped_range().map_err(|e| GpuError::Device(e.to_string()))?;
-        let bytes = view.to_vec();
-        drop(view);
-        staging.unmap();
-        Ok(bytes)
+        let total: u64 = reads.places.iter().map(|p| p.2).sum();
+        let mut words = vec![0f32; (total / 4) as usize];
+        let mut at = 0;
+        let views = (0..reads.staging.len())
+            .map(|i| reads.staging[i].slice(..used(i)).get_mapped_range().map_err(|e| GpuError::Device(e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
+        for &(i, from, size) in &reads.places {
+            let to = &mut words[at..at + (size / 4) as usize];
+            bytemuck::cast_slice_mut(to).copy_from_slice(&views[i][from as usize..(from + size) as usize]);
+            at += to.len();
+        }
+        drop(views);
+        reads.staging.iter().for_each(wgpu::Buffer::unmap);
+        Ok(words)
     }
 
     /// The working buffer in `slot`, made again larger when it holds fewer
@@ -517,6 +539,7 @@ impl Gpu {
             blocked: None,
             pending: None,
             kernels: 0,
+            reads: Reads::default(),
         }
     }
 }
@@ -672,6 +695,20 @@ pub struct Pass<'g> {
     pending: Option<Pending>,
     /// Kernels recorded so far.
     kernels: usize,
+    /// The copies into mappable memory that the pass's reads asked for.
+    reads: Reads,
+}
+
+/// Where a pass's reads land: the mappable buffers they are copied into
+/// (the last still filling; another is made only when one fills) and
+/// each read's place, in the order asked.
+#[derive(Default)]
+struct Reads {
+    staging: Vec<wgpu::Buffer>,
+    /// Bytes of the last staging buffer taken.
+    filled: u64,
+    /// (staging buffer, byte offset, bytes) of each read.
+    places: Vec<(usize, u64, u64)>,
 }
 
 /// What a pass holds back for the kernel after it (each form of
@@ -1302,14 +1339,82 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// Runs what was recorded; a fault the device reported while it was
-    /// recorded or run fails here (or at the next read).
-    /// Submits what was recorded; returns how many kernels that was.
+    /// Copies `n` values of `from` at `at` into memory the host reads when
+    /// the pass is submitted with [`submit_and_read`](Self::submit_and_read),
+    /// as they are at this point of the pass: a later kernel may write
+    /// `from` again.
+    pub fn read_back(&mut self, from: &DeviceBuffer, at: usize, n: usize) -> Result<()> {
+        if at + n > from.len {
+            return Err(GpuError::Shape(format!("reading {n} values at {at} of a buffer of {}", from.len)));
+        }
+        self.read_back_bytes(&from.buf, at as u64 * 4, n as u64 * 4);
+        Ok(())
+    }
+
+    /// [`read_back`](Self::read_back) of `size` bytes at byte `at`, both
+    /// multiples of 4.
+    fn read_back_bytes(&mut self, from: &wgpu::Buffer, at: u64, size: u64) {
+        if size == 0 {
+            return;
+        }
+        self.record_pending();
+        // A copy is recorded outside a compute pass: end the open one.
+        self.compute = None;
+        let reads = &mut self.reads;
+        if reads.staging.last().is_none_or(|b| b.size() - reads.filled < size) {
+            // The kept buffer for a pass's first read, when it is large enough.
+            let kept = if reads.staging.is_empty() { self.gpu.readback.lock().unwrap_or_else(|p| p.into_inner()).take() } else { None };
+            let buf = kept.filter(|b| b.size() >= size).unwrap_or_else(|| {
+                let before = reads.staging.last().map_or(0, |b| b.size());
+                self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("read back"),
+                    size: size.next_power_of_two().max(2 * before).max(1 << 16),
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            });
+            reads.staging.push(buf);
+            reads.filled = 0;
+        }
+        let last = reads.staging.len() - 1;
+        self.encoder.copy_buffer_to_buffer(from, at, &reads.staging[last], reads.filled, size);
+        reads.places.push((last, reads.filled, size));
+        reads.filled += size;
+    }
+
+    /// Submits what was recorded; returns how many kernels that was. A
+    /// fault the device reported while it was recorded or run fails here
+    /// (or at the next read).
     pub fn submit(mut self) -> Result<usize> {
+        debug_assert!(self.reads.places.is_empty(), "a pass that reads is submitted with submit_and_read");
         self.record_pending();
         self.compute = None;
-        self.gpu.queue.submit([self.encoder.finish()]);
-        self.gpu.check()?;
+        self.gpu.submit(self.encoder)?;
         Ok(self.kernels)
+    }
+
+    /// Submits what was recorded and waits, once, for it to run: returns
+    /// how many kernels that was and the values of every
+    /// [`read_back`](Self::read_back), one after another in the order
+    /// they were asked for.
+    pub fn submit_and_read(mut self) -> Result<(usize, Vec<f32>)> {
+        self.record_pending();
+        self.compute = None;
+        let (gpu, reads, kernels) = (self.gpu, std::mem::take(&mut self.reads), self.kernels);
+        gpu.submit(self.encoder)?;
+        if reads.places.is_empty() {
+            return Ok((kernels, Vec::new()));
+        }
+        let read = gpu.map_reads(&reads);
+        // A buffer that failed may be left mapped, or its mapping pending:
+        // the next pass that reads makes another.
+        if read.is_ok() {
+            let largest = reads.staging.into_iter().max_by_key(|b| b.size()).expect("a read has its buffer");
+            let mut kept = gpu.readback.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.as_ref().is_none_or(|b| b.size() < largest.size()) {
+                *kept = Some(largest);
+            }
+        }
+        Ok((kernels, read?))
     }
 }

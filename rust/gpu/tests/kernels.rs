@@ -519,6 +519,47 @@ fn adds_in_place_copies_and_partial_reads_match_the_cpu() {
     assert!(matches!(err, GpuError::Shape(_)), "{err}");
 }
 
+/// A pass's reads come back from one submit and one wait, in the order
+/// asked, each as its buffer stood at that point of the pass (a kernel
+/// recorded after a read does not change what it reads), however many
+/// mappable buffers they fill: the first read past the one kept takes
+/// another.
+#[test]
+fn a_pass_reads_back_what_it_asked_for_with_one_wait() {
+    let Some(_) = gpu() else { return };
+    // A device of its own, whose counts are this test's alone.
+    let gpu = Gpu::open(None).unwrap();
+    let mut rng = Rng(0x5eed_4ead);
+    let a: Vec<f32> = (0..100).map(|_| rng.unit()).collect();
+    // 200 KB, past the first mappable buffer's 64 KB.
+    let big: Vec<f32> = (0..50_000).map(|_| rng.unit()).collect();
+    let (ab, bigb) = (gpu.upload("a", &a).unwrap(), gpu.upload("big", &big).unwrap());
+    let (submits, waits) = (gpu.submits(), gpu.waits());
+    let mut pass = gpu.pass();
+    pass.read_back(&ab, 10, 20).unwrap();
+    pass.scale(&ab, 2.0, 100).unwrap();
+    pass.read_back(&ab, 0, 100).unwrap();
+    pass.read_back(&bigb, 1, 49_999).unwrap();
+    pass.read_back(&ab, 95, 5).unwrap();
+    pass.read_back(&ab, 0, 0).unwrap();
+    let (kernels, read) = pass.submit_and_read().unwrap();
+    assert_eq!((kernels, gpu.submits() - submits, gpu.waits() - waits), (1, 1, 1), "kernels, submits and waits");
+    let doubled: Vec<f32> = a.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(read, [&a[10..30], &doubled[..], &big[1..], &doubled[95..]].concat());
+    // The larger buffer is kept for the reads after.
+    assert_eq!(gpu.read(&bigb).unwrap(), big);
+    assert_eq!(gpu.read_first(&ab, 3).unwrap(), doubled[..3]);
+    // A pass that reads nothing waits for nothing.
+    let waits = gpu.waits();
+    let mut pass = gpu.pass();
+    pass.scale(&ab, 0.5, 100).unwrap();
+    assert_eq!(pass.submit_and_read().unwrap(), (1, Vec::new()));
+    assert_eq!(gpu.waits(), waits);
+    // A read past its buffer is refused, naming the lengths.
+    let err = gpu.pass().read_back(&ab, 90, 20).err().unwrap();
+    assert!(matches!(&err, GpuError::Shape(m) if m.contains("20 values at 90")), "{err}");
+}
+
 #[test]
 fn rope_matches_the_cpu_in_both_styles() {
     let Some(gpu) = gpu() else { return };

@@ -202,6 +202,45 @@ pub struct DeviceWeights {
 /// row's transfer saves.
 const MAX_TOP: usize = 256;
 
+/// What the head reads of one sequence's rows.
+#[derive(Clone, Copy)]
+enum Head {
+    /// The last row's `k` largest logits.
+    Top(usize),
+    Logits,
+    /// Normed rows, not put through the head.
+    Hidden,
+}
+
+impl Head {
+    fn order(self) -> u8 {
+        match self {
+            Head::Top(_) => 0,
+            Head::Logits => 1,
+            Head::Hidden => 2,
+        }
+    }
+}
+
+/// Where one sequence's answer lies among a pass's read values.
+enum Answer {
+    Nothing,
+    /// Whole rows (of logits, or normed), in order.
+    Rows { values: Vec<std::ops::Range<usize>>, logits: bool },
+    /// (token, value bits) pairs, the largest first.
+    Top(std::ops::Range<usize>),
+}
+
+impl Answer {
+    /// Adds the next of its rows, `logits` or normed ones.
+    fn add_rows(&mut self, more: std::ops::Range<usize>, logits: bool) {
+        match self {
+            Answer::Rows { values, .. } => values.push(more),
+            _ => *self = Answer::Rows { values: vec![more], logits },
+        }
+    }
+}
+
 /// One sequence's part of a device pass ([`DeviceWeights::pass`]).
 pub(crate) struct DeviceSeq<'a> {
     /// Its positions, and (a hybrid's) recurrent states, which the pass
@@ -608,93 +647,145 @@ impl DeviceWeights {
                 p.scale(&s.x, scale, t * c.n_embd).map_err(device_error)?;
             }
         }
+        let answers = self.record_heads(model, &mut p, s, seqs).map_err(device_error)?;
         // From here the device's states are neither those the host's stamp
         // names nor, until the pass has run, the ones it carries forward.
         seqs.iter().for_each(|q| q.rings.states_synced.store(0, Ordering::Relaxed));
-        self.count_kernels(p.submit().map_err(device_error)?);
+        let (kernels, read) = p.submit_and_read().map_err(device_error)?;
+        self.count_kernels(kernels);
+        for (q, answer) in seqs.iter_mut().zip(answers) {
+            self.answer(model, answer, &read, q.out);
+        }
+        Ok(())
+    }
+
+    /// Records, after the layers, what each sequence's `want` asks of the
+    /// head: the output norm over the rows it reads (its last, or all of
+    /// them), the output head over those that want logits (as many rows at
+    /// a time as the logits buffer holds), the top of the rows a draw
+    /// reads only the top of, and the reads of it all. So a step's
+    /// sequences are answered by one submit and one wait, however many
+    /// there are.
+    fn record_heads(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, s: &Work, seqs: &[DeviceSeq<'_>]) -> ember_gpu::Result<Vec<Answer>> {
+        let c = &model.config;
+        let (e, n_vocab) = (c.n_embd, c.n_vocab);
+        // Each sequence's rows of the pass that the head reads, ordered as
+        // they are normed: the tops first (so that one top kernel covers
+        // them), then whole rows of logits, then normed states.
+        let mut heads: Vec<(usize, std::ops::Range<usize>, Head)> = Vec::new();
         let mut r0 = 0;
-        for q in seqs.iter_mut() {
+        for (i, q) in seqs.iter().enumerate() {
             let n = q.tokens.len();
-            self.read_rows(model, s, r0, n, q.want, q.out)?;
+            let last = r0 + n - 1..r0 + n;
+            match q.want {
+                Logits::None => {}
+                Logits::Top(k) if k < n_vocab && k <= MAX_TOP => heads.push((i, last, Head::Top(k))),
+                Logits::Last | Logits::Top(_) => heads.push((i, last, Head::Logits)),
+                Logits::All => heads.push((i, r0..r0 + n, Head::Logits)),
+                Logits::Hidden => heads.push((i, r0..r0 + n, Head::Hidden)),
+            }
             r0 += n;
         }
-        Ok(())
-    }
-
-    /// The rows `want` asks for of the `n` rows from `r0` that one
-    /// sequence fed, into `out`: the head's logits, or the states it reads.
-    fn read_rows(&self, model: &Model, s: &Work, r0: usize, n: usize, want: Logits, out: &mut Vec<f32>) -> Result<()> {
-        let c = &model.config;
-        let (g, e) = (&*self.gpu, c.n_embd);
-        out.clear();
-        if want == Logits::Hidden {
-            // Every row after the output norm: what the head would read.
-            let mut p = g.pass();
-            self.normed_rows(model, &mut p, s, r0, n).map_err(device_error)?;
-            self.count_kernels(p.submit().map_err(device_error)?);
-            out.extend(g.read_first(&s.h, n * e).map_err(device_error)?);
-            return Ok(());
+        heads.sort_by_key(|h| h.2.order());
+        let mut answers: Vec<Answer> = seqs.iter().map(|_| Answer::Nothing).collect();
+        let normed: usize = heads.iter().map(|h| h.1.len()).sum();
+        if normed == 0 {
+            return Ok(answers);
         }
-        // The output head, on the rows asked for, as many at a time as the
-        // logits buffer holds (a large vocabulary's rows fill a binding fast).
-        let (first, rows) = match want {
-            Logits::None => (0, 0),
-            Logits::Top(k) if k < c.n_vocab && k <= MAX_TOP => {
-                return self.read_top(model, s, r0 + n - 1, k, out);
-            }
-            Logits::Last | Logits::Top(_) => (r0 + n - 1, 1),
-            Logits::All | Logits::Hidden => (r0, n),
-        };
-        for at in (first..first + rows).step_by(s.logit_rows) {
-            let k = s.logit_rows.min(first + rows - at);
-            let mut p = g.pass();
-            self.normed_rows(model, &mut p, s, at, k).map_err(device_error)?;
-            p.matmul(&self.output, &s.h, k, &s.logits).map_err(device_error)?;
-            self.count_kernels(p.submit().map_err(device_error)?);
-            out.extend(g.read_first(&s.logits, k * c.n_vocab).map_err(device_error)?);
-            self.logits_read.fetch_add((k * c.n_vocab) as u64, Ordering::Relaxed);
-        }
-        if c.logit_softcap.is_some() {
-            out.iter_mut().for_each(|v| *v = soft_capped(model, *v));
-        }
-        Ok(())
-    }
-
-    /// Records rows `first..first + n` of the residual, after the output
-    /// norm, into `s.h`: what the head reads.
-    fn normed_rows(&self, model: &Model, p: &mut ember_gpu::Pass<'_>, s: &Work, first: usize, n: usize) -> ember_gpu::Result<()> {
-        let c = &model.config;
-        // Rows from the first (a single conversation's decoded token) are
-        // normed where they are; later ones are copied to the front first.
-        let rows = if first == 0 {
+        // Rows already where they would be gathered (a lone conversation's
+        // decoded token, a step of decoded tokens each wanting its row) are
+        // normed in place; others are gathered first.
+        let mut at = 0;
+        let in_place = heads.iter().all(|h| std::mem::replace(&mut at, h.1.end) == h.1.start);
+        let rows = if in_place {
             &s.x
         } else {
-            p.copy(&s.x, first * c.n_embd, &s.o, 0, n * c.n_embd)?;
+            let mut at = 0;
+            for h in &heads {
+                p.copy(&s.x, h.1.start * e, &s.o, at * e, h.1.len() * e)?;
+                at += h.1.len();
+            }
             &s.o
         };
-        p.rms_norm(rows, &self.output_norm, &s.h, n, c.rms_eps)
-    }
+        p.rms_norm(rows, &self.output_norm, &s.h, normed, c.rms_eps)?;
 
-    /// Row `row`'s logits with only its `k` largest read back (ties to the
-    /// lower token), the rest -inf: `n_vocab` values become `k` pairs.
-    fn read_top(&self, model: &Model, s: &Work, row: usize, k: usize, out: &mut Vec<f32>) -> Result<()> {
-        let c = &model.config;
-        let g = &*self.gpu;
-        let mut p = g.pass();
-        self.normed_rows(model, &mut p, s, row, 1).map_err(device_error)?;
-        p.matmul(&self.output, &s.h, 1, &s.logits).map_err(device_error)?;
-        p.top_k(&s.logits, c.n_vocab, 1, k, &s.top).map_err(device_error)?;
-        self.count_kernels(p.submit().map_err(device_error)?);
-        let top = g.read_top(&s.top, k).map_err(device_error)?;
-        self.logits_read.fetch_add(k as u64, Ordering::Relaxed);
-        out.resize(c.n_vocab, f32::NEG_INFINITY);
-        for (id, v) in top {
-            // A row with NaNs may leave places unfilled (id past the vocabulary).
-            if let Some(slot) = out.get_mut(id as usize) {
-                *slot = soft_capped(model, v);
+        let tops = heads.iter().filter(|h| matches!(h.2, Head::Top(_))).count();
+        let widest_top = heads.iter().filter_map(|h| if let Head::Top(k) = h.2 { Some(k) } else { None }).max().unwrap_or(0);
+        let with_logits: usize = heads.iter().filter(|h| !matches!(h.2, Head::Hidden)).map(|h| h.1.len()).sum();
+        let mut read = 0;
+        let mut read_back = |p: &mut ember_gpu::Pass<'_>, from: &DeviceBuffer, at: usize, n: usize| {
+            p.read_back(from, at, n).map(|()| {
+                read += n;
+                read - n..read
+            })
+        };
+        for first in (0..with_logits).step_by(s.logit_rows) {
+            let n = s.logit_rows.min(with_logits - first);
+            let input = if first == 0 {
+                &s.h
+            } else {
+                p.copy(&s.h, first * e, &s.o, 0, n * e)?;
+                &s.o
+            };
+            p.matmul(&self.output, input, n, &s.logits)?;
+            let tops_here = tops.saturating_sub(first).min(n);
+            if tops_here > 0 {
+                p.top_k(&s.logits, n_vocab, tops_here, widest_top, &s.top)?;
+            }
+            let mut at = 0;
+            for (i, rows, head) in &heads {
+                let (from, to) = (at.max(first), (at + rows.len()).min(first + n));
+                at += rows.len();
+                if from >= to {
+                    continue;
+                }
+                match head {
+                    Head::Top(k) => {
+                        answers[*i] = Answer::Top(read_back(p, &s.top, (from - first) * widest_top * 2, k * 2)?);
+                    }
+                    Head::Logits => {
+                        let got = read_back(p, &s.logits, (from - first) * n_vocab, (to - from) * n_vocab)?;
+                        answers[*i].add_rows(got, true);
+                    }
+                    Head::Hidden => {}
+                }
             }
         }
-        Ok(())
+        let mut at = 0;
+        for (i, rows, head) in &heads {
+            if let Head::Hidden = head {
+                answers[*i].add_rows(read_back(p, &s.h, at * e, rows.len() * e)?, false);
+            }
+            at += rows.len();
+        }
+        Ok(answers)
+    }
+
+    /// Fills a sequence's `out` with what the pass read for it.
+    fn answer(&self, model: &Model, answer: Answer, read: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        match answer {
+            Answer::Nothing => {}
+            Answer::Rows { values, logits } => {
+                values.into_iter().for_each(|r| out.extend_from_slice(&read[r]));
+                if logits {
+                    self.logits_read.fetch_add(out.len() as u64, Ordering::Relaxed);
+                    if model.config.logit_softcap.is_some() {
+                        out.iter_mut().for_each(|v| *v = soft_capped(model, *v));
+                    }
+                }
+            }
+            Answer::Top(at) => {
+                self.logits_read.fetch_add(at.len() as u64 / 2, Ordering::Relaxed);
+                out.resize(model.config.n_vocab, f32::NEG_INFINITY);
+                for pair in read[at].chunks_exact(2) {
+                    // A row with NaNs may leave places unfilled (id past the vocabulary).
+                    if let Some(slot) = out.get_mut(pair[0].to_bits() as usize) {
+                        *slot = soft_capped(model, pair[1]);
+                    }
+                }
+            }
+        }
     }
 
     /// Floats of recurrent states written to the device so far.
@@ -1179,7 +1270,7 @@ struct Work {
     sin: Vec<DeviceBuffer>,
     logits: DeviceBuffer,
     logit_rows: usize,
-    /// The top of one row, as (token, value) word pairs.
+    /// The top of as many rows as `logits` holds, as (token, value) word pairs.
     top: DeviceBuffer,
     moe: Option<MoeWork>,
     per_layer: Option<PerLayerWork>,
@@ -1331,7 +1422,7 @@ impl Work {
             sin: (0..c.ropes.len()).map(|_| buf("sin", t * m.half_rot)).collect::<Result<_>>()?,
             logits: buf("logits", logit_rows * c.n_vocab)?,
             logit_rows,
-            top: buf("top logits", 2 * MAX_TOP)?,
+            top: buf("top logits", logit_rows * 2 * MAX_TOP)?,
             moe,
             per_layer,
             delta,

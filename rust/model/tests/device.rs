@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use common::*;
-use ember_model::batch::Batcher;
+use ember_model::batch::{Batcher, SlotEvent};
 use ember_model::{device_refusal, Gpu, KvType, LoadOptions, Logits, Model, Session};
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -129,10 +129,13 @@ fn the_device_pass_fed_in_pieces_equals_it_fed_at_once() {
     let mut small = Gpu::open(None).unwrap();
     small.limit_bindings(4 << 20);
     let narrow = placed(&model_path(SMOLLM2).unwrap(), Arc::new(small));
-    for (dm, what) in [(&dm, "passes of 16"), (&narrow, "passes of 16 through 4 MB bindings")] {
-        let mut pieces = session(dm, 49, 16);
+    // Through 4 MB bindings the logits buffer holds 21 of SmolLM2's rows:
+    // a pass of 48 reads its head in three runs.
+    let cases = [(&dm, 16, "passes of 16"), (&narrow, 16, "passes of 16 through 4 MB bindings"), (&narrow, 48, "one pass of 48 through 4 MB bindings")];
+    for (dm, pass, what) in cases {
+        let mut pieces = session(dm, 49, pass);
         let mut rows = Vec::new();
-        for chunk in ids.chunks(16) {
+        for chunk in ids.chunks(pass) {
             rows.extend_from_slice(dm.forward(&mut pieces, chunk, Logits::All).unwrap());
         }
         assert_eq!(pieces.len(), 48);
@@ -253,7 +256,10 @@ fn normalised_error(got: &[f32], want: &[f32]) -> f64 {
 /// (what embeddings pool) are the CPU's within the device's rounding.
 #[test]
 fn slots_on_the_device_answer_as_each_alone() {
-    let Some((dm, cpu)) = on_device(SMOLLM2) else { return };
+    let (Some(_), Some(path)) = (gpu(), model_path(SMOLLM2)) else { return };
+    // A device of its own, whose counts are this test's passes alone.
+    let dm = placed(&path, Arc::new(Gpu::open(None).unwrap()));
+    let cpu = Arc::new(Model::load(&path, LoadOptions::default()).unwrap());
     let n_vocab = dm.config.n_vocab;
     // Golden prompts of 4 to 10 tokens, whose greedy tokens llama.cpp recorded.
     let cases = golden("smollm2-135m-instruct-q4_1.json")["cases"].as_array().unwrap()[6..9].to_vec();
@@ -267,7 +273,25 @@ fn slots_on_the_device_answer_as_each_alone() {
     for (i, p) in prompts.iter().enumerate() {
         b.start(i, p, greedy(6, 0), true, &[]).unwrap();
     }
-    let together = step_until_idle(&mut b);
+    // Each step is one submit, and one wait for every slot's answer: the
+    // heads, tops and reads of all three ride in the layers' pass.
+    let g = dm.placement().unwrap().gpu();
+    let mut together = vec![Vec::new(); 3];
+    while b.any_busy() {
+        let (submits, waits) = (g.submits(), g.waits());
+        let mut drew = false;
+        for (slot, ev) in b.step() {
+            match ev {
+                SlotEvent::Step(s) => {
+                    together[slot].push(s.token);
+                    drew = true;
+                }
+                SlotEvent::Failed(e) => panic!("slot {slot}: {e}"),
+                SlotEvent::Done => {}
+            }
+        }
+        assert_eq!((g.submits() - submits, g.waits() - waits), (1, drew as u64), "a step's submits and waits");
+    }
     assert_eq!(together, alone, "three slots stepped together on the device");
     // The greedy tokens llama.cpp drew on these prompts.
     for (drawn, case) in alone.iter().zip(&cases) {
@@ -366,6 +390,30 @@ fn a_draw_decided_by_its_top_reads_back_only_the_top() {
     let eog = dm.tokenizer.eog_ids().len() as u64;
     assert_eq!(read_whole, 10 * n_vocab as u64);
     assert_eq!(read_top, 10 * (40 + eog));
+
+    // Slots drawing from tops of different sizes share one top kernel in a
+    // step (the widest), each reading back its own: the same draws as alone.
+    let params = |top_k: i32, seed: u64| {
+        let mut params = greedy(10, 0);
+        params.sampling = ember_sample::SamplingParams { temperature: 0.8, top_k, seed: Some(seed), ..Default::default() };
+        params
+    };
+    let slots = [(tokens(12, 8, n_vocab), params(40, 5)), (tokens(7, 3, n_vocab), params(3, 9)), (tokens(9, 11, n_vocab), params(17, 2))];
+    let alone: Vec<Vec<u32>> = slots
+        .iter()
+        .map(|(prompt, params)| {
+            let mut b = Batcher::new(dm.clone(), 1, 64, 16, KvType::F16).unwrap();
+            b.start(0, prompt, params.clone(), true, &[]).unwrap();
+            step_until_idle(&mut b).swap_remove(0)
+        })
+        .collect();
+    let mut b = Batcher::new(dm.clone(), 3, 64, 16, KvType::F16).unwrap();
+    for (slot, (prompt, params)) in slots.iter().enumerate() {
+        b.start(slot, prompt, params.clone(), true, &[]).unwrap();
+    }
+    let before = dm.placement().unwrap().logits_read();
+    assert_eq!(step_until_idle(&mut b), alone, "slots with tops of 40, 3 and 17 stepped together");
+    assert_eq!(dm.placement().unwrap().logits_read() - before, 10 * (40 + 3 + 17 + 3 * eog));
 }
 
 /// Every family on the device held to llama.cpp's logits on its tiny
