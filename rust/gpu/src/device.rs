@@ -279,10 +279,11 @@ impl Gpu {
         Ok(buf)
     }
 
-    /// A weight matrix of `rows` rows of `cols`, in the file's layout of
-    /// `ty`, copied to the device as it is: in one buffer, or in runs of
-    /// whole rows where it is larger than one binding may be (a large
-    /// vocabulary's output head).
+    /// A weight matrix of `rows` rows of `cols`, given in the file's layout
+    /// of `ty`, copied to the device in its blocks (their scales set apart
+    /// where they would not start on a word: `layout.rs`): in one buffer,
+    /// or in runs of whole rows where it is larger than one binding may be
+    /// (a large vocabulary's output head).
     pub fn upload_matrix(
         &self,
         name: &str,
@@ -297,14 +298,16 @@ impl Gpu {
         if cols % ty.block_size() != 0 {
             return Err(GpuError::Shape(format!("{name}: {cols} columns are not whole blocks of {ty}")));
         }
-        let row_bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
-        if data.len() != rows * row_bytes {
+        let file_row_bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        if data.len() != rows * file_row_bytes {
             return Err(GpuError::Shape(format!(
                 "{name}: {} bytes given for {rows} rows of {cols} {ty} ({} bytes)",
                 data.len(),
-                rows * row_bytes
+                rows * file_row_bytes
             )));
         }
+        let data = crate::layout::device_rows(ty, cols, data);
+        let row_bytes = crate::layout::row_bytes(ty, cols);
         // Room for the word past the end that `storage` adds.
         let per_run = (self.binding_limit().saturating_sub(8) / row_bytes as u64) as usize;
         if per_run == 0 {

@@ -69,7 +69,8 @@ impl Gpu {
         if cols % ty.block_size() != 0 || n_expert == 0 || rows == 0 {
             return Err(GpuError::Shape(format!("{name}: {n_expert} experts of {rows} rows of {cols} {ty}")));
         }
-        let row_bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        let file_expert_bytes = rows * ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        let row_bytes = crate::layout::row_bytes(ty, cols);
         let expert_bytes = rows * row_bytes;
         let per_run = (self.binding_limit().saturating_sub(8) / expert_bytes as u64) as usize;
         if per_run == 0 {
@@ -85,13 +86,13 @@ impl Gpu {
             let mut data = Vec::with_capacity(n * expert_bytes);
             for e in first..first + n {
                 let bytes = expert(e);
-                if bytes.len() != expert_bytes {
+                if bytes.len() != file_expert_bytes {
                     return Err(GpuError::Shape(format!(
-                        "{name}: expert {e} has {} bytes, not {expert_bytes} ({rows} rows of {cols} {ty})",
+                        "{name}: expert {e} has {} bytes, not {file_expert_bytes} ({rows} rows of {cols} {ty})",
                         bytes.len()
                     )));
                 }
-                data.extend_from_slice(bytes);
+                data.extend_from_slice(&crate::layout::device_rows(ty, cols, bytes));
             }
             let buf = self.storage(name, &data, data.len())?;
             runs.push(ExpertRun { first, experts: n, buf });

@@ -263,7 +263,8 @@ fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
         true => MATMUL_COMMON.to_string(),
         false => MATMUL_COMMON.replace(WIDE_COLS, "const COLS: u32 = 1u;"),
     };
-    Some(format!("{main}\n{common}\n{rows}\n{scales}\n{block}"))
+    let apart = format!("const SCALE_APART: u32 = {}u;", crate::layout::scale_bytes_apart(ty));
+    Some(format!("{main}\n{common}\n{rows}\n{scales}\n{block}\n{apart}"))
 }
 
 /// A row-parallel product's source (`matmul_rows.wgsl` under `main`),

@@ -12,6 +12,7 @@ mod device;
 mod error;
 mod experts;
 mod kernels;
+mod layout;
 
 pub use device::{
     list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu, Pass,

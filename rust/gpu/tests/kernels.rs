@@ -125,6 +125,9 @@ fn matmul_of_every_format_matches_the_cpu() {
         check_matmul(gpu, ty, 37, cols, 3, 0x5eed + i as u64);
         // Two workgroups' worth of inputs (8 each), the second short.
         check_matmul(gpu, ty, 5, cols, 11, 0x5eed + 100 + i as u64);
+        // Three blocks a row: where the device keeps the scales apart, an
+        // odd count of them, padded to a word ahead of the blocks.
+        check_matmul(gpu, ty, 7, 3 * ty.block_size(), 2, 0x5eed + 200 + i as u64);
     }
 }
 

@@ -16,13 +16,24 @@
 const WG: u32 = 64u;
 const COLS: u32 = 8u;
 
-// The four bytes at byte offset `o` of the weights, little-endian.
-// Without a branch: threads of one SIMD group read rows of any alignment.
+// Where block b of the row at byte `row` (of `n_blocks` blocks) keeps its
+// bytes, and its f16 scale where the format keeps that apart (SCALE_APART
+// bytes a block; `layout.rs`): such a row holds its blocks' scales first,
+// padded to a word, then their other bytes, so that every block starts on
+// a word.
+fn block_bytes_at(row: Ru, b: u32, n_blocks: u32) -> Ru {
+    return row + ((n_blocks * SCALE_APART + 3u) & ~3u) + b * (BLOCK_BYTES - SCALE_APART);
+}
+
+fn block_scale_at(row: Ru, b: u32) -> Ru {
+    return row + b * SCALE_APART;
+}
+
+// The bytes from byte offset `o` of the weights to the end of its word,
+// little-endian: one load. No read a format makes straddles two words, as
+// the device lays the blocks out.
 fn bytes_at1(o: u32) -> u32 {
-    let i = o >> 2u;
-    let s = (o & 3u) * 8u;
-    let next = select(0u, w[i + 1u] << ((32u - s) & 31u), s != 0u);
-    return (w[i] >> s) | next;
+    return w[o >> 2u] >> ((o & 3u) * 8u);
 }
 
 fn byte_at1(o: u32) -> u32 {

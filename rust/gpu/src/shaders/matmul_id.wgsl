@@ -58,7 +58,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     for (var b = 0u; b < n_blocks; b++) {
         x_block = x_start + b * BLOCK;
         for (var piece = 0u; piece < PIECES; piece++) {
-            block_piece(&acc, row_start + b * BLOCK_BYTES, piece);
+            block_piece(&acc, block_bytes_at(row_start, b, n_blocks), block_scale_at(row_start, b), piece);
         }
     }
     y[col * p.y_stride + row] = acc[0];

@@ -64,7 +64,7 @@ fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
         for (var q = lane; q < n_blocks * PIECES; q += THREADS) {
             let b = q / PIECES;
             x_block = x_col0 + b;
-            block_piece(&acc, row_start + b * BLOCK_BYTES, q % PIECES);
+            block_piece(&acc, block_bytes_at(row_start, b, n_blocks), block_scale_at(row_start, b), q % PIECES);
         }
     }
     for (var c = 0u; c < COLS; c++) {

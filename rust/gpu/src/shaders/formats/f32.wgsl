@@ -2,6 +2,6 @@ const BLOCK: u32 = 1u;
 const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 4u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
     fma_cols(acc, bitcast<Rf>(word_at(o)), 0u);
 }

@@ -7,7 +7,7 @@ const BLOCK_BYTES: u32 = 136u;
 // A piece is a sub-block of 32.
 const PIECES: u32 = 8u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, ib: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, ib: u32) {
     let d = f16_at(o);
     let scales_h = bytes_at(o + 2u) & Ru(0xffffu);
     let scales_l = bytes_at(o + 4u);

@@ -7,7 +7,7 @@ const BLOCK_BYTES: u32 = 84u;
 // A piece is a shift's 32 elements of a half (n, j = piece / 4, piece % 4).
 const PIECES: u32 = 8u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
     let d = f16_at(o + 80u);
     let dmin = f16_at(o + 82u);
     let n = piece / 4u;

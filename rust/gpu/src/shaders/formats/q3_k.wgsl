@@ -5,6 +5,7 @@
 // hmask[l] clear takes 4 off it; each 16 of elements has its own 6-bit
 // scale (less 32): the low nibbles in bytes 0..8 (scales 0..8 low halves,
 // 8..16 high halves), the top two bits four to a byte in bytes 8..12.
+// On the device d lies apart (`scale_o`), the rest at `o` as in the file.
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 110u;
 // A piece is a 32-run of a half (h, run = piece / 4, piece % 4).
@@ -17,8 +18,8 @@ fn q3k_scale(o: Ru, is: u32) -> Rf {
     return Rf(low | (high << Ru(4u))) - 32.0;
 }
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
-    let d = f16_at(o + 108u);
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
+    let d = f16_at(scale_o);
     let h = piece / 4u;
     let run = piece % 4u;
     let shift = 2u * run;

@@ -3,7 +3,7 @@ const BLOCK: u32 = 32u;
 const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 20u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
     var s: array<Rf, COLS>;
     var sx: array<f32, COLS>;
     for (var j = 0u; j < 16u; j += 4u) {

@@ -6,6 +6,6 @@ const BLOCK_BYTES: u32 = 144u;
 // A piece is a chunk of 64.
 const PIECES: u32 = 4u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, c: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, c: u32) {
     k_chunk_piece(acc, o, c, 16u, false);
 }

@@ -3,7 +3,7 @@ const BLOCK: u32 = 32u;
 const PIECES: u32 = 1u;
 const BLOCK_BYTES: u32 = 24u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
     let qh = bytes_at(o + 4u);
     var s: array<Rf, COLS>;
     var sx: array<f32, COLS>;

@@ -1,14 +1,15 @@
 // 128 bytes of low nibbles, 64 of 2-bit highs, 16 signed scales, d: f16.
 // Two halves of 128; in each, byte l of the lows and highs makes elements
 // l, l + 32, l + 64 and l + 96 (each less 32), scaled by the scale of its
-// 16 (scales is, is + 2, is + 4, is + 6 of the half, is = l / 16).
+// 16 (scales is, is + 2, is + 4, is + 6 of the half, is = l / 16). On
+// the device d lies apart (`scale_o`), the rest at `o` as in the file.
 const BLOCK: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 // A piece is half a half: its bytes l of 16 * is..16 * is + 16.
 const PIECES: u32 = 4u;
 
-fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, piece: u32) {
-    let d = f16_at(o + 208u);
+fn block_piece(acc: ptr<function, array<Rf, COLS>>, o: Ru, scale_o: Ru, piece: u32) {
+    let d = f16_at(scale_o);
     let h = piece / 2u;
     let is = piece % 2u;
     let ql = o + 64u * h;
