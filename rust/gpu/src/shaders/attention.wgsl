@@ -46,7 +46,9 @@ var<immediate> p: Params;
 const WG: u32 = 64u;
 // Value widths up to WG * MAX_PER_THREAD (512: Gemma's global heads).
 const MAX_PER_THREAD: u32 = 8u;
-var<workgroup> scores: array<f32, WG>;
+// A block's scores, folded to their maximum, then its probabilities.
+var<workgroup> maxes: array<f32, WG>;
+var<workgroup> probs: array<f32, WG>;
 
 // The f16 at index `i` of the values, widened.
 fn value_at(i: u32) -> f32 {
@@ -88,13 +90,21 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             }
             s = dot * p.scale;
         }
-        scores[lid] = s;
+        // The block's maximum by a tree (a maximum is the same in any
+        // order), then each thread's own probability, once: each thread used
+        // to take every position's maximum and exponential again itself.
+        maxes[lid] = s;
         workgroupBarrier();
-        let n = min(WG, hi - c0);
-        var cm = m;
-        for (var i = 0u; i < n; i++) {
-            cm = max(cm, scores[i]);
+        for (var half = WG / 2u; half > 0u; half >>= 1u) {
+            if (lid < half) {
+                maxes[lid] = max(maxes[lid], maxes[lid + half]);
+            }
+            workgroupBarrier();
         }
+        let n = min(WG, hi - c0);
+        let cm = max(m, maxes[0]);
+        probs[lid] = exp(s - cm);
+        workgroupBarrier();
         let corr = exp(m - cm);
         l *= corr;
         for (var k = 0u; k < MAX_PER_THREAD; k++) {
@@ -104,10 +114,10 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
         // that a thread has four reads in flight rather than one.
         var i = 0u;
         for (; i + 4u <= n; i += 4u) {
-            let p0 = exp(scores[i] - cm);
-            let p1 = exp(scores[i + 1u] - cm);
-            let p2 = exp(scores[i + 2u] - cm);
-            let p3 = exp(scores[i + 3u] - cm);
+            let p0 = probs[i];
+            let p1 = probs[i + 1u];
+            let p2 = probs[i + 2u];
+            let p3 = probs[i + 3u];
             l += p0 + p1 + p2 + p3;
             let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
             let v1 = ((c0 + i + 1u) % p.ring) * v_stride + kvh * p.dv;
@@ -125,7 +135,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             }
         }
         for (; i < n; i++) {
-            let pj = exp(scores[i] - cm);
+            let pj = probs[i];
             l += pj;
             let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
             for (var k = 0u; k < MAX_PER_THREAD; k++) {
