@@ -771,6 +771,55 @@ fn attention_split_into_spans_matches_the_cpu() {
     check_attention(gpu, shape(24, 8, 128, 128, None), 700, &[600, 1, 1, 1], 73);
 }
 
+/// Each of a prompt's queries gets the attention it gets alone, bit for
+/// bit, as a decoded token at its position: the same blocks of positions,
+/// the same groups of four, the same spans, whatever the other queries of
+/// its pass (what a hybrid's checkpoints and the pass-size invariance of
+/// the slots stand on).
+#[test]
+fn a_prompts_queries_get_the_attention_each_gets_alone() {
+    if gpu().is_none() {
+        return;
+    }
+    let mut rng = Rng(0xa77e);
+    for span in [1 << 20, 64] {
+        // Whole, and cut in spans of 64 folded after.
+        let mut gpu = Gpu::open(None).unwrap();
+        gpu.split_attention_every(span);
+        // No window, a window reaching back to the start, and one that
+        // does not (each query's blocks start at its own first position).
+        for (window, start, t) in [(None, 100, 11), (Some(200), 100, 11), (Some(40), 100, 11), (None, 0, 7)] {
+            let sh = AttentionShape { t, start, row0: 0, ..shape(4, 2, 32, 48, window) };
+            let (wk, wv, wq, wo) = (2 * 32, 2 * 48, 4 * 32, 4 * 48);
+            let n = start + t;
+            let layer = gpu.kv_layer(n, wk, wv).unwrap();
+            let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
+            let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
+            let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
+            let (kb, vb, qb) = (gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap(), gpu.upload("q", &q).unwrap());
+            let out = gpu.zeros("out", t * wo).unwrap();
+            let mut pass = gpu.pass();
+            pass.kv_store(&layer, &kb, &vb, 0, n, 0).unwrap();
+            pass.attention(&sh, &qb, &layer, &out).unwrap();
+            pass.submit().unwrap();
+            let together = gpu.read(&out).unwrap();
+            for i in 0..t {
+                let one = AttentionShape { t: 1, start: start + i, ..sh };
+                let qi = gpu.upload("q", &q[i * wq..(i + 1) * wq]).unwrap();
+                let oi = gpu.zeros("out", wo).unwrap();
+                let mut pass = gpu.pass();
+                pass.attention(&one, &qi, &layer, &oi).unwrap();
+                pass.submit().unwrap();
+                assert_eq!(
+                    gpu.read(&oi).unwrap(),
+                    together[i * wo..(i + 1) * wo],
+                    "query {i} of {t} at {start}, window {window:?}, spans of {span}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_dropped_cache_layer_is_freed_though_kernels_bound_it() {
     if gpu().is_none() {
