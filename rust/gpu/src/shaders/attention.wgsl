@@ -91,8 +91,8 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             s = dot * p.scale;
         }
         // The block's maximum by a tree (a maximum is the same in any
-        // order), then each thread's own probability, once: each thread used
-        // to take every position's maximum and exponential again itself.
+        // order), then each position's probability by its own thread, once
+        // for the workgroup rather than once a thread.
         maxes[lid] = s;
         workgroupBarrier();
         for (var half = WG / 2u; half > 0u; half >>= 1u) {
