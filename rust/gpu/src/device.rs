@@ -923,6 +923,13 @@ impl Pass<'_> {
         self.kernels
     }
 
+    /// Records the kernel held back and ends the open compute pass: what
+    /// comes next (a copy, or the end of the pass) is recorded after both.
+    fn end_compute(&mut self) {
+        self.record_pending();
+        self.compute = None;
+    }
+
     /// Records the kernel held back, if there is one, before what comes next.
     fn record_pending(&mut self) {
         match self.pending.take() {
@@ -1113,9 +1120,8 @@ impl Pass<'_> {
                 src.len, dst.len
             )));
         }
-        self.record_pending();
-        // A copy is recorded outside a compute pass: end the open one.
-        self.compute = None;
+        // A copy is recorded outside a compute pass.
+        self.end_compute();
         self.may_write(&dst.buf);
         self.encoder.copy_buffer_to_buffer(&src.buf, src_at as u64 * 4, &dst.buf, dst_at as u64 * 4, n as u64 * 4);
         Ok(())
@@ -1360,9 +1366,8 @@ impl Pass<'_> {
         if size == 0 {
             return;
         }
-        self.record_pending();
-        // A copy is recorded outside a compute pass: end the open one.
-        self.compute = None;
+        // A copy is recorded outside a compute pass.
+        self.end_compute();
         let reads = &mut self.reads;
         if reads.staging.last().is_none_or(|b| b.size() - reads.filled < size) {
             // The kept buffer for a pass's first read, when it is large enough.
@@ -1390,8 +1395,7 @@ impl Pass<'_> {
     /// (or at the next read).
     pub fn submit(mut self) -> Result<usize> {
         debug_assert!(self.reads.places.is_empty(), "a pass that reads is submitted with submit_and_read");
-        self.record_pending();
-        self.compute = None;
+        self.end_compute();
         self.gpu.submit(self.encoder)?;
         Ok(self.kernels)
     }
@@ -1401,8 +1405,7 @@ impl Pass<'_> {
     /// [`read_back`](Self::read_back), one after another in the order
     /// they were asked for.
     pub fn submit_and_read(mut self) -> Result<(usize, Vec<f32>)> {
-        self.record_pending();
-        self.compute = None;
+        self.end_compute();
         let (gpu, reads, kernels) = (self.gpu, std::mem::take(&mut self.reads), self.kernels);
         gpu.submit(self.encoder)?;
         if reads.places.is_empty() {

@@ -32,11 +32,16 @@ pub(crate) fn scale_bytes_apart(ty: GgmlType) -> usize {
     }
 }
 
+/// Bytes of padding after a row's scales set apart, up to a word.
+fn padding_after_scales(ty: GgmlType, cols: usize) -> usize {
+    let scales = cols / ty.block_size() * scale_bytes_apart(ty);
+    scales.next_multiple_of(4) - scales
+}
+
 /// Bytes a row of `cols` (whole blocks) takes on the device.
 pub(crate) fn row_bytes(ty: GgmlType, cols: usize) -> usize {
-    let file = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
-    let scales = cols / ty.block_size() * scale_bytes_apart(ty);
-    file - scales + scales.next_multiple_of(4)
+    let padding = padding_after_scales(ty, cols);
+    ty.row_bytes(cols as u64).expect("whole blocks") as usize + padding
 }
 
 /// Rows of `cols` in the file's bytes, laid out as the device reads them.
@@ -45,12 +50,12 @@ pub(crate) fn device_rows(ty: GgmlType, cols: usize, file: &[u8]) -> Cow<'_, [u8
         return Cow::Borrowed(file);
     };
     let file_row = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
-    let (device_row, n_blocks) = (row_bytes(ty, cols), cols / ty.block_size());
-    let mut out = Vec::with_capacity(file.len() / file_row * device_row);
+    let padding = padding_after_scales(ty, cols);
+    let mut out = Vec::with_capacity(file.len() / file_row * row_bytes(ty, cols));
     for row in file.chunks_exact(file_row) {
         let blocks = || row.chunks_exact(ty.type_size());
         blocks().for_each(|b| out.extend_from_slice(&b[at..at + 2]));
-        out.resize(out.len() + (2 * n_blocks).next_multiple_of(4) - 2 * n_blocks, 0);
+        out.resize(out.len() + padding, 0);
         for b in blocks() {
             out.extend_from_slice(&b[..at]);
             out.extend_from_slice(&b[at + 2..]);

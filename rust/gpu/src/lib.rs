@@ -1,6 +1,8 @@
 //! ember's kernels on a GPU, through wgpu on Vulkan: the device and its
 //! buffers, weight matrices uploaded in their file formats (no f32 copies on
-//! the card), and WGSL kernels recorded into one command buffer a pass.
+//! the card; `layout.rs` sets some formats' scales apart so that every block
+//! starts on a word), and WGSL kernels recorded into one command buffer a
+//! pass.
 //!
 //! It knows tensors and kernels, not models: the model crate decides which
 //! layers live here. Every kernel is tested against the CPU's arithmetic by

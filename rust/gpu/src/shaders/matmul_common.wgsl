@@ -37,7 +37,7 @@ fn bytes_at1(o: u32) -> u32 {
 }
 
 fn byte_at1(o: u32) -> u32 {
-    return (w[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
+    return bytes_at1(o) & 0xffu;
 }
 
 // The f16 at byte offset `o`, widened.
