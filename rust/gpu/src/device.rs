@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use ember_gguf::GgmlType;
 
 use crate::error::{GpuError, Result};
-use crate::kernels::{Kernel, Pipelines, Shareout};
+use crate::kernels::{Kernel, Pipelines, Shareout, Subgroups};
 
 /// What kind of device an adapter is, as the driver says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,9 +157,16 @@ impl Gpu {
                 reason: format!("it offers no {MAX_PARAMS_BYTES} bytes of immediates (push constants)"),
             });
         }
+        // The products add their threads' sums through subgroup shuffles
+        // where the device has them (without a barrier a step).
+        let subgroups = Subgroups::of(adapter.features(), adapter.get_info().subgroup_min_size);
+        let mut features = wgpu::Features::IMMEDIATES;
+        if subgroups.smallest.is_some() {
+            features |= wgpu::Features::SUBGROUP;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("ember"),
-            required_features: wgpu::Features::IMMEDIATES,
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -188,7 +195,7 @@ impl Gpu {
             device,
             queue,
             limits,
-            pipelines: Pipelines::default(),
+            pipelines: Pipelines::new(subgroups),
             bindings: Mutex::default(),
             readback: Mutex::default(),
             submits: AtomicU64::new(0),
@@ -509,6 +516,21 @@ impl Gpu {
         let buf = self.storage(label, &[], floats * 4)?;
         *kept = Some(buf.clone());
         Ok(buf)
+    }
+
+    /// The fewest invocations a subgroup holds where the kernels add
+    /// through subgroup shuffles; None where they do not.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.pipelines.subgroups().smallest
+    }
+
+    /// Keeps the kernels from subgroup operations, as on a device without
+    /// them (the tests, to hold both forms to the same bits; the benches,
+    /// to time both).
+    pub fn without_subgroups(&mut self) {
+        self.pipelines = Pipelines::new(Subgroups::default());
+        // A kept bind group belongs to the layout of the pipeline it was made for.
+        self.bindings.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// Cuts every attention's positions into spans of `positions` (rounded

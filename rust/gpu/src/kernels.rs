@@ -71,6 +71,36 @@ const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 const ONE_ROW: &str = include_str!("shaders/one_row.wgsl");
 const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
 
+/// How a row-parallel product's invocation finds its place in the
+/// workgroup, on a device without subgroup operations: its local index, and
+/// every step of the threads' tree in workgroup memory.
+const INVOCATION_ALONE: &str = "struct Invocation {
+    @builtin(local_invocation_index) index: u32,
+}
+fn index_of(i: Invocation) -> u32 {
+    return i.index;
+}
+const SHUFFLED_BELOW: u32 = 1u;
+fn add_across(v: Rf, s: u32) -> Rf {
+    return v;
+}";
+
+/// The same with subgroups of at least SHUFFLED_BELOW invocations: the
+/// place is counted by subgroups, so that places closer than that share
+/// one however the driver numbers local indices, and the tree's steps
+/// between them are shuffles.
+const INVOCATION_IN_SUBGROUPS: &str = "struct Invocation {
+    @builtin(subgroup_id) subgroup: u32,
+    @builtin(subgroup_size) size: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+}
+fn index_of(i: Invocation) -> u32 {
+    return i.subgroup * i.size + i.lane;
+}
+fn add_across(v: Rf, s: u32) -> Rf {
+    return v + subgroupShuffleXor(v, s);
+}";
+
 /// The IQ4 levels of R indices, in each form.
 const ONE_ROW_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
     return iq4_level1(i);
@@ -201,10 +231,10 @@ impl Kernel {
         }
     }
 
-    fn source(self) -> Option<String> {
+    fn source(self, subgroups: Subgroups) -> Option<String> {
         Some(match self {
-            Kernel::Matmul(ty, form) => row_product(MATMUL, ty, form)?,
-            Kernel::MatmulSplit(ty, form) => row_product(MATMUL_SPLIT, ty, form)?,
+            Kernel::Matmul(ty, form) => row_product(MATMUL, ty, form, subgroups)?,
+            Kernel::MatmulSplit(ty, form) => row_product(MATMUL_SPLIT, ty, form, subgroups)?,
             Kernel::MatmulId(ty) => product(MATMUL_ID, ty, Shareout { wide: false, four_rows: false })?,
             Kernel::MatmulGated(ty, form, act) => {
                 let which = match act {
@@ -213,7 +243,7 @@ impl Kernel {
                     Activation::Sigmoid => "sigmoid_mul_of",
                 };
                 let chosen = format!("fn activation(g: f32, u: f32) -> f32 {{\n    return {which}(g, u);\n}}");
-                format!("{}\n{ACTIVATIONS}\n{LAID_OUT}\n{chosen}", row_product(MATMUL_GATED, ty, form)?)
+                format!("{}\n{ACTIVATIONS}\n{LAID_OUT}\n{chosen}", row_product(MATMUL_GATED, ty, form, subgroups)?)
             }
             Kernel::RmsNorm { added, laid_out } => {
                 let input = if added { NORM_INPUT_ADDED } else { NORM_INPUT };
@@ -268,18 +298,55 @@ fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
 }
 
 /// A row-parallel product's source (`matmul_rows.wgsl` under `main`),
-/// shared out as `form` says.
-fn row_product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
-    product(&format!("{main}\n{MATMUL_ROWS}"), ty, form)
+/// shared out as `form` says, its threads' sums added through subgroups
+/// where the device has them.
+fn row_product(main: &str, ty: GgmlType, form: Shareout, subgroups: Subgroups) -> Option<String> {
+    // WGSL's `enable subgroups;` is not asked for: naga takes subgroup
+    // operations where the device has the feature, and refuses the directive.
+    let invocation = match subgroups.smallest {
+        Some(smallest) => format!(
+            "{main}\n{MATMUL_ROWS}\n{INVOCATION_IN_SUBGROUPS}\nconst SHUFFLED_BELOW: u32 = {}u;",
+            smallest.min(ROW_THREADS as u32)
+        ),
+        None => format!("{main}\n{MATMUL_ROWS}\n{INVOCATION_ALONE}"),
+    };
+    product(&invocation, ty, form)
+}
+
+/// Whether the kernels use subgroup operations, and the fewest invocations
+/// a subgroup of this device holds (None: it has none, or they are not
+/// to be used).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Subgroups {
+    pub(crate) smallest: Option<u32>,
+}
+
+impl Subgroups {
+    /// What a device offering `features`, with subgroups of `min_size` and
+    /// up, lets the kernels use. A size that is not a power of two (none
+    /// the Vulkan spec allows) is not used: the tree's steps halve.
+    pub(crate) fn of(features: wgpu::Features, min_size: u32) -> Subgroups {
+        let usable = features.contains(wgpu::Features::SUBGROUP) && min_size >= 2 && min_size.is_power_of_two();
+        Subgroups { smallest: usable.then_some(min_size) }
+    }
 }
 
 /// Pipelines built once per device and kernel.
 #[derive(Default)]
 pub(crate) struct Pipelines {
     built: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
+    subgroups: Subgroups,
 }
 
 impl Pipelines {
+    pub(crate) fn new(subgroups: Subgroups) -> Pipelines {
+        Pipelines { built: Mutex::default(), subgroups }
+    }
+
+    pub(crate) fn subgroups(&self) -> Subgroups {
+        self.subgroups
+    }
+
     /// The kernel's pipeline, building it on first use; None for a kernel
     /// that has no source (a weight type without a device kernel).
     pub(crate) fn get(&self, device: &wgpu::Device, kernel: Kernel) -> Option<wgpu::ComputePipeline> {
@@ -287,7 +354,7 @@ impl Pipelines {
         if let Some(p) = built.get(&kernel) {
             return Some(p.clone());
         }
-        let source = kernel.source()?;
+        let source = kernel.source(self.subgroups)?;
         let label = format!("{kernel:?}");
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&label),

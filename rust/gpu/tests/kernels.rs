@@ -186,24 +186,9 @@ fn check_rows_a_thread(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, n: usi
     let mut rng = Rng(seed);
     let data: Vec<Vec<u8>> = (0..3).map(|_| random_matrix(&mut rng, ty, rows, cols)).collect();
     let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
-    let w = gpu.upload_matrix("w", ty, rows, cols, &data[0]).unwrap();
-    let pair = gpu.upload_stacked("pair", ty, cols, &[(rows, &data[0]), (rows, &data[1])]).unwrap().unwrap();
-    let three: Vec<(usize, &[u8])> = data.iter().map(|d| (rows, &d[..])).collect();
-    let split = gpu.upload_stacked("split", ty, cols, &three).unwrap().unwrap();
-    // The three products' outputs for inputs `x` (`m` of them).
-    let run = |x: &[f32], m: usize| -> Vec<Vec<f32>> {
-        let xb = gpu.upload("x", x).unwrap();
-        let ys: Vec<_> = (0..5).map(|_| gpu.zeros("y", m * rows).unwrap()).collect();
-        let mut pass = gpu.pass();
-        pass.matmul(&w, &xb, m, &ys[0]).unwrap();
-        pass.matmul_gated(&pair, Activation::Silu, &xb, m, &ys[1]).unwrap();
-        pass.matmul_split(&split, &xb, m, [&ys[2], &ys[3], &ys[4]]).unwrap();
-        pass.submit().unwrap();
-        ys.iter().map(|y| gpu.read(y).unwrap()).collect()
-    };
-    let prompt = run(&x, n);
+    let prompt = three_products(gpu, ty, &data, rows, cols, &x);
     for c in 0..n {
-        let alone = run(&x[c * cols..(c + 1) * cols], 1);
+        let alone = three_products(gpu, ty, &data, rows, cols, &x[c * cols..(c + 1) * cols]);
         for (i, (all, one)) in prompt.iter().zip(&alone).enumerate() {
             assert!(one.iter().any(|&v| v != 0.0));
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
@@ -223,6 +208,60 @@ fn a_prompts_products_give_each_input_a_decoded_tokens_bits() {
         // enough for 256 workgroups of four (the last case).
         check_rows_a_thread(gpu, ty, 45, cols, 9, 0x4a1 + i as u64);
         check_rows_a_thread(gpu, ty, 2051, cols, 2, 0x4a1 + 100 + i as u64);
+    }
+}
+
+/// The outputs of the three row-parallel products over inputs `x`, each
+/// of `cols`: the plain product of `data[0]`, the gated one of `data[0]`
+/// and `data[1]`, and the product split three ways over all three (each
+/// `rows` rows).
+fn three_products(gpu: &Gpu, ty: GgmlType, data: &[Vec<u8>], rows: usize, cols: usize, x: &[f32]) -> Vec<Vec<f32>> {
+    let m = x.len() / cols;
+    let w = gpu.upload_matrix("w", ty, rows, cols, &data[0]).unwrap();
+    let pair = gpu.upload_stacked("pair", ty, cols, &[(rows, &data[0]), (rows, &data[1])]).unwrap().unwrap();
+    let three: Vec<(usize, &[u8])> = data.iter().map(|d| (rows, &d[..])).collect();
+    let split = gpu.upload_stacked("split", ty, cols, &three).unwrap().unwrap();
+    let xb = gpu.upload("x", x).unwrap();
+    let ys: Vec<_> = (0..5).map(|_| gpu.zeros("y", m * rows).unwrap()).collect();
+    let mut pass = gpu.pass();
+    pass.matmul(&w, &xb, m, &ys[0]).unwrap();
+    pass.matmul_gated(&pair, Activation::Silu, &xb, m, &ys[1]).unwrap();
+    pass.matmul_split(&split, &xb, m, [&ys[2], &ys[3], &ys[4]]).unwrap();
+    pass.submit().unwrap();
+    ys.iter().map(|y| gpu.read(y).unwrap()).collect()
+}
+
+/// Where the device has subgroups, the products add their threads' sums
+/// through subgroup shuffles for the tree's closer steps; a device without
+/// takes every step in workgroup memory. The pairs and their order are the
+/// same, so the outputs must be too, bit for bit, in every form.
+#[test]
+fn the_products_give_the_same_bits_with_subgroup_shuffles_or_without() {
+    let Some(gpu) = gpu() else { return };
+    let Some(size) = gpu.subgroup_size() else {
+        eprintln!("{} offers no subgroups: every product takes the tree in workgroup memory", gpu.info().description);
+        return;
+    };
+    let mut alone = Gpu::open(Some(&gpu.info().name)).unwrap();
+    alone.without_subgroups();
+    assert_eq!(alone.subgroup_size(), None);
+    eprintln!("subgroups of {size} or more");
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let cols = if ty.block_size() == 256 { 512 } else { 160 };
+        // A prompt (four rows a thread, eight inputs), a decoded token of one
+        // row a thread, and one of four (rows enough for 256 workgroups).
+        for (rows, n) in [(45, 9), (45, 1), (2051, 1)] {
+            let mut rng = Rng(0x5ab + 10 * i as u64 + n as u64);
+            let data: Vec<Vec<u8>> = (0..3).map(|_| random_matrix(&mut rng, ty, rows, cols)).collect();
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.unit()).collect();
+            let shuffled = three_products(gpu, ty, &data, rows, cols, &x);
+            let in_memory = three_products(&alone, ty, &data, rows, cols, &x);
+            for (k, (a, b)) in shuffled.iter().zip(&in_memory).enumerate() {
+                assert!(a.iter().any(|&v| v != 0.0));
+                assert_eq!(bits(a), bits(b), "{ty} {rows}x{cols} over {n}: output {k}, shuffled against in memory");
+            }
+        }
     }
 }
 

@@ -22,14 +22,15 @@ struct Params {
 var<immediate> p: Params;
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
+    let lid = index_of(invocation);
     let first = ((g.x + g.y * p.groups_x) * ROWS + lid / THREADS) * R;
-    let n_cols = row_sums(g.z, lid, row_starts(first, p.rows, p.row_bytes), first < p.rows);
+    var totals: array<Rf, COLS>;
+    let n_cols = row_sums(g.z, lid, row_starts(first, p.rows, p.row_bytes), first < p.rows, &totals);
     if (lid % THREADS == 0u && first < p.rows) {
         for (var c = 0u; c < n_cols; c++) {
-            let sums = partial[c * WG + lid];
             for (var k = 0u; k < min(R, p.rows - first); k++) {
-                y[(g.z * COLS + c) * p.y_stride + p.y_first + first + k] = row_value(sums, k);
+                y[(g.z * COLS + c) * p.y_stride + p.y_first + first + k] = row_value(totals[c], k);
             }
         }
     }

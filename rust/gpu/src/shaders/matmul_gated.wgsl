@@ -10,6 +10,9 @@
 
 const PAIRS: u32 = ROWS / 2u;
 
+// The up rows' sums, handed to the threads of their gate rows.
+var<workgroup> up_totals: array<array<Rf, COLS>, PAIRS>;
+
 struct Params {
     // Output rows: the gate's (and up's).
     rows: u32,
@@ -31,16 +34,22 @@ struct Params {
 var<immediate> p: Params;
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
+    let lid = index_of(invocation);
     let slot = lid / THREADS;
     let up = slot / PAIRS;
     let first = ((g.x + g.y * p.groups_x) * PAIRS + slot % PAIRS) * R;
     let starts = row_starts(first, p.rows, p.row_bytes) + up * p.rows * p.row_bytes;
-    let n_cols = row_sums(g.z, lid, starts, first < p.rows);
+    var totals: array<Rf, COLS>;
+    let n_cols = row_sums(g.z, lid, starts, first < p.rows, &totals);
+    if (lid % THREADS == 0u && up == 1u) {
+        up_totals[slot % PAIRS] = totals;
+    }
+    workgroupBarrier();
     if (lid % THREADS == 0u && up == 0u && first < p.rows) {
         for (var c = 0u; c < n_cols; c++) {
-            let gates = partial[c * WG + lid];
-            let values = partial[c * WG + lid + PAIRS * THREADS];
+            let gates = totals[c];
+            let values = up_totals[slot][c];
             for (var k = 0u; k < min(R, p.rows - first); k++) {
                 let row = first + k;
                 let at = (g.z * COLS + c) * p.rows + laid_out_at(row, p.rows, p.block);

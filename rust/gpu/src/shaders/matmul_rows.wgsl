@@ -24,7 +24,9 @@
 const THREADS: u32 = 32u;
 const ROWS: u32 = WG / THREADS;
 
-var<workgroup> partial: array<Rf, WG * COLS>;
+// The tree's steps in workgroup memory (none where every step is a
+// shuffle: a card's subgroups of 32 or more).
+var<workgroup> partial: array<Rf, select(WG * COLS, 1u, SHUFFLED_BELOW >= THREADS)>;
 
 // Where this workgroup's first column starts, its last column (counted
 // from the first), blocks a row holds, and where the block being read
@@ -48,11 +50,18 @@ fn row_starts(first: u32, rows: u32, row_bytes: u32) -> Ru {
 }
 
 // The sums of the rows at bytes `row_start` (none where `has_row` is false)
-// with the columns of column group `col_group`: each ends in
-// partial[c * WG + lid] of the group's first thread, a row a lane. Returns
-// how many columns the group has. Every thread of the workgroup calls it
-// (it waits at barriers).
-fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
+// with the columns of column group `col_group`, into `sums` of the group's
+// first thread, a row a lane. Returns how many columns the group has.
+// Every thread of the workgroup calls it (it waits at barriers, and
+// shuffles within its subgroup).
+//
+// The group's threads add their sums by a tree: each pair THREADS / 2
+// apart first, then half as far, down to neighbours. Pairs in different
+// subgroups add in workgroup memory; pairs within one (closer than
+// SHUFFLED_BELOW, from the invocation's form in `kernels.rs`) add through a
+// subgroup shuffle, with no barrier between steps: the same pairs in the
+// same order, so a device with subgroups gives the bits of one without.
+fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool, sums: ptr<function, array<Rf, COLS>>) -> u32 {
     let lane = lid % THREADS;
     let col0 = col_group * COLS;
     let n_cols = min(COLS, p.n - col0);
@@ -67,17 +76,28 @@ fn row_sums(col_group: u32, lid: u32, row_start: Ru, has_row: bool) -> u32 {
             block_piece(&acc, block_bytes_at(row_start, b, n_blocks), block_scale_at(row_start, b), q % PIECES);
         }
     }
-    for (var c = 0u; c < COLS; c++) {
-        partial[c * WG + lid] = acc[c];
-    }
-    workgroupBarrier();
-    for (var s = THREADS / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            for (var c = 0u; c < COLS; c++) {
-                partial[c * WG + lid] += partial[c * WG + lid + s];
-            }
+    if (SHUFFLED_BELOW < THREADS) {
+        for (var c = 0u; c < COLS; c++) {
+            partial[c * WG + lid] = acc[c];
         }
         workgroupBarrier();
+        for (var s = THREADS / 2u; s >= SHUFFLED_BELOW; s >>= 1u) {
+            if (lane < s) {
+                for (var c = 0u; c < COLS; c++) {
+                    partial[c * WG + lid] += partial[c * WG + lid + s];
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var c = 0u; c < COLS; c++) {
+            acc[c] = partial[c * WG + lid];
+        }
     }
+    for (var s = min(THREADS, SHUFFLED_BELOW) / 2u; s > 0u; s >>= 1u) {
+        for (var c = 0u; c < COLS; c++) {
+            acc[c] = add_across(acc[c], s);
+        }
+    }
+    *sums = acc;
     return n_cols;
 }
