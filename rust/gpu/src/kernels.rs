@@ -71,35 +71,38 @@ const WIDE_COLS: &str = "const COLS: u32 = 8u;";
 const ONE_ROW: &str = include_str!("shaders/one_row.wgsl");
 const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
 
-/// How a row-parallel product's invocation finds its place in the
-/// workgroup, on a device without subgroup operations: its local index, and
-/// every step of the threads' tree in workgroup memory.
-const INVOCATION_ALONE: &str = "struct Invocation {
-    @builtin(local_invocation_index) index: u32,
-}
-fn index_of(i: Invocation) -> u32 {
-    return i.index;
-}
-const SHUFFLED_BELOW: u32 = 1u;
-fn add_across(v: Rf, s: u32) -> Rf {
-    return v;
-}";
+/// An invocation's place in its workgroup, without subgroups and with them.
+const INVOCATION: &str = include_str!("shaders/invocation.wgsl");
+const INVOCATION_IN_SUBGROUPS: &str = include_str!("shaders/invocation_subgroups.wgsl");
 
-/// The same with subgroups of at least SHUFFLED_BELOW invocations: the
-/// place is counted by subgroups, so that places closer than that share
-/// one however the driver numbers local indices, and the tree's steps
-/// between them are shuffles.
-const INVOCATION_IN_SUBGROUPS: &str = "struct Invocation {
-    @builtin(subgroup_id) subgroup: u32,
-    @builtin(subgroup_size) size: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-}
-fn index_of(i: Invocation) -> u32 {
-    return i.subgroup * i.size + i.lane;
-}
-fn add_across(v: Rf, s: u32) -> Rf {
+/// What a kernel that adds its threads' values by a tree (`matmul_rows.wgsl`,
+/// `workgroup_sum.wgsl`) takes from the device: an invocation's place, the
+/// distance below which pairs share a subgroup (SHUFFLED_BELOW: 1 without
+/// subgroups, and at most the `threads` a tree adds, whose pairs are never
+/// further apart), and `add_across`, a pair's sum for values of type `ty` by
+/// a shuffle.
+fn tree_steps(subgroups: Subgroups, ty: &str, threads: u32) -> String {
+    match subgroups.smallest {
+        Some(smallest) => format!(
+            "{INVOCATION_IN_SUBGROUPS}\nconst SHUFFLED_BELOW: u32 = {}u;
+fn add_across(v: {ty}, s: u32) -> {ty} {{
     return v + subgroupShuffleXor(v, s);
-}";
+}}",
+            smallest.min(threads)
+        ),
+        // Never called: every step is in workgroup memory.
+        None => format!(
+            "{INVOCATION}\nconst SHUFFLED_BELOW: u32 = 1u;
+fn add_across(v: {ty}, s: u32) -> {ty} {{
+    return v;
+}}"
+        ),
+    }
+}
+
+/// An attention block's maximum, without subgroups and with them.
+const BLOCK_MAX: &str = include_str!("shaders/block_max.wgsl");
+const BLOCK_MAX_SUBGROUPS: &str = include_str!("shaders/block_max_subgroups.wgsl");
 
 /// The IQ4 levels of R indices, in each form.
 const ONE_ROW_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
@@ -145,9 +148,12 @@ impl Shareout {
 
     /// Rows a workgroup of 64 threads takes.
     pub(crate) fn rows_a_group(self) -> usize {
-        64 / ROW_THREADS * self.rows_a_thread()
+        WG as usize / ROW_THREADS * self.rows_a_thread()
     }
 }
+
+/// Threads a workgroup of the kernels holds (their `WG`).
+const WG: u32 = 64;
 
 /// Threads that share out a row's pieces in a row-parallel product
 /// (`matmul_rows.wgsl`'s THREADS).
@@ -251,7 +257,7 @@ impl Kernel {
                     true => format!("{}\n{LAID_OUT}", NORM_OUTPUT_LAID_OUT.replace("LAID_OUT", if added { "4" } else { "3" })),
                     false => NORM_OUTPUT.to_string(),
                 };
-                format!("{RMS_NORM}\n{WORKGROUP_SUM}\n{input}\n{output}")
+                format!("{RMS_NORM}\n{WORKGROUP_SUM}\n{}\n{input}\n{output}", tree_steps(subgroups, "f32", WG))
             }
             Kernel::SiluMul | Kernel::GeluMul | Kernel::SigmoidMul => format!("{ELEMENTWISE}\n{ACTIVATIONS}"),
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
@@ -259,7 +265,13 @@ impl Kernel {
             Kernel::Rope => format!("{ROPE}\n{ROTATE}"),
             Kernel::RopeStore => format!("{ROPE_STORE}\n{ROTATE}"),
             Kernel::KvStore => KV_STORE.to_string(),
-            Kernel::Attention => format!("{ATTENTION}\n{LAID_OUT}"),
+            Kernel::Attention => {
+                let block_max = match subgroups.smallest {
+                    Some(_) => format!("{INVOCATION_IN_SUBGROUPS}\n{BLOCK_MAX_SUBGROUPS}"),
+                    None => format!("{INVOCATION}\n{BLOCK_MAX}"),
+                };
+                format!("{ATTENTION}\n{LAID_OUT}\n{block_max}")
+            }
             Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{LAID_OUT}"),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
             Kernel::MoeCombine => MOE_COMBINE.to_string(),
@@ -267,7 +279,7 @@ impl Kernel {
             Kernel::DeltaGates => DELTA_GATES.to_string(),
             Kernel::DeltaConv => DELTA_CONV.to_string(),
             Kernel::DeltaRule => DELTA_RULE.to_string(),
-            Kernel::L2Norm => format!("{L2_NORM}\n{WORKGROUP_SUM}"),
+            Kernel::L2Norm => format!("{L2_NORM}\n{WORKGROUP_SUM}\n{}", tree_steps(subgroups, "f32", WG)),
             Kernel::SplitGates => SPLIT_GATES.to_string(),
             Kernel::RowGate => ROW_GATE.to_string(),
             Kernel::BlockInputs => format!("{BLOCK_INPUTS}\n{LAID_OUT}"),
@@ -303,14 +315,8 @@ fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
 fn row_product(main: &str, ty: GgmlType, form: Shareout, subgroups: Subgroups) -> Option<String> {
     // WGSL's `enable subgroups;` is not asked for: naga takes subgroup
     // operations where the device has the feature, and refuses the directive.
-    let invocation = match subgroups.smallest {
-        Some(smallest) => format!(
-            "{main}\n{MATMUL_ROWS}\n{INVOCATION_IN_SUBGROUPS}\nconst SHUFFLED_BELOW: u32 = {}u;",
-            smallest.min(ROW_THREADS as u32)
-        ),
-        None => format!("{main}\n{MATMUL_ROWS}\n{INVOCATION_ALONE}"),
-    };
-    product(&invocation, ty, form)
+    let steps = tree_steps(subgroups, "Rf", ROW_THREADS as u32);
+    product(&format!("{main}\n{MATMUL_ROWS}\n{steps}"), ty, form)
 }
 
 /// Whether the kernels use subgroup operations, and the fewest invocations

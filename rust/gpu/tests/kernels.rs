@@ -231,12 +231,34 @@ fn three_products(gpu: &Gpu, ty: GgmlType, data: &[Vec<u8>], rows: usize, cols: 
     ys.iter().map(|y| gpu.read(y).unwrap()).collect()
 }
 
+/// The attention of `t` queries at positions `start`.. over a cache of
+/// `start + t` random keys and values.
+fn attention_outputs(gpu: &Gpu, shape: AttentionShape, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let (wk, wv) = (shape.n_head_kv * shape.head_dim_k, shape.n_head_kv * shape.head_dim_v);
+    let n = shape.start + shape.t;
+    let layer = gpu.kv_layer(n, wk, wv).unwrap();
+    let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
+    let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
+    let q: Vec<f32> = (0..shape.t * shape.n_head * shape.head_dim_k).map(|_| rng.unit()).collect();
+    let (kb, vb, qb) = (gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap(), gpu.upload("q", &q).unwrap());
+    let out = gpu.zeros("out", shape.t * shape.n_head * shape.head_dim_v).unwrap();
+    let mut pass = gpu.pass();
+    pass.kv_store(&layer, &kb, &vb, 0, n, 0).unwrap();
+    pass.attention(&shape, &qb, &layer, &out).unwrap();
+    pass.submit().unwrap();
+    gpu.read(&out).unwrap()
+}
+
 /// Where the device has subgroups, the products add their threads' sums
-/// through subgroup shuffles for the tree's closer steps; a device without
+/// through subgroup shuffles for the tree's closer steps (and so do the
+/// norms), and attention takes each block's maximum a subgroup at a time; a
+/// device without
 /// takes every step in workgroup memory. The pairs and their order are the
-/// same, so the outputs must be too, bit for bit, in every form.
+/// same (and a maximum is one in any order), so the outputs must be too,
+/// bit for bit, in every form.
 #[test]
-fn the_products_give_the_same_bits_with_subgroup_shuffles_or_without() {
+fn products_attention_and_norms_give_the_same_bits_with_subgroups_or_without() {
     let Some(gpu) = gpu() else { return };
     let Some(size) = gpu.subgroup_size() else {
         eprintln!("{} offers no subgroups: every product takes the tree in workgroup memory", gpu.info().description);
@@ -262,6 +284,39 @@ fn the_products_give_the_same_bits_with_subgroup_shuffles_or_without() {
                 assert_eq!(bits(a), bits(b), "{ty} {rows}x{cols} over {n}: output {k}, shuffled against in memory");
             }
         }
+    }
+    // A prompt over several blocks of positions, a decoded token at depth
+    // (cut into spans), in a window, and Gemma 4's widest heads.
+    for (i, (sh, start, t)) in [
+        (shape(9, 3, 64, 64, None), 0, 150),
+        (shape(24, 8, 128, 128, None), 700, 1),
+        (shape(4, 2, 32, 48, Some(40)), 100, 11),
+        (shape(2, 1, 512, 512, None), 60, 5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sh = AttentionShape { t, start, ..sh };
+        let (a, b) = (attention_outputs(gpu, sh, 0xa5 + i as u64), attention_outputs(&alone, sh, 0xa5 + i as u64));
+        assert_eq!(bits(&a), bits(&b), "attention {sh:?}: by subgroups against in memory");
+    }
+    // RMS and L2 norms (their sums of squares by the same tree), rows
+    // narrower than a workgroup and wider.
+    for (rows, width) in [(3, 576), (2, 40), (5, 2048)] {
+        let mut rng = Rng(0x2a + width as u64);
+        let x: Vec<f32> = (0..rows * width).map(|_| 3.0 * rng.unit()).collect();
+        let weight: Vec<f32> = (0..width).map(|_| rng.unit()).collect();
+        let norms = |g: &Gpu| -> (Vec<f32>, Vec<f32>) {
+            let (xb, wb, out) = (g.upload("x", &x).unwrap(), g.upload("w", &weight).unwrap(), g.zeros("out", rows * width).unwrap());
+            let mut pass = g.pass();
+            pass.rms_norm(&xb, &wb, &out, rows, 1e-6).unwrap();
+            pass.l2_norm_heads(&xb, rows, 1, width, width, 1e-6).unwrap();
+            pass.submit().unwrap();
+            (g.read(&out).unwrap(), g.read(&xb).unwrap())
+        };
+        let ((rms_a, l2_a), (rms_b, l2_b)) = (norms(gpu), norms(&alone));
+        assert_eq!(bits(&rms_a), bits(&rms_b), "RMS norm of {rows} rows of {width}: by subgroups against in memory");
+        assert_eq!(bits(&l2_a), bits(&l2_b), "L2 norm of {rows} rows of {width}: by subgroups against in memory");
     }
 }
 

@@ -46,7 +46,7 @@ var<immediate> p: Params;
 const WG: u32 = 64u;
 // Value widths up to WG * MAX_PER_THREAD (512: Gemma's global heads).
 const MAX_PER_THREAD: u32 = 8u;
-// A block's scores, folded to their maximum, then its probabilities.
+// A block's scores, folded to their maximum (`block_max`), then its probabilities.
 var<workgroup> maxes: array<f32, WG>;
 var<workgroup> probs: array<f32, WG>;
 
@@ -57,7 +57,8 @@ fn value_at(i: u32) -> f32 {
 }
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
+    let lid = index_of(invocation);
     let head = g.x;
     let row = g.y;
     let split = g.z;
@@ -90,19 +91,11 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) li
             }
             s = dot * p.scale;
         }
-        // The block's maximum by a tree (a maximum is the same in any
-        // order), then each position's probability by its own thread, once
-        // for the workgroup rather than once a thread.
-        maxes[lid] = s;
-        workgroupBarrier();
-        for (var half = WG / 2u; half > 0u; half >>= 1u) {
-            if (lid < half) {
-                maxes[lid] = max(maxes[lid], maxes[lid + half]);
-            }
-            workgroupBarrier();
-        }
+        // The block's maximum (`block_max.wgsl` or its subgroups' form),
+        // then each position's probability by its own thread, once for the
+        // workgroup rather than once a thread.
         let n = min(WG, hi - c0);
-        let cm = max(m, maxes[0]);
+        let cm = max(m, block_max(invocation, s));
         probs[lid] = exp(s - cm);
         workgroupBarrier();
         let corr = exp(m - cm);

@@ -23,7 +23,8 @@ struct Params {
 var<immediate> p: Params;
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
+    let lid = index_of(invocation);
     let row = g.x + g.y * p.groups_x;
     if (row >= p.rows) {
         return;
