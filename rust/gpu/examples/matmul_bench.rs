@@ -141,7 +141,7 @@ fn round_trip(gpu: &Gpu, inputs: usize) -> f64 {
 /// `depth` positions (random keys and values), `n_head` heads of `dim`.
 fn attention_time(gpu: &Gpu, n_head: usize, n_head_kv: usize, dim: usize, depth: usize) -> f64 {
     let ring = depth + 1;
-    let layer = gpu.kv_layer(ring, n_head_kv * dim, n_head_kv * dim).unwrap();
+    let layer = gpu.kv_layer(ring, n_head_kv * dim, n_head_kv * dim, ember_gpu::KvFormat::F16).unwrap();
     let mut state = 0x1234_5678_9abc_def1u64;
     let mut halves = |n: usize| -> Vec<u8> {
         (0..n)

@@ -399,7 +399,7 @@ impl Gpu {
         if n > from.len {
             return Err(GpuError::Shape(format!("reading {n} values of a buffer of {}", from.len)));
         }
-        Ok(bytemuck::cast_slice::<u8, f32>(&self.read_bytes(&from.buf, n as u64 * 4)?).to_vec())
+        Ok(bytemuck::cast_slice::<u8, f32>(&self.read_bytes(&from.buf, 0, n as u64 * 4)?).to_vec())
     }
 
     /// The first `n` (index, value) pairs [`Pass::top_k`] wrote to `from`,
@@ -409,21 +409,35 @@ impl Gpu {
         Ok(words.chunks_exact(2).map(|w| (w[0].to_bits(), w[1])).collect())
     }
 
-    /// The first `rows` rows of a cache layer's keys and values, as the f16
-    /// bytes they are stored in, once every pass submitted before has run.
+    /// The first `rows` rows of a cache layer's keys and values in the
+    /// CPU's cache format (f16 rows, or rows of Q8_0 blocks: an f16 scale
+    /// and 32 quants each), once every pass submitted before has run.
     pub fn read_kv(&self, layer: &DeviceKvLayer, rows: usize) -> Result<(Vec<u8>, Vec<u8>)> {
         if rows > layer.ring {
             return Err(GpuError::Shape(format!("reading {rows} rows of a cache of {}", layer.ring)));
         }
-        let k = self.read_bytes(&layer.k, (rows * layer.width_k * 2) as u64)?;
-        let v = self.read_bytes(&layer.v, (rows * layer.width_v * 2) as u64)?;
-        Ok((k, v))
+        let read = |buf: &wgpu::Buffer, width: usize| -> Result<Vec<u8>> {
+            match layer.format {
+                KvFormat::F16 => self.read_bytes(buf, 0, (rows * width * 2) as u64),
+                KvFormat::Q8_0 => {
+                    let quants = self.read_bytes(buf, 0, (rows * width) as u64)?;
+                    let scales = self.read_bytes(buf, (layer.ring * width) as u64, (rows * width / Q8_0_BLOCK * 4) as u64)?;
+                    let scales: &[f32] = bytemuck::cast_slice(&scales);
+                    Ok(quants
+                        .chunks_exact(Q8_0_BLOCK)
+                        .zip(scales)
+                        .flat_map(|(q, &d)| half::f16::from_f32(d).to_le_bytes().into_iter().chain(q.iter().copied()))
+                        .collect())
+                }
+            }
+        };
+        Ok((read(&layer.k, layer.width_k)?, read(&layer.v, layer.width_v)?))
     }
 
-    /// Writes whole rows of keys and values (f16 bytes, as
+    /// Writes whole rows of keys and values (in the CPU's cache format, as
     /// [`read_kv`](Self::read_kv) gives them) at the start of a cache layer.
     pub fn write_kv(&self, layer: &DeviceKvLayer, k: &[u8], v: &[u8]) -> Result<()> {
-        let (kr, vr) = (layer.width_k * 2, layer.width_v * 2);
+        let (kr, vr) = (layer.format.host_bytes(layer.width_k), layer.format.host_bytes(layer.width_v));
         if !k.len().is_multiple_of(kr) || !v.len().is_multiple_of(vr) || k.len() / kr != v.len() / vr || k.len() / kr > layer.ring {
             return Err(GpuError::Shape(format!(
                 "writing {} bytes of keys and {} of values to a cache of {} rows of {kr} and {vr}",
@@ -432,19 +446,29 @@ impl Gpu {
                 layer.ring
             )));
         }
-        // Rows are f16 pairs, so every length is a whole number of words.
+        let write = |buf: &wgpu::Buffer, width: usize, bytes: &[u8]| match layer.format {
+            // Rows are f16 pairs, so every length is a whole number of words.
+            KvFormat::F16 => self.queue.write_buffer(buf, 0, bytes),
+            KvFormat::Q8_0 => {
+                let blocks = bytes.chunks_exact(Q8_0_BLOCK + 2);
+                let quants: Vec<u8> = blocks.clone().flat_map(|b| b[2..].iter().copied()).collect();
+                let scales: Vec<f32> = blocks.map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+                self.queue.write_buffer(buf, 0, &quants);
+                self.queue.write_buffer(buf, (layer.ring * width) as u64, bytemuck::cast_slice(&scales));
+            }
+        };
         if !k.is_empty() {
-            self.queue.write_buffer(&layer.k, 0, k);
-            self.queue.write_buffer(&layer.v, 0, v);
+            write(&layer.k, layer.width_k, k);
+            write(&layer.v, layer.width_v, v);
         }
         self.check()
     }
 
-    /// The first `size` bytes of `from` (a multiple of 4), once every pass
-    /// submitted before has run.
-    fn read_bytes(&self, from: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    /// `size` bytes of `from` from byte `at` (both multiples of 4), once
+    /// every pass submitted before has run.
+    fn read_bytes(&self, from: &wgpu::Buffer, at: u64, size: u64) -> Result<Vec<u8>> {
         let mut p = self.pass();
-        p.read_back_bytes(from, 0, size);
+        p.read_back_bytes(from, at, size);
         let (_, words) = p.submit_and_read()?;
         Ok(bytemuck::cast_slice(&words).to_vec())
     }
@@ -542,17 +566,21 @@ impl Gpu {
     }
 
     /// A layer's cache of `ring` rows of keys `width_k` and values
-    /// `width_v` wide (both even: rows are f16 pairs).
-    pub fn kv_layer(&self, ring: usize, width_k: usize, width_v: usize) -> Result<DeviceKvLayer> {
-        if ring == 0 || width_k % 2 != 0 || width_v % 2 != 0 {
-            return Err(GpuError::Shape(format!("a cache of {ring} rows of keys {width_k} and values {width_v} wide")));
+    /// `width_v` wide, kept as `format` (rows of whole units: f16 pairs, or
+    /// Q8_0 blocks of 32).
+    pub fn kv_layer(&self, ring: usize, width_k: usize, width_v: usize, format: KvFormat) -> Result<DeviceKvLayer> {
+        let unit = format.unit();
+        if ring == 0 || width_k % unit != 0 || width_v % unit != 0 {
+            return Err(GpuError::Shape(format!(
+                "a {format:?} cache of {ring} rows of keys {width_k} and values {width_v} wide: rows must be whole units of {unit}"
+            )));
         }
-        let (kb, vb) = (ring * width_k * 2, ring * width_v * 2);
+        let (kb, vb) = (format.device_bytes(ring, width_k), format.device_bytes(ring, width_v));
         self.fits(|| "the keys of a cache layer".into(), kb as u64 + 4)?;
         self.fits(|| "the values of a cache layer".into(), vb as u64 + 4)?;
         let k = self.storage("keys", &[], kb)?;
         let v = self.storage("values", &[], vb)?;
-        Ok(DeviceKvLayer { ring, width_k, width_v, k, v })
+        Ok(DeviceKvLayer { ring, width_k, width_v, format, k, v })
     }
 
     /// A pass: kernels recorded in order, run when it is submitted.
@@ -640,8 +668,51 @@ pub struct DeviceKvLayer {
     pub ring: usize,
     pub width_k: usize,
     pub width_v: usize,
+    pub format: KvFormat,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
+}
+
+/// Elements of a Q8_0 block.
+const Q8_0_BLOCK: usize = 32;
+
+/// How a cache layer keeps its keys and values on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvFormat {
+    /// Rows of f16.
+    F16,
+    /// Rows of Q8_0 blocks, quantized as the CPU's cache quantizes them: the
+    /// ring's quants, a byte an element, then every block's f16 scale held
+    /// in a word of its own (`kv_write_q8_0.wgsl`), so that a thread storing
+    /// a block writes whole words.
+    Q8_0,
+}
+
+impl KvFormat {
+    /// Elements one thread stores (`kv_write_*.wgsl`'s KV_UNIT): a row is
+    /// whole units.
+    pub fn unit(self) -> usize {
+        match self {
+            KvFormat::F16 => 2,
+            KvFormat::Q8_0 => Q8_0_BLOCK,
+        }
+    }
+
+    /// Bytes `rows` rows of `width` take on the device.
+    fn device_bytes(self, rows: usize, width: usize) -> usize {
+        match self {
+            KvFormat::F16 => rows * width * 2,
+            KvFormat::Q8_0 => rows * width + rows * width / Q8_0_BLOCK * 4,
+        }
+    }
+
+    /// Bytes a row of `width` takes in the CPU's cache format.
+    fn host_bytes(self, width: usize) -> usize {
+        match self {
+            KvFormat::F16 => width * 2,
+            KvFormat::Q8_0 => width / Q8_0_BLOCK * (Q8_0_BLOCK + 2),
+        }
+    }
 }
 
 /// How a layer's heads are rotated: the first `half` pairs of each
@@ -1183,7 +1254,7 @@ impl Pass<'_> {
     }
 
     /// Writes rows `from..from + rows` of keys and values (f32) for
-    /// positions `start..start + rows` into the layer's cache, rounded to f16.
+    /// positions `start..start + rows` into the layer's cache, in its format.
     #[allow(clippy::too_many_arguments)]
     pub fn kv_store(
         &mut self,
@@ -1201,11 +1272,10 @@ impl Pass<'_> {
                 layer.ring, k.len, v.len
             )));
         }
-        for (src, dst, width) in [(k, &layer.k, layer.width_k), (v, &layer.v, layer.width_v)] {
-            let (groups, threads_x) = self.spread(rows * width / 2, "storing the cache")?;
-            let params = [rows, width, start, layer.ring, threads_x as usize, from, 0, 0].map(|v| v as u32);
-            self.dispatch(Kernel::KvStore, &[&src.buf, dst], &params, groups);
-        }
+        let units = rows * (layer.width_k + layer.width_v) / layer.format.unit();
+        let (groups, threads_x) = self.spread(units, "storing the cache")?;
+        let params = [rows, layer.width_k, layer.width_v, start, layer.ring, threads_x as usize, from, 0].map(|v| v as u32);
+        self.dispatch(Kernel::KvStore(layer.format), &[&k.buf, &v.buf, &layer.k, &layer.v], &params, groups);
         Ok(())
     }
 
@@ -1237,8 +1307,6 @@ impl Pass<'_> {
             || half == 0
             || 2 * half > head_dim
             || layer.width_k % head_dim != 0
-            || layer.width_k % 2 != 0
-            || layer.width_v % 2 != 0
             || q.len < end * n_head * head_dim
             || k.len < end * layer.width_k
             || v.len < end * layer.width_v
@@ -1251,13 +1319,13 @@ impl Pass<'_> {
                 layer.ring, layer.width_k, layer.width_v, q.len, k.len, v.len, cos.len, sin.len
             )));
         }
-        let threads = rows * (n_head * half + layer.width_k / 2 + layer.width_v / 2);
+        let threads = rows * (n_head * half + (layer.width_k + layer.width_v) / layer.format.unit());
         let (groups, threads_x) = self.spread(threads, "rotating and storing")?;
         let n_head_kv = layer.width_k / head_dim;
         let params = [rows, from, start, layer.ring, n_head, n_head_kv, head_dim, half, halves as usize, layer.width_v, threads_x as usize, 0]
             .map(|v| v as u32);
         let buffers = [&q.buf, &k.buf, &v.buf, &cos.buf, &sin.buf, &layer.k, &layer.v];
-        self.dispatch(Kernel::RopeStore, &buffers, &params, groups);
+        self.dispatch(Kernel::RopeStore(layer.format), &buffers, &params, groups);
         Ok(())
     }
 
@@ -1343,7 +1411,7 @@ impl Pass<'_> {
             0,
         ];
         self.dispatch(
-            Kernel::Attention,
+            Kernel::Attention(layer.format),
             &[&q.buf, &layer.k, &layer.v, &out.buf, &parts],
             &params,
             [s.n_head as u32, s.t as u32, splits as u32],

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use ember_gguf::GgmlType;
 
-use crate::Activation;
+use crate::{Activation, KvFormat};
 
 /// The matrix product's template and, per weight format, the file that
 /// gives its block (elements, bytes, and the dot of one block with the input).
@@ -97,6 +97,19 @@ fn add_across(v: {ty}, s: u32) -> {ty} {{
     return v;
 }}"
         ),
+    }
+}
+
+/// How a cache's format is written (a unit a thread) and read.
+const KV_WRITE_F16: &str = include_str!("shaders/kv_write_f16.wgsl");
+const KV_WRITE_Q8_0: &str = include_str!("shaders/kv_write_q8_0.wgsl");
+const KV_READ_F16: &str = include_str!("shaders/kv_read_f16.wgsl");
+const KV_READ_Q8_0: &str = include_str!("shaders/kv_read_q8_0.wgsl");
+
+fn kv_writes(format: KvFormat) -> &'static str {
+    match format {
+        KvFormat::F16 => KV_WRITE_F16,
+        KvFormat::Q8_0 => KV_WRITE_Q8_0,
     }
 }
 
@@ -210,10 +223,13 @@ pub(crate) enum Kernel {
     AddInPlace,
     Scale,
     Rope,
-    KvStore,
-    /// A sequence's queries rotated, its keys rotated and stored, its values stored.
-    RopeStore,
-    Attention,
+    /// Keys and values stored in a cache of this format.
+    KvStore(KvFormat),
+    /// A sequence's queries rotated, its keys rotated and stored, its values
+    /// stored, in a cache of this format.
+    RopeStore(KvFormat),
+    /// Attention over a cache of this format.
+    Attention(KvFormat),
     AttentionMerge,
     MoeRoute,
     MoeCombine,
@@ -263,14 +279,18 @@ impl Kernel {
             Kernel::AddInPlace => ADD_IN_PLACE.to_string(),
             Kernel::Scale => SCALE.to_string(),
             Kernel::Rope => format!("{ROPE}\n{ROTATE}"),
-            Kernel::RopeStore => format!("{ROPE_STORE}\n{ROTATE}"),
-            Kernel::KvStore => KV_STORE.to_string(),
-            Kernel::Attention => {
+            Kernel::RopeStore(format) => format!("{ROPE_STORE}\n{ROTATE}\n{}", kv_writes(format)),
+            Kernel::KvStore(format) => format!("{KV_STORE}\n{}", kv_writes(format)),
+            Kernel::Attention(format) => {
                 let block_max = match subgroups.smallest {
                     Some(_) => format!("{INVOCATION_IN_SUBGROUPS}\n{BLOCK_MAX_SUBGROUPS}"),
                     None => format!("{INVOCATION}\n{BLOCK_MAX}"),
                 };
-                format!("{ATTENTION}\n{LAID_OUT}\n{block_max}")
+                let reads = match format {
+                    KvFormat::F16 => KV_READ_F16,
+                    KvFormat::Q8_0 => KV_READ_Q8_0,
+                };
+                format!("{ATTENTION}\n{LAID_OUT}\n{block_max}\n{reads}")
             }
             Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{LAID_OUT}"),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),

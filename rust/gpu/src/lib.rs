@@ -17,8 +17,8 @@ mod kernels;
 mod layout;
 
 pub use device::{
-    list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu, Pass,
-    Rotation, StackedMatrix, MAX_HEAD_DIM_V,
+    list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu, KvFormat,
+    Pass, Rotation, StackedMatrix, MAX_HEAD_DIM_V,
 };
 pub use delta::{DeltaShape, MAX_CONV, MAX_DELTA_HEAD_DIM};
 pub use error::{GpuError, Result};

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use ember_gguf::GgmlType;
-use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError, Rotation, Routing};
+use ember_gpu::{matmul_supports, Activation, AttentionShape, Gpu, GpuError, KvFormat, Rotation, Routing};
 use half::{bf16, f16};
 
 fn gpu() -> Option<&'static Gpu> {
@@ -237,7 +237,7 @@ fn attention_outputs(gpu: &Gpu, shape: AttentionShape, seed: u64) -> Vec<f32> {
     let mut rng = Rng(seed);
     let (wk, wv) = (shape.n_head_kv * shape.head_dim_k, shape.n_head_kv * shape.head_dim_v);
     let n = shape.start + shape.t;
-    let layer = gpu.kv_layer(n, wk, wv).unwrap();
+    let layer = gpu.kv_layer(n, wk, wv, KvFormat::F16).unwrap();
     let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
     let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
     let q: Vec<f32> = (0..shape.t * shape.n_head * shape.head_dim_k).map(|_| rng.unit()).collect();
@@ -698,15 +698,19 @@ fn rope_matches_the_cpu_in_both_styles() {
 /// A sequence's queries rotated and its keys and values stored in one
 /// kernel against [`Pass::rope`] twice and [`Pass::kv_store`]: the same
 /// bits, wrapping in a ring, in both pair layouts, with heads rotated only
-/// in part (rope dimensions below the head's).
+/// in part (rope dimensions below the head's), in both cache formats.
 #[test]
 fn rotating_and_storing_in_one_kernel_is_its_parts_bit_for_bit() {
     let Some(gpu) = gpu() else { return };
     let mut rng = Rng(0x5707e);
-    // (query heads, key heads, head width, pairs rotated, value width, halves)
-    for (n_head, n_head_kv, head_dim, half, width_v, halves) in
-        [(9, 3, 64, 32, 192, false), (4, 2, 10, 3, 14, true), (3, 1, 6, 2, 6, false)]
-    {
+    // (query heads, key heads, head width, pairs rotated, value width, halves, format)
+    for (n_head, n_head_kv, head_dim, half, width_v, halves, format) in [
+        (9, 3, 64, 32, 192, false, KvFormat::F16),
+        (4, 2, 10, 3, 14, true, KvFormat::F16),
+        (3, 1, 6, 2, 6, false, KvFormat::F16),
+        (9, 3, 64, 32, 192, true, KvFormat::Q8_0),
+        (4, 2, 128, 24, 64, false, KvFormat::Q8_0),
+    ] {
         let (from, rows, ring, start) = (2, 5, 6, 4);
         let (wq, wk) = (n_head * head_dim, n_head_kv * head_dim);
         let end = from + rows;
@@ -718,32 +722,33 @@ fn rotating_and_storing_in_one_kernel_is_its_parts_bit_for_bit() {
         let (cb, sb, vb) = (gpu.upload("cos", &cos).unwrap(), gpu.upload("sin", &sin).unwrap(), gpu.upload("v", &v).unwrap());
         let rotation = Rotation { head_dim, half, halves };
         // Apart: every row of the pass rotated, this sequence's stored.
-        let (qa, ka, apart) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v).unwrap());
+        let (qa, ka, apart) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v, format).unwrap());
         let mut pass = gpu.pass();
         pass.rope(&qa, &cb, &sb, end, n_head, head_dim, half, halves).unwrap();
         pass.rope(&ka, &cb, &sb, end, n_head_kv, head_dim, half, halves).unwrap();
         pass.kv_store(&apart, &ka, &vb, from, rows, start).unwrap();
         pass.submit().unwrap();
-        let (qt, kt, together) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v).unwrap());
+        let (qt, kt, together) = (gpu.upload("q", &q).unwrap(), gpu.upload("k", &k).unwrap(), gpu.kv_layer(ring, wk, width_v, format).unwrap());
         let mut pass = gpu.pass();
         pass.rope_and_store(&together, &qt, n_head, &kt, &vb, &cb, &sb, rotation, from, rows, start).unwrap();
         assert_eq!(pass.submit().unwrap(), 1);
-        let what = format!("{rotation:?}, {n_head}/{n_head_kv} heads");
+        let what = format!("{rotation:?}, {n_head}/{n_head_kv} heads, {format:?}");
         assert_eq!(gpu.read_kv(&together, ring).unwrap(), gpu.read_kv(&apart, ring).unwrap(), "the cache, {what}");
         let (rotated, want) = (gpu.read(&qt).unwrap(), gpu.read(&qa).unwrap());
         assert_eq!(rotated[from * wq..], want[from * wq..], "the sequence's queries, {what}");
         assert_eq!(rotated[..from * wq], q[..from * wq], "the rows before the sequence's, {what}");
         assert_eq!(gpu.read(&kt).unwrap(), k, "the keys are read, not rotated in place");
     }
-    let layer = gpu.kv_layer(4, 6, 6).unwrap();
+    let layer = gpu.kv_layer(4, 6, 6, KvFormat::F16).unwrap();
     let x = gpu.zeros("x", 64).unwrap();
     let rotation = Rotation { head_dim: 6, half: 2, halves: false };
     let err = gpu.pass().rope_and_store(&layer, &x, 1, &x, &x, &x, &x, rotation, 0, 5, 0).err().unwrap();
     assert!(matches!(err, GpuError::Shape(_)), "more rows than the ring holds: {err}");
 }
 
+/// The reference takes `keys` and `values` as the cache holds them
+/// ([`held`]).
 fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>]) -> Vec<f64> {
-    let round = |v: f32| f16::from_f32(v).to_f64();
     let group = s.n_head / s.n_head_kv;
     let mut out = vec![0f64; s.t * s.n_head * s.head_dim_v];
     for r in 0..s.t {
@@ -755,7 +760,7 @@ fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values:
             let scores: Vec<f64> = (first..=pos)
                 .map(|j| {
                     let k = &keys[j][kvh * s.head_dim_k..][..s.head_dim_k];
-                    qh.iter().zip(k).map(|(&a, &b)| a as f64 * round(b)).sum::<f64>() * s.scale as f64
+                    qh.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * s.scale as f64
                 })
                 .collect();
             let max = scores.iter().cloned().fold(f64::MIN, f64::max);
@@ -765,7 +770,7 @@ fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values:
             for (j, w) in (first..=pos).zip(&weights) {
                 let v = &values[j][kvh * s.head_dim_v..][..s.head_dim_v];
                 for (od, &vd) in o.iter_mut().zip(v) {
-                    *od += w / sum * round(vd);
+                    *od += w / sum * vd as f64;
                 }
             }
         }
@@ -773,18 +778,41 @@ fn attention_reference(s: &AttentionShape, q: &[f32], keys: &[Vec<f32>], values:
     out
 }
 
-/// The budget of attention: f32 scores and sums of f16 rows against f64.
+/// The budget of attention: f32 scores and sums of the cache's rows against f64.
 const ATTENTION_BUDGET: f64 = 1e-5;
+
+/// A row as a cache of `format` holds it: rounded to f16, or quantized to
+/// Q8_0 blocks as the CPU's cache quantizes them.
+fn held(format: KvFormat, row: &[f32]) -> Vec<f32> {
+    match format {
+        KvFormat::F16 => row.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+        KvFormat::Q8_0 => {
+            let mut blocks = vec![0u8; row.len() / 32 * 34];
+            ember_quant::quantize_row_q8_0(row, &mut blocks).unwrap();
+            blocks
+                .chunks_exact(34)
+                .flat_map(|b| {
+                    let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    b[2..].iter().map(move |&q| d * q as i8 as f32)
+                })
+                .collect()
+        }
+    }
+}
 
 /// Passes of `passes` tokens in turn through one layer's cache (a ring of
 /// `ring` rows), each pass's attention against the reference. The passes'
 /// rows sit 0, 1 or 2 rows into their buffers, behind rows of another
 /// sequence, as a pass over several sequences lays them out.
 fn check_attention(gpu: &Gpu, shape: AttentionShape, ring: usize, passes: &[usize], seed: u64) {
+    check_attention_in(gpu, KvFormat::F16, shape, ring, passes, seed)
+}
+
+fn check_attention_in(gpu: &Gpu, format: KvFormat, shape: AttentionShape, ring: usize, passes: &[usize], seed: u64) {
     let mut rng = Rng(seed);
     let (wk, wv) = (shape.n_head_kv * shape.head_dim_k, shape.n_head_kv * shape.head_dim_v);
     let (wq, wo) = (shape.n_head * shape.head_dim_k, shape.n_head * shape.head_dim_v);
-    let layer = gpu.kv_layer(ring, wk, wv).unwrap();
+    let layer = gpu.kv_layer(ring, wk, wv, format).unwrap();
     let (mut keys, mut values) = (Vec::new(), Vec::new());
     let mut start = 0;
     for (i, &t) in passes.iter().enumerate() {
@@ -793,8 +821,8 @@ fn check_attention(gpu: &Gpu, shape: AttentionShape, ring: usize, passes: &[usiz
         let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
         let k: Vec<f32> = (0..t * wk).map(|_| 2.0 * rng.unit()).collect();
         let v: Vec<f32> = (0..t * wv).map(|_| rng.unit()).collect();
-        keys.extend(k.chunks(wk).map(|r| r.to_vec()));
-        values.extend(v.chunks(wv).map(|r| r.to_vec()));
+        keys.extend(k.chunks(wk).map(|r| held(format, r)));
+        values.extend(v.chunks(wv).map(|r| held(format, r)));
         let behind = |x: &[f32], width: usize| -> Vec<f32> { (0..row0 * width).map(|j| j as f32).chain(x.iter().copied()).collect() };
         let (qb, kb, vb) = (
             gpu.upload("q", &behind(&q, wq)).unwrap(),
@@ -810,7 +838,7 @@ fn check_attention(gpu: &Gpu, shape: AttentionShape, ring: usize, passes: &[usiz
         let got = gpu.read(&out).unwrap();
         assert!(got[..row0 * wo].iter().all(|&x| x == 0.0), "attention {s:?} wrote outside its rows");
         let err = normalised_error(&got[row0 * wo..], &want);
-        assert!(err <= ATTENTION_BUDGET, "attention {s:?} over a ring of {ring}: normalised error {err:e}");
+        assert!(err <= ATTENTION_BUDGET, "attention {s:?} over a {format:?} ring of {ring}: normalised error {err:e}");
         start += t;
     }
 }
@@ -835,6 +863,66 @@ fn attention_of_prompts_and_decoded_tokens_matches_the_cpu() {
     // Gemma 3's (4 over 1, 256 wide) and Gemma 4's global heads (512).
     check_attention(gpu, shape(4, 1, 256, 256, None), 128, &[33, 1], 52);
     check_attention(gpu, shape(2, 1, 512, 512, None), 64, &[5, 1], 53);
+}
+
+/// A Q8_0 cache holds the blocks the CPU's cache would (the same scale and
+/// quants, rounded as llama.cpp's x86 quantizer rounds), reads back in the
+/// CPU's format, and takes that format back as it gave it.
+#[test]
+fn a_q8_0_cache_holds_the_cpus_blocks() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(0x0880);
+    let (ring, wk, wv, rows) = (7, 96, 64, 5);
+    let layer = gpu.kv_layer(ring, wk, wv, KvFormat::Q8_0).unwrap();
+    // Keys of every scale, a block of zeros, and quants exactly halfway
+    // between two steps (ties go to even).
+    let mut k: Vec<f32> = (0..rows * wk).map(|i| rng.unit() * (1 + i % 7) as f32).collect();
+    k[32..64].iter_mut().for_each(|x| *x = 0.0);
+    for (j, x) in k[64..96].iter_mut().enumerate() {
+        *x = (j as f32 - 16.0) + 0.5;
+    }
+    k[64] = 127.0;
+    let v: Vec<f32> = (0..rows * wv).map(|_| rng.unit()).collect();
+    let (kb, vb) = (gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap());
+    let mut pass = gpu.pass();
+    pass.kv_store(&layer, &kb, &vb, 0, rows, 3).unwrap();
+    pass.submit().unwrap();
+    let (got_k, got_v) = gpu.read_kv(&layer, ring).unwrap();
+    let cpu = |x: &[f32]| {
+        let mut out = vec![0u8; x.len() / 32 * 34];
+        ember_quant::quantize_row_q8_0(x, &mut out).unwrap();
+        out
+    };
+    // Positions 3.. wrap the ring of 7: rows 3, 4, 5, 6, 0.
+    for (r, slot) in [3, 4, 5, 6, 0].into_iter().enumerate() {
+        let (kr, vr) = (wk / 32 * 34, wv / 32 * 34);
+        assert_eq!(got_k[slot * kr..(slot + 1) * kr], cpu(&k[r * wk..(r + 1) * wk]), "keys of row {r}");
+        assert_eq!(got_v[slot * vr..(slot + 1) * vr], cpu(&v[r * wv..(r + 1) * wv]), "values of row {r}");
+    }
+    // The CPU's blocks written back are read back as they were.
+    let theirs: Vec<u8> = (0..ring * wk / 32).flat_map(|b| cpu(&k[(b % (rows * wk / 32)) * 32..][..32])).collect();
+    let (kr, vr) = (wk / 32 * 34, wv / 32 * 34);
+    let values: Vec<u8> = got_v.clone();
+    gpu.write_kv(&layer, &theirs[..4 * kr], &values[..4 * vr]).unwrap();
+    let (back_k, back_v) = gpu.read_kv(&layer, 4).unwrap();
+    assert_eq!(back_k, theirs[..4 * kr]);
+    assert_eq!(back_v, values[..4 * vr]);
+    let err = gpu.write_kv(&layer, &theirs[..kr - 34], &values[..vr]).err().unwrap();
+    assert!(matches!(err, GpuError::Shape(_)), "a row that is not whole blocks: {err}");
+    let err = gpu.kv_layer(4, 48, 64, KvFormat::Q8_0).err().unwrap();
+    assert!(err.to_string().contains("whole units of 32"), "{err}");
+}
+
+#[test]
+fn attention_over_a_q8_0_cache_matches_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    // Against the rows the CPU's Q8_0 cache holds: SmolLM2's heads over
+    // a prompt and decoded tokens, Gemma 3's 256-wide heads, a sliding
+    // window's ring, and a decoded token's positions cut into spans.
+    check_attention_in(gpu, KvFormat::Q8_0, shape(9, 3, 64, 64, None), 256, &[70, 1, 1, 60, 1], 81);
+    check_attention_in(gpu, KvFormat::Q8_0, shape(4, 1, 256, 256, None), 128, &[33, 1], 82);
+    check_attention_in(gpu, KvFormat::Q8_0, shape(4, 2, 32, 32, Some(40)), 56, &[16, 16, 16, 1, 16, 3, 1], 83);
+    check_attention_in(gpu, KvFormat::Q8_0, shape(24, 8, 128, 128, None), 700, &[600, 1, 1], 84);
 }
 
 #[test]
@@ -886,7 +974,7 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
             let sh = AttentionShape { t, start, row0: 0, ..shape(4, 2, 32, 48, window) };
             let (wk, wv, wq, wo) = (2 * 32, 2 * 48, 4 * 32, 4 * 48);
             let n = start + t;
-            let layer = gpu.kv_layer(n, wk, wv).unwrap();
+            let layer = gpu.kv_layer(n, wk, wv, KvFormat::F16).unwrap();
             let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
             let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
             let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
@@ -922,7 +1010,7 @@ fn a_dropped_cache_layer_is_freed_though_kernels_bound_it() {
     // A device of its own, so that no other test's buffers come and go.
     let gpu = Gpu::open(None).unwrap();
     let before = gpu.allocated_bytes().expect("Vulkan's allocator keeps a count");
-    let layer = gpu.kv_layer(4096, 128, 128).unwrap();
+    let layer = gpu.kv_layer(4096, 128, 128, KvFormat::F16).unwrap();
     let (q, out) = (gpu.zeros("q", 256).unwrap(), gpu.zeros("out", 256).unwrap());
     let s = AttentionShape { t: 1, start: 0, ..shape(2, 1, 128, 128, None) };
     let mut pass = gpu.pass();
@@ -942,7 +1030,7 @@ fn a_dropped_cache_layer_is_freed_though_kernels_bound_it() {
 #[test]
 fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
     let Some(gpu) = gpu() else { return };
-    let layer = gpu.kv_layer(40, 64, 64).unwrap();
+    let layer = gpu.kv_layer(40, 64, 64, KvFormat::F16).unwrap();
     let s = AttentionShape { t: 16, start: 100, ..shape(2, 2, 32, 32, Some(40)) };
     let (q, out) = (gpu.zeros("q", 16 * 64).unwrap(), gpu.zeros("out", 16 * 64).unwrap());
     let err = gpu.pass().attention(&s, &q, &layer, &out).err().unwrap();
@@ -1157,7 +1245,7 @@ fn outputs_laid_out_for_the_next_product_give_it_the_same_bits() {
     for (gpu, start) in [(gpu, 0), (&split, 70)] {
         let s = AttentionShape { t: 5, start, ..shape(4, 2, 16, 16, None) };
         let wo = &gpu.upload_matrix("wo", ty, 8, 64, &wo_bytes).unwrap();
-        let layer = gpu.kv_layer(80, 32, 32).unwrap();
+        let layer = gpu.kv_layer(80, 32, 32, KvFormat::F16).unwrap();
         let k = gpu.upload("k", &(0..75 * 32).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
         let v = gpu.upload("v", &(0..75 * 32).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();
         let q = gpu.upload("q", &(0..5 * 64).map(|_| rng.unit()).collect::<Vec<_>>()).unwrap();

@@ -1,6 +1,7 @@
-// Causal attention of `t` queries at positions start.. over a cache of f16
-// keys and values (rows at position % ring), each query head reading its
-// group's key-value head, with an optional sliding window: a query at p sees
+// Causal attention of `t` queries at positions start.. over a cache of
+// keys and values (rows at position % ring, f16 or Q8_0: `kv_read_*.wgsl`
+// reads them), each query head reading its group's key-value head, with an
+// optional sliding window: a query at p sees
 // positions p + 1 - window ..= p. One workgroup a (query, head, span): its
 // threads score 64 positions at a time, and the running maximum and sum
 // fold each block of scores into the output (flash attention's online
@@ -36,8 +37,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> kc: array<u32>;
-@group(0) @binding(2) var<storage, read> vc: array<u32>;
+// The layer's cache, in its format (`kv_read_*.wgsl` reads it).
+@group(0) @binding(1) var<storage, read> cache_k: array<u32>;
+@group(0) @binding(2) var<storage, read> cache_v: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 // Per (row, head, span): its maximum, its sum, then dv unnormalised outputs.
 @group(0) @binding(4) var<storage, read_write> parts: array<f32>;
@@ -49,12 +51,6 @@ const MAX_PER_THREAD: u32 = 8u;
 // A block's scores, folded to their maximum (`block_max`), then its probabilities.
 var<workgroup> maxes: array<f32, WG>;
 var<workgroup> probs: array<f32, WG>;
-
-// The f16 at index `i` of the values, widened.
-fn value_at(i: u32) -> f32 {
-    let pair = unpack2x16float(vc[i >> 1u]);
-    return select(pair.x, pair.y, (i & 1u) == 1u);
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
@@ -82,14 +78,7 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
         let j = c0 + lid;
         var s = -3.4e38;
         if (j < hi) {
-            // Rows are f16 pairs from an even start: a word is two of them.
-            let k0 = ((j % p.ring) * k_stride + kvh * p.dk) >> 1u;
-            var dot = 0.0;
-            for (var d = 0u; d < p.dk; d += 2u) {
-                let pair = unpack2x16float(kc[k0 + (d >> 1u)]);
-                dot += q[q0 + d] * pair.x + q[q0 + d + 1u] * pair.y;
-            }
-            s = dot * p.scale;
+            s = key_dot(q0, (j % p.ring) * k_stride + kvh * p.dk, p.dk) * p.scale;
         }
         // The block's maximum (`block_max.wgsl` or its subgroups' form),
         // then each position's probability by its own thread, once for the

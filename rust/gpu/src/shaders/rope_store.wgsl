@@ -1,11 +1,11 @@
 // One sequence's rows of a pass made ready for attention in one kernel:
 // its queries rotated in place, as `rope.wgsl` rotates them, and its keys
-// (rotated) and values stored as f16 rows of the layer's cache, the row of
-// position p at p % ring, as `kv_store.wgsl` stores them after `rope.wgsl`:
-// the same roundings, three or four kernels fewer. Rows `first_row..
-// first_row + rows` of the pass are positions `start..`; the angles are
-// the pass's rows'. One thread a pair: the queries' rotated pairs first,
-// then the cache's pairs of keys, then of values.
+// (rotated) and values stored in the layer's cache, the row of position p
+// at p % ring, as `kv_store.wgsl` stores them after `rope.wgsl`: the same
+// roundings, three or four kernels fewer. Rows `first_row..first_row +
+// rows` of the pass are positions `start..`; the angles are the pass's
+// rows'. One thread a rotated pair of the queries first, then a unit of
+// the cache's format (`kv_write_*.wgsl`) of keys, then of values.
 
 struct Params {
     rows: u32,
@@ -63,8 +63,9 @@ fn rotated_key(row: u32, g: u32) -> f32 {
 fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     var i = id.x + id.y * p.threads_x;
     let query_pairs = p.rows * p.n_head * p.half;
-    let key_pairs = p.n_head_kv * p.head_dim / 2u;
-    let value_pairs = p.width_v / 2u;
+    let width_k = p.n_head_kv * p.head_dim;
+    let key_units = width_k / KV_UNIT;
+    let value_units = p.width_v / KV_UNIT;
     if (i < query_pairs) {
         let pair = i % p.half;
         let head = (i / p.half) % p.n_head;
@@ -76,19 +77,24 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         return;
     }
     i -= query_pairs;
-    if (i < p.rows * key_pairs) {
-        let local = i / key_pairs;
-        let pair = i % key_pairs;
-        let row = p.first_row + local;
-        let pair_value = vec2<f32>(rotated_key(row, 2u * pair), rotated_key(row, 2u * pair + 1u));
-        cache_k[((p.start + local) % p.ring) * key_pairs + pair] = pack2x16float(pair_value);
+    var x: array<f32, KV_UNIT>;
+    if (i < p.rows * key_units) {
+        let local = i / key_units;
+        let u = i % key_units;
+        for (var e = 0u; e < KV_UNIT; e++) {
+            x[e] = rotated_key(p.first_row + local, u * KV_UNIT + e);
+        }
+        store_key_unit(p.ring, width_k, (p.start + local) % p.ring, u, x);
         return;
     }
-    i -= p.rows * key_pairs;
-    if (i < p.rows * value_pairs) {
-        let local = i / value_pairs;
-        let pair = i % value_pairs;
-        let at = (p.first_row + local) * p.width_v + 2u * pair;
-        cache_v[((p.start + local) % p.ring) * value_pairs + pair] = pack2x16float(vec2<f32>(v[at], v[at + 1u]));
+    i -= p.rows * key_units;
+    if (i < p.rows * value_units) {
+        let local = i / value_units;
+        let u = i % value_units;
+        let at = (p.first_row + local) * p.width_v + u * KV_UNIT;
+        for (var e = 0u; e < KV_UNIT; e++) {
+            x[e] = v[at + e];
+        }
+        store_value_unit(p.ring, p.width_v, (p.start + local) % p.ring, u, x);
     }
 }

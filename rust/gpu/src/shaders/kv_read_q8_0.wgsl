@@ -1,0 +1,30 @@
+// Attention's reads of a cache of Q8_0 rows (see `kv_write_q8_0.wgsl`):
+// element i of the ring, counted over its rows. The queries stay f32: each
+// block's quants meet them, and the sum takes the block's scale.
+
+// The quant at byte i of a ring's quants, as a float.
+fn quant_at(word: u32, i: u32) -> f32 {
+    return f32(bitcast<i32>(word << (24u - 8u * (i & 3u))) >> 24u);
+}
+
+// Σ_d q[q0 + d] · key element i0 + d over d < dk (whole blocks).
+fn key_dot(q0: u32, i0: u32, dk: u32) -> f32 {
+    let scales = p.ring * p.n_head_kv * p.dk / 4u;
+    var dot = 0.0;
+    for (var b = 0u; b < dk; b += 32u) {
+        var s = 0.0;
+        for (var j = 0u; j < 32u; j += 4u) {
+            let word = cache_k[(i0 + b + j) >> 2u];
+            for (var k = 0u; k < 4u; k++) {
+                s += q[q0 + b + j + k] * quant_at(word, k);
+            }
+        }
+        dot += s * bitcast<f32>(cache_k[scales + (i0 + b) / 32u]);
+    }
+    return dot;
+}
+
+fn value_at(i: u32) -> f32 {
+    let scales = p.ring * p.n_head_kv * p.dv / 4u;
+    return quant_at(cache_v[i >> 2u], i) * bitcast<f32>(cache_v[scales + i / 32u]);
+}
