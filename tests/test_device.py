@@ -55,8 +55,16 @@ def test_the_in_process_model_on_the_device(smollm2_path):
     with pytest.raises(InvalidRequestError, match="gpu_layers 10: ember runs every layer of a model on the device "
                                                   "or none, and this model has 30"):
         ember.Model(smollm2_path, n_ctx=64, gpu_layers=10, device=name)
-    with pytest.raises(InvalidRequestError, match="a q8_0 KV cache is held on the CPU only"):
-        ember.Model(smollm2_path, n_ctx=64, kv_type="q8_0", device=name)
+    with pytest.raises(InvalidRequestError, match="a f32 KV cache is held on the CPU only; on a device the cache is f16 or q8_0"):
+        ember.Model(smollm2_path, n_ctx=64, kv_type="f32", device=name)
+    # A q8_0 cache is held on the device too, quantized as the CPU's is: the
+    # greedy tokens are the CPU's with a q8_0 cache.
+    on_device = ember.Model(smollm2_path, n_ctx=64, kv_type="q8_0", device=name, max_batch=16)
+    on_cpu = ember.Model(smollm2_path, n_ctx=64, kv_type="q8_0", device="none", max_batch=16)
+    greedy = [list(m.stream_completion(case["prompt_ids"], 4, temperature=0, ignore_eos=True))[-1].tokens
+              for m in (on_device, on_cpu)]
+    assert on_device.placement["name"] == name and on_cpu.placement is None
+    assert greedy[0] == greedy[1], "greedy tokens with a q8_0 cache on the device and on the CPU"
     with pytest.raises(DeviceError, match='no device named "Vulkan99"; the devices are: '):
         ember.Model(smollm2_path, n_ctx=64, device="Vulkan99")
     cpu = ember.Model(smollm2_path, n_ctx=64, device="none", gpu_layers="all")

@@ -35,11 +35,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ember_gpu::{
-    Activation, AttentionShape, DeltaShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, Rotation,
-    Routing, StackedMatrix,
+    Activation, AttentionShape, DeltaShape, DeviceBuffer, DeviceExperts, DeviceKvLayer, DeviceMatrix, Gpu, GpuError, KvFormat,
+    Rotation, Routing, StackedMatrix,
 };
 use ember_gguf::GgmlType;
-use ember_kv::KvCache;
+use ember_kv::{KvCache, KvType};
 
 use crate::config::{DeltaLayer, FfnActivation, KvSource, LayerConfig};
 use crate::error::{ModelError, Result};
@@ -269,6 +269,16 @@ pub struct DeviceRings {
     states_synced: AtomicU64,
 }
 
+/// How a device's rings keep a cache of type `kv`; None where a device keeps
+/// no such cache (an f32 cache is the CPU's only).
+pub fn device_kv_format(kv: KvType) -> Option<KvFormat> {
+    match kv {
+        KvType::F16 => Some(KvFormat::F16),
+        KvType::Q8_0 => Some(KvFormat::Q8_0),
+        KvType::F32 => None,
+    }
+}
+
 /// Why a model's layers cannot all run on the device, or None when they can.
 pub fn device_refusal(model: &Model) -> Option<String> {
     let c = &model.config;
@@ -480,8 +490,16 @@ impl DeviceWeights {
     }
 
     /// The rings of a conversation whose positions `cache` keeps: one per
-    /// layer of the cache, as many rows as the ledger's layer has.
+    /// layer of the cache, as many rows as the ledger's layer has, in the
+    /// cache's type.
     pub(crate) fn rings(&self, model: &Model, cache: &KvCache) -> Result<DeviceRings> {
+        let format = device_kv_format(cache.kv_type()).ok_or_else(|| {
+            ModelError::Invalid(format!(
+                "the model is on {}, whose cache is f16 or q8_0; a {} cache is held on the CPU only",
+                self.gpu.info().name,
+                cache.kv_type().name()
+            ))
+        })?;
         let own = model.config.layers.iter().filter_map(|lc| match lc.kv {
             KvSource::Own(ci) => Some((ci, lc)),
             _ => None,
@@ -489,7 +507,7 @@ impl DeviceWeights {
         let mut layers = Vec::new();
         for (ci, lc) in own {
             debug_assert_eq!(ci, layers.len(), "cache layers are numbered in layer order");
-            layers.push(self.gpu.kv_layer(cache.layer_rows(ci), lc.k_width(), lc.v_width()).map_err(device_error)?);
+            layers.push(self.gpu.kv_layer(cache.layer_rows(ci), lc.k_width(), lc.v_width(), format).map_err(device_error)?);
         }
         let floats: usize = model.config.state_lens().iter().sum();
         let states = if floats > 0 { Some(self.gpu.zeros("recurrent states", floats).map_err(device_error)?) } else { None };

@@ -280,7 +280,7 @@ impl Model {
 
     /// [`new_session`](Self::new_session), or why not: a cache type that
     /// cannot hold this model's heads, or for a model placed on a device, a
-    /// type other than f16 (the device's rings) or rings it cannot hold.
+    /// type its rings do not keep (f32) or rings it cannot hold.
     pub fn try_new_session(&self, n_ctx: usize, max_batch: usize, kv_type: KvType) -> Result<Session> {
         self.check_kv_type(kv_type)?;
         let c = &self.config;
@@ -299,13 +299,6 @@ impl Model {
                 rings: None,
             });
         };
-        if kv_type != KvType::F16 {
-            return Err(ModelError::Invalid(format!(
-                "the model is on {}, whose cache is f16; a {} cache is held on the CPU only",
-                dw.gpu().info().name,
-                kv_type.name()
-            )));
-        }
         // A hybrid's recurrent states stay in the ledger on the host between
         // passes, where checkpoints and saved slots read them.
         let cache = KvCache::held_elsewhere(kv_type, n_ctx, max_batch.max(1), &shapes).with_states(&self.config.state_lens());

@@ -24,7 +24,7 @@ mod rope;
 pub mod weights;
 
 pub use config::{Arch, Config, FamilyOptions};
-pub use device::{device_refusal, DeviceWeights};
+pub use device::{device_kv_format, device_refusal, DeviceWeights};
 pub use ember_gpu::{DeviceKind, Gpu};
 pub use ember_kv::KvType;
 pub use error::{ModelError, Result};

@@ -109,6 +109,61 @@ fn smollm2_on_the_device_matches_llama_cpp_and_the_cpu() {
     parity(SMOLLM2, "smollm2-135m-instruct-q4_1.json", 2);
 }
 
+/// A Q8_0 cache on the device holds the blocks the CPU's Q8_0 cache holds
+/// (the same quantizer), so the two answer alike: teacher-forced along the
+/// first golden case, the top token the same wherever the CPU's top two are
+/// a logit apart, and the logits as close as the f16 caches' (the engines
+/// still round their activations differently; the device meets the quants
+/// with f32 queries where the CPU quantizes the query too). A slot saved on
+/// one restores on the other.
+#[test]
+fn a_q8_0_cache_on_the_device_answers_as_the_cpus() {
+    let Some((dm, model)) = on_device(SMOLLM2) else { return };
+    let n_vocab = model.config.n_vocab;
+    let case = &golden("smollm2-135m-instruct-q4_1.json")["cases"][0];
+    let seq: Vec<u32> = ids(&case["prompt_ids"]).into_iter().chain(ids(&case["greedy_ids"])).collect();
+    let mut worst = [0f32; 2];
+    for (i, kv) in [KvType::F16, KvType::Q8_0].into_iter().enumerate() {
+        let mut s = dm.try_new_session(seq.len() + 1, 128, kv).unwrap();
+        assert!(s.on_device());
+        let ours = dm.prefill(&mut s, &seq, Logits::All).unwrap();
+        let cpu = model.prefill(&mut model.new_session(seq.len() + 1, 128, kv), &seq, Logits::All).unwrap();
+        for (a, b) in ours.chunks(n_vocab).zip(cpu.chunks(n_vocab)) {
+            let top = argmax(b);
+            let second = b.iter().enumerate().filter(|&(i, _)| i != top).map(|(_, &x)| x).fold(f32::MIN, f32::max);
+            if b[top] - second >= 1.0 {
+                assert_eq!(argmax(a), top, "{kv:?}: the device's top token against the CPU's, a logit apart");
+            }
+            worst[i] = worst[i].max(a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max));
+        }
+    }
+    println!("max |diff| of the logits from the CPU's: f16 caches {}, q8_0 caches {}", worst[0], worst[1]);
+    assert!(worst[1] <= 2.0 * worst[0].max(0.5), "q8_0 caches part further than f16 ones: {worst:?}");
+
+    // Slots saved on the CPU and on the device are one format: the CPU's
+    // slot restored on the device holds its rows byte for byte (saved again,
+    // it is the same state) and answers as the device's own does within the
+    // engines' difference above; the device's own state restored answers
+    // exactly as the slot it came from.
+    let (head, next) = (&seq[..seq.len() - 1], seq[seq.len() - 1]);
+    let mut cpu = model.new_session(seq.len(), 128, KvType::Q8_0);
+    model.prefill(&mut cpu, head, Logits::None).unwrap();
+    let mut device = dm.try_new_session(seq.len(), 128, KvType::Q8_0).unwrap();
+    dm.prefill(&mut device, head, Logits::None).unwrap();
+    let (from_cpu, from_device) = (cpu.save_state(&model).unwrap(), device.save_state(&dm).unwrap());
+    assert_eq!(from_cpu.len(), from_device.len(), "one format, one length");
+    let mut restored = dm.try_new_session(seq.len(), 128, KvType::Q8_0).unwrap();
+    restored.restore_state(&dm, &from_cpu).unwrap();
+    assert!(restored.save_state(&dm).unwrap() == from_cpu, "the CPU's Q8_0 rows come back from the device as they went");
+    let own = dm.forward(&mut device, &[next], Logits::Last).unwrap().to_vec();
+    let theirs = dm.forward(&mut restored, &[next], Logits::Last).unwrap().to_vec();
+    let apart = own.iter().zip(&theirs).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    assert!(apart <= worst[1], "the CPU's slot on the device answers {apart} from the device's own");
+    let mut again = dm.try_new_session(seq.len(), 128, KvType::Q8_0).unwrap();
+    again.restore_state(&dm, &from_device).unwrap();
+    assert_eq!(dm.forward(&mut again, &[next], Logits::Last).unwrap(), own, "the device's slot restored on the device");
+}
+
 #[test]
 fn gemma3_on_the_device_matches_llama_cpp_and_the_cpu() {
     parity(GEMMA3, "gemma-3-270m-q4_k_m.json", 1);
@@ -184,8 +239,8 @@ fn a_pass_past_the_session_is_refused() {
     dm.forward(&mut s, &[1; 4], Logits::None).unwrap();
     let err = dm.forward(&mut s, &[1], Logits::Last).err().unwrap().to_string();
     assert!(err.contains("the context is full: 9 positions needed, the cache holds 8"), "{err}");
-    let err = dm.try_new_session(8, 4, KvType::Q8_0).err().unwrap().to_string();
-    assert!(err.contains("whose cache is f16"), "{err}");
+    let err = dm.try_new_session(8, 4, KvType::F32).err().unwrap().to_string();
+    assert!(err.contains("whose cache is f16 or q8_0; a f32 cache is held on the CPU only"), "{err}");
 }
 
 /// Every family the device runs, on its tiny random-weight model: a prompt

@@ -518,9 +518,9 @@ fn place(model: &mut ember_model::Model, name: &str, gpu_layers: i64, kv: KvType
              {n_layer} (give all, -1 or {n_layer} and up for the device, 0 for the CPU)"
         )));
     }
-    if kv != KvType::F16 {
+    if ember_model::device_kv_format(kv).is_none() {
         return Err(InvalidRequestError::new_err(format!(
-            "a {} KV cache is held on the CPU only; on a device the cache is f16",
+            "a {} KV cache is held on the CPU only; on a device the cache is f16 or q8_0",
             kv.name()
         )));
     }
