@@ -3,8 +3,9 @@
 //! each after `-d` tokens already in the cache (none by default), in tokens
 //! a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [--device NAME] [--json] [--device-only]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [-ctk f16|q8_0] [--device NAME] [--json] [--device-only]
 //!
+//! `-ctk` is the cache type on both sides, as llama-bench's (f16 by default).
 //! `--json` prints one line of the figures instead of the table
 //! (`benches/gpu_bench.py` reads it); `--device-only` leaves the CPU's
 //! figures out (a large model's take minutes on the CPU).
@@ -19,6 +20,7 @@ use ember_model::{Gpu, KvType, LoadOptions, Logits, Model};
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut path, mut pp, mut tg, mut depth, mut device, mut json, mut cpu) = (None, 512usize, 128usize, 0usize, None, false, true);
+    let mut kv = KvType::F16;
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
@@ -26,6 +28,7 @@ fn main() {
             "-n" => tg = value("-n").parse().expect("-n: a number of tokens"),
             "-d" => depth = value("-d").parse().expect("-d: a number of tokens"),
             "--device" => device = Some(value("--device")),
+            "-ctk" => kv = KvType::parse(&value("-ctk")).expect("-ctk: f16, f32 or q8_0"),
             "--json" => json = true,
             "--device-only" => cpu = false,
             _ => path = Some(a),
@@ -52,29 +55,34 @@ fn main() {
     let mut warm = dm.new_session(9, 8, KvType::F16);
     dm.forward(&mut warm, &ids[..8], Logits::Last).unwrap();
     dm.forward(&mut warm, &ids[8..9], Logits::Last).unwrap();
-    let (device_pp, device_tg) = pp_and_tg(&dm, &ids, depth, pp);
-    let (cpu_pp, cpu_tg) = if cpu { pp_and_tg(&model, &ids, depth, pp) } else { (f64::NAN, f64::NAN) };
+    let (device_pp, device_tg) = pp_and_tg(&dm, &ids, depth, pp, kv);
+    let (cpu_pp, cpu_tg) = if cpu { pp_and_tg(&model, &ids, depth, pp, kv) } else { (f64::NAN, f64::NAN) };
     if json {
         println!(
-            "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"depth\": {depth}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
+            "{{\"device\": {:?}, \"description\": {:?}, \"pp\": {pp}, \"tg\": {tg}, \"depth\": {depth}, \"kv\": {:?}, \"device_pp_ts\": {device_pp:.2}, \"device_tg_ts\": {device_tg:.2}, \"cpu_pp_ts\": {cpu_pp:.2}, \"cpu_tg_ts\": {cpu_tg:.2}, \"threads\": {}}}",
             gpu.info().name,
             gpu.info().description,
+            kv.name(),
             model.threads()
         );
         return;
     }
     println!("| test | device t/s | CPU t/s ({} threads) |", model.threads());
-    let at = if depth > 0 { format!(" @ d{depth}") } else { String::new() };
+    let mut at = if depth > 0 { format!(" @ d{depth}") } else { String::new() };
+    if kv != KvType::F16 {
+        at += &format!(" ({} cache)", kv.name());
+    }
     println!("| pp{pp}{at} | {device_pp:.1} | {cpu_pp:.1} |");
     println!("| tg{tg}{at} | {device_tg:.1} | {cpu_tg:.1} |");
 }
 
 /// Tokens a second reading `ids[depth..depth + pp]` as one prompt, and
 /// decoding the rest one at a time, each after `ids[..depth]` (untimed) as
-/// llama-bench's pp and tg are; on the device or the CPU, as `model` is placed.
-fn pp_and_tg(model: &Model, ids: &[u32], depth: usize, pp: usize) -> (f64, f64) {
+/// llama-bench's pp and tg are, with a cache of `kv`; on the device or the
+/// CPU, as `model` is placed.
+fn pp_and_tg(model: &Model, ids: &[u32], depth: usize, pp: usize, kv: KvType) -> (f64, f64) {
     let session = |n_ctx: usize, batch: usize| {
-        let mut s = model.new_session(n_ctx, batch, KvType::F16);
+        let mut s = model.new_session(n_ctx, batch, kv);
         if depth > 0 {
             model.prefill(&mut s, &ids[..depth], Logits::Last).unwrap();
         }
