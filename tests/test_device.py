@@ -169,6 +169,12 @@ def test_bench_on_the_device(smollm2_path):
     for o in objs:
         assert o["kernels"] == name and o["avg_ts"] > 0, o
         assert "limit_ts" not in o, "the host's streaming limit is not a device's"
+    # A q8_0 cache on the device, as llama-bench's -ctk asks for one.
+    r = run("-p", "16", "-n", "2", "-r", "1", "--device", name, "-ctk", "q8_0", "--json")
+    assert r.returncode == 0, r.stderr
+    objs = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert [(o["test"], o["type_k"], o["type_v"], o["kernels"]) for o in objs] == [
+        ("pp16", "q8_0", "q8_0", name), ("tg2", "q8_0", "q8_0", name)], objs
     for args, needle in ((["-ngl", "gl"], "gpu_layers: expected a number of layers"),
                          (["--device", "Vulkan99"], 'no device named "Vulkan99"'),
                          (["-ngl", "3", "--device", name], "gpu_layers 3: ember runs every layer")):
