@@ -661,9 +661,9 @@ impl DeviceMatrix {
 }
 
 /// One layer's keys and values on the device, as rows of `width_k` and
-/// `width_v` (every key-value head side by side) in `format`; the row of position p is
-/// p % ring, so a sliding-window layer keeps a ring and a full one a row
-/// per position of the context.
+/// `width_v` (every key-value head side by side) in `format`; the row of
+/// position p is p % ring, so a sliding-window layer keeps a ring and a full
+/// one a row per position of the context.
 pub struct DeviceKvLayer {
     pub ring: usize,
     pub width_k: usize,

@@ -495,7 +495,7 @@ impl DeviceWeights {
     pub(crate) fn rings(&self, model: &Model, cache: &KvCache) -> Result<DeviceRings> {
         let format = device_kv_format(cache.kv_type()).ok_or_else(|| {
             ModelError::Invalid(format!(
-                "the model is on {}, whose cache is f16 or q8_0; a {} cache is held on the CPU only",
+                "the model is on {}, whose cache is f16 or q8_0; a cache of type {} is held on the CPU only",
                 self.gpu.info().name,
                 cache.kv_type().name()
             ))

@@ -240,7 +240,7 @@ fn a_pass_past_the_session_is_refused() {
     let err = dm.forward(&mut s, &[1], Logits::Last).err().unwrap().to_string();
     assert!(err.contains("the context is full: 9 positions needed, the cache holds 8"), "{err}");
     let err = dm.try_new_session(8, 4, KvType::F32).err().unwrap().to_string();
-    assert!(err.contains("whose cache is f16 or q8_0; a f32 cache is held on the CPU only"), "{err}");
+    assert!(err.contains("whose cache is f16 or q8_0; a cache of type f32 is held on the CPU only"), "{err}");
 }
 
 /// Every family the device runs, on its tiny random-weight model: a prompt

@@ -520,7 +520,7 @@ fn place(model: &mut ember_model::Model, name: &str, gpu_layers: i64, kv: KvType
     }
     if ember_model::device_kv_format(kv).is_none() {
         return Err(InvalidRequestError::new_err(format!(
-            "a {} KV cache is held on the CPU only; on a device the cache is f16 or q8_0",
+            "a KV cache of type {} is held on the CPU only; on a device the cache is f16 or q8_0",
             kv.name()
         )));
     }

@@ -2,7 +2,7 @@
 // element i of the ring, counted over its rows. The queries stay f32: each
 // block's quants meet them, and the sum takes the block's scale.
 
-// The quant at byte i of a ring's quants, as a float.
+// Byte i % 4 of `word` (a word of quants) as a signed value.
 fn quant_at(word: u32, i: u32) -> f32 {
     return f32(bitcast<i32>(word << (24u - 8u * (i & 3u))) >> 24u);
 }
