@@ -101,16 +101,19 @@ fn add_across(v: {ty}, s: u32) -> {ty} {{
 }
 
 /// How a cache's format is written (a unit a thread) and read.
+const KV_ROWS: &str = include_str!("shaders/kv_rows.wgsl");
 const KV_WRITE_F16: &str = include_str!("shaders/kv_write_f16.wgsl");
 const KV_WRITE_Q8_0: &str = include_str!("shaders/kv_write_q8_0.wgsl");
 const KV_READ_F16: &str = include_str!("shaders/kv_read_f16.wgsl");
 const KV_READ_Q8_0: &str = include_str!("shaders/kv_read_q8_0.wgsl");
 
-fn kv_writes(format: KvFormat) -> &'static str {
-    match format {
+/// The storing of a pass's rows in a cache of `format`.
+fn kv_writes(format: KvFormat) -> String {
+    let unit = match format {
         KvFormat::F16 => KV_WRITE_F16,
         KvFormat::Q8_0 => KV_WRITE_Q8_0,
-    }
+    };
+    format!("{KV_ROWS}\n{unit}")
 }
 
 /// An attention block's maximum, without subgroups and with them.

@@ -5,7 +5,7 @@
 // roundings, three or four kernels fewer. Rows `first_row..first_row +
 // rows` of the pass are positions `start..`; the angles are the pass's
 // rows'. One thread a rotated pair of the queries first, then a unit of
-// the cache's format (`kv_write_*.wgsl`) of keys, then of values.
+// the cache's format (`kv_rows.wgsl`) of keys, then of values.
 
 struct Params {
     rows: u32,
@@ -41,8 +41,8 @@ fn pair_at(base: u32, pair: u32) -> vec2<u32> {
 }
 
 // Element g of the keys of pass row `row` (g counted over the row's heads),
-// rotated.
-fn rotated_key(row: u32, g: u32) -> f32 {
+// rotated: what `kv_rows.wgsl` stores.
+fn key_at(row: u32, g: u32) -> f32 {
     let e = g % p.head_dim;
     let base = row * p.n_head_kv * p.head_dim + g - e;
     if (e >= 2u * p.half) {
@@ -64,8 +64,6 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     var i = id.x + id.y * p.threads_x;
     let query_pairs = p.rows * p.n_head * p.half;
     let width_k = p.n_head_kv * p.head_dim;
-    let key_units = width_k / KV_UNIT;
-    let value_units = p.width_v / KV_UNIT;
     if (i < query_pairs) {
         let pair = i % p.half;
         let head = (i / p.half) % p.n_head;
@@ -77,24 +75,10 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         return;
     }
     i -= query_pairs;
-    var x: array<f32, KV_UNIT>;
-    if (i < p.rows * key_units) {
-        let local = i / key_units;
-        let u = i % key_units;
-        for (var e = 0u; e < KV_UNIT; e++) {
-            x[e] = rotated_key(p.first_row + local, u * KV_UNIT + e);
-        }
-        store_key_unit(p.ring, width_k, (p.start + local) % p.ring, u, x);
-        return;
-    }
-    i -= p.rows * key_units;
-    if (i < p.rows * value_units) {
-        let local = i / value_units;
-        let u = i % value_units;
-        let at = (p.first_row + local) * p.width_v + u * KV_UNIT;
-        for (var e = 0u; e < KV_UNIT; e++) {
-            x[e] = v[at + e];
-        }
-        store_value_unit(p.ring, p.width_v, (p.start + local) % p.ring, u, x);
+    let keys = p.rows * (width_k / KV_UNIT);
+    if (i < keys) {
+        store_row_unit(true, i, width_k);
+    } else if (i - keys < p.rows * (p.width_v / KV_UNIT)) {
+        store_row_unit(false, i - keys, p.width_v);
     }
 }
