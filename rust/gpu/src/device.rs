@@ -1368,8 +1368,9 @@ impl Pass<'_> {
         if s.n_head > self.max_groups() || s.t > self.max_groups() {
             return bad("past the dispatch limit");
         }
-        if s.head_dim_k % 2 != 0 {
-            return bad("key heads must be of an even width (f16 pairs)");
+        let unit = layer.format.unit();
+        if s.head_dim_k % unit != 0 || s.head_dim_v % unit != 0 {
+            return bad(&format!("heads must be whole units of the cache's format ({unit} elements of {:?})", layer.format));
         }
         if block == 0 || (s.n_head * s.head_dim_v) % block != 0 {
             return bad("the output rows are not whole blocks of the layout");

@@ -911,6 +911,12 @@ fn a_q8_0_cache_holds_the_cpus_blocks() {
     assert!(matches!(err, GpuError::Shape(_)), "a row that is not whole blocks: {err}");
     let err = gpu.kv_layer(4, 48, 64, KvFormat::Q8_0).err().unwrap();
     assert!(err.to_string().contains("whole units of 32"), "{err}");
+    // Rows of whole blocks whose heads are not: refused, not read across heads.
+    let halves = gpu.kv_layer(8, 32, 32, KvFormat::Q8_0).unwrap();
+    let (q, out) = (gpu.zeros("q", 64).unwrap(), gpu.zeros("out", 64).unwrap());
+    let sh = AttentionShape { t: 1, ..shape(2, 2, 16, 16, None) };
+    let err = gpu.pass().attention(&sh, &q, &halves, &out).err().unwrap();
+    assert!(err.to_string().contains("heads must be whole units of the cache's format (32 elements of Q8_0)"), "{err}");
 }
 
 #[test]
