@@ -421,10 +421,11 @@ impl Gpu {
                 KvFormat::F16 => self.read_bytes(buf, 0, (rows * width * 2) as u64),
                 KvFormat::Q8_0 => {
                     let quants = self.read_bytes(buf, 0, (rows * width) as u64)?;
-                    let scales = self.read_bytes(buf, (layer.ring * width) as u64, (rows * width / Q8_0_BLOCK * 4) as u64)?;
+                    let block = layer.format.unit();
+                    let scales = self.read_bytes(buf, (layer.ring * width) as u64, (rows * width / block * 4) as u64)?;
                     let scales: &[f32] = bytemuck::cast_slice(&scales);
                     Ok(quants
-                        .chunks_exact(Q8_0_BLOCK)
+                        .chunks_exact(block)
                         .zip(scales)
                         .flat_map(|(q, &d)| half::f16::from_f32(d).to_le_bytes().into_iter().chain(q.iter().copied()))
                         .collect())
@@ -450,7 +451,7 @@ impl Gpu {
             // Rows are f16 pairs, so every length is a whole number of words.
             KvFormat::F16 => self.queue.write_buffer(buf, 0, bytes),
             KvFormat::Q8_0 => {
-                let blocks = bytes.chunks_exact(Q8_0_BLOCK + 2);
+                let blocks = bytes.chunks_exact(layer.format.host_bytes(layer.format.unit()));
                 let quants: Vec<u8> = blocks.clone().flat_map(|b| b[2..].iter().copied()).collect();
                 let scales: Vec<f32> = blocks.map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
                 self.queue.write_buffer(buf, 0, &quants);
@@ -673,9 +674,6 @@ pub struct DeviceKvLayer {
     v: wgpu::Buffer,
 }
 
-/// Elements of a Q8_0 block.
-const Q8_0_BLOCK: usize = 32;
-
 /// How a cache layer keeps its keys and values on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvFormat {
@@ -689,29 +687,35 @@ pub enum KvFormat {
 }
 
 impl KvFormat {
+    /// The file type whose blocks the CPU's cache of this format holds.
+    fn file_type(self) -> GgmlType {
+        match self {
+            KvFormat::F16 => GgmlType::F16,
+            KvFormat::Q8_0 => GgmlType::Q8_0,
+        }
+    }
+
     /// Elements one thread stores (`kv_write_*.wgsl`'s KV_UNIT): a row is
     /// whole units.
     pub fn unit(self) -> usize {
         match self {
             KvFormat::F16 => 2,
-            KvFormat::Q8_0 => Q8_0_BLOCK,
+            KvFormat::Q8_0 => self.file_type().block_size(),
         }
     }
 
-    /// Bytes `rows` rows of `width` take on the device.
+    /// Bytes `rows` rows of `width` take on the device: the CPU's, but for
+    /// Q8_0's scales, a word each.
     fn device_bytes(self, rows: usize, width: usize) -> usize {
         match self {
-            KvFormat::F16 => rows * width * 2,
-            KvFormat::Q8_0 => rows * width + rows * width / Q8_0_BLOCK * 4,
+            KvFormat::F16 => rows * self.host_bytes(width),
+            KvFormat::Q8_0 => rows * width + rows * width / self.unit() * 4,
         }
     }
 
     /// Bytes a row of `width` takes in the CPU's cache format.
     fn host_bytes(self, width: usize) -> usize {
-        match self {
-            KvFormat::F16 => width * 2,
-            KvFormat::Q8_0 => width / Q8_0_BLOCK * (Q8_0_BLOCK + 2),
-        }
+        self.file_type().row_bytes(width as u64).expect("rows of whole units") as usize
     }
 }
 

@@ -75,6 +75,13 @@ const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
 const INVOCATION: &str = include_str!("shaders/invocation.wgsl");
 const INVOCATION_IN_SUBGROUPS: &str = include_str!("shaders/invocation_subgroups.wgsl");
 
+fn invocation(subgroups: Subgroups) -> &'static str {
+    match subgroups.smallest {
+        Some(_) => INVOCATION_IN_SUBGROUPS,
+        None => INVOCATION,
+    }
+}
+
 /// What a kernel that adds its threads' values by a tree (`matmul_rows.wgsl`,
 /// `workgroup_sum.wgsl`) takes from the device: an invocation's place, the
 /// distance below which pairs share a subgroup (SHUFFLED_BELOW: 1 without
@@ -82,9 +89,9 @@ const INVOCATION_IN_SUBGROUPS: &str = include_str!("shaders/invocation_subgroups
 /// further apart), and `add_across`, a pair's sum for values of type `ty` by
 /// a shuffle.
 fn tree_steps(subgroups: Subgroups, ty: &str, threads: u32) -> String {
-    match subgroups.smallest {
+    let steps = match subgroups.smallest {
         Some(smallest) => format!(
-            "{INVOCATION_IN_SUBGROUPS}\nconst SHUFFLED_BELOW: u32 = {}u;
+            "const SHUFFLED_BELOW: u32 = {}u;
 fn add_across(v: {ty}, s: u32) -> {ty} {{
     return v + subgroupShuffleXor(v, s);
 }}",
@@ -92,12 +99,13 @@ fn add_across(v: {ty}, s: u32) -> {ty} {{
         ),
         // Never called: every step is in workgroup memory.
         None => format!(
-            "{INVOCATION}\nconst SHUFFLED_BELOW: u32 = 1u;
+            "const SHUFFLED_BELOW: u32 = 1u;
 fn add_across(v: {ty}, s: u32) -> {ty} {{
     return v;
 }}"
         ),
-    }
+    };
+    format!("{}\n{steps}", invocation(subgroups))
 }
 
 /// How a cache's format is written (a unit a thread) and read.
@@ -286,14 +294,14 @@ impl Kernel {
             Kernel::KvStore(format) => format!("{KV_STORE}\n{}", kv_writes(format)),
             Kernel::Attention(format) => {
                 let block_max = match subgroups.smallest {
-                    Some(_) => format!("{INVOCATION_IN_SUBGROUPS}\n{BLOCK_MAX_SUBGROUPS}"),
-                    None => format!("{INVOCATION}\n{BLOCK_MAX}"),
+                    Some(_) => BLOCK_MAX_SUBGROUPS,
+                    None => BLOCK_MAX,
                 };
                 let reads = match format {
                     KvFormat::F16 => KV_READ_F16,
                     KvFormat::Q8_0 => KV_READ_Q8_0,
                 };
-                format!("{ATTENTION}\n{LAID_OUT}\n{block_max}\n{reads}")
+                format!("{ATTENTION}\n{LAID_OUT}\n{}\n{block_max}\n{reads}", invocation(subgroups))
             }
             Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{LAID_OUT}"),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
@@ -361,7 +369,6 @@ impl Subgroups {
 }
 
 /// Pipelines built once per device and kernel.
-#[derive(Default)]
 pub(crate) struct Pipelines {
     built: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
     subgroups: Subgroups,

@@ -53,6 +53,18 @@ fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m }).0
 }
 
+/// The top token of `logits` where it leads the second by a logit or more.
+fn decided_top(logits: &[f32]) -> Option<usize> {
+    let top = argmax(logits);
+    let second = logits.iter().enumerate().filter(|&(i, _)| i != top).map(|(_, &x)| x).fold(f32::MIN, f32::max);
+    (logits[top] - second >= 1.0).then_some(top)
+}
+
+/// The largest difference between two rows of logits.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
 /// Teacher-forced along the first `cases` golden cases: the device's logits
 /// against llama.cpp's (the CPU's gate), and against the CPU pass's own,
 /// position by position: the top token the same wherever the CPU's top two
@@ -77,16 +89,14 @@ fn parity(file: &str, golden_file: &str, cases: usize) {
             cpu_total.add(&cpu[pos * n_vocab..(pos + 1) * n_vocab], row);
         }
         for (a, b) in ours.chunks(n_vocab).zip(cpu.chunks(n_vocab)) {
-            let top = argmax(b);
-            let second = b.iter().enumerate().filter(|&(i, _)| i != top).map(|(_, &x)| x).fold(f32::MIN, f32::max);
             // The CPU quantizes activations to 8 bits before its products, as
             // llama.cpp does; the device keeps them in f32. So the two may
             // part where the CPU's top two are close, as two engines may.
-            if b[top] - second >= 1.0 {
+            if let Some(top) = decided_top(b) {
                 decided += 1;
                 decided_equal += (argmax(a) == top) as usize;
             }
-            worst = worst.max(a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max));
+            worst = worst.max(max_diff(a, b));
         }
     }
     println!(
@@ -129,12 +139,10 @@ fn a_q8_0_cache_on_the_device_answers_as_the_cpus() {
         let ours = dm.prefill(&mut s, &seq, Logits::All).unwrap();
         let cpu = model.prefill(&mut model.new_session(seq.len() + 1, 128, kv), &seq, Logits::All).unwrap();
         for (a, b) in ours.chunks(n_vocab).zip(cpu.chunks(n_vocab)) {
-            let top = argmax(b);
-            let second = b.iter().enumerate().filter(|&(i, _)| i != top).map(|(_, &x)| x).fold(f32::MIN, f32::max);
-            if b[top] - second >= 1.0 {
+            if let Some(top) = decided_top(b) {
                 assert_eq!(argmax(a), top, "{kv:?}: the device's top token against the CPU's, a logit apart");
             }
-            worst[i] = worst[i].max(a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max));
+            worst[i] = worst[i].max(max_diff(a, b));
         }
     }
     println!("max |diff| of the logits from the CPU's: f16 caches {}, q8_0 caches {}", worst[0], worst[1]);
@@ -157,7 +165,7 @@ fn a_q8_0_cache_on_the_device_answers_as_the_cpus() {
     assert!(restored.save_state(&dm).unwrap() == from_cpu, "the CPU's Q8_0 rows come back from the device as they went");
     let own = dm.forward(&mut device, &[next], Logits::Last).unwrap().to_vec();
     let theirs = dm.forward(&mut restored, &[next], Logits::Last).unwrap().to_vec();
-    let apart = own.iter().zip(&theirs).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    let apart = max_diff(&own, &theirs);
     assert!(apart <= worst[1], "the CPU's slot on the device answers {apart} from the device's own");
     let mut again = dm.try_new_session(seq.len(), 128, KvType::Q8_0).unwrap();
     again.restore_state(&dm, &from_device).unwrap();
