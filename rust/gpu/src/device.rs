@@ -571,7 +571,7 @@ impl Gpu {
     /// Q8_0 blocks of 32).
     pub fn kv_layer(&self, ring: usize, width_k: usize, width_v: usize, format: KvFormat) -> Result<DeviceKvLayer> {
         let unit = format.unit();
-        if ring == 0 || width_k % unit != 0 || width_v % unit != 0 {
+        if ring == 0 || !width_k.is_multiple_of(unit) || !width_v.is_multiple_of(unit) {
             return Err(GpuError::Shape(format!(
                 "a {format:?} cache of {ring} rows of keys {width_k} and values {width_v} wide: rows must be whole units of {unit}"
             )));
@@ -1373,7 +1373,7 @@ impl Pass<'_> {
             return bad("past the dispatch limit");
         }
         let unit = layer.format.unit();
-        if s.head_dim_k % unit != 0 || s.head_dim_v % unit != 0 {
+        if !s.head_dim_k.is_multiple_of(unit) || !s.head_dim_v.is_multiple_of(unit) {
             return bad(&format!("heads must be whole units of the cache's format ({unit} elements of {:?})", layer.format));
         }
         if block == 0 || (s.n_head * s.head_dim_v) % block != 0 {
