@@ -6,10 +6,12 @@
 //! written, one pass submitted, a row read back), and a decoded token's
 //! attention at depth for a small and a 3B model's heads.
 //!
-//!     cargo run --release -p ember-gpu --example matmul_bench -- [--rows 14336] [--cols 4096] [-n 512] [--device NAME] [--no-subgroups]
+//!     cargo run --release -p ember-gpu --example matmul_bench -- [--rows 14336] [--cols 4096] [-n 512] [--device NAME] [--no-subgroups] [--no-tiles]
 //!
-//! `--no-subgroups` keeps the products from subgroup shuffles, as on a
-//! device without them, so that one card times both forms.
+//! `--no-subgroups` keeps the attention and the norms from subgroup
+//! operations, as on a device without them, and `--no-tiles` a prompt's
+//! products from the tiled form (the row-parallel form takes them), so that
+//! one card times both forms of each.
 //!
 //! Several matrices take turns, together larger than a card's last-level
 //! cache, so the decode figure is the memory's and not the cache's.
@@ -25,7 +27,7 @@ const PRODUCTS: usize = 48;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut rows, mut cols, mut n, mut device, mut subgroups) = (14336usize, 4096usize, 512usize, None, true);
+    let (mut rows, mut cols, mut n, mut device, mut subgroups, mut tiles) = (14336usize, 4096usize, 512usize, None, true, true);
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
@@ -34,6 +36,7 @@ fn main() {
             "-n" => n = value("-n").parse().expect("-n: a number of inputs"),
             "--device" => device = Some(value("--device")),
             "--no-subgroups" => subgroups = false,
+            "--no-tiles" => tiles = false,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -41,11 +44,15 @@ fn main() {
     if !subgroups {
         gpu.without_subgroups();
     }
+    if !tiles {
+        gpu.without_tiles();
+    }
     let shuffles = match gpu.subgroup_size() {
         Some(size) => format!("subgroup shuffles (subgroups of {size} or more)"),
         None => "no subgroup shuffles".to_string(),
     };
-    println!("{} ({}), {rows} x {cols}, prompts of {n}, {shuffles}", gpu.info().name, gpu.info().description);
+    let form = if tiles { "tiled" } else { "row-parallel" };
+    println!("{} ({}), {rows} x {cols}, prompts of {n} ({form}), {shuffles}", gpu.info().name, gpu.info().description);
     println!("| format | decode GB/s | decode µs | prompt GFLOP/s | prompt ms |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     let x = gpu.upload("x", &(0..n * cols).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<_>>()).unwrap();

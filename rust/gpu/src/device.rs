@@ -120,6 +120,8 @@ pub struct Gpu {
     attention_parts: Mutex<Option<wgpu::Buffer>>,
     /// Positions a span of attention holds, where a test sets it.
     attention_span: Option<usize>,
+    /// Whether a prompt's products are tiled (a bench times both forms).
+    tiles: bool,
     fault: Arc<Mutex<Option<GpuError>>>,
 }
 
@@ -203,6 +205,7 @@ impl Gpu {
             blocked: Mutex::default(),
             attention_parts: Mutex::default(),
             attention_span: None,
+            tiles: true,
             fault,
         })
     }
@@ -558,6 +561,18 @@ impl Gpu {
         self.bindings.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
+    /// Keeps a prompt's products from the tiled form, as the row-parallel
+    /// form takes a few inputs (the benches, to time both forms on one
+    /// device; the outputs are the same bits).
+    pub fn without_tiles(&mut self) {
+        self.tiles = false;
+    }
+
+    /// How a product of `rows` rows of `ty` over `n` inputs is shared out.
+    fn shareout(&self, n: usize, rows: usize, ty: GgmlType) -> Shareout {
+        Shareout::of(n, rows, ty, self.tiles)
+    }
+
     /// Cuts every attention's positions into spans of `positions` (rounded
     /// up to whole blocks of 64), each a workgroup of its own, however few
     /// positions there are (the tests, to reach the split path with small
@@ -654,6 +669,7 @@ impl DeviceMatrix {
     pub fn bytes(&self) -> u64 {
         self.runs.iter().map(|r| r.buf.size()).sum()
     }
+
 
     /// Buffers it is held in (more than one past the binding limit).
     pub fn runs(&self) -> usize {
@@ -755,9 +771,6 @@ pub struct AttentionShape {
     pub scale: f32,
     pub window: Option<usize>,
 }
-
-/// Inputs one workgroup of the matrix product takes for a prompt (its COLS).
-const MATMUL_COLS: usize = 8;
 
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;
@@ -897,6 +910,13 @@ impl Pass<'_> {
         self.kernels += 1;
     }
 
+    /// The block `m`'s product over `n` inputs reads them laid out in, for
+    /// a kernel that writes them laid out ([`Pass::attention_laid_out`],
+    /// [`Pass::matmul_gated_laid_out`]).
+    pub fn inputs_block(&self, m: &DeviceMatrix, n: usize) -> usize {
+        self.gpu.shareout(n, m.rows, m.ty).inputs_block(m.ty)
+    }
+
     pub(crate) fn max_groups(&self) -> usize {
         self.gpu.limits.max_compute_workgroups_per_dimension as usize
     }
@@ -910,14 +930,14 @@ impl Pass<'_> {
                 w.rows, w.cols, x.len, y.len
             )));
         }
-        let form = Shareout::of(n, w.rows);
-        let per_group = form.rows_a_group();
-        let (blocked, _) = self.row_product_groups(w, x, n, w.rows, per_group)?;
+        let form = self.gpu.shareout(n, w.rows, w.ty);
+        let per_group = form.rows_a_group(w.ty);
+        let (inputs, _) = self.row_product_groups(w, x, n, w.rows, form, per_group)?;
         for run in &w.runs {
-            let groups = self.product_grid(run.rows, n, per_group)?;
+            let groups = self.product_grid(run.rows, n, per_group, form.inputs_a_group(w.ty))?;
             // y's rows are the whole matrix's; this run writes its own span of them.
             let params = [run.rows, w.cols, n, w.row_bytes, groups[0] as usize, w.cols, w.rows, run.first].map(|v| v as u32);
-            self.dispatch(Kernel::Matmul(w.ty, form), &[&run.buf, &blocked, &y.buf], &params, groups);
+            self.dispatch(Kernel::Matmul(w.ty, form), &[&run.buf, &inputs, &y.buf], &params, groups);
         }
         Ok(())
     }
@@ -952,12 +972,12 @@ impl Pass<'_> {
             )));
         }
         // A workgroup takes as many gate rows as up rows.
-        let form = Shareout::of(n, w.m.rows);
-        let per_group = form.rows_a_group() / 2;
-        let (blocked, groups) = self.row_product_groups(&w.m, x, n, rows, per_group)?;
+        let form = self.gpu.shareout(n, w.m.rows, w.m.ty);
+        let per_group = form.rows_a_group(w.m.ty) / 2;
+        let (inputs, groups) = self.row_product_groups(&w.m, x, n, rows, form, per_group)?;
         let params = [rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, block, 0].map(|v| v as u32);
         let kernel = Kernel::MatmulGated(w.m.ty, form, act);
-        self.dispatch(kernel, &[&w.m.runs[0].buf, &blocked, &out.buf], &params, groups);
+        self.dispatch(kernel, &[&w.m.runs[0].buf, &inputs, &out.buf], &params, groups);
         if block > 1 {
             self.inputs_laid_out(out, n, rows, block);
         }
@@ -974,39 +994,40 @@ impl Pass<'_> {
         if y.iter().zip([r0, r1, r2]).any(|(b, rows)| b.len < n * rows) {
             return Err(GpuError::Shape(format!("matmul split into {:?} rows over {n} inputs: an output is short", w.parts)));
         }
-        let form = Shareout::of(n, w.m.rows);
-        let per_group = form.rows_a_group();
-        let (blocked, groups) = self.row_product_groups(&w.m, x, n, w.m.rows, per_group)?;
+        let form = self.gpu.shareout(n, w.m.rows, w.m.ty);
+        let per_group = form.rows_a_group(w.m.ty);
+        let (inputs, groups) = self.row_product_groups(&w.m, x, n, w.m.rows, form, per_group)?;
         let params = [w.m.rows, w.m.cols, n, w.m.row_bytes, groups[0] as usize, w.m.cols, r0, r1].map(|v| v as u32);
-        let buffers = [&w.m.runs[0].buf, &blocked, &y[0].buf, &y[1].buf, &y[2].buf];
+        let buffers = [&w.m.runs[0].buf, &inputs, &y[0].buf, &y[1].buf, &y[2].buf];
         self.dispatch(Kernel::MatmulSplit(w.m.ty, form), &buffers, &params, groups);
         Ok(())
     }
 
-    /// The inputs laid out for a row-parallel product of `m` over `n` of
-    /// them, and its workgroups: `rows` rows, `per_group` to a workgroup.
+    /// The inputs laid out for a product of `m` over `n` of them shared out
+    /// as `form`, and its workgroups: `rows` rows, `per_group` to a workgroup.
     fn row_product_groups(
         &mut self,
         m: &DeviceMatrix,
         x: &DeviceBuffer,
         n: usize,
         rows: usize,
+        form: Shareout,
         per_group: usize,
     ) -> Result<(wgpu::Buffer, [u32; 3])> {
         if n == 0 || x.len < n * m.cols {
             return Err(GpuError::Shape(format!("a product of {} columns over {n} rows: x holds {}", m.cols, x.len)));
         }
-        let groups = self.product_grid(rows, n, per_group)?;
-        Ok((self.block_inputs(x, n, m.cols, m.ty.block_size())?, groups))
+        let groups = self.product_grid(rows, n, per_group, form.inputs_a_group(m.ty))?;
+        Ok((self.block_inputs(x, n, m.cols, form.inputs_block(m.ty))?, groups))
     }
 
-    /// The workgroups of a row-parallel product of `rows` rows, `per_group`
-    /// to a workgroup (spread over x and y past the dispatch limit), over
-    /// `n` inputs: up to COLS (8) of a prompt's a workgroup along z, each
-    /// block dequantized once for them.
-    fn product_grid(&self, rows: usize, n: usize, per_group: usize) -> Result<[u32; 3]> {
+    /// The workgroups of a product of `rows` rows, `per_group` to a
+    /// workgroup (spread over x and y past the dispatch limit), over `n`
+    /// inputs, `inputs_per_group` a workgroup along z (each block
+    /// dequantized once for them).
+    fn product_grid(&self, rows: usize, n: usize, per_group: usize, inputs_per_group: usize) -> Result<[u32; 3]> {
         let max = self.max_groups();
-        let col_groups = if n > 1 { n.div_ceil(MATMUL_COLS) } else { 1 };
+        let col_groups = n.div_ceil(inputs_per_group);
         let groups = rows.div_ceil(per_group);
         if col_groups > max || groups > max * max {
             return Err(GpuError::Shape(format!("a product of {rows} rows over {n} inputs is past the dispatch limit of {max}")));
@@ -1058,10 +1079,22 @@ impl Pass<'_> {
     }
 
     /// The first `n` rows of `cols` of `x` laid out block-major for the
-    /// products (see `block_inputs.wgsl`), unless the buffer holds them already.
+    /// products (see `block_inputs.wgsl`), unless the buffer holds them
+    /// already; `x` itself for a block of 1 (rows as they are).
     fn block_inputs(&mut self, x: &DeviceBuffer, n: usize, cols: usize, block: usize) -> Result<wgpu::Buffer> {
-        if let Some(b) = self.blocked.as_ref().filter(|b| b.from == x.buf && (b.n, b.cols, b.block) == (n, cols, block)) {
-            return Ok(b.to.clone());
+        if let Some(b) = self.blocked.as_ref().filter(|b| b.from == x.buf) {
+            if (b.n, b.cols, b.block) == (n, cols, block) {
+                return Ok(b.to.clone());
+            }
+            if b.to == x.buf && b.block != 1 {
+                return Err(GpuError::Shape(format!(
+                    "a product reads {n} rows of {cols} in blocks of {block}, laid out in place for {} rows of {} in blocks of {}",
+                    b.n, b.cols, b.block
+                )));
+            }
+        }
+        if block == 1 {
+            return Ok(x.buf.clone());
         }
         let to = self.gpu.grown(&self.gpu.blocked, "block-major inputs", n * cols)?;
         let norm_of_x = |p: &mut Pending| matches!(p, Pending::Norm(m) if m.out == x.buf && (m.rows, m.width) == (n, cols));

@@ -15,6 +15,7 @@ const MATMUL_ID: &str = include_str!("shaders/matmul_id.wgsl");
 const MATMUL_GATED: &str = include_str!("shaders/matmul_gated.wgsl");
 const MATMUL_SPLIT: &str = include_str!("shaders/matmul_split.wgsl");
 const MATMUL_ROWS: &str = include_str!("shaders/matmul_rows.wgsl");
+const MATMUL_TILES: &str = include_str!("shaders/matmul_tiles.wgsl");
 const ACTIVATIONS: &str = include_str!("shaders/activations.wgsl");
 const MATMUL_COMMON: &str = include_str!("shaders/matmul_common.wgsl");
 const K_SCALES: &str = include_str!("shaders/formats/k_scales.wgsl");
@@ -82,12 +83,11 @@ fn invocation(subgroups: Subgroups) -> &'static str {
     }
 }
 
-/// What a kernel that adds its threads' values by a tree (`matmul_rows.wgsl`,
-/// `workgroup_sum.wgsl`) takes from the device: an invocation's place, the
-/// distance below which pairs share a subgroup (SHUFFLED_BELOW: 1 without
-/// subgroups, and at most the `threads` a tree adds, whose pairs are never
-/// further apart), and `add_across`, a pair's sum for values of type `ty` by
-/// a shuffle.
+/// What a kernel that adds its threads' values by a tree (`workgroup_sum.wgsl`)
+/// takes from the device: an invocation's place, the distance below which
+/// pairs share a subgroup (SHUFFLED_BELOW: 1 without subgroups, and at most
+/// the `threads` a tree adds, whose pairs are never further apart), and
+/// `add_across`, a pair's sum for values of type `ty` by a shuffle.
 fn tree_steps(subgroups: Subgroups, ty: &str, threads: u32) -> String {
     let steps = match subgroups.smallest {
         Some(smallest) => format!(
@@ -136,14 +136,16 @@ const FOUR_ROWS_LEVELS: &str = "fn iq4_level(i: Ru) -> Rf {
     return Rf(iq4_level1(i.x), iq4_level1(i.y), iq4_level1(i.z), iq4_level1(i.w));
 }";
 
-/// How a row-parallel product shares out its work: the inputs a thread
-/// takes (eight for a prompt, where `wide`, else one) and the rows (four, or
-/// one). Every form gives each row the same bits, so the choice is the
-/// speed's alone.
+/// How a product shares out its work: the row-parallel form, with the
+/// inputs a thread takes (eight where `wide`, else one) and its rows (four,
+/// or one); or the tiled form (`tiles`: four rows and eight inputs a
+/// thread, a workgroup a tile of them). Every form adds each row's terms in
+/// the same order (`matmul_common.wgsl`), so the choice is the speed's alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Shareout {
     pub(crate) wide: bool,
     pub(crate) four_rows: bool,
+    pub(crate) tiles: bool,
 }
 
 /// Workgroups a decoded token's product of four rows a thread must still
@@ -151,15 +153,25 @@ pub(crate) struct Shareout {
 /// idle, where one row a thread keeps them busy.
 const FOUR_ROWS_MIN_GROUPS: usize = 256;
 
+/// Inputs from which a product of a block format is tiled: below, the
+/// row-parallel form shares a few inputs' rows out over more threads. The
+/// formats of one element a block (F32, F16, BF16) are never tiled: a tile
+/// would stage one element a step.
+const TILES_MIN_INPUTS: usize = 16;
+
 impl Shareout {
-    /// The form of a product of `rows` rows over `n` inputs: four
-    /// rows a thread for a prompt, each input read once for all four, and for
-    /// a decoded token where its workgroups still fill a card.
-    pub(crate) fn of(n: usize, rows: usize) -> Shareout {
+    /// The form of a product of `rows` rows of `ty` over `n` inputs: tiles
+    /// for a prompt (where `tiles`), four rows a thread for a few inputs, each input read
+    /// once for all four, and for a decoded token where its workgroups
+    /// still fill a card.
+    pub(crate) fn of(n: usize, rows: usize, ty: GgmlType, tiles: bool) -> Shareout {
+        if tiles && n >= TILES_MIN_INPUTS && ty.block_size() >= STRANDS {
+            return Shareout { wide: true, four_rows: true, tiles: true };
+        }
         let wide = n > 1;
-        let four = Shareout { wide, four_rows: true };
-        let four_rows = wide || rows.div_ceil(four.rows_a_group()) >= FOUR_ROWS_MIN_GROUPS;
-        Shareout { wide, four_rows }
+        let four = Shareout { wide, four_rows: true, tiles: false };
+        let four_rows = wide || rows.div_ceil(four.rows_a_group(ty)) >= FOUR_ROWS_MIN_GROUPS;
+        Shareout { four_rows, ..four }
     }
 
     pub(crate) fn rows_a_thread(self) -> usize {
@@ -170,18 +182,58 @@ impl Shareout {
         }
     }
 
+    /// Groups of COLS inputs a tiled workgroup of `ty` takes: as many as
+    /// stage a block of each input in STAGED_FLOATS, up to four (a tile of
+    /// 64 rows by 32 inputs for the 32-element formats, 256 by 8 for the
+    /// others).
+    pub(crate) fn tile_col_groups(ty: GgmlType) -> usize {
+        (STAGED_FLOATS / (COLS * ty.block_size())).clamp(1, 4)
+    }
+
     /// Rows a workgroup of 64 threads takes.
-    pub(crate) fn rows_a_group(self) -> usize {
-        WG as usize / ROW_THREADS * self.rows_a_thread()
+    pub(crate) fn rows_a_group(self, ty: GgmlType) -> usize {
+        let groups = match self.tiles {
+            true => WG as usize / Self::tile_col_groups(ty),
+            false => WG as usize / STRANDS,
+        };
+        groups * self.rows_a_thread()
+    }
+
+    /// Inputs a workgroup takes.
+    pub(crate) fn inputs_a_group(self, ty: GgmlType) -> usize {
+        match (self.tiles, self.wide) {
+            (true, _) => COLS * Self::tile_col_groups(ty),
+            (false, true) => COLS,
+            (false, false) => 1,
+        }
+    }
+
+    /// The block its inputs are read laid out in (`block_inputs.wgsl`): the
+    /// format's for the row-parallel form, whose neighbouring threads read
+    /// neighbouring blocks; none (rows as they are) for the tiled form,
+    /// which stages a block of each input from a run of floats.
+    pub(crate) fn inputs_block(self, ty: GgmlType) -> usize {
+        match self.tiles {
+            true => 1,
+            false => ty.block_size(),
+        }
     }
 }
 
 /// Threads a workgroup of the kernels holds (their `WG`).
 const WG: u32 = 64;
 
-/// Threads that share out a row's pieces in a row-parallel product
-/// (`matmul_rows.wgsl`'s THREADS).
-const ROW_THREADS: usize = 32;
+/// Strands a row's pieces are dealt out to (`matmul_common.wgsl`'s STRANDS):
+/// the row-parallel form's threads a row.
+const STRANDS: usize = 32;
+
+/// Inputs a thread of a wide product takes (`matmul_common.wgsl`'s COLS).
+const COLS: usize = 8;
+
+/// Floats a tiled workgroup stages its inputs' blocks in: 8 KiB (and a
+/// float a column), which with the gated product's hand-over of 4 KiB
+/// stays within the 16 KiB of workgroup memory every device gives.
+const STAGED_FLOATS: usize = 2048;
 
 fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
@@ -268,7 +320,7 @@ impl Kernel {
         Some(match self {
             Kernel::Matmul(ty, form) => row_product(MATMUL, ty, form, subgroups)?,
             Kernel::MatmulSplit(ty, form) => row_product(MATMUL_SPLIT, ty, form, subgroups)?,
-            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, Shareout { wide: false, four_rows: false })?,
+            Kernel::MatmulId(ty) => product(MATMUL_ID, ty, Shareout { wide: false, four_rows: false, tiles: false })?,
             Kernel::MatmulGated(ty, form, act) => {
                 let which = match act {
                     Activation::Silu => "silu_mul_of",
@@ -340,14 +392,14 @@ fn product(main: &str, ty: GgmlType, form: Shareout) -> Option<String> {
     Some(format!("{main}\n{common}\n{rows}\n{scales}\n{block}\n{apart}"))
 }
 
-/// A row-parallel product's source (`matmul_rows.wgsl` under `main`),
-/// shared out as `form` says, its threads' sums added through subgroups
-/// where the device has them.
+/// A product's source in one of its shared-out forms (`matmul_rows.wgsl` or
+/// `matmul_tiles.wgsl` under `main`).
 fn row_product(main: &str, ty: GgmlType, form: Shareout, subgroups: Subgroups) -> Option<String> {
-    // WGSL's `enable subgroups;` is not asked for: naga takes subgroup
-    // operations where the device has the feature, and refuses the directive.
-    let steps = tree_steps(subgroups, "Rf", ROW_THREADS as u32);
-    product(&format!("{main}\n{MATMUL_ROWS}\n{steps}"), ty, form)
+    let shared_out = match form.tiles {
+        true => format!("{MATMUL_TILES}\nconst COL_GROUPS: u32 = {}u;", Shareout::tile_col_groups(ty)),
+        false => MATMUL_ROWS.to_string(),
+    };
+    product(&format!("{main}\n{shared_out}\n{}", invocation(subgroups)), ty, form)
 }
 
 /// Whether the kernels use subgroup operations, and the fewest invocations
@@ -414,6 +466,7 @@ mod tests {
     #[test]
     fn the_matmul_template_sets_its_width_where_the_narrow_form_replaces_it() {
         assert!(super::MATMUL_COMMON.contains(super::WIDE_COLS));
-        assert!(super::MATMUL_ROWS.contains(&format!("const THREADS: u32 = {}u;", super::ROW_THREADS)));
+        assert!(super::WIDE_COLS.contains(&format!("{}u", super::COLS)));
+        assert!(super::MATMUL_COMMON.contains(&format!("const STRANDS: u32 = {}u;", super::STRANDS)));
     }
 }

@@ -128,6 +128,10 @@ fn matmul_of_every_format_matches_the_cpu() {
         // Three blocks a row: where the device keeps the scales apart, an
         // odd count of them, padded to a word ahead of the blocks.
         check_matmul(gpu, ty, 7, 3 * ty.block_size(), 2, 0x5eed + 200 + i as u64);
+        // A prompt's tiles (of 64 rows by 32 inputs, or 256 by 8 for the
+        // 256-element formats): rows past one, inputs past one and ending
+        // inside a tile's last group of eight.
+        check_matmul(gpu, ty, 70, cols, 37, 0x5eed + 300 + i as u64);
     }
 }
 
@@ -165,6 +169,8 @@ fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
         // and two workgroups of inputs.
         check_matmul_gated(gpu, ty, Activation::Silu, 37, cols, 1, 0x9a7e + i as u64);
         check_matmul_gated(gpu, ty, Activation::GeluTanh, 37, cols, 11, 0x9a7e + 100 + i as u64);
+        // Tiled: rows past a tile's 32 (or 128) pairs.
+        check_matmul_gated(gpu, ty, Activation::Silu, 150, cols, 19, 0x9a7e + 200 + i as u64);
     }
     check_matmul_gated(gpu, GgmlType::Q4_0, Activation::Sigmoid, 5, 64, 3, 0x9a7f);
     // A pair past one binding is left to the caller to keep apart.
@@ -177,11 +183,11 @@ fn the_gated_product_of_every_format_is_its_parts_bit_for_bit() {
     assert_eq!(pair.unwrap().parts(), [100, 100]);
 }
 
-/// A prompt's products take four rows a thread, a decoded token's one:
-/// each row's arithmetic is the same in both, lane by lane, so every input
-/// of a prompt gets the bits it would get alone, for the plain, gated and
-/// split products. That is what lets a conversation's answers not depend
-/// on the pass it came in.
+/// A prompt's products are tiled (from 16 inputs) or take four rows a
+/// thread, a decoded token's one: each row's terms are added in the same
+/// order in every form, so every input of a prompt gets the bits it would
+/// get alone, for the plain, gated and split products. That is what lets a
+/// conversation's answers not depend on the pass it came in.
 fn check_rows_a_thread(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: u64) {
     let mut rng = Rng(seed);
     let data: Vec<Vec<u8>> = (0..3).map(|_| random_matrix(&mut rng, ty, rows, cols)).collect();
@@ -208,6 +214,10 @@ fn a_prompts_products_give_each_input_a_decoded_tokens_bits() {
         // enough for 256 workgroups of four (the last case).
         check_rows_a_thread(gpu, ty, 45, cols, 9, 0x4a1 + i as u64);
         check_rows_a_thread(gpu, ty, 2051, cols, 2, 0x4a1 + 100 + i as u64);
+        // A prompt of 20, tiled: rows past one tile of 64 (or of 256), a
+        // tile's inputs ending inside a group of eight, and for the
+        // 32-element formats a group of eight with none.
+        check_rows_a_thread(gpu, ty, 300, cols, 20, 0x4a1 + 200 + i as u64);
     }
 }
 
@@ -356,6 +366,8 @@ fn a_product_split_three_ways_is_its_parts_bit_for_bit() {
         // workgroups of inputs.
         check_matmul_split(gpu, ty, [37, 13, 13], cols, 1, 0x5b1 + i as u64);
         check_matmul_split(gpu, ty, [24, 9, 15], cols, 11, 0x5b1 + 100 + i as u64);
+        // Tiled, the parts ending inside a tile.
+        check_matmul_split(gpu, ty, [70, 30, 30], cols, 17, 0x5b1 + 200 + i as u64);
     }
     let mut rng = Rng(0x5b2);
     let w = random_matrix(&mut rng, GgmlType::Q4_0, 6, 32);

@@ -3,9 +3,11 @@
 //! each after `-d` tokens already in the cache (none by default), in tokens
 //! a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [-ctk f16|q8_0] [--device NAME] [--json] [--device-only]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [-ctk f16|q8_0] [--device NAME] [--json] [--device-only] [--no-tiles]
 //!
 //! `-ctk` is the cache type on both sides, as llama-bench's (f16 by default).
+//! `--no-tiles` keeps the prompt's products from the tiled form, so that a
+//! card times both forms.
 //! `--json` prints one line of the figures instead of the table
 //! (`benches/gpu_bench.py` reads it); `--device-only` leaves the CPU's
 //! figures out (a large model's take minutes on the CPU).
@@ -21,6 +23,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut path, mut pp, mut tg, mut depth, mut device, mut json, mut cpu) = (None, 512usize, 128usize, 0usize, None, false, true);
     let mut kv = KvType::F16;
+    let mut tiles = true;
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
@@ -31,12 +34,17 @@ fn main() {
             "-ctk" => kv = KvType::parse(&value("-ctk")).expect("-ctk: f16, f32 or q8_0"),
             "--json" => json = true,
             "--device-only" => cpu = false,
+            "--no-tiles" => tiles = false,
             _ => path = Some(a),
         }
     }
     let path = path.expect("usage: device_bench MODEL.gguf [-p N] [-n N] [--device NAME]");
     let model = Model::load(&path, LoadOptions::default()).expect("the model loads");
-    let gpu = Arc::new(Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}")));
+    let mut gpu = Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}"));
+    if !tiles {
+        gpu.without_tiles();
+    }
+    let gpu = Arc::new(gpu);
     let t0 = Instant::now();
     let mut dm = Model::load(&path, LoadOptions::default()).expect("the model loads");
     dm.place_on(gpu.clone()).unwrap_or_else(|e| panic!("{e}"));

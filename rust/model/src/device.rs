@@ -914,7 +914,7 @@ impl DeviceWeights {
                 window: lc.window,
             };
             match lc.attn_gate {
-                false => p.attention_laid_out(&shape, q, kv, &s.att, wo.ty.block_size())?,
+                false => p.attention_laid_out(&shape, q, kv, &s.att, p.inputs_block(wo, t))?,
                 // The gate reads the outputs as they are.
                 true => p.attention(&shape, q, kv, &s.att)?,
             }
@@ -925,7 +925,7 @@ impl DeviceWeights {
             p.matmul(wo, &s.att_gated, t, &s.o)?;
         } else {
             // Each sequence's rows were written laid out for this product.
-            p.inputs_laid_out(&s.att, t, wo.cols, wo.ty.block_size());
+            p.inputs_laid_out(&s.att, t, wo.cols, p.inputs_block(wo, t));
             p.matmul(wo, &s.att, t, &s.o)?;
         }
         residual(p, &s.x, &s.o, &s.h, l.post_attn_norm.as_ref(), eps, e, t)
@@ -1001,7 +1001,7 @@ impl DeviceWeights {
         if let Some(f) = &l.ffn {
             match &f.gate_up {
                 // Written laid out for the down product, which reads them in place.
-                GateUp::Pair(pair) => p.matmul_gated_laid_out(pair, act, &s.h, t, &s.act, f.down.ty.block_size())?,
+                GateUp::Pair(pair) => p.matmul_gated_laid_out(pair, act, &s.h, t, &s.act, p.inputs_block(&f.down, t))?,
                 GateUp::Apart { gate, up } => {
                     p.matmul(gate, &s.h, t, &s.gate)?;
                     p.matmul(up, &s.h, t, &s.up)?;

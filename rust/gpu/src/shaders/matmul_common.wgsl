@@ -16,6 +16,19 @@
 const WG: u32 = 64u;
 const COLS: u32 = 8u;
 
+// The order every form of the products adds a row's terms in, so that an
+// output's bits do not depend on the form its pass took (one input or
+// several, a decoded token's or a prompt's; `kernels.rs` chooses): a row's
+// blocks are cut in PIECES pieces each (one for the 32-element formats,
+// four or eight for the 256-element ones, whose rows of 4096 hold only 16
+// blocks: a strand each left half of 32 idle), dealt out to STRANDS strands,
+// strand j taking pieces j, j + STRANDS, ... in turn, each piece's
+// `block_piece` adding to the strand's sums from zero. The row's sum is
+// strand 0's sums plus strand 1's, and so on in order, from zero: one thread
+// can walk the strands in turn with two sums a column (the tiled form),
+// where adding them by a tree would need six.
+const STRANDS: u32 = 32u;
+
 // Where block b of the row at byte `row` (of `n_blocks` blocks) keeps its
 // bytes, and its f16 scale where the format keeps that apart (SCALE_APART
 // bytes a block; `layout.rs`): such a row holds its blocks' scales first,
@@ -79,3 +92,9 @@ fn add_scaled_sums(acc: ptr<function, array<Rf, COLS>>, scale: Rf, sums: array<f
     }
 }
 
+
+// The byte offsets of rows first..first + R, a row past the last read as
+// the last (its sums are not written).
+fn row_starts(first: u32, rows: u32, row_bytes: u32) -> Ru {
+    return min(Ru(first) + ROW_STEPS, Ru(rows - 1u)) * row_bytes;
+}

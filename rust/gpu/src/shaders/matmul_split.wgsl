@@ -1,9 +1,9 @@
 // y0, y1, y2 = w0 · x, w1 · x, w2 · x: three products over the same inputs
 // (an attention layer's queries, keys and values) in one kernel, the three
-// matrices' rows held as one (w0's first). Each row's sums are
-// `matmul_rows.wgsl`'s, so the outputs are those of three products apart,
-// bit for bit; each goes to its own output, rows of its own width. The
-// format's block and the shared readers are appended.
+// matrices' rows held as one (w0's first). Each row's sums are taken as
+// the form appended takes them, so the outputs are those of three products
+// apart, bit for bit; each goes to its own output, rows of its own width.
+// The format's block and the shared readers are appended.
 
 struct Params {
     // Rows of the three together.
@@ -29,14 +29,14 @@ var<immediate> p: Params;
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     let lid = index_of(invocation);
-    let first = ((g.x + g.y * p.groups_x) * ROWS + lid / THREADS) * R;
+    let first = ((g.x + g.y * p.groups_x) * ROWS + row_group_of(lid)) * R;
     var totals: array<Rf, COLS>;
     let n_cols = row_sums(g.z, lid, row_starts(first, p.rows, p.row_bytes), first < p.rows, &totals);
-    if (lid % THREADS == 0u && first < p.rows) {
+    if (writes_sums(lid) && first < p.rows) {
         let r1 = p.rows0;
         let r2 = p.rows0 + p.rows1;
         for (var c = 0u; c < n_cols; c++) {
-            let col = g.z * COLS + c;
+            let col = (g.z * COL_GROUPS + col_group_of(lid)) * COLS + c;
             let sums = totals[c];
             for (var k = 0u; k < min(R, p.rows - first); k++) {
                 let row = first + k;
