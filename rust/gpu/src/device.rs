@@ -573,10 +573,11 @@ impl Gpu {
         Shareout::of(n, rows, ty, self.tiles)
     }
 
-    /// Cuts every attention's positions into spans of `positions` (rounded
-    /// up to whole blocks of 64), each a workgroup of its own, however few
-    /// positions there are (the tests, to reach the split path with small
-    /// caches).
+    /// Shares every attention's blocks of positions out over workgroups of
+    /// `positions` each (rounded up to whole blocks of 64), their sums
+    /// folded after, however few positions and however many queries there
+    /// are (the tests, to reach the shared-out path with small caches; the
+    /// outputs are the same bits).
     pub fn split_attention_every(&mut self, positions: usize) {
         self.attention_span = Some(positions.max(1).next_multiple_of(ATTENTION_BLOCK));
     }
@@ -775,17 +776,18 @@ pub struct AttentionShape {
 /// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
 pub const MAX_HEAD_DIM_V: usize = 512;
 
-/// Positions the attention kernel scores at a time (its WG): a span of a
-/// split attention holds whole blocks of them.
+/// Positions the attention kernel scores at a time (its WG, and
+/// `attention_blocks.wgsl`'s BLOCK_POSITIONS): blocks counted from position 0.
 const ATTENTION_BLOCK: usize = 64;
 
-/// Workgroups an attention call should have at least: a query's positions
-/// are cut into spans until it does (a decoded token has a workgroup a head).
+/// Workgroups an attention call should have at least: where a workgroup a
+/// (query, head) gives fewer, a query's blocks are shared out over
+/// workgroups until it does (a decoded token has a workgroup a head).
 const ATTENTION_GROUPS: usize = 512;
 
-/// The most spans a query's positions are cut into (the merge folds them
-/// one at a time).
-const MAX_ATTENTION_SPLITS: usize = 64;
+/// The most floats the blocks' sums of a shared-out attention may take (64
+/// MiB): past it, a workgroup a (query, head) walks all its blocks.
+const MAX_ATTENTION_PARTS: usize = 16 << 20;
 
 /// The most bytes of numbers one kernel takes (the widest `Params`).
 const MAX_PARAMS_BYTES: u32 = 64;
@@ -1387,6 +1389,9 @@ impl Pass<'_> {
         if s.t == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0 {
             return bad("heads must be a whole multiple of the key-value heads");
         }
+        if s.window == Some(0) {
+            return bad("a window must hold a position");
+        }
         if s.n_head_kv * s.head_dim_k != layer.width_k || s.n_head_kv * s.head_dim_v != layer.width_v {
             return bad("the head widths do not match the cache's rows");
         }
@@ -1412,24 +1417,25 @@ impl Pass<'_> {
         if block == 0 || (s.n_head * s.head_dim_v) % block != 0 {
             return bad("the output rows are not whole blocks of the layout");
         }
-        // The most positions one query sees, cut into spans of whole blocks.
-        let most = s.window.map_or(s.start + s.t, |w| w.min(s.start + s.t));
-        let span = self
-            .gpu
-            .attention_span
-            .unwrap_or_else(|| {
-                let splits = (ATTENTION_GROUPS / (s.n_head * s.t)).clamp(1, MAX_ATTENTION_SPLITS);
-                most.div_ceil(splits)
-            })
-            .max(most.div_ceil(MAX_ATTENTION_SPLITS))
-            .next_multiple_of(ATTENTION_BLOCK);
-        let splits = most.div_ceil(span);
+        // Blocks of 64 positions from position 0, as `attention_blocks.wgsl`
+        // counts them: how many each query sees.
+        let first_seen = |pos: usize| s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let blocks_seen = |pos: usize| pos / ATTENTION_BLOCK - first_seen(pos) / ATTENTION_BLOCK + 1;
+        let most_blocks = (s.start..s.start + s.t).map(blocks_seen).max().unwrap_or(1);
         let width = s.head_dim_v + 2;
-        let parts = self.gpu.grown(
-            &self.gpu.attention_parts,
-            "attention's spans",
-            if splits > 1 { s.t * s.n_head * splits * width } else { 1 },
-        )?;
+        let parts_floats = s.t * s.n_head * most_blocks * width;
+        let per_group = match self.gpu.attention_span {
+            Some(span) => span / ATTENTION_BLOCK,
+            None if s.n_head * s.t < ATTENTION_GROUPS && most_blocks > 1 && parts_floats <= MAX_ATTENTION_PARTS => {
+                (s.n_head * s.t * most_blocks / ATTENTION_GROUPS).max(1)
+            }
+            None => most_blocks,
+        };
+        let splits = most_blocks.div_ceil(per_group);
+        if splits > self.max_groups() {
+            return bad("past the dispatch limit");
+        }
+        let parts = self.gpu.grown(&self.gpu.attention_parts, "attention's blocks", if splits > 1 { parts_floats } else { 1 })?;
         let params = [
             s.t as u32,
             s.start as u32,
@@ -1441,10 +1447,10 @@ impl Pass<'_> {
             s.window.unwrap_or(0) as u32,
             s.scale.to_bits(),
             s.row0 as u32,
-            span as u32,
+            per_group as u32,
             splits as u32,
             block as u32,
-            0,
+            most_blocks as u32,
             0,
             0,
         ];
@@ -1455,7 +1461,8 @@ impl Pass<'_> {
             [s.n_head as u32, s.t as u32, splits as u32],
         );
         if splits > 1 {
-            let params = [s.n_head, s.head_dim_v, s.row0, splits, block, 0, 0, 0].map(|v| v as u32);
+            let window = s.window.unwrap_or(0);
+            let params = [s.n_head, s.head_dim_v, s.row0, s.start, window, most_blocks, block, 0].map(|v| v as u32);
             self.dispatch(Kernel::AttentionMerge, &[&parts, &out.buf], &params, [s.n_head as u32, s.t as u32, 1]);
         }
         Ok(())

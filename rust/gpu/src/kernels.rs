@@ -53,6 +53,7 @@ const ROTATE: &str = include_str!("shaders/rotate.wgsl");
 const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const ATTENTION_MERGE: &str = include_str!("shaders/attention_merge.wgsl");
+const ATTENTION_BLOCKS: &str = include_str!("shaders/attention_blocks.wgsl");
 const LAID_OUT: &str = include_str!("shaders/laid_out.wgsl");
 const MOE_ROUTE: &str = include_str!("shaders/moe_route.wgsl");
 const MOE_COMBINE: &str = include_str!("shaders/moe_combine.wgsl");
@@ -353,9 +354,9 @@ impl Kernel {
                     KvFormat::F16 => KV_READ_F16,
                     KvFormat::Q8_0 => KV_READ_Q8_0,
                 };
-                format!("{ATTENTION}\n{LAID_OUT}\n{}\n{block_max}\n{reads}", invocation(subgroups))
+                format!("{ATTENTION}\n{ATTENTION_BLOCKS}\n{LAID_OUT}\n{}\n{block_max}\n{reads}", invocation(subgroups))
             }
-            Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{LAID_OUT}"),
+            Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{ATTENTION_BLOCKS}\n{LAID_OUT}"),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),
             Kernel::MoeCombine => MOE_COMBINE.to_string(),
             Kernel::TopK => TOP_K.to_string(),

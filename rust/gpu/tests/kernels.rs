@@ -973,29 +973,38 @@ fn attention_split_into_spans_matches_the_cpu() {
 
 /// Each of a prompt's queries gets the attention it gets alone, bit for
 /// bit, as a decoded token at its position: the same blocks of positions,
-/// the same groups of four, the same spans, whatever the other queries of
-/// its pass (what a hybrid's checkpoints and the pass-size invariance of
-/// the slots stand on).
+/// the same groups of four, folded in the same order, whatever the other
+/// queries of its pass and however the blocks are shared out over
+/// workgroups (what a hybrid's checkpoints and the pass-size invariance of
+/// the slots stand on). By default a decoded token's blocks are shared out
+/// and a long prompt's are not; the tests also force both ways.
 #[test]
 fn a_prompts_queries_get_the_attention_each_gets_alone() {
     if gpu().is_none() {
         return;
     }
     let mut rng = Rng(0xa77e);
-    for span in [1 << 20, 64] {
-        // Whole, and cut in spans of 64 folded after.
+    let mut devices: Vec<(Gpu, &str)> = Vec::new();
+    for (span, how) in [(None, "as the device chooses"), (Some(1 << 20), "whole"), (Some(64), "a block a workgroup")] {
         let mut gpu = Gpu::open(None).unwrap();
-        gpu.split_attention_every(span);
-        // No window, a window reaching back to the start, and one that
-        // does not (each query's blocks start at its own first position).
-        for (window, start, t) in [(None, 100, 11), (Some(200), 100, 11), (Some(40), 100, 11), (None, 0, 7)] {
-            let sh = AttentionShape { t, start, row0: 0, ..shape(4, 2, 32, 48, window) };
-            let (wk, wv, wq, wo) = (2 * 32, 2 * 48, 4 * 32, 4 * 48);
-            let n = start + t;
+        if let Some(span) = span {
+            gpu.split_attention_every(span);
+        }
+        devices.push((gpu, how));
+    }
+    // No window, a window reaching back to the start, one that does not
+    // (each query's first block partly outside it), and a prompt of
+    // queries enough (with its four heads) to take a workgroup each.
+    for (window, start, t) in [(None, 100, 11), (Some(200), 100, 11), (Some(40), 100, 11), (None, 0, 7), (None, 150, 130)] {
+        let sh = AttentionShape { t, start, row0: 0, ..shape(4, 2, 32, 48, window) };
+        let (wk, wv, wq, wo) = (2 * 32, 2 * 48, 4 * 32, 4 * 48);
+        let n = start + t;
+        let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
+        let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
+        let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
+        let mut first: Option<Vec<f32>> = None;
+        for (gpu, how) in &devices {
             let layer = gpu.kv_layer(n, wk, wv, KvFormat::F16).unwrap();
-            let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
-            let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
-            let q: Vec<f32> = (0..t * wq).map(|_| rng.unit()).collect();
             let (kb, vb, qb) = (gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap(), gpu.upload("q", &q).unwrap());
             let out = gpu.zeros("out", t * wo).unwrap();
             let mut pass = gpu.pass();
@@ -1003,6 +1012,8 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
             pass.attention(&sh, &qb, &layer, &out).unwrap();
             pass.submit().unwrap();
             let together = gpu.read(&out).unwrap();
+            let first = first.get_or_insert_with(|| together.clone());
+            assert_eq!(&together, first, "{t} queries at {start}, window {window:?}: {how} against as the device chooses");
             for i in 0..t {
                 let one = AttentionShape { t: 1, start: start + i, ..sh };
                 let qi = gpu.upload("q", &q[i * wq..(i + 1) * wq]).unwrap();
@@ -1013,7 +1024,7 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
                 assert_eq!(
                     gpu.read(&oi).unwrap(),
                     together[i * wo..(i + 1) * wo],
-                    "query {i} of {t} at {start}, window {window:?}, spans of {span}"
+                    "query {i} of {t} at {start}, window {window:?}, {how}"
                 );
             }
         }
