@@ -260,13 +260,14 @@ fn attention_outputs(gpu: &Gpu, shape: AttentionShape, seed: u64) -> Vec<f32> {
     gpu.read(&out).unwrap()
 }
 
-/// Where the device has subgroups, the products add their threads' sums
-/// through subgroup shuffles for the tree's closer steps (and so do the
-/// norms), and attention takes each block's maximum a subgroup at a time; a
-/// device without
-/// takes every step in workgroup memory. The pairs and their order are the
-/// same (and a maximum is one in any order), so the outputs must be too,
-/// bit for bit, in every form.
+/// Where the device has subgroups, the norms add their threads' squares
+/// through subgroup shuffles for the tree's closer steps, attention takes
+/// each block's maximum a subgroup at a time, and every kernel counts an
+/// invocation's place by subgroups (the products' strands among them); a
+/// device without takes every step in workgroup memory and counts local
+/// indices. The pairs, the strands and their order are the same (and a
+/// maximum is one in any order), so the outputs must be too, bit for bit,
+/// in every form.
 #[test]
 fn products_attention_and_norms_give_the_same_bits_with_subgroups_or_without() {
     let Some(gpu) = gpu() else { return };
