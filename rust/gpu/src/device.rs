@@ -671,7 +671,6 @@ impl DeviceMatrix {
         self.runs.iter().map(|r| r.buf.size()).sum()
     }
 
-
     /// Buffers it is held in (more than one past the binding limit).
     pub fn runs(&self) -> usize {
         self.runs.len()

@@ -74,6 +74,9 @@ const ONE_ROW: &str = include_str!("shaders/one_row.wgsl");
 const FOUR_ROWS: &str = include_str!("shaders/four_rows.wgsl");
 
 /// An invocation's place in its workgroup, without subgroups and with them.
+/// WGSL's `enable subgroups;` is not asked for where they are used: naga
+/// takes subgroup operations where the device has the feature, and refuses
+/// the directive.
 const INVOCATION: &str = include_str!("shaders/invocation.wgsl");
 const INVOCATION_IN_SUBGROUPS: &str = include_str!("shaders/invocation_subgroups.wgsl");
 
@@ -162,11 +165,11 @@ const TILES_MIN_INPUTS: usize = 16;
 
 impl Shareout {
     /// The form of a product of `rows` rows of `ty` over `n` inputs: tiles
-    /// for a prompt (where `tiles`), four rows a thread for a few inputs, each input read
-    /// once for all four, and for a decoded token where its workgroups
-    /// still fill a card.
+    /// for a prompt (where `tiles`), four rows a thread for a few inputs,
+    /// each input read once for all four, and for a decoded token where its
+    /// workgroups still fill a card.
     pub(crate) fn of(n: usize, rows: usize, ty: GgmlType, tiles: bool) -> Shareout {
-        if tiles && n >= TILES_MIN_INPUTS && ty.block_size() >= STRANDS {
+        if tiles && n >= TILES_MIN_INPUTS && ty.block_size() > 1 {
             return Shareout { wide: true, four_rows: true, tiles: true };
         }
         let wide = n > 1;

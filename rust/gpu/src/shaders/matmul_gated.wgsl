@@ -3,10 +3,10 @@
 // and the up projection's rows held as one matrix (the gate's first). A
 // workgroup's first PAIRS groups of rows are gate rows, its last PAIRS the
 // same rows of up; each row's sums are taken as the form appended takes
-// them and the activation is `activations.wgsl`'s, so the outputs are those of the two products and
-// `elementwise.wgsl` one after the other, bit for bit. The format's block,
-// the shared readers, the activations and `activation` (which of them)
-// are appended.
+// them and the activation is `activations.wgsl`'s, so the outputs are
+// those of the two products and `elementwise.wgsl` one after the other,
+// bit for bit. The format's block, the shared readers, the activations and
+// `activation` (which of them) are appended.
 
 const PAIRS: u32 = ROWS / 2u;
 
