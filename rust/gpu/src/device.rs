@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use ember_gguf::GgmlType;
 
 use crate::error::{GpuError, Result};
-use crate::kernels::{Kernel, Pipelines, Shareout, Subgroups};
+use crate::kernels::{AttentionHeads, Kernel, Pipelines, Shareout, Subgroups};
 
 /// What kind of device an adapter is, as the driver says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1423,10 +1423,12 @@ impl Pass<'_> {
         let most_blocks = (s.start..s.start + s.t).map(blocks_seen).max().unwrap_or(1);
         let width = s.head_dim_v + 2;
         let parts_floats = s.t * s.n_head * most_blocks * width;
+        let heads = AttentionHeads::of(s.n_head / s.n_head_kv, s.head_dim_v);
+        let head_groups = s.n_head / heads.group as usize;
         let per_group = match self.gpu.attention_span {
             Some(span) => span / ATTENTION_BLOCK,
-            None if s.n_head * s.t < ATTENTION_GROUPS && most_blocks > 1 && parts_floats <= MAX_ATTENTION_PARTS => {
-                (s.n_head * s.t * most_blocks / ATTENTION_GROUPS).max(1)
+            None if head_groups * s.t < ATTENTION_GROUPS && most_blocks > 1 && parts_floats <= MAX_ATTENTION_PARTS => {
+                (head_groups * s.t * most_blocks / ATTENTION_GROUPS).max(1)
             }
             None => most_blocks,
         };
@@ -1454,10 +1456,10 @@ impl Pass<'_> {
             0,
         ];
         self.dispatch(
-            Kernel::Attention(layer.format),
+            Kernel::Attention(layer.format, heads),
             &[&q.buf, &layer.k, &layer.v, &out.buf, &parts],
             &params,
-            [s.n_head as u32, s.t as u32, splits as u32],
+            [head_groups as u32, s.t as u32, splits as u32],
         );
         if splits > 1 {
             let window = s.window.unwrap_or(0);

@@ -224,6 +224,30 @@ impl Shareout {
     }
 }
 
+/// How many of a key-value head's query heads an attention workgroup takes
+/// (`group`: each key and value element read once for them), and the
+/// value elements each of its 64 threads holds a head (`per_thread`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AttentionHeads {
+    pub(crate) group: u32,
+    pub(crate) per_thread: u32,
+}
+
+/// The most sums a thread of attention holds for its heads' value elements
+/// (GROUP * PER_THREAD, and as many for a block's): more heads in a
+/// workgroup would hold more registers than a card's thread keeps busy.
+const ATTENTION_SUMS: usize = 16;
+
+impl AttentionHeads {
+    /// The form for heads `dv` wide, `heads_per_kv` of them to a key-value
+    /// head: as many of them as divide it and keep ATTENTION_SUMS.
+    pub(crate) fn of(heads_per_kv: usize, dv: usize) -> AttentionHeads {
+        let per_thread = dv.div_ceil(WG as usize).max(1);
+        let group = (1..=heads_per_kv).rev().find(|g| heads_per_kv % g == 0 && g * per_thread <= ATTENTION_SUMS).unwrap_or(1);
+        AttentionHeads { group: group as u32, per_thread: per_thread as u32 }
+    }
+}
+
 /// Threads a workgroup of the kernels holds (their `WG`).
 const WG: u32 = 64;
 
@@ -295,8 +319,9 @@ pub(crate) enum Kernel {
     /// A sequence's queries rotated, its keys rotated and stored, its values
     /// stored, in a cache of this format.
     RopeStore(KvFormat),
-    /// Attention over a cache of this format.
-    Attention(KvFormat),
+    /// Attention over a cache of this format, a workgroup taking the
+    /// heads and value elements a thread that `AttentionHeads` gives.
+    Attention(KvFormat, AttentionHeads),
     AttentionMerge,
     MoeRoute,
     MoeCombine,
@@ -348,7 +373,7 @@ impl Kernel {
             Kernel::Rope => format!("{ROPE}\n{ROTATE}"),
             Kernel::RopeStore(format) => format!("{ROPE_STORE}\n{ROTATE}\n{}", kv_writes(format)),
             Kernel::KvStore(format) => format!("{KV_STORE}\n{}", kv_writes(format)),
-            Kernel::Attention(format) => {
+            Kernel::Attention(format, heads) => {
                 let block_max = match subgroups.smallest {
                     Some(_) => BLOCK_MAX_SUBGROUPS,
                     None => BLOCK_MAX,
@@ -357,7 +382,8 @@ impl Kernel {
                     KvFormat::F16 => KV_READ_F16,
                     KvFormat::Q8_0 => KV_READ_Q8_0,
                 };
-                format!("{ATTENTION}\n{ATTENTION_BLOCKS}\n{LAID_OUT}\n{}\n{block_max}\n{reads}", invocation(subgroups))
+                let sizes = format!("const GROUP: u32 = {}u;\nconst PER_THREAD: u32 = {}u;", heads.group, heads.per_thread);
+                format!("{ATTENTION}\n{ATTENTION_BLOCKS}\n{LAID_OUT}\n{}\n{block_max}\n{reads}\n{sizes}", invocation(subgroups))
             }
             Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{ATTENTION_BLOCKS}\n{LAID_OUT}"),
             Kernel::MoeRoute => MOE_ROUTE.to_string(),

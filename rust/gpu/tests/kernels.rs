@@ -1032,6 +1032,58 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
     }
 }
 
+/// A workgroup of attention takes several query heads of one key-value
+/// head (each key and value element read once for them), each head's
+/// arithmetic its own: every head gets the bits it gets in a call of its
+/// own, over a cache of its key-value head alone. Both cache formats, a
+/// prompt (each query's blocks in one workgroup) and a decoded token at
+/// depth (its blocks shared out), heads of 64 (four a workgroup) and of 256
+/// (three of six, four value elements a thread).
+#[test]
+fn heads_taken_together_get_the_bits_each_gets_alone() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng(0x9e4d);
+    for format in [KvFormat::F16, KvFormat::Q8_0] {
+        for (n_head, n_head_kv, dk, dv, start, t) in [(8, 2, 64, 64, 90, 9), (8, 2, 64, 64, 700, 1), (6, 2, 64, 256, 70, 3)] {
+            let sh = AttentionShape { t, start, ..shape(n_head, n_head_kv, dk, dv, None) };
+            let (wk, wv) = (n_head_kv * dk, n_head_kv * dv);
+            let n = start + t;
+            let k: Vec<f32> = (0..n * wk).map(|_| 2.0 * rng.unit()).collect();
+            let v: Vec<f32> = (0..n * wv).map(|_| rng.unit()).collect();
+            let q: Vec<f32> = (0..t * n_head * dk).map(|_| rng.unit()).collect();
+            let layer = gpu.kv_layer(n, wk, wv, format).unwrap();
+            let (kb, vb, qb) = (gpu.upload("k", &k).unwrap(), gpu.upload("v", &v).unwrap(), gpu.upload("q", &q).unwrap());
+            let out = gpu.zeros("out", t * n_head * dv).unwrap();
+            let mut pass = gpu.pass();
+            pass.kv_store(&layer, &kb, &vb, 0, n, 0).unwrap();
+            pass.attention(&sh, &qb, &layer, &out).unwrap();
+            pass.submit().unwrap();
+            let together = gpu.read(&out).unwrap();
+            for h in 0..n_head {
+                let kvh = h / (n_head / n_head_kv);
+                let column = |rows: &[f32], width: usize, at: usize, of: usize| -> Vec<f32> {
+                    rows.chunks(width).flat_map(|r| r[at * of..(at + 1) * of].to_vec()).collect()
+                };
+                let one = AttentionShape { n_head: 1, n_head_kv: 1, ..sh };
+                let layer = gpu.kv_layer(n, dk, dv, format).unwrap();
+                let kb = gpu.upload("k", &column(&k, wk, kvh, dk)).unwrap();
+                let vb = gpu.upload("v", &column(&v, wv, kvh, dv)).unwrap();
+                let qb = gpu.upload("q", &column(&q, n_head * dk, h, dk)).unwrap();
+                let out = gpu.zeros("out", t * dv).unwrap();
+                let mut pass = gpu.pass();
+                pass.kv_store(&layer, &kb, &vb, 0, n, 0).unwrap();
+                pass.attention(&one, &qb, &layer, &out).unwrap();
+                pass.submit().unwrap();
+                assert_eq!(
+                    gpu.read(&out).unwrap(),
+                    column(&together, n_head * dv, h, dv),
+                    "{format:?}: head {h} of {n_head} over {n_head_kv}, {t} queries at {start}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_dropped_cache_layer_is_freed_though_kernels_bound_it() {
     if gpu().is_none() {

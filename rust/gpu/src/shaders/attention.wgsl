@@ -2,10 +2,14 @@
 // keys and values (rows at position % ring, f16 or Q8_0: `kv_read_*.wgsl`
 // reads them), each query head reading its group's key-value head, with an
 // optional sliding window: a query at p sees positions p + 1 - window ..= p.
-// One workgroup a (query, head, share of its blocks): its threads score a
-// block of 64 positions at a time, softmax them from the block's maximum,
-// and weigh the value rows by them; the blocks fold into the query's output
-// as `attention_blocks.wgsl` says. A query's blocks may be shared out over
+// One workgroup a (query, GROUP heads of one key-value head, share of the
+// query's blocks): its threads score a block of 64 positions at a time for
+// each of its heads, softmax each head's from its maximum, and weigh the
+// value rows by them, each key and value element read once for the GROUP
+// heads (GROUP and PER_THREAD, the value elements a thread holds, come from
+// `kernels.rs`); each head's arithmetic is one head's alone, so the bits do
+// not depend on GROUP. The blocks fold into each head's output as
+// `attention_blocks.wgsl` says. A query's blocks may be shared out over
 // `splits` workgroups, `blocks_per_group` each (flash-decoding: a decoded
 // token's few heads alone would leave most of a card idle); then each
 // block's maximum, sum and unnormalised output go to `parts`, and
@@ -49,14 +53,15 @@ var<immediate> p: Params;
 
 // A workgroup's threads: one a position of a block.
 const WG: u32 = BLOCK_POSITIONS;
-// A block's scores, folded to their maximum (`block_max`), then its probabilities.
-var<workgroup> maxes: array<f32, WG>;
-var<workgroup> probs: array<f32, WG>;
+// A block's scores of each head, folded to their maximum (`block_max`),
+// then its probabilities: head h's from h * WG.
+var<workgroup> maxes: array<f32, WG * GROUP>;
+var<workgroup> probs: array<f32, WG * GROUP>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     let lid = index_of(invocation);
-    let head = g.x;
+    let head0 = g.x * GROUP;
     let row = g.y;
     let pos = p.start + row;
     let first = first_seen(pos, p.window);
@@ -64,93 +69,117 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     // This workgroup's share of the query's blocks (none where it sees fewer).
     let lo_block = g.z * p.blocks_per_group;
     let hi_block = min(lo_block + p.blocks_per_group, blocks_seen(pos, p.window));
-    let kvh = head / (p.n_head / p.n_head_kv);
-    let q0 = ((p.row0 + row) * p.n_head + head) * p.dk;
+    let kvh = head0 / (p.n_head / p.n_head_kv);
+    let q0 = ((p.row0 + row) * p.n_head + head0) * p.dk;
     let k_stride = p.n_head_kv * p.dk;
     let v_stride = p.n_head_kv * p.dv;
 
-    var m = -3.4e38;
-    var l = 0.0;
-    var acc: array<f32, MAX_PER_THREAD>;
+    var m: array<f32, GROUP>;
+    var l: array<f32, GROUP>;
+    var acc: array<array<f32, PER_THREAD>, GROUP>;
+    for (var h = 0u; h < GROUP; h++) {
+        m[h] = -3.4e38;
+    }
     for (var b = lo_block; b < hi_block; b++) {
         let c0 = (first_block + b) * WG;
         // The block's positions the query sees, c0 + lo..c0 + hi.
         let lo = max(c0, first) - c0;
         let hi = min(c0 + WG, pos + 1u) - c0;
-        var s = -3.4e38;
-        if (lid >= lo && lid < hi) {
-            s = key_dot(q0, ((c0 + lid) % p.ring) * k_stride + kvh * p.dk, p.dk) * p.scale;
+        var s: array<f32, GROUP>;
+        for (var h = 0u; h < GROUP; h++) {
+            s[h] = -3.4e38;
         }
-        // The block's maximum (`block_max.wgsl` or its subgroups' form),
-        // then each position's probability by its own thread, once for the
-        // workgroup rather than once a thread.
-        let block_m = block_max(invocation, s);
-        probs[lid] = exp(s - block_m);
+        if (lid >= lo && lid < hi) {
+            let dots = key_dots(q0, ((c0 + lid) % p.ring) * k_stride + kvh * p.dk, p.dk);
+            for (var h = 0u; h < GROUP; h++) {
+                s[h] = dots[h] * p.scale;
+            }
+        }
+        // Each head's block maximum (`block_max.wgsl` or its subgroups'
+        // form), then each position's probability by its own thread, once
+        // for the workgroup rather than once a thread.
+        var block_m: array<f32, GROUP>;
+        for (var h = 0u; h < GROUP; h++) {
+            block_m[h] = block_max(invocation, s[h], h);
+            probs[h * WG + lid] = exp(s[h] - block_m[h]);
+        }
         workgroupBarrier();
-        var block_l = 0.0;
-        var block_acc: array<f32, MAX_PER_THREAD>;
+        var block_l: array<f32, GROUP>;
+        var block_acc: array<array<f32, PER_THREAD>, GROUP>;
         // Four positions a step, their rows read before they are summed, so
         // that a thread has four reads in flight rather than one.
         var i = lo;
         for (; i + 4u <= hi; i += 4u) {
-            let p0 = probs[i];
-            let p1 = probs[i + 1u];
-            let p2 = probs[i + 2u];
-            let p3 = probs[i + 3u];
-            block_l += p0 + p1 + p2 + p3;
+            var ps: array<vec4<f32>, GROUP>;
+            for (var h = 0u; h < GROUP; h++) {
+                let at = h * WG + i;
+                ps[h] = vec4<f32>(probs[at], probs[at + 1u], probs[at + 2u], probs[at + 3u]);
+                block_l[h] += ps[h].x + ps[h].y + ps[h].z + ps[h].w;
+            }
             let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
             let v1 = ((c0 + i + 1u) % p.ring) * v_stride + kvh * p.dv;
             let v2 = ((c0 + i + 2u) % p.ring) * v_stride + kvh * p.dv;
             let v3 = ((c0 + i + 3u) % p.ring) * v_stride + kvh * p.dv;
-            for (var k = 0u; k < MAX_PER_THREAD; k++) {
+            for (var k = 0u; k < PER_THREAD; k++) {
                 let d = lid + k * WG;
                 if (d < p.dv) {
                     let a = value_at(v0 + d);
                     let b = value_at(v1 + d);
                     let c = value_at(v2 + d);
                     let e = value_at(v3 + d);
-                    block_acc[k] += p0 * a + p1 * b + p2 * c + p3 * e;
+                    for (var h = 0u; h < GROUP; h++) {
+                        block_acc[h][k] += ps[h].x * a + ps[h].y * b + ps[h].z * c + ps[h].w * e;
+                    }
                 }
             }
         }
         for (; i < hi; i++) {
-            let pj = probs[i];
-            block_l += pj;
             let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
-            for (var k = 0u; k < MAX_PER_THREAD; k++) {
+            for (var h = 0u; h < GROUP; h++) {
+                block_l[h] += probs[h * WG + i];
+            }
+            for (var k = 0u; k < PER_THREAD; k++) {
                 let d = lid + k * WG;
                 if (d < p.dv) {
-                    block_acc[k] += pj * value_at(v0 + d);
+                    let a = value_at(v0 + d);
+                    for (var h = 0u; h < GROUP; h++) {
+                        block_acc[h][k] += probs[h * WG + i] * a;
+                    }
                 }
             }
         }
-        if (p.splits == 1u) {
-            let f = fold(m, block_m);
-            l = l * f.kept + block_l * f.added;
-            for (var k = 0u; k < MAX_PER_THREAD; k++) {
-                acc[k] = acc[k] * f.kept + block_acc[k] * f.added;
-            }
-            m = f.top;
-        } else {
-            let at = ((row * p.n_head + head) * p.most_blocks + b) * (p.dv + 2u);
-            if (lid == 0u) {
-                parts[at] = block_m;
-                parts[at + 1u] = block_l;
-            }
-            for (var k = 0u; k < MAX_PER_THREAD; k++) {
-                let d = lid + k * WG;
-                if (d < p.dv) {
-                    parts[at + 2u + d] = block_acc[k];
+        for (var h = 0u; h < GROUP; h++) {
+            if (p.splits == 1u) {
+                let f = fold(m[h], block_m[h]);
+                l[h] = l[h] * f.kept + block_l[h] * f.added;
+                for (var k = 0u; k < PER_THREAD; k++) {
+                    acc[h][k] = acc[h][k] * f.kept + block_acc[h][k] * f.added;
+                }
+                m[h] = f.top;
+            } else {
+                let at = ((row * p.n_head + head0 + h) * p.most_blocks + b) * (p.dv + 2u);
+                if (lid == 0u) {
+                    parts[at] = block_m[h];
+                    parts[at + 1u] = block_l[h];
+                }
+                for (var k = 0u; k < PER_THREAD; k++) {
+                    let d = lid + k * WG;
+                    if (d < p.dv) {
+                        parts[at + 2u + d] = block_acc[h][k];
+                    }
                 }
             }
         }
         workgroupBarrier();
     }
     if (p.splits == 1u) {
-        for (var k = 0u; k < MAX_PER_THREAD; k++) {
-            let d = lid + k * WG;
-            if (d < p.dv) {
-                out[(p.row0 + row) * p.n_head * p.dv + laid_out_at(head * p.dv + d, p.n_head * p.dv, p.block)] = acc[k] / l;
+        let width = p.n_head * p.dv;
+        for (var h = 0u; h < GROUP; h++) {
+            for (var k = 0u; k < PER_THREAD; k++) {
+                let d = lid + k * WG;
+                if (d < p.dv) {
+                    out[(p.row0 + row) * width + laid_out_at((head0 + h) * p.dv + d, width, p.block)] = acc[h][k] / l[h];
+                }
             }
         }
     }

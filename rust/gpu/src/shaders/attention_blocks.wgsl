@@ -9,8 +9,6 @@
 // sums come from a workgroup of its own and the merge folds them.
 
 const BLOCK_POSITIONS: u32 = 64u;
-// Value widths up to 64 * MAX_PER_THREAD (512: Gemma's global heads).
-const MAX_PER_THREAD: u32 = 8u;
 
 // The first position a query at `pos` sees (a window of 0: no window).
 fn first_seen(pos: u32, window: u32) -> u32 {

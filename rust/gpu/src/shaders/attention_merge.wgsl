@@ -20,6 +20,8 @@ struct Params {
 var<immediate> p: Params;
 
 const WG: u32 = 64u;
+// Value widths up to WG * MAX_PER_THREAD (512: Gemma's global heads).
+const MAX_PER_THREAD: u32 = 8u;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
