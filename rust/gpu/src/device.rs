@@ -120,6 +120,8 @@ pub struct Gpu {
     attention_parts: Mutex<Option<wgpu::Buffer>>,
     /// Positions a span of attention holds, where a test sets it.
     attention_span: Option<usize>,
+    /// Queries an attention workgroup takes, where a test or bench sets it.
+    attention_queries: Option<usize>,
     /// Whether a prompt's products are tiled (a bench times both forms).
     tiles: bool,
     fault: Arc<Mutex<Option<GpuError>>>,
@@ -205,6 +207,7 @@ impl Gpu {
             blocked: Mutex::default(),
             attention_parts: Mutex::default(),
             attention_span: None,
+            attention_queries: None,
             tiles: true,
             fault,
         })
@@ -580,6 +583,14 @@ impl Gpu {
     /// outputs are the same bits).
     pub fn split_attention_every(&mut self, positions: usize) {
         self.attention_span = Some(positions.max(1).next_multiple_of(ATTENTION_BLOCK));
+    }
+
+    /// Gives an attention workgroup up to `queries` neighbouring queries
+    /// wherever each query's blocks are one workgroup's, however few
+    /// workgroups that leaves (the tests, to reach that form with small
+    /// prompts; the benches, to time it; the outputs are the same bits).
+    pub fn attention_queries(&mut self, queries: usize) {
+        self.attention_queries = Some(queries);
     }
 
     /// A layer's cache of `ring` rows of keys `width_k` and values
@@ -1423,7 +1434,7 @@ impl Pass<'_> {
         let most_blocks = (s.start..s.start + s.t).map(blocks_seen).max().unwrap_or(1);
         let width = s.head_dim_v + 2;
         let parts_floats = s.t * s.n_head * most_blocks * width;
-        let heads = AttentionHeads::of(s.n_head / s.n_head_kv, s.head_dim_v);
+        let mut heads = AttentionHeads::of(s.n_head / s.n_head_kv, s.head_dim_v);
         let head_groups = s.n_head / heads.group as usize;
         let per_group = match self.gpu.attention_span {
             Some(span) => span / ATTENTION_BLOCK,
@@ -1435,6 +1446,11 @@ impl Pass<'_> {
         let splits = most_blocks.div_ceil(per_group);
         if splits > self.max_groups() {
             return bad("past the dispatch limit");
+        }
+        // Where each query's blocks are one workgroup's, neighbouring
+        // queries share one while the call keeps ATTENTION_GROUPS.
+        if splits == 1 {
+            heads = heads.with_queries(self.gpu.attention_queries.unwrap_or(head_groups * s.t / ATTENTION_GROUPS));
         }
         let parts = self.gpu.grown(&self.gpu.attention_parts, "attention's blocks", if splits > 1 { parts_floats } else { 1 })?;
         let params = [
@@ -1459,7 +1475,7 @@ impl Pass<'_> {
             Kernel::Attention(layer.format, heads),
             &[&q.buf, &layer.k, &layer.v, &out.buf, &parts],
             &params,
-            [head_groups as u32, s.t as u32, splits as u32],
+            [head_groups as u32, s.t.div_ceil(heads.queries as usize) as u32, splits as u32],
         );
         if splits > 1 {
             let window = s.window.unwrap_or(0);

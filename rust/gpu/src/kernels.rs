@@ -225,26 +225,36 @@ impl Shareout {
 }
 
 /// How many of a key-value head's query heads an attention workgroup takes
-/// (`group`: each key and value element read once for them), and the
-/// value elements each of its 64 threads holds a head (`per_thread`).
+/// (`group`), and how many neighbouring queries (`queries`), each key and
+/// value element read once for all those (query, head) pairs; and the value
+/// elements each of its 64 threads holds a pair (`per_thread`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AttentionHeads {
     pub(crate) group: u32,
+    pub(crate) queries: u32,
     pub(crate) per_thread: u32,
 }
 
-/// The most sums a thread of attention holds for its heads' value elements
-/// (GROUP * PER_THREAD, and as many for a block's): more heads in a
+/// The most sums a thread of attention holds for its pairs' value elements
+/// (PAIRS * PER_THREAD, and as many for a block's): more pairs in a
 /// workgroup would hold more registers than a card's thread keeps busy.
 const ATTENTION_SUMS: usize = 16;
 
 impl AttentionHeads {
     /// The form for heads `dv` wide, `heads_per_kv` of them to a key-value
-    /// head: as many of them as divide it and keep ATTENTION_SUMS.
+    /// head: as many of them as divide it and keep ATTENTION_SUMS, and one
+    /// query a workgroup.
     pub(crate) fn of(heads_per_kv: usize, dv: usize) -> AttentionHeads {
         let per_thread = dv.div_ceil(WG as usize).max(1);
         let group = (1..=heads_per_kv).rev().find(|g| heads_per_kv % g == 0 && g * per_thread <= ATTENTION_SUMS).unwrap_or(1);
-        AttentionHeads { group: group as u32, per_thread: per_thread as u32 }
+        AttentionHeads { group: group as u32, queries: 1, per_thread: per_thread as u32 }
+    }
+
+    /// With up to `queries` queries a workgroup, as many as keep
+    /// ATTENTION_SUMS.
+    pub(crate) fn with_queries(self, queries: usize) -> AttentionHeads {
+        let most = ATTENTION_SUMS / (self.group * self.per_thread) as usize;
+        AttentionHeads { queries: queries.clamp(1, most.max(1)) as u32, ..self }
     }
 }
 
@@ -320,7 +330,7 @@ pub(crate) enum Kernel {
     /// stored, in a cache of this format.
     RopeStore(KvFormat),
     /// Attention over a cache of this format, a workgroup taking the
-    /// heads and value elements a thread that `AttentionHeads` gives.
+    /// queries, heads and value elements a thread that `AttentionHeads` gives.
     Attention(KvFormat, AttentionHeads),
     AttentionMerge,
     MoeRoute,
@@ -382,7 +392,10 @@ impl Kernel {
                     KvFormat::F16 => KV_READ_F16,
                     KvFormat::Q8_0 => KV_READ_Q8_0,
                 };
-                let sizes = format!("const GROUP: u32 = {}u;\nconst PER_THREAD: u32 = {}u;", heads.group, heads.per_thread);
+                let sizes = format!(
+                    "const GROUP: u32 = {}u;\nconst QUERIES: u32 = {}u;\nconst PER_THREAD: u32 = {}u;",
+                    heads.group, heads.queries, heads.per_thread
+                );
                 format!("{ATTENTION}\n{ATTENTION_BLOCKS}\n{LAID_OUT}\n{}\n{block_max}\n{reads}\n{sizes}", invocation(subgroups))
             }
             Kernel::AttentionMerge => format!("{ATTENTION_MERGE}\n{ATTENTION_BLOCKS}\n{LAID_OUT}"),

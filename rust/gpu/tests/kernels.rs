@@ -978,7 +978,9 @@ fn attention_split_into_spans_matches_the_cpu() {
 /// queries of its pass and however the blocks are shared out over
 /// workgroups (what a hybrid's checkpoints and the pass-size invariance of
 /// the slots stand on). By default a decoded token's blocks are shared out
-/// and a long prompt's are not; the tests also force both ways.
+/// and a long prompt's are not; the tests also force both ways, and
+/// workgroups of several neighbouring queries (each key and value row read
+/// once for them, the queries' first and last blocks their own).
 #[test]
 fn a_prompts_queries_get_the_attention_each_gets_alone() {
     if gpu().is_none() {
@@ -986,10 +988,19 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
     }
     let mut rng = Rng(0xa77e);
     let mut devices: Vec<(Gpu, &str)> = Vec::new();
-    for (span, how) in [(None, "as the device chooses"), (Some(1 << 20), "whole"), (Some(64), "a block a workgroup")] {
+    for (span, queries, how) in [
+        (None, None, "as the device chooses"),
+        (Some(1 << 20), None, "whole"),
+        (Some(64), None, "a block a workgroup"),
+        (Some(1 << 20), Some(4), "whole, four queries a workgroup"),
+        (None, Some(3), "three queries a workgroup where not shared out"),
+    ] {
         let mut gpu = Gpu::open(None).unwrap();
         if let Some(span) = span {
             gpu.split_attention_every(span);
+        }
+        if let Some(queries) = queries {
+            gpu.attention_queries(queries);
         }
         devices.push((gpu, how));
     }
@@ -1038,12 +1049,16 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
 /// own, over a cache of its key-value head alone. Both cache formats, a
 /// prompt (each query's blocks in one workgroup) and a decoded token at
 /// depth (its blocks shared out), heads of 64 (four a workgroup) and of 256
-/// (three of six, four value elements a thread).
+/// (three of six, four value elements a thread); and the same with
+/// workgroups of up to four queries.
 #[test]
 fn heads_taken_together_get_the_bits_each_gets_alone() {
-    let Some(gpu) = gpu() else { return };
+    let Some(alone) = gpu() else { return };
+    let mut tiled = Gpu::open(None).unwrap();
+    tiled.split_attention_every(1 << 20);
+    tiled.attention_queries(4);
     let mut rng = Rng(0x9e4d);
-    for format in [KvFormat::F16, KvFormat::Q8_0] {
+    for (format, gpu) in [(KvFormat::F16, alone), (KvFormat::Q8_0, alone), (KvFormat::F16, &tiled), (KvFormat::Q8_0, &tiled)] {
         for (n_head, n_head_kv, dk, dv, start, t) in [(8, 2, 64, 64, 90, 9), (8, 2, 64, 64, 700, 1), (6, 2, 64, 256, 70, 3)] {
             let sh = AttentionShape { t, start, ..shape(n_head, n_head_kv, dk, dv, None) };
             let (wk, wv) = (n_head_kv * dk, n_head_kv * dv);

@@ -3,11 +3,13 @@
 //! each after `-d` tokens already in the cache (none by default), in tokens
 //! a second, as llama-bench reports them.
 //!
-//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [-ctk f16|q8_0] [--device NAME] [--json] [--device-only] [--no-tiles]
+//!     cargo run --release -p ember-model --example device_bench -- MODEL.gguf [-p 512] [-n 128] [-d 0] [-ctk f16|q8_0] [--device NAME] [--json] [--device-only] [--no-tiles] [--attention-queries N]
 //!
 //! `-ctk` is the cache type on both sides, as llama-bench's (f16 by default).
-//! `--no-tiles` keeps the prompt's products from the tiled form, so that a
-//! card times both forms.
+//! `--no-tiles` keeps the prompt's products from the tiled form, and
+//! `--attention-queries N` gives a prompt's attention workgroups up to N
+//! queries each (by default as many as keep 512 workgroups), so that a card
+//! times the forms.
 //! `--json` prints one line of the figures instead of the table
 //! (`benches/gpu_bench.py` reads it); `--device-only` leaves the CPU's
 //! figures out (a large model's take minutes on the CPU).
@@ -24,6 +26,7 @@ fn main() {
     let (mut path, mut pp, mut tg, mut depth, mut device, mut json, mut cpu) = (None, 512usize, 128usize, 0usize, None, false, true);
     let mut kv = KvType::F16;
     let mut tiles = true;
+    let mut attention_queries = None;
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{what} needs a value"));
         match a.as_str() {
@@ -35,6 +38,7 @@ fn main() {
             "--json" => json = true,
             "--device-only" => cpu = false,
             "--no-tiles" => tiles = false,
+            "--attention-queries" => attention_queries = Some(value("--attention-queries").parse().expect("--attention-queries: a number")),
             _ => path = Some(a),
         }
     }
@@ -43,6 +47,9 @@ fn main() {
     let mut gpu = Gpu::open(device.as_deref()).unwrap_or_else(|e| panic!("{e}"));
     if !tiles {
         gpu.without_tiles();
+    }
+    if let Some(queries) = attention_queries {
+        gpu.attention_queries(queries);
     }
     let gpu = Arc::new(gpu);
     let t0 = Instant::now();

@@ -2,18 +2,20 @@
 // keys and values (rows at position % ring, f16 or Q8_0: `kv_read_*.wgsl`
 // reads them), each query head reading its group's key-value head, with an
 // optional sliding window: a query at p sees positions p + 1 - window ..= p.
-// One workgroup a (query, GROUP heads of one key-value head, share of the
-// query's blocks): its threads score a block of 64 positions at a time for
-// each of its heads, softmax each head's from its maximum, and weigh the
-// value rows by them, each key and value element read once for the GROUP
-// heads (GROUP and PER_THREAD, the value elements a thread holds, come from
-// `kernels.rs`); each head's arithmetic is one head's alone, so the bits do
-// not depend on GROUP. The blocks fold into each head's output as
+// One workgroup a (QUERIES neighbouring queries, GROUP heads of one
+// key-value head, share of the queries' blocks): its threads score a block
+// of 64 positions at a time for each (query, head) pair, softmax each
+// pair's from its maximum, and weigh the value rows by them, each key and
+// value element read once for all the pairs (GROUP, QUERIES and
+// PER_THREAD, the value elements a thread holds, come from `kernels.rs`).
+// Each pair's arithmetic is one pair's alone, so the bits depend on neither
+// GROUP nor QUERIES. The blocks fold into each pair's output as
 // `attention_blocks.wgsl` says. A query's blocks may be shared out over
-// `splits` workgroups, `blocks_per_group` each (flash-decoding: a decoded
-// token's few heads alone would leave most of a card idle); then each
-// block's maximum, sum and unnormalised output go to `parts`, and
-// `attention_merge.wgsl` folds them, in the order one workgroup would.
+// `splits` workgroups, `blocks_per_group` each, QUERIES being 1
+// (flash-decoding: a decoded token's few heads alone would leave most of a
+// card idle); then each block's maximum, sum and unnormalised output go to
+// `parts`, and `attention_merge.wgsl` folds them, in the order one
+// workgroup would.
 
 struct Params {
     t: u32,
@@ -53,119 +55,124 @@ var<immediate> p: Params;
 
 // A workgroup's threads: one a position of a block.
 const WG: u32 = BLOCK_POSITIONS;
-// A block's scores of each head, folded to their maximum (`block_max`),
-// then its probabilities: head h's from h * WG.
-var<workgroup> maxes: array<f32, WG * GROUP>;
-var<workgroup> probs: array<f32, WG * GROUP>;
+// The (query, head) pairs a workgroup takes: pair n is query n / GROUP of
+// its QUERIES and head n % GROUP of its GROUP.
+const PAIRS: u32 = GROUP * QUERIES;
+// A block's scores of each pair, folded to their maximum (`block_maxes`),
+// then its probabilities: pair n's from n * WG.
+var<workgroup> maxes: array<f32, WG * PAIRS>;
+var<workgroup> probs: array<f32, WG * PAIRS>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     let lid = index_of(invocation);
     let head0 = g.x * GROUP;
-    let row = g.y;
-    let pos = p.start + row;
-    let first = first_seen(pos, p.window);
-    let first_block = first / WG;
-    // This workgroup's share of the query's blocks (none where it sees fewer).
-    let lo_block = g.z * p.blocks_per_group;
-    let hi_block = min(lo_block + p.blocks_per_group, blocks_seen(pos, p.window));
+    let row0 = g.y * QUERIES;
     let kvh = head0 / (p.n_head / p.n_head_kv);
-    let q0 = ((p.row0 + row) * p.n_head + head0) * p.dk;
     let k_stride = p.n_head_kv * p.dk;
     let v_stride = p.n_head_kv * p.dv;
+    // Each query's first and last blocks (counted from position 0); a query
+    // past the last (a short last tile) walks its last query's, unwritten.
+    var pos: array<u32, QUERIES>;
+    var first: array<u32, QUERIES>;
+    var first_block: array<u32, QUERIES>;
+    // Where each pair's query lies in q.
+    var q_at: array<u32, PAIRS>;
+    for (var qi = 0u; qi < QUERIES; qi++) {
+        let row = min(row0 + qi, p.t - 1u);
+        pos[qi] = p.start + row;
+        first[qi] = first_seen(pos[qi], p.window);
+        first_block[qi] = first[qi] / WG;
+        for (var h = 0u; h < GROUP; h++) {
+            q_at[qi * GROUP + h] = ((p.row0 + row) * p.n_head + head0 + h) * p.dk;
+        }
+    }
+    // This workgroup's blocks: from the first query's first (its blocks
+    // start no later than the others'), a share of them where they are
+    // shared out, to the last query's last.
+    let lo_block = first_block[0] + g.z * p.blocks_per_group;
+    let hi_block = min(lo_block + p.blocks_per_group, pos[QUERIES - 1u] / WG + 1u);
 
-    var m: array<f32, GROUP>;
-    var l: array<f32, GROUP>;
-    var acc: array<array<f32, PER_THREAD>, GROUP>;
-    for (var h = 0u; h < GROUP; h++) {
-        m[h] = -3.4e38;
+    var m: array<f32, PAIRS>;
+    var l: array<f32, PAIRS>;
+    var acc: array<array<f32, PER_THREAD>, PAIRS>;
+    for (var n = 0u; n < PAIRS; n++) {
+        m[n] = -3.4e38;
     }
     for (var b = lo_block; b < hi_block; b++) {
-        let c0 = (first_block + b) * WG;
-        // The block's positions the query sees, c0 + lo..c0 + hi.
-        let lo = max(c0, first) - c0;
-        let hi = min(c0 + WG, pos + 1u) - c0;
-        var s: array<f32, GROUP>;
-        for (var h = 0u; h < GROUP; h++) {
-            s[h] = -3.4e38;
+        let c0 = b * WG;
+        // Each query's positions of the block, c0 + lo..c0 + hi, and
+        // whether it sees the block at all; whether every query that sees
+        // it sees all of it.
+        var lo: array<u32, QUERIES>;
+        var hi: array<u32, QUERIES>;
+        var sees: array<bool, QUERIES>;
+        var whole = true;
+        var any_sees_lid = false;
+        for (var qi = 0u; qi < QUERIES; qi++) {
+            sees[qi] = b >= first_block[qi] && b <= pos[qi] / WG;
+            lo[qi] = select(0u, max(c0, first[qi]) - c0, sees[qi]);
+            hi[qi] = select(0u, min(c0 + WG, pos[qi] + 1u) - c0, sees[qi]);
+            whole = whole && (!sees[qi] || (lo[qi] == 0u && hi[qi] == WG));
+            any_sees_lid = any_sees_lid || (lid >= lo[qi] && lid < hi[qi]);
         }
-        if (lid >= lo && lid < hi) {
-            let dots = key_dots(q0, ((c0 + lid) % p.ring) * k_stride + kvh * p.dk, p.dk);
-            for (var h = 0u; h < GROUP; h++) {
-                s[h] = dots[h] * p.scale;
+        var s: array<f32, PAIRS>;
+        for (var n = 0u; n < PAIRS; n++) {
+            s[n] = -3.4e38;
+        }
+        if (any_sees_lid) {
+            let dots = key_dots(q_at, ((c0 + lid) % p.ring) * k_stride + kvh * p.dk, p.dk);
+            for (var n = 0u; n < PAIRS; n++) {
+                let qi = n / GROUP;
+                if (lid >= lo[qi] && lid < hi[qi]) {
+                    s[n] = dots[n] * p.scale;
+                }
             }
         }
-        // Each head's block maximum (`block_max.wgsl` or its subgroups'
+        // Each pair's block maximum (`block_max.wgsl` or its subgroups'
         // form), then each position's probability by its own thread, once
         // for the workgroup rather than once a thread.
-        var block_m: array<f32, GROUP>;
-        for (var h = 0u; h < GROUP; h++) {
-            block_m[h] = block_max(invocation, s[h], h);
-            probs[h * WG + lid] = exp(s[h] - block_m[h]);
+        let block_m = block_maxes(invocation, s);
+        for (var n = 0u; n < PAIRS; n++) {
+            probs[n * WG + lid] = exp(s[n] - block_m[n]);
         }
         workgroupBarrier();
-        var block_l: array<f32, GROUP>;
-        var block_acc: array<array<f32, PER_THREAD>, GROUP>;
-        // Four positions a step, their rows read before they are summed, so
-        // that a thread has four reads in flight rather than one.
-        var i = lo;
-        for (; i + 4u <= hi; i += 4u) {
-            var ps: array<vec4<f32>, GROUP>;
-            for (var h = 0u; h < GROUP; h++) {
-                let at = h * WG + i;
-                ps[h] = vec4<f32>(probs[at], probs[at + 1u], probs[at + 2u], probs[at + 3u]);
-                block_l[h] += ps[h].x + ps[h].y + ps[h].z + ps[h].w;
-            }
-            let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
-            let v1 = ((c0 + i + 1u) % p.ring) * v_stride + kvh * p.dv;
-            let v2 = ((c0 + i + 2u) % p.ring) * v_stride + kvh * p.dv;
-            let v3 = ((c0 + i + 3u) % p.ring) * v_stride + kvh * p.dv;
-            for (var k = 0u; k < PER_THREAD; k++) {
-                let d = lid + k * WG;
-                if (d < p.dv) {
-                    let a = value_at(v0 + d);
-                    let b = value_at(v1 + d);
-                    let c = value_at(v2 + d);
-                    let e = value_at(v3 + d);
-                    for (var h = 0u; h < GROUP; h++) {
-                        block_acc[h][k] += ps[h].x * a + ps[h].y * b + ps[h].z * c + ps[h].w * e;
-                    }
+        var block_l: array<f32, PAIRS>;
+        var block_acc: array<array<f32, PER_THREAD>, PAIRS>;
+        if (whole) {
+            // Every query that sees the block sees all of it: the value rows
+            // read once for them all.
+            weigh(lid, c0, kvh, v_stride, 0u, WG, 0u, PAIRS, &block_l, &block_acc);
+        } else {
+            for (var qi = 0u; qi < QUERIES; qi++) {
+                if (sees[qi]) {
+                    weigh(lid, c0, kvh, v_stride, lo[qi], hi[qi], qi * GROUP, qi * GROUP + GROUP, &block_l, &block_acc);
                 }
             }
         }
-        for (; i < hi; i++) {
-            let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
-            for (var h = 0u; h < GROUP; h++) {
-                block_l[h] += probs[h * WG + i];
+        for (var n = 0u; n < PAIRS; n++) {
+            let qi = n / GROUP;
+            if (!sees[qi]) {
+                continue;
             }
-            for (var k = 0u; k < PER_THREAD; k++) {
-                let d = lid + k * WG;
-                if (d < p.dv) {
-                    let a = value_at(v0 + d);
-                    for (var h = 0u; h < GROUP; h++) {
-                        block_acc[h][k] += probs[h * WG + i] * a;
-                    }
-                }
-            }
-        }
-        for (var h = 0u; h < GROUP; h++) {
             if (p.splits == 1u) {
-                let f = fold(m[h], block_m[h]);
-                l[h] = l[h] * f.kept + block_l[h] * f.added;
+                let f = fold(m[n], block_m[n]);
+                l[n] = l[n] * f.kept + block_l[n] * f.added;
                 for (var k = 0u; k < PER_THREAD; k++) {
-                    acc[h][k] = acc[h][k] * f.kept + block_acc[h][k] * f.added;
+                    acc[n][k] = acc[n][k] * f.kept + block_acc[n][k] * f.added;
                 }
-                m[h] = f.top;
+                m[n] = f.top;
             } else {
-                let at = ((row * p.n_head + head0 + h) * p.most_blocks + b) * (p.dv + 2u);
+                let head = head0 + n % GROUP;
+                let at = (((row0 + qi) * p.n_head + head) * p.most_blocks + b - first_block[qi]) * (p.dv + 2u);
                 if (lid == 0u) {
-                    parts[at] = block_m[h];
-                    parts[at + 1u] = block_l[h];
+                    parts[at] = block_m[n];
+                    parts[at + 1u] = block_l[n];
                 }
                 for (var k = 0u; k < PER_THREAD; k++) {
                     let d = lid + k * WG;
                     if (d < p.dv) {
-                        parts[at + 2u + d] = block_acc[h][k];
+                        parts[at + 2u + d] = block_acc[n][k];
                     }
                 }
             }
@@ -174,11 +181,74 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     }
     if (p.splits == 1u) {
         let width = p.n_head * p.dv;
-        for (var h = 0u; h < GROUP; h++) {
+        for (var n = 0u; n < PAIRS; n++) {
+            let row = row0 + n / GROUP;
+            if (row >= p.t) {
+                continue;
+            }
             for (var k = 0u; k < PER_THREAD; k++) {
                 let d = lid + k * WG;
                 if (d < p.dv) {
-                    out[(p.row0 + row) * width + laid_out_at((head0 + h) * p.dv + d, width, p.block)] = acc[h][k] / l[h];
+                    out[(p.row0 + row) * width + laid_out_at((head0 + n % GROUP) * p.dv + d, width, p.block)] = acc[n][k] / l[n];
+                }
+            }
+        }
+    }
+}
+
+// Pairs pair_lo..pair_hi's probabilities of the block's positions
+// c0 + lo..c0 + hi weighing their value rows, into their block sums:
+// four positions a step, their rows read before they are summed, so that
+// a thread has four reads in flight rather than one; each value element
+// read once for the pairs.
+fn weigh(
+    lid: u32,
+    c0: u32,
+    kvh: u32,
+    v_stride: u32,
+    lo: u32,
+    hi: u32,
+    pair_lo: u32,
+    pair_hi: u32,
+    block_l: ptr<function, array<f32, PAIRS>>,
+    block_acc: ptr<function, array<array<f32, PER_THREAD>, PAIRS>>,
+) {
+    var i = lo;
+    for (; i + 4u <= hi; i += 4u) {
+        var ps: array<vec4<f32>, PAIRS>;
+        for (var n = pair_lo; n < pair_hi; n++) {
+            let at = n * WG + i;
+            ps[n] = vec4<f32>(probs[at], probs[at + 1u], probs[at + 2u], probs[at + 3u]);
+            (*block_l)[n] += ps[n].x + ps[n].y + ps[n].z + ps[n].w;
+        }
+        let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
+        let v1 = ((c0 + i + 1u) % p.ring) * v_stride + kvh * p.dv;
+        let v2 = ((c0 + i + 2u) % p.ring) * v_stride + kvh * p.dv;
+        let v3 = ((c0 + i + 3u) % p.ring) * v_stride + kvh * p.dv;
+        for (var k = 0u; k < PER_THREAD; k++) {
+            let d = lid + k * WG;
+            if (d < p.dv) {
+                let a = value_at(v0 + d);
+                let b = value_at(v1 + d);
+                let c = value_at(v2 + d);
+                let e = value_at(v3 + d);
+                for (var n = pair_lo; n < pair_hi; n++) {
+                    (*block_acc)[n][k] += ps[n].x * a + ps[n].y * b + ps[n].z * c + ps[n].w * e;
+                }
+            }
+        }
+    }
+    for (; i < hi; i++) {
+        let v0 = ((c0 + i) % p.ring) * v_stride + kvh * p.dv;
+        for (var n = pair_lo; n < pair_hi; n++) {
+            (*block_l)[n] += probs[n * WG + i];
+        }
+        for (var k = 0u; k < PER_THREAD; k++) {
+            let d = lid + k * WG;
+            if (d < p.dv) {
+                let a = value_at(v0 + d);
+                for (var n = pair_lo; n < pair_hi; n++) {
+                    (*block_acc)[n][k] += probs[n * WG + i] * a;
                 }
             }
         }

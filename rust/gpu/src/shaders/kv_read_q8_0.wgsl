@@ -7,26 +7,26 @@ fn quant_at(word: u32, i: u32) -> f32 {
     return f32(bitcast<i32>(word << (24u - 8u * (i & 3u))) >> 24u);
 }
 
-// Σ_d q[q0 + h dk + d] · key element i0 + d over d < dk (whole blocks),
-// for each of the GROUP heads whose queries lie from q0: the key's words
-// read once for them all, each head's sum taken as one head's alone would be.
-fn key_dots(q0: u32, i0: u32, dk: u32) -> array<f32, GROUP> {
+// Σ_d q[q_at[n] + d] · key element i0 + d over d < dk (whole blocks), for
+// each of the PAIRS queries whose rows lie at q_at: the key's words read
+// once for them all, each pair's sum taken as one pair's alone would be.
+fn key_dots(q_at: array<u32, PAIRS>, i0: u32, dk: u32) -> array<f32, PAIRS> {
     let scales = p.ring * p.n_head_kv * p.dk / 4u;
-    var dots: array<f32, GROUP>;
+    var dots: array<f32, PAIRS>;
     for (var b = 0u; b < dk; b += 32u) {
-        var s: array<f32, GROUP>;
+        var s: array<f32, PAIRS>;
         for (var j = 0u; j < 32u; j += 4u) {
             let word = cache_k[(i0 + b + j) >> 2u];
             for (var k = 0u; k < 4u; k++) {
                 let quant = quant_at(word, k);
-                for (var h = 0u; h < GROUP; h++) {
-                    s[h] += q[q0 + h * dk + b + j + k] * quant;
+                for (var n = 0u; n < PAIRS; n++) {
+                    s[n] += q[q_at[n] + b + j + k] * quant;
                 }
             }
         }
         let scale = bitcast<f32>(cache_k[scales + (i0 + b) / 32u]);
-        for (var h = 0u; h < GROUP; h++) {
-            dots[h] += s[h] * scale;
+        for (var n = 0u; n < PAIRS; n++) {
+            dots[n] += s[n] * scale;
         }
     }
     return dots;
