@@ -1005,9 +1005,11 @@ fn a_prompts_queries_get_the_attention_each_gets_alone() {
         devices.push((gpu, how));
     }
     // No window, a window reaching back to the start, one that does not
-    // (each query's first block partly outside it), and a prompt of
-    // queries enough (with its four heads) to take a workgroup each.
-    for (window, start, t) in [(None, 100, 11), (Some(200), 100, 11), (Some(40), 100, 11), (None, 0, 7), (None, 150, 130)] {
+    // (each query's first block partly outside it), a prompt of queries
+    // enough (with its four heads) to take a workgroup each, and one in a
+    // window of 64 whose workgroups of several queries see three blocks
+    // between them where each query sees two.
+    for (window, start, t) in [(None, 100, 11), (Some(200), 100, 11), (Some(40), 100, 11), (None, 0, 7), (None, 150, 130), (Some(64), 122, 300)] {
         let sh = AttentionShape { t, start, row0: 0, ..shape(4, 2, 32, 48, window) };
         let (wk, wv, wq, wo) = (2 * 32, 2 * 48, 4 * 32, 4 * 48);
         let n = start + t;

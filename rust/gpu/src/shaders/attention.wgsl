@@ -71,8 +71,9 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     let kvh = head0 / (p.n_head / p.n_head_kv);
     let k_stride = p.n_head_kv * p.dk;
     let v_stride = p.n_head_kv * p.dv;
-    // Each query's first and last blocks (counted from position 0); a query
-    // past the last (a short last tile) walks its last query's, unwritten.
+    // Each query's position and first block (counted from position 0); in
+    // a short last workgroup, the queries past the call's last repeat it
+    // and are not written.
     var pos: array<u32, QUERIES>;
     var first: array<u32, QUERIES>;
     var first_block: array<u32, QUERIES>;
@@ -88,10 +89,14 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
         }
     }
     // This workgroup's blocks: from the first query's first (its blocks
-    // start no later than the others'), a share of them where they are
-    // shared out, to the last query's last.
+    // start no later than the others') to the last query's last, or a share
+    // of the one query's where they are shared out (in a window, the
+    // queries' blocks together may be more than any one query's).
     let lo_block = first_block[0] + g.z * p.blocks_per_group;
-    let hi_block = min(lo_block + p.blocks_per_group, pos[QUERIES - 1u] / WG + 1u);
+    var hi_block = pos[QUERIES - 1u] / WG + 1u;
+    if (p.splits > 1u) {
+        hi_block = min(lo_block + p.blocks_per_group, hi_block);
+    }
 
     var m: array<f32, PAIRS>;
     var l: array<f32, PAIRS>;
