@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use ember_gguf::GgmlType;
 
 use crate::error::{GpuError, Result};
-use crate::kernels::{AttentionHeads, Kernel, Pipelines, Shareout, Subgroups};
+use crate::kernels::{AttentionPairs, Kernel, Pipelines, Shareout, Subgroups};
 
 /// What kind of device an adapter is, as the driver says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1434,8 +1434,8 @@ impl Pass<'_> {
         let most_blocks = (s.start..s.start + s.t).map(blocks_seen).max().unwrap_or(1);
         let width = s.head_dim_v + 2;
         let parts_floats = s.t * s.n_head * most_blocks * width;
-        let mut heads = AttentionHeads::of(s.n_head / s.n_head_kv, s.head_dim_v);
-        let head_groups = s.n_head / heads.group as usize;
+        let mut pairs = AttentionPairs::of(s.n_head / s.n_head_kv, s.head_dim_v);
+        let head_groups = s.n_head / pairs.group as usize;
         let per_group = match self.gpu.attention_span {
             Some(span) => span / ATTENTION_BLOCK,
             None if head_groups * s.t < ATTENTION_GROUPS && most_blocks > 1 && parts_floats <= MAX_ATTENTION_PARTS => {
@@ -1450,7 +1450,7 @@ impl Pass<'_> {
         // Where each query's blocks are one workgroup's, neighbouring
         // queries share one while the call keeps ATTENTION_GROUPS.
         if splits == 1 {
-            heads = heads.with_queries(self.gpu.attention_queries.unwrap_or(head_groups * s.t / ATTENTION_GROUPS));
+            pairs = pairs.with_queries(self.gpu.attention_queries.unwrap_or(head_groups * s.t / ATTENTION_GROUPS));
         }
         let parts = self.gpu.grown(&self.gpu.attention_parts, "attention's blocks", if splits > 1 { parts_floats } else { 1 })?;
         let params = [
@@ -1472,10 +1472,10 @@ impl Pass<'_> {
             0,
         ];
         self.dispatch(
-            Kernel::Attention(layer.format, heads),
+            Kernel::Attention(layer.format, pairs),
             &[&q.buf, &layer.k, &layer.v, &out.buf, &parts],
             &params,
-            [head_groups as u32, s.t.div_ceil(heads.queries as usize) as u32, splits as u32],
+            [head_groups as u32, s.t.div_ceil(pairs.queries as usize) as u32, splits as u32],
         );
         if splits > 1 {
             let window = s.window.unwrap_or(0);

@@ -229,7 +229,7 @@ impl Shareout {
 /// value element read once for all those (query, head) pairs; and the value
 /// elements each of its 64 threads holds a pair (`per_thread`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct AttentionHeads {
+pub(crate) struct AttentionPairs {
     pub(crate) group: u32,
     pub(crate) queries: u32,
     pub(crate) per_thread: u32,
@@ -240,21 +240,21 @@ pub(crate) struct AttentionHeads {
 /// workgroup would hold more registers than a card's thread keeps busy.
 const ATTENTION_SUMS: usize = 16;
 
-impl AttentionHeads {
+impl AttentionPairs {
     /// The form for heads `dv` wide, `heads_per_kv` of them to a key-value
     /// head: as many of them as divide it and keep ATTENTION_SUMS, and one
     /// query a workgroup.
-    pub(crate) fn of(heads_per_kv: usize, dv: usize) -> AttentionHeads {
+    pub(crate) fn of(heads_per_kv: usize, dv: usize) -> AttentionPairs {
         let per_thread = dv.div_ceil(WG as usize).max(1);
         let group = (1..=heads_per_kv).rev().find(|g| heads_per_kv % g == 0 && g * per_thread <= ATTENTION_SUMS).unwrap_or(1);
-        AttentionHeads { group: group as u32, queries: 1, per_thread: per_thread as u32 }
+        AttentionPairs { group: group as u32, queries: 1, per_thread: per_thread as u32 }
     }
 
     /// With up to `queries` queries a workgroup, as many as keep
     /// ATTENTION_SUMS.
-    pub(crate) fn with_queries(self, queries: usize) -> AttentionHeads {
+    pub(crate) fn with_queries(self, queries: usize) -> AttentionPairs {
         let most = ATTENTION_SUMS / (self.group * self.per_thread) as usize;
-        AttentionHeads { queries: queries.clamp(1, most.max(1)) as u32, ..self }
+        AttentionPairs { queries: queries.clamp(1, most.max(1)) as u32, ..self }
     }
 }
 
@@ -330,8 +330,8 @@ pub(crate) enum Kernel {
     /// stored, in a cache of this format.
     RopeStore(KvFormat),
     /// Attention over a cache of this format, a workgroup taking the
-    /// queries, heads and value elements a thread that `AttentionHeads` gives.
-    Attention(KvFormat, AttentionHeads),
+    /// queries, heads and value elements a thread that `AttentionPairs` gives.
+    Attention(KvFormat, AttentionPairs),
     AttentionMerge,
     MoeRoute,
     MoeCombine,
@@ -383,7 +383,7 @@ impl Kernel {
             Kernel::Rope => format!("{ROPE}\n{ROTATE}"),
             Kernel::RopeStore(format) => format!("{ROPE_STORE}\n{ROTATE}\n{}", kv_writes(format)),
             Kernel::KvStore(format) => format!("{KV_STORE}\n{}", kv_writes(format)),
-            Kernel::Attention(format, heads) => {
+            Kernel::Attention(format, pairs) => {
                 let block_max = match subgroups.smallest {
                     Some(_) => BLOCK_MAX_SUBGROUPS,
                     None => BLOCK_MAX,
@@ -394,7 +394,7 @@ impl Kernel {
                 };
                 let sizes = format!(
                     "const GROUP: u32 = {}u;\nconst QUERIES: u32 = {}u;\nconst PER_THREAD: u32 = {}u;",
-                    heads.group, heads.queries, heads.per_thread
+                    pairs.group, pairs.queries, pairs.per_thread
                 );
                 format!("{ATTENTION}\n{ATTENTION_BLOCKS}\n{LAID_OUT}\n{}\n{block_max}\n{reads}\n{sizes}", invocation(subgroups))
             }
