@@ -193,15 +193,23 @@ def test_a_web_page_cannot_shut_the_server_down(server):
     alive(server)
 
 
-SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+# The number is bounded so that every document the schema admits fits the
+# token budget: an unbounded integer let greedy decoding on another CPU's
+# kernels run a 16-digit number into the limit, and a document cut short by
+# the budget is not the schema's failure. The budget is the grammar's worst
+# case: three runs of whitespace (a newline and at most 20 spaces each, one
+# token a character at worst), `{`, `"n"`, `:`, three digits and `}`.
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}},
+          "required": ["n"], "additionalProperties": False}
+BUDGET = 3 * 21 + 1 + 3 + 1 + 3 + 1
 ASK = "Give a number."
 ANSWERS = {
-    "/v1/messages": ({"messages": [{"role": "user", "content": ASK}], "max_tokens": 24},
+    "/v1/messages": ({"messages": [{"role": "user", "content": ASK}], "max_tokens": BUDGET},
                      lambda r: r["content"][0]["text"]),
-    "/v1/responses": ({"input": ASK, "max_output_tokens": 24}, lambda r: r["output"][-1]["content"][0]["text"]),
-    "/api/chat": ({"messages": [{"role": "user", "content": ASK}], "stream": False, "options": {"num_predict": 24}},
+    "/v1/responses": ({"input": ASK, "max_output_tokens": BUDGET}, lambda r: r["output"][-1]["content"][0]["text"]),
+    "/api/chat": ({"messages": [{"role": "user", "content": ASK}], "stream": False, "options": {"num_predict": BUDGET}},
                   lambda r: r["message"]["content"]),
-    "/api/generate": ({"prompt": ASK, "stream": False, "options": {"num_predict": 24}}, lambda r: r["response"]),
+    "/api/generate": ({"prompt": ASK, "stream": False, "options": {"num_predict": BUDGET}}, lambda r: r["response"]),
 }
 
 
@@ -213,6 +221,6 @@ def test_json_schema_is_honoured_on_every_generating_route(server, route):
     status, _, raw = http(server.url + route, {**body, "json_schema": SCHEMA, "temperature": 0})
     assert status == 200, raw
     value = json.loads(answer(json.loads(raw)))
-    assert isinstance(value, dict) and isinstance(value["n"], int) and set(value) == {"n"}
+    assert isinstance(value, dict) and set(value) == {"n"} and isinstance(value["n"], int) and 0 <= value["n"] <= 999
     status, _, raw = http(server.url + route, {**body, "json_schema": {"type": 5}})
     assert status == 400 and b"json_schema" in raw, raw
