@@ -204,12 +204,13 @@ SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0
 BUDGET = 3 * 21 + 1 + 3 + 1 + 3 + 1
 ASK = "Give a number."
 ANSWERS = {
-    "/v1/messages": ({"messages": [{"role": "user", "content": ASK}], "max_tokens": BUDGET},
+    "/v1/messages": ({"messages": [{"role": "user", "content": ASK}], "max_tokens": BUDGET, "temperature": 0},
                      lambda r: r["content"][0]["text"]),
-    "/v1/responses": ({"input": ASK, "max_output_tokens": BUDGET}, lambda r: r["output"][-1]["content"][0]["text"]),
-    "/api/chat": ({"messages": [{"role": "user", "content": ASK}], "stream": False, "options": {"num_predict": BUDGET}},
-                  lambda r: r["message"]["content"]),
-    "/api/generate": ({"prompt": ASK, "stream": False, "options": {"num_predict": BUDGET}}, lambda r: r["response"]),
+    "/v1/responses": ({"input": ASK, "max_output_tokens": BUDGET, "temperature": 0}, lambda r: r["output"][-1]["content"][0]["text"]),
+    "/api/chat": ({"messages": [{"role": "user", "content": ASK}], "stream": False,
+                   "options": {"num_predict": BUDGET, "temperature": 0}}, lambda r: r["message"]["content"]),
+    "/api/generate": ({"prompt": ASK, "stream": False, "options": {"num_predict": BUDGET, "temperature": 0}},
+                      lambda r: r["response"]),
 }
 
 
@@ -218,7 +219,7 @@ def test_json_schema_is_honoured_on_every_generating_route(server, route):
     """llama-server's `json_schema` field, read where it was once dropped
     (an unconstrained answer would have been failing open)."""
     body, answer = ANSWERS[route]
-    status, _, raw = http(server.url + route, {**body, "json_schema": SCHEMA, "temperature": 0})
+    status, _, raw = http(server.url + route, {**body, "json_schema": SCHEMA})
     assert status == 200, raw
     value = json.loads(answer(json.loads(raw)))
     assert isinstance(value, dict) and set(value) == {"n"} and isinstance(value["n"], int) and 0 <= value["n"] <= 999

@@ -182,6 +182,11 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     ("/api/chat", {"messages": HELLO, "format": {"type": "nope"}}, "format"),
     ("/api/chat", {"messages": HELLO, "options": {"top_k": -3}}, "options.top_k"),
     ("/api/generate", {"prompt": "x", "context": [999_999_999]}, "context"),
+    # Sampling settings belong in options: at the top level Ollama drops them
+    # unread, which would sample a reply the client asked to be greedy.
+    ("/api/generate", {"prompt": "x", "temperature": 0}, "temperature: Ollama's routes read it from options"),
+    ("/api/chat", {"messages": HELLO, "num_predict": 4}, "num_predict"),
+    ("/api/chat", {"messages": HELLO, "seed": 1, "options": {"seed": 1}}, "seed"),
 ])
 def test_bad_requests_are_400s_in_ollamas_envelope(server, route, body, says):
     status, _, raw = http(server.url + route, {"stream": False, **body})

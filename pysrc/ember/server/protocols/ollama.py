@@ -128,6 +128,21 @@ _OPTIONS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penal
             "presence_penalty", "frequency_penalty", "seed", "stop", "mirostat")
 
 
+#: The option names a body might carry at its top level, where Ollama itself
+#: drops them without a word: a client asking `"temperature": 0` there would
+#: get sampled replies it did not ask for, so ember refuses them by name.
+_Misplaced = msgspec.defstruct("_Misplaced", [(k, Any, msgspec.UNSET) for k in (*_OPTIONS, "num_predict")])
+
+
+def _decode(raw: bytes, type):
+    body = wire.decode(raw, type)
+    misplaced = msgspec.json.decode(raw, type=_Misplaced)
+    for k in misplaced.__struct_fields__:
+        if getattr(misplaced, k) is not msgspec.UNSET:
+            raise ApiError(400, f"{k}: Ollama's routes read it from options; send options.{k}", param=k)
+    return body
+
+
 def _fields(loc: tuple) -> tuple:
     """The sampling fields as Ollama nests them."""
     return ("options", *loc) if loc and loc[0] in _OPTIONS else loc
@@ -316,7 +331,7 @@ def _text_of(events: list, kind: type) -> str:
 @reads(ChatBody)
 async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
-    body = wire.decode(await read_body(request), ChatBody)
+    body = _decode(await read_body(request), ChatBody)
     max_tokens = _max_tokens(state, body)
     prompt, shaper, params = await _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
     gen = Generation(request, prompt, max_tokens, params)
@@ -348,7 +363,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
 async def generate(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
-    body = wire.decode(await read_body(request), GenerateBody)
+    body = _decode(await read_body(request), GenerateBody)
     name = body.model or state.model_id()
     for field in ("template", "suffix"):
         if getattr(body, field):
