@@ -120,7 +120,7 @@ def test_a_stop_sequence_ends_the_reply_and_is_named(client):
 def test_a_json_schema_answer_ends_the_turn(client):
     schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
               "required": ["greeting"], "additionalProperties": False}
-    msg = client.messages.create(model="any", max_tokens=60, messages=HELLO, extra_body=GREEDY,
+    msg = client.messages.create(model="any", max_tokens=120, messages=HELLO, extra_body=GREEDY,
                                  output_config={"format": {"type": "json_schema", "schema": schema}})
     jsonschema.validate(json.loads(msg.content[0].text), schema)
     assert msg.stop_reason == "end_turn"

@@ -130,7 +130,7 @@ def test_a_forced_call_comes_back_with_object_arguments(server):
 def test_a_format_schema_holds_the_answer(client):
     schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
               "required": ["greeting"], "additionalProperties": False}
-    r = client.chat(model="any", messages=HELLO, format=schema, options={**GREEDY, "num_predict": 60})
+    r = client.chat(model="any", messages=HELLO, format=schema, options={**GREEDY, "num_predict": 120})
     jsonschema.validate(json.loads(r.message.content), schema)
     assert r.done_reason == "stop"
     # A prompt this small model answers in a few lines (the grammar holds the form, not the length).

@@ -150,7 +150,7 @@ def test_a_call_and_its_output_read_as_on_the_chat_route(server, client):
 def test_a_json_schema_format_holds_the_answer(client):
     schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
               "required": ["greeting"], "additionalProperties": False}
-    r = client.responses.create(model="any", input="Greet me in JSON.", temperature=0, max_output_tokens=60,
+    r = client.responses.create(model="any", input="Greet me in JSON.", temperature=0, max_output_tokens=120,
                                 text={"format": {"type": "json_schema", "name": "g", "schema": schema}})
     assert r.status == "completed"
     jsonschema.validate(json.loads(r.output_text), schema)
