@@ -239,6 +239,26 @@ class _SideBySide:
         return await _sse_reply(request, self, write)
 
 
+def chosen_slot(request: web.Request, id_slot: int, generations: int) -> int | None:
+    """llama-server's `id_slot`: the slot a request asked for (None: the
+    server's choice, -1), checked against the slots there are, the caller's
+    scope (choosing a slot is an admin's) and the request's generations
+    (a slot holds one)."""
+    if id_slot == -1:
+        return None
+    if id_slot >= 0 and "admin" not in request.get("scopes", ("admin",)):
+        raise ApiError(403, "id_slot: choosing a slot needs the admin scope", param="id_slot",
+                       type="permission_error")
+    n_slots = request.app["state"].engine.n_slots
+    if not 0 <= id_slot < n_slots:
+        raise ApiError(400, f"id_slot: no slot {id_slot} (there are {n_slots}; -1 lets the server choose)",
+                       param="id_slot")
+    if generations > 1:
+        raise ApiError(400, f"id_slot: names one slot, and the request asks for {generations} generations",
+                       param="id_slot")
+    return id_slot
+
+
 class Choices(_SideBySide):
     """OpenAI's `n`: answers to one prompt, each its own generation with its
     own seed (the request's plus its index, or a fresh one). The first reads
@@ -248,7 +268,7 @@ class Choices(_SideBySide):
     Use as ``async with``: on entry the prompt has been read."""
 
     def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams, n: int,
-                 *, progress: bool = False):
+                 *, progress: bool = False, slot: int | None = None):
         slots = request.app["state"].opts.parallel
         if n > slots:
             raise ApiError(400, f"n: {n} choices are answered side by side, a slot each; this server has {slots} "
@@ -263,7 +283,7 @@ class Choices(_SideBySide):
             # A hybrid's copies resume from its recurrent state where the prompt's last token begins.
             self.params[0].checkpoint_hints.append(len(prompt) - 1)
         # Progress is reported for one choice only: the others are forked once the prompt is read.
-        self.gens = [Generation(request, prompt, max_tokens, self.params[0], progress=progress and n == 1)]
+        self.gens = [Generation(request, prompt, max_tokens, self.params[0], slot, progress=progress and n == 1)]
         super().__init__()
 
     @property

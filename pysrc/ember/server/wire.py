@@ -44,7 +44,32 @@ class StreamOptions(msgspec.Struct, forbid_unknown_fields=False):
     include_usage: bool = False
 
 
-class Sampling(msgspec.Struct, forbid_unknown_fields=False):
+class Unhonoured(msgspec.Struct, forbid_unknown_fields=False):
+    """llama-server's fields ember knows but cannot honour yet, read on every
+    generating route (its clients send them everywhere) so that a request
+    setting one is refused by name instead of being served as if it were
+    absent ([`refuse_unhonoured`])."""
+
+    mirostat: Any = None
+    dry_multiplier: Any = None
+    xtc_probability: Any = None
+    top_n_sigma: Any = None
+    dynatemp_range: Any = None
+    adaptive_target: Any = None
+    min_keep: Any = None
+    samplers: Any = None
+    lora: Any = None
+    grammar_lazy: Any = None
+    t_max_predict_ms: Any = None
+    n_indent: Any = None
+
+
+def _number_at_most(v: Any, off: float) -> bool:
+    """Whether `v` is a number that leaves its feature off (at most `off`)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v <= off
+
+
+class Sampling(Unhonoured):
     """The fields OpenAI and llama-server share; defaults are llama-server's."""
 
     stream: bool = False
@@ -74,15 +99,6 @@ class Sampling(msgspec.Struct, forbid_unknown_fields=False):
     grammar: Any = None
     json_schema: Any = None
     tool_choice: Any = None
-    # Fields ember knows but cannot honour yet: read so that a request setting
-    # them is refused by name instead of being served as if they were absent.
-    mirostat: Any = None
-    dry_multiplier: Any = None
-    xtc_probability: Any = None
-    top_n_sigma: Any = None
-    dynatemp_range: Any = None
-    samplers: Any = None
-    lora: Any = None
 
 
 # (field, is it set to something ember would have to act on?, why it is refused)
@@ -92,28 +108,42 @@ _UNHONOURED = [
     ("xtc_probability", lambda v: v not in (None, 0, 0.0), "the XTC sampler is not supported"),
     ("top_n_sigma", lambda v: v not in (None, -1, -1.0, 0, 0.0), "the top-n-sigma sampler is not supported"),
     ("dynatemp_range", lambda v: v not in (None, 0, 0.0), "dynamic temperature is not supported"),
+    ("adaptive_target", lambda v: v is not None and not _number_at_most(v, -1e-30),
+     "the adaptive sampler is not supported"),
+    ("min_keep", lambda v: v not in (None, 0), "a floor on the candidates each sampler keeps is not supported"),
     ("samplers", lambda v: v is not None, "a custom sampler order is not supported"),
     ("lora", lambda v: bool(v), "LoRA adapters are not supported"),
+    ("grammar_lazy", lambda v: bool(v), "a grammar that waits for a trigger is not supported; a grammar holds from "
+     "the first token"),
+    ("t_max_predict_ms", lambda v: v is not None and not _number_at_most(v, 0), "a time limit on generation is not "
+     "supported"),
+    ("n_indent", lambda v: v not in (None, 0), "stopping at a line's indentation is not supported"),
 ]
 
 
-def refuse_unhonoured(req: Sampling) -> None:
+def refuse_unhonoured(req: Unhonoured) -> None:
     for name, is_set, why in _UNHONOURED:
         if is_set(getattr(req, name)):
             raise ApiError(400, f"{name}: {why}", param=name)
 
 
-class CoreSampling(msgspec.Struct, forbid_unknown_fields=False):
+class CoreSampling(Unhonoured):
     """The sampling fields read on the routes whose own API names fewer
     (Anthropic's messages, OpenAI's responses): theirs, and llama-server's,
-    which its clients send on every route."""
+    which its clients send on every route (those it cannot honour refused as
+    on the others)."""
 
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    typical_p: float | None = None
     seed: int | None = None
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float | bool] | list[list[Any]] | None = None
     ignore_eos: bool = False
     grammar: Any = None
     # llama-server's: a JSON Schema the answer is held to (read by each route's answer format)
@@ -146,6 +176,32 @@ class ChatRequest(Sampling):
     # message continued (which ember does by default when the conversation ends in one)
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
+    # llama-server's, read on its chat route as on /completion
+    cache_prompt: bool = True
+    id_slot: int = -1
+    # Read so that a request setting them is refused by name (`refuse_unserved`).
+    functions: Any = None
+    function_call: Any = None
+    modalities: Any = None
+    audio: Any = None
+    web_search_options: Any = None
+    verbosity: Any = None
+
+    def refuse_unserved(self) -> None:
+        """OpenAI's fields for what this server does not do, refused rather
+        than answered as if they were absent."""
+        for name, why in (("functions", "the deprecated form of tools; send tools"),
+                          ("function_call", "the deprecated form of tool_choice; send tool_choice"),
+                          ("audio", "this server answers in text only"),
+                          ("web_search_options", "this server searches nothing")):
+            if getattr(self, name) is not None:
+                raise ApiError(400, f"{name}: {why}", param=name)
+        if self.modalities is not None and self.modalities != ["text"]:
+            raise ApiError(400, f'modalities: this server answers in text only (["text"]), got '
+                           f"{json.dumps(self.modalities)[:40]}", param="modalities")
+        if self.verbosity not in (None, "medium"):
+            raise ApiError(400, f"verbosity: this server does not steer an answer's length (medium only); "
+                           f"max_tokens bounds it, got {json.dumps(self.verbosity)[:40]}", param="verbosity")
 
     def generation_prompt(self) -> bool:
         """Whether the prompt opens the reply's turn (or continues the
@@ -205,12 +261,28 @@ class LlamaCompletionRequest(Sampling):
     # a string, token ids, ids and strings mixed, {"prompt_string": ...}, or a list of those
     # (read by the route: msgspec takes one array type per union)
     prompt: str | list[Any] | dict[str, Any] = ""
+    # n_predict, or (llama-server's other names for it, read in this order) max_completion_tokens, max_tokens
     n_predict: int | None = None
+    max_completion_tokens: int | None = None
     max_tokens: int | None = None
-    n_probs: int = 0
+    # n_probs, or its other name logprobs where it is absent
+    n_probs: int | None = None
+    logprobs: int | None = None
+    # completions of each prompt: n_cmpl, or n where it is absent
+    n_cmpl: int | None = None
+    n: int | None = None
     cache_prompt: bool = True
     return_tokens: bool = False
     id_slot: int = -1
+    # the paths ("timings/predicted_n") of the final result's fields to answer, each under its path
+    response_fields: list[str] | None = None
+
+    def first_of(self, *names: str) -> tuple[str, Any]:
+        """The first of `names` the request set, and its value (the last name and None: none)."""
+        for name in names:
+            if getattr(self, name) is not None:
+                return name, getattr(self, name)
+        return names[-1], None
 
 
 class TokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):

@@ -117,6 +117,17 @@ def test_a_stop_sequence_ends_the_reply_and_is_named(client):
     assert whole.content[0].text.startswith(msg.content[0].text) and stop not in msg.content[0].text
 
 
+def test_the_structured_outputs_beta_spelling_holds_the_answer(server):
+    """`output_format`, the beta's name for `output_config.format` that
+    clients still send: read as it, not dropped."""
+    schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
+              "required": ["greeting"], "additionalProperties": False}
+    status, _, raw = http(server.url + "/v1/messages", {"messages": HELLO, "max_tokens": 120, **GREEDY,
+                                                        "output_format": {"type": "json_schema", "schema": schema}})
+    assert status == 200, raw
+    jsonschema.validate(json.loads(json.loads(raw)["content"][0]["text"]), schema)
+
+
 def test_a_json_schema_answer_ends_the_turn(client):
     schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
               "required": ["greeting"], "additionalProperties": False}
@@ -222,6 +233,16 @@ BAD = [
     ({"messages": HELLO, "max_tokens": 8, "output_config": {"format": {"type": "json_schema", "schema": {"type": 7}}}},
      "output_config.format"),
     ({"messages": HELLO, "max_tokens": 8, "output_config": {"effort": "huge"}}, "output_config.effort"),
+    ({"messages": HELLO, "max_tokens": 8, "output_format": {"type": "xml"}}, "output_format.type"),
+    ({"messages": HELLO, "max_tokens": 8, "output_format": {"type": "json_schema", "schema": {"type": "object"}},
+      "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}, "output_format"),
+    # What runs on Anthropic's side, and llama-server's samplers ember lacks, are refused, not skipped.
+    ({"messages": HELLO, "max_tokens": 8, "mcp_servers": [{"type": "url", "url": "http://127.0.0.1:1", "name": "m"}]},
+     "mcp_servers"),
+    ({"messages": HELLO, "max_tokens": 8, "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+     "context_management"),
+    ({"messages": HELLO, "max_tokens": 8, "mirostat": 2}, "mirostat"),
+    ({"messages": HELLO, "max_tokens": 8, "samplers": ["top_k"]}, "samplers"),
     ({"messages": HELLO, "max_tokens": 8, "stop_sequences": "END"}, "stop_sequences"),
     ({"messages": HELLO, "max_tokens": 8, "temperature": -1}, "temperature"),
     ({"messages": HELLO, "max_tokens": 8, "temperature": 1.5}, "temperature"),

@@ -52,6 +52,37 @@ def test_completion_stream(server):
     assert "".join(e["content"] for e in events) == whole["content"]
 
 
+def test_completion_reads_llama_server_s_other_names_and_response_fields(server):
+    """max_completion_tokens for n_predict and logprobs for n_probs, each read
+    where the first name is absent (once dropped: the reply ran to the end of
+    the context); response_fields answers only the paths asked for."""
+    ask = {"prompt": "Hello", "temperature": 0}
+    r = post_ok(server, "/completion", {**ask, "max_completion_tokens": 3, "logprobs": 2})
+    assert r["tokens_predicted"] == 3 and len(r["completion_probabilities"]) == 3
+    assert len(r["completion_probabilities"][0]["top_logprobs"]) == 2
+    assert post_ok(server, "/completion", {**ask, "n_predict": 2, "max_completion_tokens": 4})["tokens_predicted"] == 2
+    assert post_ok(server, "/completion", {**ask, "max_completion_tokens": 2, "max_tokens": 4})["tokens_predicted"] == 2
+    r = post_ok(server, "/completion", {**ask, "n_predict": 2, "response_fields": ["content", "timings/predicted_n",
+                                                                                  "timings/nothing", "nothing"]})
+    assert set(r) == {"content", "timings/predicted_n"} and r["timings/predicted_n"] == 2
+    e = error_of(http(server.url + "/completion", {**ask, "logprobs": 99}), 400)
+    assert e["param"] == "logprobs"
+
+
+@pytest.mark.with_flags
+def test_n_cmpl_answers_a_prompt_several_times_each_with_the_next_seed(server):
+    ask = {"prompt": "Once upon a time", "n_predict": 6, "temperature": 1.0}
+    both = post_ok(server, "/completion", {**ask, "n_cmpl": 2, "seed": 7})
+    assert [r["index"] for r in both] == [0, 1]
+    alone = [post_ok(server, "/completion", {**ask, "seed": s})["content"] for s in (7, 8)]
+    assert [r["content"] for r in both] == alone
+    assert [r["content"] for r in post_ok(server, "/completion", {**ask, "n": 2, "seed": 7})] == alone
+    e = error_of(http(server.url + "/completion", {**ask, "n_cmpl": 3}), 400)
+    assert e["param"] == "n_cmpl" and "slots (2)" in e["message"]
+    e = error_of(http(server.url + "/completion", {**ask, "n_cmpl": 2, "id_slot": 1}), 400)
+    assert e["param"] == "id_slot"
+
+
 def test_completion_stop_word(server):
     whole = json.loads(http(server.url + "/completion", {"prompt": "Once upon a time", "n_predict": 10, "temperature": 0})[2])
     word = whole["content"].split()[2]

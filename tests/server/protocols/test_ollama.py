@@ -187,6 +187,10 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     ("/api/generate", {"prompt": "x", "temperature": 0}, "temperature: Ollama's routes read it from options"),
     ("/api/chat", {"messages": HELLO, "num_predict": 4}, "num_predict"),
     ("/api/chat", {"messages": HELLO, "seed": 1, "options": {"seed": 1}}, "seed"),
+    ("/api/chat", {"messages": HELLO, "max_tokens": 4}, "max_tokens: Ollama's routes read it from options; send "
+     "options.num_predict"),
+    ("/api/chat", {"messages": HELLO, "logprobs": True}, "logprobs"),
+    ("/api/generate", {"prompt": "x", "logprobs": True, "top_logprobs": 3}, "logprobs"),
 ])
 def test_bad_requests_are_400s_in_ollamas_envelope(server, route, body, says):
     status, _, raw = http(server.url + route, {"stream": False, **body})

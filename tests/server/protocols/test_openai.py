@@ -180,6 +180,11 @@ def test_negative_max_tokens_is_400(server):
     ("mirostat", 2),
     ("dry_multiplier", 0.8),
     ("xtc_probability", 0.5),
+    ("adaptive_target", 0.5),
+    ("min_keep", 2),
+    ("grammar_lazy", True),
+    ("t_max_predict_ms", 500),
+    ("n_indent", 4),
 ])
 def test_a_field_ember_cannot_honour_is_refused_by_name(server, field, value):
     """Never fail open: a request asking for something ember does not do yet is a
@@ -189,6 +194,42 @@ def test_a_field_ember_cannot_honour_is_refused_by_name(server, field, value):
     assert e["param"] == field and field in e["message"]
     e = error_of(http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, field: value}), 400)
     assert e["param"] == field
+
+
+@pytest.mark.with_flags
+def test_those_fields_at_their_off_values_are_accepted(server):
+    off = {"adaptive_target": -1, "min_keep": 0, "grammar_lazy": False, "t_max_predict_ms": 0, "n_indent": 0,
+           "mirostat": 0, "samplers": None}
+    status, _, raw = http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, **off, "t_max_predict_ms": -1})
+    assert status == 200, raw
+    status, _, raw = http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, **off})
+    assert status == 200, raw
+
+
+@pytest.mark.parametrize("field,value", [
+    ("functions", [{"name": "f", "parameters": {"type": "object"}}]),
+    ("function_call", {"name": "f"}),
+    ("modalities", ["text", "audio"]),
+    ("audio", {"voice": "alloy", "format": "wav"}),
+    ("web_search_options", {}),
+    ("verbosity", "high"),
+])
+def test_openai_s_fields_for_what_this_server_does_not_do_are_refused(server, field, value):
+    e = error_of(http(server.url + "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, field: value}), 400)
+    assert e["param"] == field and e["message"].startswith(field)
+
+
+def test_their_plain_values_and_llama_server_s_slot_fields_are_read_on_chat(server):
+    ask = {"messages": CHAT, "max_tokens": 2, "temperature": 0, "modalities": ["text"], "verbosity": "medium"}
+    assert http(server.url + "/v1/chat/completions", ask)[0] == 200
+    # The prompt was just read into a slot; without the cache it is read again whole.
+    r = json.loads(http(server.url + "/v1/chat/completions", {**ask, "cache_prompt": False})[2])
+    assert r["timings"]["cache_n"] == 0 and r["timings"]["prompt_n"] == r["usage"]["prompt_tokens"]
+    r = json.loads(http(server.url + "/v1/chat/completions", ask)[2])
+    assert r["timings"]["cache_n"] > 0
+    e = error_of(http(server.url + "/v1/chat/completions", {**ask, "id_slot": 99}), 400)
+    assert e["param"] == "id_slot"
+    assert http(server.url + "/v1/chat/completions", {**ask, "id_slot": 0})[0] == 200
 
 
 # -- -a/--alias -------------------------------------------------------------------------

@@ -147,6 +147,24 @@ def test_a_call_and_its_output_read_as_on_the_chat_route(server, client):
     assert r.usage.input_tokens_details.cached_tokens > 0  # the chat request left the same prefix in a slot
 
 
+def test_llama_server_penalties_are_read_here_too(server):
+    """The penalties llama-server's clients send on every route shape this
+    route's answer as they shape the chat route's (they were once dropped);
+    an `include` with nothing to add is accepted."""
+    ask = {"input": "List the colours of the rainbow, comma-separated, twice.", "max_output_tokens": 24,
+           "temperature": 0}
+    plain = json.loads(http(server.url + "/v1/responses", ask)[2])
+    status, _, raw = http(server.url + "/v1/responses", {**ask, "presence_penalty": 2.0, "frequency_penalty": 2.0,
+                                                         "include": ["reasoning.encrypted_content"]})
+    assert status == 200, raw
+    chat = json.loads(http(server.url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": ask["input"]}], "max_tokens": 24, "temperature": 0,
+        "presence_penalty": 2.0, "frequency_penalty": 2.0})[2])
+    penalised = json.loads(raw)["output"][-1]["content"][0]["text"]
+    assert penalised == chat["choices"][0]["message"]["content"]
+    assert penalised != plain["output"][-1]["content"][0]["text"]
+
+
 def test_a_json_schema_format_holds_the_answer(client):
     schema = {"type": "object", "properties": {"greeting": {"type": "string", "maxLength": 30}},
               "required": ["greeting"], "additionalProperties": False}
@@ -181,6 +199,14 @@ BAD = [
     ({"input": "x", "background": True, "store": False}, "background"),
     ({"input": "x", "background": True, "stream": True}, "background"),
     ({"input": "x", "truncation": "auto"}, "truncation"),
+    # What this server does not keep or return is refused, not skipped.
+    ({"input": "x", "include": ["message.output_text.logprobs"]}, "include[0]"),
+    ({"input": "x", "include": ["reasoning.encrypted_content", "everything"]}, "include[1]"),
+    ({"input": "x", "conversation": "conv_123"}, "conversation"),
+    ({"input": "x", "prompt": {"id": "pmpt_1", "variables": {"a": "b"}}}, "prompt"),
+    ({"input": "x", "text": {"verbosity": "low"}}, "text.verbosity"),
+    ({"input": "x", "mirostat": 2}, "mirostat"),
+    ({"input": "x", "dry_multiplier": 0.8}, "dry_multiplier"),
     ({"input": "x", "max_output_tokens": 2**40}, "max_output_tokens"),
     ({"input": "x", "tool_choice": "sometimes"}, "tool_choice"),
     # Errors the chat pipeline finds name the item the client sent, not the chat message it became.

@@ -148,6 +148,11 @@ class MessagesRequest(wire.CoreSampling):
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
+    # The structured outputs' beta spelling of output_config.format, which clients still send
+    output_format: OutputFormat | None = None
+    # Read so that a request setting them is refused by name (see `_refuse_unserved`)
+    mcp_servers: Any = None
+    context_management: Any = None
     # llama-server's extension, passed on to the template as on its chat route
     chat_template_kwargs: Any = None
     max_tokens: int | None = None
@@ -324,16 +329,31 @@ def _thinking(req: MessagesRequest) -> dict:
 
 
 def _answer(req: MessagesRequest) -> AnswerFormat | None:
-    fmt = req.output_config.format if req.output_config is not None else None
+    fmt, where = req.output_config.format if req.output_config is not None else None, "output_config.format"
+    if req.output_format is not None:
+        if fmt is not None:
+            raise ApiError(400, "output_format: the beta's name for output_config.format, and both are set",
+                           param="output_format")
+        fmt, where = req.output_format, "output_format"
     asked = []
     if fmt is not None:
         if fmt.type != "json_schema":
-            raise ApiError(400, f"output_config.format.type: expected json_schema, got {fmt.type!r}",
-                           param="output_config.format.type")
+            raise ApiError(400, f"{where}.type: expected json_schema, got {fmt.type!r}", param=f"{where}.type")
         if fmt.schema is None:
-            raise ApiError(400, "output_config.format.schema: required", param="output_config.format.schema")
-        asked.append(("output_config.format", {"json_schema": fmt.schema}))
+            raise ApiError(400, f"{where}.schema: required", param=f"{where}.schema")
+        asked.append((where, {"json_schema": fmt.schema}))
     return wire.answer_format(asked + wire.extension_answers(req))
+
+
+def _refuse_unserved(req: MessagesRequest) -> None:
+    """Fields whose features run on Anthropic's side, refused rather than
+    answered as if they were absent."""
+    if req.mcp_servers:
+        raise ApiError(400, "mcp_servers: this server connects to no MCP servers; give their tools as tools",
+                       param="mcp_servers")
+    if req.context_management:
+        raise ApiError(400, "context_management: this server edits no context; the conversation is read as sent",
+                       param="context_management")
 
 
 def _fields(req: MessagesRequest) -> Locate:
@@ -460,6 +480,7 @@ class _BlockStream(Segments):
 async def messages(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), MessagesRequest)
+    _refuse_unserved(req)
     if req.max_tokens is None:
         raise ApiError(400, "max_tokens: required", param="max_tokens")
     if req.temperature is not None and req.temperature > 1:

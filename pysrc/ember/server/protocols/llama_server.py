@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -18,7 +19,7 @@ from ember.sampling import SamplingParams
 from ember.server import wire
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
-from ember.server.generation import Generation, Prompts
+from ember.server.generation import Generation, Prompts, chosen_slot
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.slot_files import check_name, read_slot_file, write_slot_file
 from ember.server.state import ServerState, unavailable
@@ -87,9 +88,14 @@ async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
-    name, v = ("n_predict", req.n_predict) if req.n_predict is not None else ("max_tokens", req.max_tokens)
-    n_predict = wire.max_tokens(name, v, state.opts.n_predict)
-    wire.check_logprobs("n_probs", req.n_probs)
+    n_predict = wire.max_tokens(*req.first_of("n_predict", "max_completion_tokens", "max_tokens"), state.opts.n_predict)
+    name, n_probs = req.first_of("n_probs", "logprobs")
+    wire.check_logprobs(name, n_probs or 0)
+    req.n_probs = n_probs or 0
+    name, n_cmpl = req.first_of("n_cmpl", "n")
+    n_slots = state.engine.n_slots
+    if n_cmpl is not None and not 1 <= n_cmpl <= n_slots:
+        raise ApiError(400, f"{name}: must be between 1 and the slots ({n_slots}), got {n_cmpl}", param=name)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     params.grammar = wire.grammar_option(req)
     if req.n_probs:
@@ -98,17 +104,17 @@ async def completion(request: web.Request) -> web.StreamResponse:
     if not req.cache_prompt:
         params.cache_prompt = False
     prompts, texts = completion_prompts(model, req.prompt, limit=state.opts.parallel + state.opts.queue_depth)
-    n_slots = state.engine.n_slots
-    if req.id_slot >= 0 and "admin" not in request.get("scopes", ("admin",)):
-        raise ApiError(403, "id_slot: choosing a slot needs the admin scope", param="id_slot",
-                       type="permission_error")
-    if not -1 <= req.id_slot < n_slots:
-        raise ApiError(400, f"id_slot: no slot {req.id_slot} (there are {n_slots}; -1 lets the server choose)",
-                       param="id_slot")
-    if req.id_slot >= 0 and len(prompts) > 1:
-        raise ApiError(400, f"id_slot: names one slot, and the request has {len(prompts)} prompts", param="id_slot")
-    gens = [Generation(request, p, n_predict, params.copy(), slot=req.id_slot if req.id_slot >= 0 else None,
-                       progress=req.stream and req.return_progress) for p in prompts]
+    if n_cmpl is not None and n_cmpl > 1:
+        # Each prompt's completions side by side, as llama-server answers them.
+        if len(prompts) * n_cmpl > state.opts.parallel + state.opts.queue_depth:
+            raise ApiError(400, f"{name}: {len(prompts)} prompts of {n_cmpl} completions each; at most "
+                           f"{state.opts.parallel + state.opts.queue_depth} at once (the slots and the queue)",
+                           param=name)
+        prompts = [p for p in prompts for _ in range(n_cmpl)]
+        texts = [t for t in texts for _ in range(n_cmpl)]
+    slot = chosen_slot(request, req.id_slot, len(prompts))
+    gens = [Generation(request, p, n_predict, _copy_of(params, i % (n_cmpl or 1)), slot=slot,
+                       progress=req.stream and req.return_progress) for i, p in enumerate(prompts)]
     texts = [t if t is not None else model.detokenize(p) for p, t in zip(prompts, texts)]
     many = len(prompts) > 1  # answered as a list, each with its index (one prompt: the object alone)
 
@@ -118,7 +124,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
         body["index"] = i
         if probs is not None:
             body["completion_probabilities"] = probs
-        return body
+        return body if req.response_fields is None else fields_at(body, req.response_fields)
 
     batch = Prompts(gens)
     if not req.stream:
@@ -152,6 +158,31 @@ async def completion(request: web.Request) -> web.StreamResponse:
             elif isinstance(ev, Completion):
                 await sse_send(resp, final(i, ev, "", None))
     return await batch.stream(request, write)
+
+
+def _copy_of(params: SamplingParams, k: int) -> SamplingParams:
+    """A prompt's k-th completion's options: a seed the request fixed moves
+    on by k, as OpenAI's `n` choices' seeds do, so the copies differ."""
+    p = params.copy()
+    if k and p.seed is not None:
+        p.seed = (p.seed + k) % 2**64
+    return p
+
+
+def fields_at(body: dict, paths: list[str]) -> dict:
+    """llama-server's `response_fields`: each path ("timings/predicted_n")
+    that leads to a value, with that value under the path as it was written;
+    a path that leads nowhere is left out."""
+    out = {}
+    for path in paths:
+        v: Any = body
+        for key in path.split("/"):
+            if not isinstance(v, dict) or key not in v:
+                break
+            v = v[key]
+        else:
+            out[path] = v
+    return out
 
 
 def completion_prompts(model, raw, limit: int) -> tuple[list[list[int]], list[str | None]]:

@@ -88,6 +88,9 @@ class _Common(msgspec.Struct, forbid_unknown_fields=False):
     # a JSON Schema the reply is held to
     grammar: Any = None
     json_schema: Any = None
+    # Read so that a request asking for them is refused by name (see `_decode`)
+    logprobs: Any = None
+    top_logprobs: Any = None
 
 
 class ChatBody(_Common):
@@ -128,10 +131,12 @@ _OPTIONS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penal
             "presence_penalty", "frequency_penalty", "seed", "stop", "mirostat")
 
 
-#: The option names a body might carry at its top level, where Ollama itself
-#: drops them without a word: a client asking `"temperature": 0` there would
-#: get sampled replies it did not ask for, so ember refuses them by name.
-_Misplaced = msgspec.defstruct("_Misplaced", [(k, Any, msgspec.UNSET) for k in (*_OPTIONS, "num_predict")])
+#: The option names a body might carry at its top level (and OpenAI's name
+#: for the reply's length), where Ollama itself drops them without a word: a
+#: client asking `"temperature": 0` there would get sampled replies it did
+#: not ask for, so ember refuses them by name, saying where each belongs.
+_PLACES = {**{k: f"options.{k}" for k in (*_OPTIONS, "num_predict")}, "max_tokens": "options.num_predict"}
+_Misplaced = msgspec.defstruct("_Misplaced", [(k, Any, msgspec.UNSET) for k in _PLACES])
 
 
 def _decode(raw: bytes, type):
@@ -139,7 +144,11 @@ def _decode(raw: bytes, type):
     misplaced = msgspec.json.decode(raw, type=_Misplaced)
     for k in misplaced.__struct_fields__:
         if getattr(misplaced, k) is not msgspec.UNSET:
-            raise ApiError(400, f"{k}: Ollama's routes read it from options; send options.{k}", param=k)
+            raise ApiError(400, f"{k}: Ollama's routes read it from options; send {_PLACES[k]}", param=k)
+    for k in ("logprobs", "top_logprobs"):
+        if getattr(body, k) not in (None, False, 0):
+            raise ApiError(400, f"{k}: log-probabilities are not returned on Ollama's routes; the OpenAI and "
+                           "llama-server routes give them", param=k)
     return body
 
 

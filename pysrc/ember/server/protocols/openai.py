@@ -16,7 +16,7 @@ from ember.model import Completion, Piece, PromptProgress
 from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
-from ember.server.generation import Choices
+from ember.server.generation import Choices, chosen_slot
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.protocols.llama_server import final_body, progress_body
 from ember.server.state import ServerState
@@ -60,7 +60,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.ChatRequest)
+    req.refuse_unserved()
     n = wire.check_n(req.n)
+    slot = chosen_slot(request, req.id_slot, n)
     wire.check_logprobs("top_logprobs", req.top_logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
@@ -68,11 +70,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
                              ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
+    if not req.cache_prompt:
+        params.cache_prompt = False
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
     prompt, shaper = await chat_prompt(state, chat, params, add_generation_prompt=req.generation_prompt())
-    choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress)
+    choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress, slot=slot)
     # Each choice's reply is read by a shaper of its own, all of the same prompt.
     shapers = [shaper, *(copy.deepcopy(shaper) for _ in range(n - 1))]
     cid = f"chatcmpl-{uuid.uuid4().hex}"

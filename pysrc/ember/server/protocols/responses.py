@@ -134,6 +134,7 @@ class TextFormat(msgspec.Struct, forbid_unknown_fields=False):
 
 class TextConfig(msgspec.Struct, forbid_unknown_fields=False):
     format: TextFormat | None = None
+    verbosity: Any = None
 
 
 class ReasoningConfig(msgspec.Struct, forbid_unknown_fields=False):
@@ -163,6 +164,41 @@ class ResponsesRequest(wire.CoreSampling):
     # prompt's reading reported in response.in_progress events
     timings_per_token: bool = False
     return_progress: bool = False
+    # Read so that a request setting them is refused by name (`_refuse_unserved`).
+    include: Any = None
+    conversation: Any = None
+    prompt: Any = None
+
+
+#: What `include` may ask for with nothing to add here: a reasoning item carries its text as it
+#: is, and the others belong to hosted tools and image inputs, which are refused where they appear.
+_INCLUDED = {"reasoning.encrypted_content", "web_search_call.results", "web_search_call.action.sources",
+             "file_search_call.results", "code_interpreter_call.outputs", "computer_call_output.output.image_url",
+             "message.input_image.image_url"}
+
+
+def _refuse_unserved(req: ResponsesRequest) -> None:
+    """OpenAI's fields for what this server does not do, refused rather than
+    answered as if they were absent."""
+    if req.conversation is not None:
+        raise ApiError(400, "conversation: this server keeps no conversation objects; chain responses with "
+                       "previous_response_id", param="conversation")
+    if req.prompt is not None:
+        raise ApiError(400, "prompt: this server keeps no prompt templates; send the instructions and input",
+                       param="prompt")
+    if req.include is not None:
+        if not isinstance(req.include, list) or not all(isinstance(x, str) for x in req.include):
+            raise ApiError(400, "include: expected a list of strings", param="include")
+        for i, x in enumerate(req.include):
+            if x == "message.output_text.logprobs":
+                raise ApiError(400, f"include[{i}]: log-probabilities are not returned on this route; use chat "
+                               "completions", param=f"include[{i}]")
+            if x not in _INCLUDED:
+                raise ApiError(400, f"include[{i}]: expected one of {', '.join(sorted(_INCLUDED))} or "
+                               f"message.output_text.logprobs, got {x!r}", param=f"include[{i}]")
+    if req.text is not None and req.text.verbosity not in (None, "medium"):
+        raise ApiError(400, "text.verbosity: this server does not steer an answer's length (medium only); "
+                       "max_output_tokens bounds it", param="text.verbosity")
 
 
 def _items(raw: list[dict[str, Any]]) -> list[Any]:
@@ -331,6 +367,7 @@ async def _prompt(state: ServerState, req: ResponsesRequest, owner: int
                            param=f"input[{i}].id")
         return found
 
+    _refuse_unserved(req)
     if req.top_logprobs:
         raise ApiError(400, "top_logprobs: log-probabilities are not returned on this route; use chat completions",
                        param="top_logprobs")
