@@ -4,6 +4,8 @@ grammars, and what it refuses with where."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from chat_cases import CHAT, WEATHER
@@ -43,3 +45,29 @@ def test_a_tool_result_answering_no_call_is_refused_at_its_message(smollm2):
     with pytest.raises(ChatError) as e:
         build_prompt(smollm2, ChatRequest(msgs, tools=[WEATHER]))
     assert e.value.loc[:2] == ("messages", 1), e.value.loc
+
+
+QWEN35 = (Path(__file__).parents[1] / "fixtures" / "Qwen3.5-4B.chat_template.jinja").read_text(encoding="utf-8")
+STRICT = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
+
+
+def test_a_strict_tool_is_served_only_where_its_calls_are_held_to_its_schema(smollm2):
+    """`strict` promises calls that fit the schema: served where a grammar
+    holds them (a forced call, or a template whose calls open with a tag to
+    watch for), refused where a call would be free text."""
+    watched = build_prompt(smollm2, ChatRequest(CHAT, tools=[STRICT]), template=QWEN35)
+    assert watched.grammar is not None and watched.grammar_trigger
+    assert build_prompt(smollm2, ChatRequest(CHAT, tools=[STRICT], tool_choice="required")).grammar is not None
+    build_prompt(smollm2, ChatRequest(CHAT, tools=[STRICT], tool_choice="none"))  # no call: nothing to hold
+    # Qwen3.5 writes a call's values as raw text, which a format cannot be held to.
+    unholdable = {**STRICT, "function": {**STRICT["function"], "parameters": {"type": "object", "properties": {
+        "day": {"type": "string", "format": "date"}}}}}
+    for fields, template, loc in [
+        (dict(tools=[STRICT]), None, ("tools", 0, "function", "strict")),  # SmolLM2's calls open bare
+        (dict(tools=[{**WEATHER, "function": {**WEATHER["function"], "name": "w"}}, STRICT], answer=JSON), QWEN35,
+         ("tools", 1, "function", "strict")),
+        (dict(tools=[unholdable]), QWEN35, ("tools",)),
+    ]:
+        with pytest.raises(ChatError) as e:
+            build_prompt(smollm2, ChatRequest(CHAT, **fields), template=template)
+        assert e.value.loc == loc, e.value

@@ -66,6 +66,11 @@ def _reasoning(s: ChatRequest):
         raise ChatError.of(str(e)) from None
 
 
+def _strict_tool(tools) -> int | None:
+    """The first tool declared `strict`, if any."""
+    return next((i for i, t in enumerate(tools) if t["function"].get("strict") is True), None)
+
+
 def _schema_error(tools, e: Exception) -> ChatError:
     """The tool whose parameters schema the call grammar could not use (each
     compiled alone to find it), or all of them."""
@@ -141,11 +146,19 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
             # leaves the calls parsed but unwatched.
             try:
                 g = compile_grammar(grammar=call_grammar(framing, plan.tools, None, plan.parallel, json_schema_rules))
-            except InvalidRequestError:
+            except InvalidRequestError as e:
+                if _strict_tool(plan.tools) is not None:
+                    raise _schema_error(plan.tools, e) from None
                 g = None
             # Llama 3's calls may also open bare, so its grammar does not start at the tag.
             if g is not None and g.accepts_prefix(trigger.encode()):
                 out.grammar, out.grammar_trigger = g, trigger
+        if plan.parse and out.grammar is None and (strict := _strict_tool(plan.tools)) is not None:
+            # A strict tool is a promise that its calls fit its schema: refused where nothing holds them to it.
+            why = ("a format or grammar for the answer leaves the calls unwatched" if answer is not None else
+                   "this template's calls open with nothing to watch for")
+            raise ChatError(f"its calls cannot be held to its schema here: {why}; tool_choice \"required\" or the "
+                            "tool's name holds them", ("tools", strict, "function", "strict"))
     # A conversation ending in the assistant's own words asks for them to be
     # continued (llama-server's assistant prefill, Anthropic's too): the turn
     # is opened as for a reply and those words written into it.

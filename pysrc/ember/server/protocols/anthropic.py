@@ -112,6 +112,8 @@ class Tool(msgspec.Struct, forbid_unknown_fields=False):
     # Absent or "custom" for a client's own tool; Anthropic's server tools
     # (web search, code execution...) name a versioned type instead.
     type: str | None = None
+    # The structured outputs' promise that calls fit input_schema (refused where none can be held to it)
+    strict: bool | None = None
 
 
 class ToolChoice(msgspec.Struct, forbid_unknown_fields=False):
@@ -271,6 +273,8 @@ def _tools(req: MessagesRequest) -> tuple[list[dict] | None, Any, bool | None]:
             if t.description is not None:
                 fn["description"] = t.description
             fn["parameters"] = t.input_schema
+            if t.strict is not None:
+                fn["strict"] = t.strict
             tools.append({"type": "function", "function": fn})
     tc = req.tool_choice
     if tc is None:

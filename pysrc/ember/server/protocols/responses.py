@@ -308,6 +308,8 @@ def _tools(req: ResponsesRequest) -> tuple[list[dict] | None, Any]:
             if t.description is not None:
                 fn["description"] = t.description
             fn["parameters"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
+            if t.strict is not None:
+                fn["strict"] = t.strict
             tools.append({"type": "function", "function": fn})
     tc = req.tool_choice
     if isinstance(tc, str) and tc not in ("auto", "none", "required"):
