@@ -10,10 +10,10 @@ import time
 
 from aiohttp import web
 
-from ember.model import Completion, PromptProgress
+from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
-from ember.server.http import envelope_of, sse_start
+from ember.server.http import envelope_of, finite, sse_start
 from ember.server.state import ServerState
 
 __all__ = ["Choices", "ClientGone", "Generation"]
@@ -237,6 +237,17 @@ class _SideBySide:
         """The reply as server-sent events (see `Generation.stream`; on entry
         the first events have come)."""
         return await _sse_reply(request, self, write)
+
+
+def piece_logprobs(model, p: Piece, k: int) -> dict:
+    """A drawn token's log-probability and its `k` likeliest rivals', in the
+    shape OpenAI's chat completions and Ollama's replies share."""
+
+    def entry(token: int, logprob: float | None) -> dict:
+        raw = model.token_to_piece(token)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": finite(logprob), "bytes": list(raw)}
+
+    return {**entry(p.token, p.logprob), "top_logprobs": [entry(t, lp) for t, lp in (p.top or [])[:k]]}
 
 
 def chosen_slot(request: web.Request, id_slot: int, generations: int) -> int | None:

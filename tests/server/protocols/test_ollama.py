@@ -139,6 +139,27 @@ def test_a_format_schema_holds_the_answer(client):
     assert r.done_reason == "stop" and isinstance(json.loads(r.response), dict)
 
 
+def test_logprobs_come_with_each_token_as_on_chat_completions(server, client):
+    """Ollama's `logprobs` and `top_logprobs`: each drawn token's, whole or
+    spread over the stream's lines, the same as chat completions give for
+    the same conversation."""
+    r = client.chat(model="any", messages=HELLO, logprobs=True, top_logprobs=2, options={**GREEDY, "num_predict": 6})
+    assert len(r.logprobs) == r.eval_count == 6
+    assert all(len(lp.top_logprobs) == 2 and lp.top_logprobs[0].logprob >= lp.top_logprobs[1].logprob
+               for lp in r.logprobs)
+    chat = json.loads(http(server.url + "/v1/chat/completions", {"messages": HELLO, "max_tokens": 6, "temperature": 0,
+                                                                  "logprobs": True, "top_logprobs": 2})[2])
+    want = [(e["token"], e["logprob"]) for e in chat["choices"][0]["logprobs"]["content"]]
+    assert [(lp.token, lp.logprob) for lp in r.logprobs] == want
+    streamed = [lp for part in client.chat(model="any", messages=HELLO, logprobs=True, top_logprobs=2, stream=True,
+                                           options={**GREEDY, "num_predict": 6}) for lp in (part.logprobs or [])]
+    assert [(lp.token, lp.logprob) for lp in streamed] == want
+    g = client.generate(model="any", prompt="Say hello.", logprobs=True, options={**GREEDY, "num_predict": 3})
+    assert len(g.logprobs) == 3 and all(lp.top_logprobs == [] for lp in g.logprobs)
+    assert "logprobs" not in client.chat(model="any", messages=HELLO, options={**GREEDY, "num_predict": 2}).model_dump(
+        exclude_none=True)
+
+
 def test_the_model_is_listed_and_described(client, smollm2):
     listed = client.list().models
     assert len(listed) == 1
@@ -189,8 +210,8 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     ("/api/chat", {"messages": HELLO, "seed": 1, "options": {"seed": 1}}, "seed"),
     ("/api/chat", {"messages": HELLO, "max_tokens": 4}, "max_tokens: Ollama's routes read it from options; send "
      "options.num_predict"),
-    ("/api/chat", {"messages": HELLO, "logprobs": True}, "logprobs"),
-    ("/api/generate", {"prompt": "x", "logprobs": True, "top_logprobs": 3}, "logprobs"),
+    ("/api/chat", {"messages": HELLO, "top_logprobs": 3}, "top_logprobs: requires logprobs"),
+    ("/api/generate", {"prompt": "x", "logprobs": True, "top_logprobs": 99}, "top_logprobs"),
 ])
 def test_bad_requests_are_400s_in_ollamas_envelope(server, route, body, says):
     status, _, raw = http(server.url + route, {"stream": False, **body})

@@ -35,7 +35,7 @@ from ember.sampling import SamplingParams
 from ember.server import wire
 from ember.server.chat_prompt import Origin, chat_prompt, located, message_locator
 from ember.server.errors import ApiError
-from ember.server.generation import Generation
+from ember.server.generation import Generation, piece_logprobs
 from ember.server.http import Envelope, json_response, read_body, reads
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.state import ServerState
@@ -88,9 +88,9 @@ class _Common(msgspec.Struct, forbid_unknown_fields=False):
     # a JSON Schema the reply is held to
     grammar: Any = None
     json_schema: Any = None
-    # Read so that a request asking for them is refused by name (see `_decode`)
-    logprobs: Any = None
-    top_logprobs: Any = None
+    # Each token's log-probability, and its top_logprobs likeliest rivals', beside the reply's text
+    logprobs: bool = False
+    top_logprobs: int | None = None
 
 
 class ChatBody(_Common):
@@ -145,10 +145,9 @@ def _decode(raw: bytes, type):
     for k in misplaced.__struct_fields__:
         if getattr(misplaced, k) is not msgspec.UNSET:
             raise ApiError(400, f"{k}: Ollama's routes read it from options; send {_PLACES[k]}", param=k)
-    for k in ("logprobs", "top_logprobs"):
-        if getattr(body, k) not in (None, False, 0):
-            raise ApiError(400, f"{k}: log-probabilities are not returned on Ollama's routes; the OpenAI and "
-                           "llama-server routes give them", param=k)
+    wire.check_logprobs("top_logprobs", body.top_logprobs)
+    if body.top_logprobs and not body.logprobs:
+        raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
     return body
 
 
@@ -161,9 +160,12 @@ def _sampling(state: ServerState, body: _Common) -> SamplingParams:
     o = body.options or Options()
     try:
         sent = wire.Sampling(**{k: getattr(o, k) for k in _OPTIONS})
-        return wire.sampling_options(sent, state.model.n_vocab, state.opts.sampling)
+        params = wire.sampling_options(sent, state.model.n_vocab, state.opts.sampling)
     except ApiError as e:
         raise located(e, _fields) from None
+    if body.logprobs:
+        params.n_probs = max(1, body.top_logprobs or 0)  # the drawn token's own needs at least one
+    return params
 
 
 def _answer(body: _Common) -> AnswerFormat | None:
@@ -306,26 +308,47 @@ class _Lines:
         return self.resp
 
 
-async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, stream: bool, chunk, last) -> web.StreamResponse:
+async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, body: _Common, chunk,
+               last) -> web.StreamResponse:
     """Drives a generation: `chunk(events)` is the streamed object for the
-    reply's new text (None when it has none), `last(c)` the final one.
-    Ollama streams lines of JSON, not server-sent events, so it keeps this
-    driver of its own beside `Generation.stream`."""
-    if not stream:
-        c = await gen.whole()
+    reply's new text (None when it has none), `last(c)` the final one; with
+    `logprobs`, each object carries its tokens' (a token whose text the
+    shaper still holds travels with the next object sent). Ollama streams
+    lines of JSON, not server-sent events, so it keeps this driver of its own
+    beside `Generation.stream`."""
+    model, k = request.app["state"].model, body.top_logprobs or 0
+    held: list[dict] = []
+
+    def with_logprobs(obj: dict) -> dict:
+        if body.logprobs:
+            obj["logprobs"] = held[:]
+            held.clear()
+        return obj
+
+    if not body.stream:
+        if not body.logprobs:
+            c = await gen.whole()
+        else:
+            async with gen:
+                async for ev in gen.events():
+                    if isinstance(ev, Piece) and ev.token is not None:
+                        held.append(piece_logprobs(model, ev, k))
+            c = gen.completion
         shaper.read_whole(c)
-        return json_response(last(c, whole=True))
+        return json_response(with_logprobs(last(c, whole=True)))
     out = _Lines(request)
     async with gen:
         await gen.first_event()
         try:
             async for ev in gen.events():
+                if body.logprobs and isinstance(ev, Piece) and ev.token is not None:
+                    held.append(piece_logprobs(model, ev, k))
                 events = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev)
                 obj = chunk(events)
                 if obj is not None:
-                    await out.send(obj)
+                    await out.send(with_logprobs(obj))
                 if isinstance(ev, Completion):
-                    await out.send(last(ev, whole=False))
+                    await out.send(with_logprobs(last(ev, whole=False)))
         except ApiError as e:
             if out.resp is None:
                 raise  # nothing sent yet: the error still has its status
@@ -365,7 +388,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         return {"model": name, "created_at": _now(), "message": msg, "done": True, "done_reason": _done_reason(shaper),
                 **_stats(gen, c, t0)}
 
-    return await _run(request, gen, shaper, body.stream, chunk, last)
+    return await _run(request, gen, shaper, body, chunk, last)
 
 
 @reads(GenerateBody)
@@ -420,7 +443,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             out["thinking"] = "".join(shaper.thought)
         return out
 
-    return await _run(request, gen, shaper, body.stream, chunk, last)
+    return await _run(request, gen, shaper, body, chunk, last)
 
 
 async def _vectors(request: web.Request, texts: list[str], field: str, truncate: bool, normalize: int = 2) -> list:

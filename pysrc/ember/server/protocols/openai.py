@@ -16,7 +16,7 @@ from ember.model import Completion, Piece, PromptProgress
 from ember.server import wire
 from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
-from ember.server.generation import Choices, chosen_slot
+from ember.server.generation import Choices, chosen_slot, piece_logprobs
 from ember.server.http import finite, json_response, read_body, reads, sse_send
 from ember.server.protocols.llama_server import final_body, progress_body
 from ember.server.state import ServerState
@@ -35,17 +35,6 @@ def _usage(choices: Choices) -> dict:
     n_g = sum(len(g.completion.tokens) if g.completion else g.n_drawn for g in choices.gens)
     return {"prompt_tokens": n_p, "completion_tokens": n_g, "total_tokens": n_p + n_g,
             "prompt_tokens_details": {"cached_tokens": first.n_cached}}
-
-
-def _token_entry(model, token: int, logprob: float | None) -> dict:
-    raw = model.token_to_piece(token)
-    return {"token": raw.decode("utf-8", "replace"), "logprob": finite(logprob), "bytes": list(raw)}
-
-
-def _chat_logprobs(model, p: Piece, k: int) -> dict:
-    e = _token_entry(model, p.token, p.logprob)
-    e["top_logprobs"] = [_token_entry(model, t, lp) for t, lp in (p.top or [])[:k]]
-    return e
 
 
 def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
@@ -92,7 +81,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         async with choices:
             async for i, ev in choices.events():
                 if isinstance(ev, Piece) and req.logprobs and ev.token is not None:
-                    content[i].append(_chat_logprobs(model, ev, k))
+                    content[i].append(piece_logprobs(model, ev, k))
         for sh, g in zip(shapers, choices.gens):
             sh.read_whole(g.completion)
         return json_response(_verbose(state, req, choices, max_tokens) | {
@@ -129,7 +118,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                                                                "logprobs": None, "finish_reason": None}]})
             sh = shapers[i]
             if isinstance(ev, Piece):
-                lp = [_chat_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
+                lp = [piece_logprobs(model, ev, k)] if req.logprobs and ev.token is not None else None
                 out = deltas(sh.feed(ev.text))
                 if lp and not out:
                     out = [{"content": ""}]
