@@ -64,9 +64,8 @@ class Unhonoured(msgspec.Struct, forbid_unknown_fields=False):
     n_indent: Any = None
 
 
-def _number_at_most(v: Any, off: float) -> bool:
-    """Whether `v` is a number that leaves its feature off (at most `off`)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v <= off
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 class Sampling(Unhonoured):
@@ -108,15 +107,15 @@ _UNHONOURED = [
     ("xtc_probability", lambda v: v not in (None, 0, 0.0), "the XTC sampler is not supported"),
     ("top_n_sigma", lambda v: v not in (None, -1, -1.0, 0, 0.0), "the top-n-sigma sampler is not supported"),
     ("dynatemp_range", lambda v: v not in (None, 0, 0.0), "dynamic temperature is not supported"),
-    ("adaptive_target", lambda v: v is not None and not _number_at_most(v, -1e-30),
+    ("adaptive_target", lambda v: v is not None and not (_number(v) and v < 0),
      "the adaptive sampler is not supported"),
     ("min_keep", lambda v: v not in (None, 0), "a floor on the candidates each sampler keeps is not supported"),
     ("samplers", lambda v: v is not None, "a custom sampler order is not supported"),
     ("lora", lambda v: bool(v), "LoRA adapters are not supported"),
     ("grammar_lazy", lambda v: bool(v), "a grammar that waits for a trigger is not supported; a grammar holds from "
      "the first token"),
-    ("t_max_predict_ms", lambda v: v is not None and not _number_at_most(v, 0), "a time limit on generation is not "
-     "supported"),
+    ("t_max_predict_ms", lambda v: v is not None and not (_number(v) and v <= 0),
+     "a time limit on generation is not supported"),
     ("n_indent", lambda v: v not in (None, 0), "stopping at a line's indentation is not supported"),
 ]
 

@@ -88,7 +88,8 @@ async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
-    n_predict = wire.max_tokens(*req.first_of("n_predict", "max_completion_tokens", "max_tokens"), state.opts.n_predict)
+    n_predict = wire.max_tokens(*req.first_of("n_predict", "max_completion_tokens", "max_tokens"),
+                                state.opts.n_predict)
     name, n_probs = req.first_of("n_probs", "logprobs")
     wire.check_logprobs(name, n_probs or 0)
     req.n_probs = n_probs or 0

@@ -319,6 +319,10 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, body: 
     model, k = request.app["state"].model, body.top_logprobs or 0
     held: list[dict] = []
 
+    def hold(ev) -> None:
+        if body.logprobs and isinstance(ev, Piece) and ev.token is not None:
+            held.append(piece_logprobs(model, ev, k))
+
     def with_logprobs(obj: dict) -> dict:
         if body.logprobs:
             obj["logprobs"] = held[:]
@@ -326,23 +330,17 @@ async def _run(request: web.Request, gen: Generation, shaper: ChatShaper, body: 
         return obj
 
     if not body.stream:
-        if not body.logprobs:
-            c = await gen.whole()
-        else:
-            async with gen:
-                async for ev in gen.events():
-                    if isinstance(ev, Piece) and ev.token is not None:
-                        held.append(piece_logprobs(model, ev, k))
-            c = gen.completion
-        shaper.read_whole(c)
-        return json_response(with_logprobs(last(c, whole=True)))
+        async with gen:
+            async for ev in gen.events():
+                hold(ev)
+        shaper.read_whole(gen.completion)
+        return json_response(with_logprobs(last(gen.completion, whole=True)))
     out = _Lines(request)
     async with gen:
         await gen.first_event()
         try:
             async for ev in gen.events():
-                if body.logprobs and isinstance(ev, Piece) and ev.token is not None:
-                    held.append(piece_logprobs(model, ev, k))
+                hold(ev)
                 events = shaper.feed(ev.text) if isinstance(ev, Piece) else shaper.finish(ev)
                 obj = chunk(events)
                 if obj is not None:
