@@ -9,6 +9,8 @@ import re
 import pytest
 
 from ember.chat import tools as tc
+from ember.errors import InvalidRequestError
+from ember.structured import json_schema_rules
 from tool_cases import TOOLS, parse
 
 
@@ -310,6 +312,18 @@ def test_call_grammar_coder_refuses_a_pattern_it_cannot_hold_raw_text_to():
             "day": {"type": "string", key: value}}}}}]
         with pytest.raises(tc.ToolRequestError, match=f"f.day: a {key} cannot be held"):
             tc.call_grammar(tc.QWEN3_CODER, tools, "f", False, json_rules)
+
+
+def test_call_grammar_coder_refuses_a_schema_the_json_framings_refuse():
+    """A malformed schema, or one outside the subset, on a value the framing
+    writes as raw text is refused as the JSON framings refuse it, not taken
+    for "any text" (the engine's schema compiler here, not the stand-in)."""
+    for bad in ({"type": 5}, {"$ref": "#/nope"}, {"type": "string", "not": {"const": "x"}}):
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+            "day": bad}}}}]
+        for framing in (tc.HERMES, tc.QWEN3_CODER):
+            with pytest.raises(InvalidRequestError, match="#/properties/day"):
+                tc.call_grammar(framing, tools, "f", False, json_schema_rules)
 
 
 def test_plan_grammar():

@@ -85,6 +85,10 @@ def _coder_value(raw: str) -> str:
 
 
 def _coder_call(base: str, name: str, params: Mapping[str, Any], schema_rules: SchemaRules) -> list[str]:
+    # Values written as raw text never meet the schema compiler, so the whole
+    # schema meets it once: a malformed one, or a keyword outside the subset,
+    # is refused here as the JSON framings refuse it, not read as "any text".
+    schema_rules(params, f"{base}-checked")
     rules = []
     seq = []
     props, required = _properties(params)
