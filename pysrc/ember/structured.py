@@ -15,10 +15,11 @@ from typing import Any
 from ember import _native
 from ember.errors import InvalidRequestError
 
-__all__ = ["Grammar", "GrammarError", "compile_grammar", "json_schema_rules"]
+__all__ = ["Grammar", "GrammarError", "InvalidSchemaError", "compile_grammar", "json_schema_rules"]
 
 Grammar = _native.Grammar
 GrammarError = _native.GrammarError
+InvalidSchemaError = _native.InvalidSchemaError
 
 #: compiled grammars kept (each with the states it has explored and up to
 #: 16 MiB of token masks)

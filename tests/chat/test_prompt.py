@@ -71,3 +71,20 @@ def test_a_strict_tool_is_served_only_where_its_calls_are_held_to_its_schema(smo
         with pytest.raises(ChatError) as e:
             build_prompt(smollm2, ChatRequest(CHAT, **fields), template=template)
         assert e.value.loc == loc, e.value
+
+
+@pytest.mark.parametrize("template", [None, QWEN35], ids=["calls opening bare", "calls watched"])
+def test_a_malformed_tool_schema_is_refused_even_where_calls_go_unwatched(smollm2, template):
+    """A schema that is not JSON Schema is a 400 at the tool's parameters
+    whether or not its calls would be held to it; one merely outside the
+    subset leaves the calls unwatched (unless the tool is strict)."""
+    for bad in ({"type": 5}, {"$ref": "#/nope"}, {"type": "integer", "minimum": "three"}):
+        tool = {**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": "object", "properties": {
+            "a": bad}}}}
+        with pytest.raises(ChatError) as e:
+            build_prompt(smollm2, ChatRequest(CHAT, tools=[tool]), template=template)
+        assert e.value.loc == ("tools", 0, "function", "parameters"), e.value
+    outside = {**WEATHER, "function": {**WEATHER["function"], "parameters": {"type": "object", "properties": {
+        "a": {"type": "string", "not": {"const": "x"}}}}}}
+    p = build_prompt(smollm2, ChatRequest(CHAT, tools=[outside]), template=template)
+    assert p.grammar is None

@@ -71,6 +71,22 @@ def _strict_tool(tools) -> int | None:
     return next((i for i, t in enumerate(tools) if t["function"].get("strict") is True), None)
 
 
+def _check_schemas(tools) -> None:
+    """A malformed parameters schema is a bad request however the calls are
+    read, watched or not (one merely outside the subset leaves them
+    unwatched, unless its tool is strict)."""
+    from ember.structured import InvalidSchemaError, json_schema_rules
+
+    for i, t in enumerate(tools):
+        try:
+            json_schema_rules(t["function"]["parameters"], "checked")
+        except InvalidSchemaError as e:
+            raise ChatError(f"the schema cannot be used: {e}", ("tools", i, "function", "parameters"),
+                            param=f"tools[{i}].function.parameters") from None
+        except InvalidRequestError:
+            pass
+
+
 def _schema_error(tools, e: Exception) -> ChatError:
     """The tool whose parameters schema the call grammar could not use (each
     compiled alone to find it), or all of them."""
@@ -101,6 +117,8 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
         checked = normalize_tool_messages(request.messages)
     except InvalidRequestError as e:
         raise ChatError.of(str(e)) from None
+    if plan.parse:
+        _check_schemas(plan.tools)
 
     def render(msgs, tools, generation_prompt=add_generation_prompt):
         try:

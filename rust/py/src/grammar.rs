@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
-use ember_grammar::{Automaton, GrammarError as Error};
+use ember_grammar::{Automaton, GrammarError as Error, SchemaError};
 use pyo3::prelude::*;
 
-use crate::GrammarError;
+use crate::{GrammarError, InvalidSchemaError};
 
 fn grammar_err(e: Error) -> PyErr {
-    GrammarError::new_err(e.to_string())
+    match e {
+        Error::Schema(SchemaError::Invalid { .. }) => InvalidSchemaError::new_err(e.to_string()),
+        _ => GrammarError::new_err(e.to_string()),
+    }
 }
 
 fn parse_json(text: &str) -> PyResult<serde_json::Value> {

@@ -18,6 +18,12 @@ create_exception!(_native, ModelLoadError, EmberError, "The model file cannot be
 create_exception!(_native, InvalidRequestError, EmberError, "A request carries a value ember cannot use.");
 create_exception!(_native, ContextFullError, InvalidRequestError, "The tokens do not fit in the context.");
 create_exception!(_native, GrammarError, InvalidRequestError, "A grammar or JSON Schema that cannot be compiled.");
+create_exception!(
+    _native,
+    InvalidSchemaError,
+    GrammarError,
+    "A JSON Schema that is malformed or contradictory, not merely outside the supported subset."
+);
 create_exception!(_native, DeviceError, EmberError, "The GPU failed, or cannot hold or run what was asked of it.");
 
 mod batcher;
@@ -643,6 +649,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;
     m.add("ContextFullError", py.get_type::<ContextFullError>())?;
     m.add("GrammarError", py.get_type::<GrammarError>())?;
+    m.add("InvalidSchemaError", py.get_type::<InvalidSchemaError>())?;
     m.add("DeviceError", py.get_type::<DeviceError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
