@@ -117,6 +117,17 @@ def test_a_stop_sequence_ends_the_reply_and_is_named(client):
     assert whole.content[0].text.startswith(msg.content[0].text) and stop not in msg.content[0].text
 
 
+def test_llama_server_s_logit_bias_is_read_here_too(server):
+    """A bias keyed by text, as llama-server's clients send it on every
+    route, bans each of its tokens here as on /completion."""
+    ask = {"messages": HELLO, "max_tokens": 8, **GREEDY}
+    plain = json.loads(http(server.url + "/v1/messages", ask)[2])["content"][0]["text"]
+    # The reply's first word, as the tokenizer reads it alone, is the greedy first token: banned, the reply changes.
+    status, _, raw = http(server.url + "/v1/messages", {**ask, "logit_bias": [[plain.split()[0], False]]})
+    assert status == 200, raw
+    assert json.loads(raw)["content"][0]["text"] != plain
+
+
 def test_the_structured_outputs_beta_spelling_holds_the_answer(server):
     """`output_format`, the beta's name for `output_config.format` that
     clients still send: read as it, not dropped."""

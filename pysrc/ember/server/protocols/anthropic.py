@@ -382,7 +382,8 @@ def _fields(req: MessagesRequest) -> Locate:
 def _sampling(state: ServerState, req: MessagesRequest) -> SamplingParams:
     fields = {**req.sampling(), "stop": req.stop_sequences}
     try:
-        return wire.sampling_options(wire.Sampling(**fields), state.model.n_vocab, state.opts.sampling)
+        return wire.sampling_options(wire.Sampling(**fields), state.model.n_vocab, state.opts.sampling,
+                                     wire.text_tokens(state.model))
     except ApiError as e:
         raise located(e, _fields(req)) from None
 
