@@ -276,12 +276,14 @@ class LlamaCompletionRequest(Sampling):
     # the paths ("timings/predicted_n") of the final result's fields to answer, each under its path
     response_fields: list[str] | None = None
 
-    def first_of(self, *names: str) -> tuple[str, Any]:
-        """The first of `names` the request set, and its value (the last name and None: none)."""
-        for name in names:
-            if getattr(self, name) is not None:
-                return name, getattr(self, name)
-        return names[-1], None
+
+def first_set(req: msgspec.Struct, *names: str) -> tuple[str, Any]:
+    """The first of a field's `names` (its own, then its other spellings) the
+    request set, and its value; the first name and None where it set none."""
+    for name in names:
+        if getattr(req, name) is not None:
+            return name, getattr(req, name)
+    return names[0], None
 
 
 class TokenizeRequest(msgspec.Struct, forbid_unknown_fields=False):

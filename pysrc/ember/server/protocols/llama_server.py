@@ -88,12 +88,12 @@ async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
-    n_predict = wire.max_tokens(*req.first_of("n_predict", "max_completion_tokens", "max_tokens"),
+    n_predict = wire.max_tokens(*wire.first_set(req, "n_predict", "max_completion_tokens", "max_tokens"),
                                 state.opts.n_predict)
-    name, n_probs = req.first_of("n_probs", "logprobs")
+    name, n_probs = wire.first_set(req, "n_probs", "logprobs")
     wire.check_logprobs(name, n_probs or 0)
     req.n_probs = n_probs or 0
-    name, n_cmpl = req.first_of("n_cmpl", "n")
+    name, n_cmpl = wire.first_set(req, "n_cmpl", "n")
     n_slots = state.engine.n_slots
     if n_cmpl is not None and not 1 <= n_cmpl <= n_slots:
         raise ApiError(400, f"{name}: must be between 1 and the slots ({n_slots}), got {n_cmpl}", param=name)

@@ -37,13 +37,6 @@ def _usage(choices: Choices) -> dict:
             "prompt_tokens_details": {"cached_tokens": first.n_cached}}
 
 
-def _max_tokens(state: ServerState, *fields: tuple[str, int | None]) -> int:
-    for name, v in fields:
-        if v is not None:
-            return wire.max_tokens(name, v, state.opts.n_predict)
-    return wire.max_tokens("max_tokens", None, state.opts.n_predict)
-
-
 @reads(wire.ChatRequest)
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
@@ -56,8 +49,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
     chat = req.chat()
-    max_tokens = _max_tokens(state, ("max_completion_tokens", req.max_completion_tokens),
-                             ("max_tokens", req.max_tokens), ("n_predict", req.n_predict))
+    max_tokens = wire.max_tokens(*wire.first_set(req, "max_completion_tokens", "max_tokens", "n_predict"),
+                                 state.opts.n_predict)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     if not req.cache_prompt:
         params.cache_prompt = False
@@ -202,7 +195,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     n = wire.check_n(req.n)
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
-    max_tokens = _max_tokens(state, ("max_tokens", req.max_tokens))
+    max_tokens = wire.max_tokens("max_tokens", req.max_tokens, state.opts.n_predict)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)
