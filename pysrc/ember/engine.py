@@ -426,6 +426,10 @@ class Engine:
                 deliveries: list[tuple[Job, object]] = []
                 for ev in events:
                     slot = ev.slot
+                    if slot not in self._active:
+                        # A run of tokens a grammar forced goes on past where a stop
+                        # string or a line rule ended its completion: the rest is dropped.
+                        continue
                     job, build = self._active[slot]
                     try:
                         if ev.error is not None:

@@ -90,6 +90,18 @@ def test_completion_stop_word(server):
     assert r["stop_type"] == "word" and r["stopping_word"] == word and word not in r["content"]
 
 
+def test_a_stop_word_inside_a_run_of_forced_tokens_ends_the_reply(server):
+    """A grammar's literal is drawn as one run of forced tokens, one pass; a
+    stop word inside it ends the reply there and the rest of the run is
+    dropped (once, the server's loop met the run's later tokens for a slot
+    it had already freed, and the request hung)."""
+    body = {"prompt": "Hi", "grammar": 'root ::= "alpha beta gamma delta"', "n_predict": 16, "temperature": 0}
+    r = post_ok(server, "/completion", {**body, "stop": ["gamma"]})
+    assert r["content"] == "alpha beta " and r["stop_type"] == "word" and r["stopping_word"] == "gamma"
+    # The server goes on serving.
+    assert post_ok(server, "/completion", body)["content"] == "alpha beta gamma delta"
+
+
 @pytest.mark.parametrize("keyed_by", ["text", "ids"])
 @pytest.mark.parametrize("openai_style", [False, True])
 def test_logit_bias_by_text_bans_each_of_its_tokens(server, keyed_by, openai_style):
