@@ -50,6 +50,21 @@ def gemma3_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_fim_path(smollm2_path, tmp_path_factory) -> Path:
+    """A copy of SmolLM2 whose metadata names FIM tokens (neither test model's
+    vocabulary has them), for /infill. SmolLM2 was not trained on them."""
+    import subprocess
+
+    from api_helpers import SMOLLM2_FIM_IDS
+
+    copy = tmp_path_factory.mktemp("fim") / "smollm2-fim.gguf"
+    flags = [a for name, id in SMOLLM2_FIM_IDS.items() for a in ("--special-token-by-id", name, str(id))]
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", *flags, str(smollm2_path), str(copy)],
+                   check=True, capture_output=True)
+    return copy
+
+
+@pytest.fixture(scope="session")
 def smollm2(smollm2_path):
     import ember
 

@@ -19,7 +19,7 @@ from ember.sampling import SamplingParams
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Model", "Completion", "CompletionBuilder", "Piece"]
+__all__ = ["Model", "Completion", "CompletionBuilder", "LineRules", "Piece"]
 
 
 @dataclass
@@ -106,14 +106,63 @@ class StopMatcher:
         return out
 
 
+class LineRules:
+    """llama-server's two rules for code completion, read line by line:
+    `n_indent` ends the text at the first line after a newline whose
+    indentation (spaces and tabs) is shorter, cut where that line's text
+    starts; `t_max_predict_ms` ends it at a newline written after that long
+    since the first token. The text of a line still being indented is held
+    back, so a line the rule cuts is never shown."""
+
+    def __init__(self, n_indent: int = 0, t_max_predict_ms: float = 0):
+        self.n_indent = n_indent
+        self.t_max_predict_ms = t_max_predict_ms
+        #: the text since a newline is the new line's indentation so far
+        self.indenting = False
+        self.held = ""
+
+    def push(self, text: str, ms_since_first: float) -> tuple[str, bool]:
+        """Returns (text safe to emit, whether a rule ended the text)."""
+        if self.n_indent <= 0:
+            return text, self._timed_out(text, ms_since_first)
+        out: list[str] = []
+        for c in text:
+            if self.indenting:
+                if c in " \t":
+                    self.held += c
+                    continue
+                # The line's text starts (an empty line's too, as llama-server reads it).
+                if len(self.held) < self.n_indent:
+                    out.append(self.held)
+                    self.held = ""
+                    return "".join(out), True
+                self.indenting = False
+                out.append(self.held)
+                self.held = ""
+            out.append(c)
+            if c == "\n":
+                self.indenting = True
+        emitted = "".join(out)
+        return emitted, self._timed_out(emitted, ms_since_first)
+
+    def _timed_out(self, emitted: str, ms_since_first: float) -> bool:
+        return self.t_max_predict_ms > 0 and "\n" in emitted and ms_since_first > self.t_max_predict_ms
+
+    def flush(self) -> str:
+        out, self.held = self.held, ""
+        return out
+
+
 class CompletionBuilder:
     """Turns a generation's draws into what a caller reads: a `Piece` per
     draw (stop strings held back, never shown), then the `Completion` with
     its finish reason and timings. Shared by `Model.stream_completion` and the
     server's engine, whose draws come from a batcher step."""
 
-    def __init__(self, stops: Sequence[str], n_prompt: int, n_cached: int, n_probs: int, t_start: float):
+    def __init__(self, stops: Sequence[str], n_prompt: int, n_cached: int, n_probs: int, t_start: float,
+                 lines: LineRules | None = None):
         self.matcher = StopMatcher(stops)
+        self.lines = lines or LineRules()
         self.n_probs = n_probs
         self.t_start = t_start
         self.t_read: float | None = None
@@ -121,6 +170,8 @@ class CompletionBuilder:
         #: how the prompt met what its slot held (a batcher's line), if it held anything
         self.resume: str | None = None
         self.done = Completion(text="", n_prompt=n_prompt, n_cached=n_cached, finish_reason="length")
+        #: a line rule ended the text: what it held back is not shown
+        self.ended_by_rule = False
 
     def prompt_read(self) -> None:
         """Marks the end of the prompt's reading (at the first draw at the latest)."""
@@ -135,8 +186,14 @@ class CompletionBuilder:
         done = self.done
         done.tokens.append(token)
         out, hit = self.matcher.push(text)
+        out, ruled = self.lines.push(out, (time.perf_counter() - self.t_read) * 1e3)
         self.pieces.append(out)
         events: list[Piece | Completion] = [Piece(out, token, logprob, top if self.n_probs else None)]
+        if ruled:
+            # As llama-server stops at these rules: at a limit, not the model's end.
+            done.finish_reason = "length"
+            self.ended_by_rule = True
+            return events + self.finish(), True
         if hit is not None:
             done.finish_reason, done.stop_string = "stop", hit
             return events + self.finish(), True
@@ -150,8 +207,11 @@ class CompletionBuilder:
         self.prompt_read()
         events: list[Piece | Completion] = []
         done = self.done
-        if done.stop_string is None:
-            tail = self.matcher.flush()
+        if done.stop_string is None and not self.ended_by_rule:
+            tail, ruled = self.lines.push(self.matcher.flush(), 0.0)
+            if ruled:
+                done.finish_reason = "length"
+            tail += self.lines.flush()
             if tail:
                 self.pieces.append(tail)
                 events.append(Piece(tail, None))
@@ -435,7 +495,8 @@ class Model:
         native = params.native(_max_tokens(max_tokens))
         t0 = time.perf_counter()
         gen = self._native.generate(ids, native)
-        build = CompletionBuilder(params.stop, len(ids), gen.n_cached, params.n_probs, t0)
+        build = CompletionBuilder(params.stop, len(ids), gen.n_cached, params.n_probs, t0,
+                                  LineRules(params.n_indent, params.t_max_predict_ms))
         build.prompt_read()
         for d in gen:
             events, finished = build.draw(d.token, d.text, d.stop, d.logprob, d.top)
@@ -453,7 +514,8 @@ class Model:
         ids = self._prompt_ids(prompt, True, False)
         t0 = time.perf_counter()
         started = batcher.start(slot, ids, params.native(_max_tokens(max_tokens)), params.checkpoint_hints, owner)
-        build = CompletionBuilder(params.stop, len(ids), started.n_cached, params.n_probs, t0)
+        build = CompletionBuilder(params.stop, len(ids), started.n_cached, params.n_probs, t0,
+                                  LineRules(params.n_indent, params.t_max_predict_ms))
         build.resume = started.resume
         return build
 

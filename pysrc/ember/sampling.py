@@ -55,6 +55,11 @@ class SamplingParams:
     post_sampling_probs: bool = False
     #: reuse what the slot holds of the prompt
     cache_prompt: bool = True
+    #: llama-server's code-completion rules (`ember.model.LineRules`): the
+    #: text ends at a line indented less than this (0: never)...
+    n_indent: int = 0
+    #: ...or at a newline written this long after the first token (0: never)
+    t_max_predict_ms: float = 0
     #: the compiled grammar (`ember.structured.compile_grammar`) the output is held to
     grammar: _native.Grammar | None = None
     #: with a grammar: it holds the output only from where this text is written

@@ -40,12 +40,13 @@ def test_the_document_lists_every_route_with_its_body(server):
 
 @pytest.mark.skipif(shutil.which("schemathesis") is None and shutil.which("st") is None,
                     reason="schemathesis is installed by the test extras")
-def test_schemathesis_finds_no_server_error_and_no_undocumented_reply(smollm2_path, tmp_path):
+def test_schemathesis_finds_no_server_error_and_no_undocumented_reply(smollm2_fim_path, tmp_path):
     # A small context keeps any generated request short: it fills in a few
-    # hundred tokens at most. Metrics and embeddings on: off, they answer 501
-    # as llama-server does, which is no fault but reads as a server error.
+    # hundred tokens at most. Metrics and embeddings on, and a model with FIM
+    # tokens: without them, those routes answer 501 as llama-server does,
+    # which is no fault but reads as a server error.
     # Ollama's model management answers 501 by design: left out.
-    with ServerProcess(smollm2_path, "--metrics", "--embeddings", ctx=192) as s:
+    with ServerProcess(smollm2_fim_path, "--metrics", "--embeddings", ctx=192) as s:
         cmd = [shutil.which("schemathesis") or shutil.which("st"), "run", s.url + "/openapi.json",
                "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
                            "response_schema_conformance",

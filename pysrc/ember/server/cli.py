@@ -166,6 +166,8 @@ _FLAGS = [
           "the chat page"),
     _Flag("embeddings", ("--embedding", "--embeddings"), bool, "LLAMA_ARG_EMBEDDINGS",
           "serve /v1/embeddings and /embedding (completions stay served too)", False),
+    _Flag("spm-infill", ("--spm-infill",), bool, None,
+          "/infill puts the suffix before the prefix (suffix/prefix/middle), as some models were trained", False),
     _Flag("pooling", ("--pooling",), str, "LLAMA_ARG_POOLING",
           "how embeddings are pooled: none, mean, cls or last (default: the model file's own, else none)"),
 ]
@@ -772,6 +774,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
         static_path=static_path, responses_max=values["responses-max"],
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
+        spm_infill=bool(values["spm-infill"]),
     )
     return opts, lines
 

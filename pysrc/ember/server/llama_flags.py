@@ -128,7 +128,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--in-prefix-bos",), 0, _refused(_CLI)),
     CompatFlag(("--in-prefix",), 1, _refused(_CLI)),
     CompatFlag(("--in-suffix",), 1, _refused(_CLI)),
-    CompatFlag(("--spm-infill",), 0, _refused("ember does not serve infill (/infill)")),
     CompatFlag(("--samplers",), 1, _refused(
         "ember's samplers run in one order (penalties, top-k, typical, top-p, min-p, temperature); a custom "
         "order is not supported")),

@@ -54,6 +54,8 @@ class ServerOptions:
     body_limit: int | None = None
     #: serve /v1/embeddings and /embedding (llama-server's --embeddings)
     embeddings: bool = False
+    #: /infill's order: suffix, prefix, middle (llama-server's --spm-infill)
+    spm_infill: bool = False
     #: how embeddings are pooled: "none", "mean", "cls" or "last"; None: the file's own
     pooling: str | None = None
     #: checkpoints of a hybrid's recurrent states per slot (llama-server's --ctx-checkpoints)

@@ -16,7 +16,7 @@ from ember.sampling import SamplingParams
 from ember.server.errors import ApiError
 
 __all__ = [
-    "ChatMessage", "ChatRequest", "CoreSampling", "TextCompletionRequest", "LlamaCompletionRequest",
+    "ChatMessage", "ChatRequest", "CoreSampling", "TextCompletionRequest", "LlamaCompletionRequest", "InfillRequest",
     "TokenizeRequest", "DetokenizeRequest", "ApplyTemplateRequest", "decode", "sampling_options",
     "chat_messages", "ROLES",
 ]
@@ -60,8 +60,6 @@ class Unhonoured(msgspec.Struct, forbid_unknown_fields=False):
     samplers: Any = None
     lora: Any = None
     grammar_lazy: Any = None
-    t_max_predict_ms: Any = None
-    n_indent: Any = None
 
 
 def _number(v: Any) -> bool:
@@ -98,6 +96,9 @@ class Sampling(Unhonoured):
     grammar: Any = None
     json_schema: Any = None
     tool_choice: Any = None
+    # llama-server's code-completion rules (`ember.model.LineRules`)
+    n_indent: int | None = None
+    t_max_predict_ms: float | None = None
 
 
 # (field, is it set to something ember would have to act on?, why it is refused)
@@ -114,9 +115,6 @@ _UNHONOURED = [
     ("lora", lambda v: bool(v), "LoRA adapters are not supported"),
     ("grammar_lazy", lambda v: bool(v), "a grammar that waits for a trigger is not supported; a grammar holds from "
      "the first token"),
-    ("t_max_predict_ms", lambda v: v is not None and not (_number(v) and v <= 0),
-     "a time limit on generation is not supported"),
-    ("n_indent", lambda v: v not in (None, 0), "stopping at a line's indentation is not supported"),
 ]
 
 
@@ -147,6 +145,8 @@ class CoreSampling(Unhonoured):
     grammar: Any = None
     # llama-server's: a JSON Schema the answer is held to (read by each route's answer format)
     json_schema: Any = None
+    n_indent: int | None = None
+    t_max_predict_ms: float | None = None
 
     def sampling(self) -> dict:
         """The sampling fields as `Sampling`'s keywords (the answer's format
@@ -277,6 +277,19 @@ class LlamaCompletionRequest(Sampling):
     response_fields: list[str] | None = None
 
 
+class InfillChunk(msgspec.Struct, forbid_unknown_fields=False):
+    text: str
+    filename: str = "tmp"
+
+
+class InfillRequest(LlamaCompletionRequest):
+    # each a string, or token ids and strings mixed (as /completion's prompt); both required
+    input_prefix: str | list[Any] | None = None
+    input_suffix: str | list[Any] | None = None
+    # files of context put before the prefix
+    input_extra: list[InfillChunk] | None = None
+
+
 def first_set(req: msgspec.Struct, *names: str) -> tuple[str, Any]:
     """The first of a field's `names` (its own, then its other spellings) the
     request set, and its value; the first name and None where it set none."""
@@ -403,6 +416,14 @@ def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams,
         params.stop = [s for s in stops if s]
     if req.logit_bias:
         params.logit_bias = _logit_bias(req.logit_bias, n_vocab, tokenize)
+    if req.n_indent is not None:
+        if not 0 <= req.n_indent <= MAX_COUNT:
+            raise ApiError(400, f"n_indent: must be between 0 and {MAX_COUNT}, got {req.n_indent}", param="n_indent")
+        params.n_indent = req.n_indent
+    if req.t_max_predict_ms is not None:
+        # llama-server reads 0 or less as no limit.
+        _finite("t_max_predict_ms", req.t_max_predict_ms)
+        params.t_max_predict_ms = max(0.0, req.t_max_predict_ms)
     return params
 
 

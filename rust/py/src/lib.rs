@@ -326,6 +326,23 @@ impl Model {
     fn eog_ids(&self) -> Vec<u32> {
         self.inner.tokenizer.eog_ids().to_vec()
     }
+    /// The fill-in-the-middle tokens the vocabulary names (or llama.cpp
+    /// infers from their spellings), by llama.cpp's names: pre, suf, mid,
+    /// pad, rep, sep; those it lacks are left out.
+    #[getter]
+    fn fim_ids(&self) -> std::collections::BTreeMap<&'static str, u32> {
+        let ids = self.inner.tokenizer.special_ids();
+        [("pre", ids.fim_pre), ("suf", ids.fim_suf), ("mid", ids.fim_mid), ("pad", ids.fim_pad),
+         ("rep", ids.fim_rep), ("sep", ids.fim_sep)]
+            .into_iter()
+            .filter_map(|(name, id)| id.map(|id| (name, id)))
+            .collect()
+    }
+    /// Whether a prompt's tokenization starts with the BOS (the model's flag, and a BOS to add).
+    #[getter]
+    fn add_bos(&self) -> bool {
+        self.inner.tokenizer.add_bos()
+    }
 
     /// Hyperparameters as a dict.
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -183,8 +183,6 @@ def test_negative_max_tokens_is_400(server):
     ("adaptive_target", 0.5),
     ("min_keep", 2),
     ("grammar_lazy", True),
-    ("t_max_predict_ms", 500),
-    ("n_indent", 4),
 ])
 def test_a_field_ember_cannot_honour_is_refused_by_name(server, field, value):
     """Never fail open: a request asking for something ember does not do yet is a

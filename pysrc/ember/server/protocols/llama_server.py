@@ -1,4 +1,4 @@
-"""llama-server's own API over the engine: /completion, /tokenize, /detokenize,
+"""llama-server's own API over the engine: /completion, /infill, /tokenize, /detokenize,
 /apply-template, /props, /metrics and /slots, with its field names and stop types, so
 tools written for llama-server talk to ember unchanged."""
 
@@ -86,8 +86,83 @@ def final_body(state: ServerState, gen: Generation, c: Completion, *, content: s
 @reads(wire.LlamaCompletionRequest)
 async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
-    model = state.model
     req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
+    return await _complete(request, req, lambda _n_predict: completion_prompts(
+        state.model, req.prompt, limit=state.opts.parallel + state.opts.queue_depth))
+
+
+@reads(wire.InfillRequest)
+async def infill(request: web.Request) -> web.StreamResponse:
+    """llama-server's /infill: the code between a prefix and a suffix, in
+    the model's fill-in-the-middle format, answered as /completion answers."""
+    state: ServerState = request.app["state"]
+    model = state.model
+    missing = [name for name in ("pre", "suf", "mid") if name not in model._native.fim_ids]
+    if missing:
+        raise ApiError(501, f"infill is not supported by this model: its vocabulary has no fill-in-the-middle "
+                       f"{', '.join(missing)} token")
+    req = wire.decode(await read_body(request), wire.InfillRequest)
+    for name in ("input_prefix", "input_suffix"):
+        if getattr(req, name) is None:
+            raise ApiError(400, f"{name}: required", param=name)
+    if not isinstance(req.prompt, str):
+        raise ApiError(400, "prompt: /infill takes a string (the start of the middle)", param="prompt")
+
+    def prompts(n_predict: int) -> tuple[list[list[int]], list[str | None]]:
+        ids = infill_prompt(model, req, batch=state.opts.max_batch, n_predict=n_predict, n_ctx=state.slot_ctx,
+                            spm=state.opts.spm_infill)
+        return [ids], [None]
+
+    return await _complete(request, req, prompts)
+
+
+def infill_prompt(model, req: "wire.InfillRequest", *, batch: int, n_predict: int, n_ctx: int,
+                  spm: bool) -> list[int]:
+    """The tokens llama-server's format_prompt_infill builds: the extra
+    chunks (under the repository-level markers where the vocabulary has
+    them), then FIM_PRE prefix prompt FIM_SUF suffix FIM_MID, or with `spm`
+    the suffix's part first. As there, the prefix keeps its last three
+    quarters of a batch, the suffix its first quarter less the prompt, and
+    the extra chunks their last tokens that leave room for the batch and
+    twice the reply."""
+    fim = model._native.fim_ids
+
+    def tokens(value, where: str) -> list[int]:
+        ids, _ = _subprompt(model, value, where, add_special=False, parse_special=False)
+        return ids
+
+    prefix = tokens(req.input_prefix, "input_prefix")
+    suffix = tokens(req.input_suffix, "input_suffix")
+    prompt = model.tokenize(req.prompt, add_special=False, parse_special=True) if req.prompt else []
+    extra: list[int] = []
+    if "rep" in fim:
+        extra += [fim["rep"], *model.tokenize("myproject\n", add_special=False, parse_special=False)]
+    for chunk in req.input_extra or []:
+        if "sep" in fim:
+            extra += [fim["sep"], *model.tokenize(chunk.filename + "\n", add_special=False, parse_special=False)]
+        else:
+            extra += model.tokenize(_CHUNK_SEPARATOR, add_special=False, parse_special=False)
+        extra += model.tokenize(chunk.text, add_special=False, parse_special=False)
+    if "sep" in fim:
+        extra += [fim["sep"], *model.tokenize("filename\n", add_special=False, parse_special=False)]
+    n_prefix = min(len(prefix), 3 * (batch // 4))
+    n_suffix = min(len(suffix), max(0, batch // 4 - (2 + len(prompt))))
+    n_extra = min(max(0, n_ctx - batch - 2 * max(n_predict, 0)), len(extra))
+    head = [fim["pre"], *prefix[len(prefix) - n_prefix:], *prompt]
+    tail = [fim["suf"], *suffix[:n_suffix]]
+    first, second = (tail, head) if spm else (head, tail)
+    bos = [model._native.bos_id] if model._native.add_bos else []
+    return extra[len(extra) - n_extra:] + bos + first + second + [fim["mid"]]
+
+
+#: llama-server's line between extra chunks where the vocabulary has no file separator.
+_CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
+
+
+async def _complete(request: web.Request, req: "wire.LlamaCompletionRequest", make_prompts) -> web.StreamResponse:
+    """/completion's answer to `req`, its prompts from `make_prompts(n_predict)`."""
+    state: ServerState = request.app["state"]
+    model = state.model
     n_predict = wire.max_tokens(*wire.first_set(req, "n_predict", "max_completion_tokens", "max_tokens"),
                                 state.opts.n_predict)
     name, n_probs = wire.first_set(req, "n_probs", "logprobs")
@@ -104,7 +179,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
         params.post_sampling_probs = req.post_sampling_probs
     if not req.cache_prompt:
         params.cache_prompt = False
-    prompts, texts = completion_prompts(model, req.prompt, limit=state.opts.parallel + state.opts.queue_depth)
+    prompts, texts = make_prompts(n_predict)
     if n_cmpl is not None and n_cmpl > 1:
         # Each prompt's completions side by side, as llama-server answers them.
         if len(prompts) * n_cmpl > state.opts.parallel + state.opts.queue_depth:
@@ -206,19 +281,20 @@ def _is_id(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _subprompt(model, p, where: str) -> tuple[list[int], str | None]:
+def _subprompt(model, p, where: str, add_special: bool = True, parse_special: bool = True) -> tuple[list[int], str | None]:
     if isinstance(p, str):
-        return model.tokenize(p, add_special=True, parse_special=True), p
+        return model.tokenize(p, add_special=add_special, parse_special=parse_special), p
     if isinstance(p, dict):
         if "multimodal_data" in p:
             raise ApiError(400, f"{where}.multimodal_data: ember's models read text only", param=where)
         if "prompt_string" not in p:
             raise ApiError(400, f"{where}: an object prompt needs \"prompt_string\"", param=where)
-        return _subprompt(model, p["prompt_string"], f"{where}.prompt_string")
+        return _subprompt(model, p["prompt_string"], f"{where}.prompt_string", add_special, parse_special)
     if isinstance(p, list) and all(_is_id(x) or isinstance(x, str) for x in p):
         ids: list[int] = []
         for k, x in enumerate(p):
-            ids += model.tokenize(x, add_special=k == 0, parse_special=True) if isinstance(x, str) else [x]
+            ids += (model.tokenize(x, add_special=add_special and k == 0, parse_special=parse_special)
+                    if isinstance(x, str) else [x])
         return ids, None
     raise ApiError(400, f"{where}: expected a string, token ids, strings and token ids in one list, "
                    "{\"prompt_string\": ...}, or a list of those", param=where)
@@ -456,6 +532,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/slots/{id_slot}", slot_action)
     app.router.add_post("/completion", completion)
     app.router.add_post("/completions", completion)
+    app.router.add_post("/infill", infill)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/apply-template", apply_template)
