@@ -80,6 +80,34 @@ def test_spm_infill_puts_the_suffix_first(smollm2_fim_path):
         assert got["content"] == post_ok(s, "/completion", {"prompt": expected, **ask})["content"]
 
 
+def test_ollama_generate_with_a_suffix_inserts_in_fim_tokens(fim_server):
+    """Ollama's `suffix`, through the official client: the insertion between
+    the prompt and the suffix, as /completion answers it on the FIM tokens."""
+    import ollama
+
+    t = lambda text: tokens(fim_server, text)
+    expected = [FIM["fim_pre"], *t(PREFIX), FIM["fim_suf"], *t(SUFFIX), FIM["fim_mid"]]
+    client = ollama.Client(host=fim_server.url)
+    got = client.generate(model="any", prompt=PREFIX, suffix=SUFFIX, options={"temperature": 0, "num_predict": 6})
+    by_hand = post_ok(fim_server, "/completion", {"prompt": expected, "n_predict": 6, "temperature": 0})
+    assert got.response == by_hand["content"] and got.prompt_eval_count == len(expected)
+    streamed = "".join(c.response for c in client.generate(model="any", prompt=PREFIX, suffix=SUFFIX, stream=True,
+                                                           options={"temperature": 0, "num_predict": 6}))
+    assert streamed == got.response
+
+
+@pytest.mark.parametrize("extra", [{"raw": True}, {"system": "Be brief."}])
+def test_ollama_suffix_refuses_what_has_no_place_beside_it(fim_server, extra):
+    status, _, raw = http(fim_server.url + "/api/generate", {"prompt": PREFIX, "suffix": SUFFIX, "stream": False,
+                                                              **extra})
+    assert status == 400 and next(iter(extra)) in json.loads(raw)["error"]
+
+
+def test_ollama_suffix_on_a_model_without_fim_tokens_is_refused(server):
+    status, _, raw = http(server.url + "/api/generate", {"prompt": PREFIX, "suffix": SUFFIX, "stream": False})
+    assert status == 400 and "does not support insert" in json.loads(raw)["error"]
+
+
 @pytest.mark.parametrize("body, param", [
     ({"input_suffix": SUFFIX}, "input_prefix"),
     ({"input_prefix": PREFIX}, "input_suffix"),

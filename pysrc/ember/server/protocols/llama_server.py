@@ -97,7 +97,7 @@ async def infill(request: web.Request) -> web.StreamResponse:
     the model's fill-in-the-middle format, answered as /completion answers."""
     state: ServerState = request.app["state"]
     model = state.model
-    missing = [name for name in ("pre", "suf", "mid") if name not in model._native.fim_ids]
+    missing = missing_fim(model)
     if missing:
         raise ApiError(501, f"infill is not supported by this model: its vocabulary has no fill-in-the-middle "
                        f"{', '.join(missing)} token")
@@ -148,11 +148,24 @@ def infill_prompt(model, req: "wire.InfillRequest", *, batch: int, n_predict: in
     n_prefix = min(len(prefix), 3 * (batch // 4))
     n_suffix = min(len(suffix), max(0, batch // 4 - (2 + len(prompt))))
     n_extra = min(max(0, n_ctx - batch - 2 * max(n_predict, 0)), len(extra))
-    head = [fim["pre"], *prefix[len(prefix) - n_prefix:], *prompt]
-    tail = [fim["suf"], *suffix[:n_suffix]]
+    return extra[len(extra) - n_extra:] + fim_tokens(model, prefix[len(prefix) - n_prefix:] + prompt,
+                                                      suffix[:n_suffix], spm)
+
+
+def missing_fim(model) -> list[str]:
+    """The fill-in-the-middle tokens a model needs for an insertion and its vocabulary lacks."""
+    return [name for name in ("pre", "suf", "mid") if name not in model._native.fim_ids]
+
+
+def fim_tokens(model, before: list[int], after: list[int], spm: bool) -> list[int]:
+    """The insertion between `before` and `after` in the model's
+    fill-in-the-middle tokens: FIM_PRE before FIM_SUF after FIM_MID, or with
+    `spm` the part after first; the BOS ahead where the model adds one."""
+    fim = model._native.fim_ids
+    head, tail = [fim["pre"], *before], [fim["suf"], *after]
     first, second = (tail, head) if spm else (head, tail)
     bos = [model._native.bos_id] if model._native.add_bos else []
-    return extra[len(extra) - n_extra:] + bos + first + second + [fim["mid"]]
+    return bos + first + second + [fim["mid"]]
 
 
 #: llama-server's line between extra chunks where the vocabulary has no file separator.

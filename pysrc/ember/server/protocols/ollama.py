@@ -38,6 +38,7 @@ from ember.server.errors import ApiError
 from ember.server.generation import Generation, piece_logprobs
 from ember.server.http import Envelope, json_response, read_body, reads
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
+from ember.server.protocols.llama_server import fim_tokens, missing_fim
 from ember.server.state import ServerState
 
 __all__ = ["ENVELOPES", "add_routes"]
@@ -395,14 +396,23 @@ async def generate(request: web.Request) -> web.StreamResponse:
     model = state.model
     body = _decode(await read_body(request), GenerateBody)
     name = body.model or state.model_id()
-    for field in ("template", "suffix"):
-        if getattr(body, field):
-            why = "Go templates are not read here; the model's own chat template is used" if field == "template" \
-                else "text after the insertion point is not supported"
-            raise ApiError(400, f"{field}: {why}", param=field)
+    if body.template:
+        raise ApiError(400, "template: Go templates are not read here; the model's own chat template is used",
+                       param="template")
+    if body.suffix:
+        # An insertion, in the model's fill-in-the-middle tokens (as Ollama's code models' templates
+        # write it), in place of the chat template: nothing of a turn's may go with it.
+        missing = missing_fim(model)
+        if missing:
+            raise ApiError(400, f"suffix: this model does not support insert: its vocabulary has no "
+                           f"fill-in-the-middle {', '.join(missing)} token", param="suffix")
+        for field in ("raw", "system"):
+            if getattr(body, field):
+                raise ApiError(400, f"{field}: cannot go with suffix, whose insertion is written in the model's "
+                               "fill-in-the-middle tokens", param=field)
     if body.images:
         raise ApiError(400, "images: this server reads text only", param="images")
-    if not body.prompt and not body.context:
+    if not body.prompt and not body.context and not body.suffix:
         # Ollama's way of loading a model: nothing to generate, the model is ready.
         return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
     max_tokens = _max_tokens(state, body)
@@ -410,13 +420,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if bad is not None:
         raise ApiError(400, f"context: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})",
                        param="context")
-    if body.raw:
+    if body.raw or body.suffix:
         params = _sampling(state, body)
         _think(body)  # checked, though a raw prompt has no template to pass it to
         answer = _answer(body)
         params.grammar = answer.grammar if answer is not None else None
-        prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
-                                                           parse_special=True)
+        if body.suffix:
+            text = lambda t: model.tokenize(t, add_special=False, parse_special=False)
+            prompt = list(body.context or []) + fim_tokens(model, text(body.prompt), text(body.suffix),
+                                                           state.opts.spm_infill)
+        else:
+            prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
+                                                               parse_special=True)
         shaper = ChatShaper()
     else:
         messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
