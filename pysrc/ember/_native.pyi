@@ -53,6 +53,8 @@ class GenerateOptions:
         grammar: Grammar | None = None,
         grammar_trigger: str | None = None,
         thought_budget: ThoughtBudget | None = None,
+        post_sampling_probs: bool = False,
+        samplers: list[str] | None = None,
     ) -> None: ...
 
 def simd_level() -> str: ...

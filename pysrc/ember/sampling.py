@@ -60,6 +60,10 @@ class SamplingParams:
     n_indent: int = 0
     #: ...or at a newline written this long after the first token (0: never)
     t_max_predict_ms: float = 0
+    #: llama-server's chain: the stages that run, in order, by llama.cpp's
+    #: names ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature",
+    #: "infill"); None: llama.cpp's default chain
+    samplers: list[str] | None = None
     #: the compiled grammar (`ember.structured.compile_grammar`) the output is held to
     grammar: _native.Grammar | None = None
     #: with a grammar: it holds the output only from where this text is written
@@ -87,10 +91,18 @@ class SamplingParams:
             n_probs=self.n_probs, post_sampling_probs=self.post_sampling_probs, cache_prompt=self.cache_prompt,
             grammar=self.grammar,
             grammar_trigger=self.grammar_trigger,
-            thought_budget=self.thought_budget.native() if self.thought_budget is not None else None)
+            thought_budget=self.thought_budget.native() if self.thought_budget is not None else None,
+            samplers=self.samplers)
 
     def settings(self) -> dict:
         """The sampling fields by name (llama-server's `generation_settings`
         reports them so)."""
         skip = {"grammar", "thought_budget", "checkpoint_hints", "next_turn", "grammar_trigger", "cache_prompt"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        if out["samplers"] is None:
+            out["samplers"] = list(DEFAULT_CHAIN)
+        return out
+
+
+#: The stages of llama.cpp's default chain that run here, in its order.
+DEFAULT_CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")

@@ -57,7 +57,6 @@ class Unhonoured(msgspec.Struct, forbid_unknown_fields=False):
     dynatemp_range: Any = None
     adaptive_target: Any = None
     min_keep: Any = None
-    samplers: Any = None
     lora: Any = None
     grammar_lazy: Any = None
 
@@ -99,6 +98,8 @@ class Sampling(Unhonoured):
     # llama-server's code-completion rules (`ember.model.LineRules`)
     n_indent: int | None = None
     t_max_predict_ms: float | None = None
+    # llama-server's chain: sampler names in order, or one letter each in a string
+    samplers: Any = None
 
 
 # (field, is it set to something ember would have to act on?, why it is refused)
@@ -111,7 +112,6 @@ _UNHONOURED = [
     ("adaptive_target", lambda v: v is not None and not (_number(v) and v < 0),
      "the adaptive sampler is not supported"),
     ("min_keep", lambda v: v not in (None, 0), "a floor on the candidates each sampler keeps is not supported"),
-    ("samplers", lambda v: v is not None, "a custom sampler order is not supported"),
     ("lora", lambda v: bool(v), "LoRA adapters are not supported"),
     ("grammar_lazy", lambda v: bool(v), "a grammar that waits for a trigger is not supported; a grammar holds from "
      "the first token"),
@@ -147,6 +147,7 @@ class CoreSampling(Unhonoured):
     json_schema: Any = None
     n_indent: int | None = None
     t_max_predict_ms: float | None = None
+    samplers: Any = None
 
     def sampling(self) -> dict:
         """The sampling fields as `Sampling`'s keywords (the answer's format
@@ -424,7 +425,54 @@ def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams,
         # llama-server reads 0 or less as no limit.
         _finite("t_max_predict_ms", req.t_max_predict_ms)
         params.t_max_predict_ms = max(0.0, req.t_max_predict_ms)
+    if req.samplers is not None:
+        params.samplers = sampler_chain(req.samplers, params.top_k)
     return params
+
+
+#: llama-server's samplers by name, and by the letter of each (a chain given as one string).
+_SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                    "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+#: Stages ember lacks that do nothing at their off values, the only ones a request may give
+#: them (`refuse_unhonoured`): named in a chain, they are left out of it.
+_IDLE_STAGES = {"dry", "top_n_sigma", "xtc"}
+
+
+def sampler_chain(raw: Any, top_k: int) -> list[str]:
+    """The stages of llama-server's `samplers` that run (names in order, or a
+    string of their letters), checked as ember can run them."""
+    if isinstance(raw, str):
+        unknown = sorted(set(raw) - set(_SAMPLER_LETTERS))
+        if unknown:
+            raise ApiError(400, f"samplers: no sampler has the letter {unknown[0]!r} (known: "
+                           f"{''.join(_SAMPLER_LETTERS)})", param="samplers")
+        names = [_SAMPLER_LETTERS[c] for c in raw]
+    elif isinstance(raw, list) and all(isinstance(n, str) for n in raw):
+        names = raw
+    else:
+        raise ApiError(400, "samplers: expected a list of sampler names or a string of their letters",
+                       param="samplers")
+    known = set(_SAMPLER_LETTERS.values())
+    for n in names:
+        if n not in known:
+            raise ApiError(400, f"samplers: no sampler is named {n!r} (known: {', '.join(sorted(known))})",
+                           param="samplers")
+    if "adaptive_p" in names:
+        raise ApiError(400, "samplers: the adaptive sampler is not supported", param="samplers")
+    chain = [n for n in names if n not in _IDLE_STAGES]
+    if "penalties" in chain[1:]:
+        # ember takes the penalties as a row is read, before every other stage.
+        raise ApiError(400, "samplers: the penalties run here only first in the chain", param="samplers")
+    if "infill" in chain:
+        before = chain[:chain.index("infill")]
+        if "top_k" not in before or not 1 <= top_k <= MAX_INFILL_CANDIDATES:
+            raise ApiError(400, f"samplers: the infill sampler compares every pair of candidates: it needs top_k "
+                           f"(between 1 and {MAX_INFILL_CANDIDATES}) before it", param="samplers")
+    return chain
+
+
+#: As the engine's infill stage bounds it.
+MAX_INFILL_CANDIDATES = 1024
 
 
 #: The sampling fields taken as the request sent them (their ranges checked above).

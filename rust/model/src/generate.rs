@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ember_grammar::{Automaton, Matcher};
-use ember_sample::{Sampler, SamplingParams};
-use ember_tokenizer::StreamDecoder;
+use ember_sample::{InfillVocab, Sampler, SamplingParams, Stage};
+use ember_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::error::{ModelError, Result};
 use crate::forward::{Logits, Session};
@@ -155,6 +155,21 @@ impl Slot {
 /// Longest run of grammar-forced tokens fed in one pass.
 pub const MAX_FORCED_RUN: usize = 64;
 
+/// The vocabulary as the infill sampler reads it.
+struct Insertion<'a>(&'a Tokenizer);
+
+impl InfillVocab for Insertion<'_> {
+    fn is_eog(&self, id: u32) -> bool {
+        self.0.is_eog(id)
+    }
+    fn piece(&self, id: u32) -> &[u8] {
+        self.0.token_to_piece(id, false)
+    }
+    fn end_of_insertion(&self) -> Option<u32> {
+        self.0.eot().or(self.0.eos())
+    }
+}
+
 /// The drawing half of a generation, shared by [`Generation`] (one session,
 /// its own passes) and the batcher (many sessions, shared passes): given the
 /// logits after the last fed token, draw the next one and say whether to stop.
@@ -174,6 +189,13 @@ impl Draws {
     /// The draws after `prompt`, whose last tokens the penalties count as
     /// llama-server's do.
     pub(crate) fn new(model: &Model, params: GenerateParams, prompt: &[u32]) -> Result<Draws> {
+        let infill = params.sampling.chain.as_ref().is_some_and(|c| c.contains(&Stage::Infill));
+        if infill && Insertion(&model.tokenizer).end_of_insertion().is_none() {
+            return Err(ModelError::Invalid(
+                "samplers: the infill sampler ends an insertion on the end-of-turn or end-of-sequence token, \
+                 and this vocabulary has neither".into(),
+            ));
+        }
         let mut sampler = Sampler::new(params.sampling.clone(), model.config.n_vocab)?;
         sampler.accept_history(prompt);
         let decoder = model.tokenizer.stream_decoder();
@@ -263,10 +285,10 @@ impl Draws {
             // The reported probability stays the model's, so it is read before masking.
             let raw: Option<Vec<f32>> = (self.params.n_probs > 0).then(|| logits.to_vec());
             self.constrain(model, logits)?;
-            let token = self.sampler.sample(logits);
+            let token = self.sampler.sample_with_vocab(logits, &Insertion(tok));
             (token, raw.and_then(|r| logprob_of(&r, token)))
         } else {
-            let token = self.sampler.sample(logits);
+            let token = self.sampler.sample_with_vocab(logits, &Insertion(tok));
             (token, logprob_of(logits, token))
         };
         let mut top = top;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ember_gguf::{GgufFile, Value};
 use ember_model::generate::ThoughtBudget;
 use ember_model::{GenerateParams, Generation, KvType, LoadOptions, Logits, ModelError, Slot};
-use ember_sample::SamplingParams;
+use ember_sample::{SamplingParams, Stage};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -70,7 +70,7 @@ impl GenerateOptions {
     #[pyo3(signature = (max_tokens = 128, ignore_eos = false, temperature = 0.8, top_k = 40, top_p = 0.95, min_p = 0.05,
         typical_p = 1.0, repeat_penalty = 1.0, repeat_last_n = 64, frequency_penalty = 0.0, presence_penalty = 0.0,
         logit_bias = Vec::new(), seed = None, n_probs = 0, cache_prompt = true, grammar = None, grammar_trigger = None,
-        thought_budget = None, post_sampling_probs = false))]
+        thought_budget = None, post_sampling_probs = false, samplers = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         max_tokens: usize,
@@ -92,10 +92,12 @@ impl GenerateOptions {
         grammar_trigger: Option<String>,
         thought_budget: Option<ThoughtBudgetArg>,
         post_sampling_probs: bool,
+        samplers: Option<Vec<String>>,
     ) -> PyResult<GenerateOptions> {
         if grammar_trigger.is_some() && grammar.is_none() {
             return Err(InvalidRequestError::new_err("grammar_trigger: given without a grammar"));
         }
+        let chain = samplers.map(|names| names.iter().map(|n| stage(n)).collect::<PyResult<Vec<Stage>>>()).transpose()?;
         let sampling = SamplingParams {
             temperature,
             top_k,
@@ -108,6 +110,7 @@ impl GenerateOptions {
             presence_penalty,
             logit_bias,
             seed,
+            chain,
         };
         let thought_budget = thought_budget.map(|(budget, opener, closer, close_ids, in_thought)| ThoughtBudget {
             budget,
@@ -128,6 +131,20 @@ impl GenerateOptions {
         };
         Ok(GenerateOptions { params, cache_prompt })
     }
+}
+
+/// A stage of a named chain by llama.cpp's name for it.
+fn stage(name: &str) -> PyResult<Stage> {
+    Ok(match name {
+        "penalties" => Stage::Penalties,
+        "top_k" => Stage::TopK,
+        "typ_p" => Stage::TypicalP,
+        "top_p" => Stage::TopP,
+        "min_p" => Stage::MinP,
+        "temperature" => Stage::Temperature,
+        "infill" => Stage::Infill,
+        _ => return Err(InvalidRequestError::new_err(format!("samplers: no sampler named {name:?} runs here"))),
+    })
 }
 
 fn kv_type(s: &str) -> PyResult<KvType> {

@@ -1,5 +1,6 @@
 //! Token sampling as llama.cpp's common sampling chain applies it: logit bias,
-//! penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw.
+//! penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw;
+//! or the stages a request names, in its order (with llama.cpp's infill stage).
 //! Also owns the log-probabilities reported alongside sampled tokens.
 //!
 //! ```
@@ -17,7 +18,7 @@ mod stages;
 
 use std::collections::VecDeque;
 
-pub use params::{SampleError, SamplingParams};
+pub use params::{SampleError, SamplingParams, Stage, MAX_INFILL_CANDIDATES};
 
 use rng::Rng;
 use stages::{Adjust, Candidates};
@@ -25,6 +26,17 @@ use stages::{Adjust, Candidates};
 /// Above this the penalty window is grown on demand rather than reserved up
 /// front, so a huge or unbounded `repeat_last_n` cannot reserve gigabytes.
 const MAX_RESERVED_WINDOW: usize = 1 << 16;
+
+/// What the infill stage reads of the vocabulary.
+pub trait InfillVocab {
+    fn is_eog(&self, id: u32) -> bool;
+    /// The token's text, control tokens empty (llama.cpp's `token_to_piece`
+    /// without special tokens).
+    fn piece(&self, id: u32) -> &[u8];
+    /// The token an insertion with nothing more to write ends on: the end
+    /// of turn, else the end of sequence.
+    fn end_of_insertion(&self) -> Option<u32>;
+}
 
 /// One generation's sampling state: the parameters, the penalty window and
 /// the random stream. Build one per sequence; `reset` reuses it.
@@ -57,7 +69,9 @@ impl Sampler {
         params::validate(&params, n_vocab)?;
         // Validated to be >= -1; -1 (negative) means an unbounded window.
         let window_len = usize::try_from(params.repeat_last_n).ok();
+        let penalties_named = params.chain.as_ref().is_none_or(|c| c.first() == Some(&Stage::Penalties));
         let penalties_on = params.repeat_last_n != 0
+            && penalties_named
             && (params.repeat_penalty != 1.0
                 || params.frequency_penalty != 0.0
                 || params.presence_penalty != 0.0);
@@ -114,7 +128,7 @@ impl Sampler {
     /// a bias or a penalty can lift a lower one past them, and without
     /// top-k the whole distribution is drawn from.
     pub fn decided_by_top(&self) -> Option<usize> {
-        if self.penalties_on || !self.bias.is_empty() {
+        if self.penalties_on || !self.bias.is_empty() || self.params.chain.is_some() {
             return None;
         }
         if self.params.temperature <= 0.0 {
@@ -131,6 +145,16 @@ impl Sampler {
     /// Panics if `logits.len()` differs from the `n_vocab` given to `new`:
     /// that is a wiring bug, not a request error.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sample_in(logits, None)
+    }
+
+    /// [`Sampler::sample`] with the vocabulary a named chain's infill stage
+    /// reads; a chain with that stage must be sampled through this.
+    pub fn sample_with_vocab(&mut self, logits: &[f32], vocab: &dyn InfillVocab) -> u32 {
+        self.sample_in(logits, Some(vocab))
+    }
+
+    fn sample_in(&mut self, logits: &[f32], vocab: Option<&dyn InfillVocab>) -> u32 {
         assert_eq!(
             logits.len(),
             self.n_vocab,
@@ -140,6 +164,25 @@ impl Sampler {
         );
         let p = &self.params;
         let adjust = adjust_of(p, &self.bias, &self.counts);
+        if let Some(chain) = &p.chain {
+            self.last_greedy = false;
+            let c = &mut self.cands;
+            c.fill(logits, &adjust);
+            for stage in chain {
+                match stage {
+                    // Taken with the bias as the row was read (first, as validated).
+                    Stage::Penalties => {}
+                    Stage::TopK => stages::top_k(c, p.top_k),
+                    Stage::TypicalP => stages::typical(c, p.typical_p),
+                    Stage::TopP => stages::top_p(c, p.top_p),
+                    Stage::MinP => stages::min_p(c, p.min_p),
+                    Stage::Temperature if p.temperature <= 0.0 => stages::top_k(c, 1),
+                    Stage::Temperature => stages::temperature(c, p.temperature),
+                    Stage::Infill => stages::infill(c, vocab.expect("a chain with the infill stage is sampled with its vocabulary")),
+                }
+            }
+            return stages::draw(c, &mut self.rng);
+        }
         self.last_greedy = p.temperature <= 0.0;
         if self.last_greedy {
             return stages::argmax(logits, &adjust);
@@ -841,5 +884,91 @@ mod tests {
     fn top_logprobs_large_logits_are_stable() {
         let got = top_logprobs(&[1000.0, 1000.0], 1);
         assert!((got[0].1 - (0.5f32).ln()).abs() < 1e-6);
+    }
+
+    /// Eight tokens: "ab", "abc", "x", an end of turn (id 3, no text), "y", "z", "w", "v".
+    struct Pieces;
+
+    impl InfillVocab for Pieces {
+        fn is_eog(&self, id: u32) -> bool {
+            id == 3
+        }
+        fn piece(&self, id: u32) -> &[u8] {
+            [&b"ab"[..], b"abc", b"x", b"", b"y", b"z", b"w", b"v"][id as usize]
+        }
+        fn end_of_insertion(&self) -> Option<u32> {
+            Some(3)
+        }
+    }
+
+    /// How often each token is drawn through top-k (all eight) and infill.
+    fn drawn(probs: &[f32; 8], seed: u64) -> Vec<f64> {
+        let params = SamplingParams { top_k: 8, chain: Some(vec![Stage::TopK, Stage::Infill]), ..plain(1.0, seed) };
+        let mut s = Sampler::new(params, 8).unwrap();
+        let mut h = vec![0usize; 8];
+        for _ in 0..4000 {
+            h[s.sample_with_vocab(&ln(probs), &Pieces) as usize] += 1;
+        }
+        h.iter().map(|&c| c as f64 / 4000.0).collect()
+    }
+
+    #[test]
+    fn infill_merges_a_token_into_the_likelier_one_its_text_starts_and_drops_the_unlikely() {
+        // The end of turn (0.01) is too unlikely to end it (3 * 0.01 * 8 < 0.99). "abc"
+        // (0.35) takes "ab" (0.3), which leaves; the rest fall below 0.2 but the end of
+        // turn, which always stays. The survivors are drawn by their own logits.
+        let h = drawn(&[0.3, 0.35, 0.1, 0.01, 0.09, 0.05, 0.05, 0.05], 5);
+        assert!(h.iter().enumerate().all(|(i, &x)| i == 1 || i == 3 || x == 0.0), "{h:?}");
+        assert_close(&[h[1], h[3]], &[0.35 / 0.36, 0.01 / 0.36], 0.02);
+    }
+
+    #[test]
+    fn infill_keeps_only_the_end_where_it_holds_enough_of_the_mass() {
+        // 3 * 0.05 * 8 = 1.2 > 0.95.
+        let h = drawn(&[0.4, 0.2, 0.1, 0.05, 0.1, 0.05, 0.05, 0.05], 6);
+        assert_eq!(h[3], 1.0);
+    }
+
+    #[test]
+    fn infill_ends_the_insertion_when_no_text_is_likely_enough() {
+        // Every text below 0.2 ("abc" merged into "ab" too): the one candidate
+        // left is the end of the insertion.
+        let h = drawn(&[0.15, 0.001, 0.15, 0.002, 0.15, 0.15, 0.15, 0.15], 7);
+        assert_eq!(h[3], 1.0);
+        // Without the stage, the same row draws text.
+        let mut s = Sampler::new(SamplingParams { top_k: 8, chain: Some(vec![Stage::TopK]), ..plain(1.0, 7) }, 8).unwrap();
+        assert_ne!(s.sample(&ln(&[0.15, 0.001, 0.15, 0.002, 0.15, 0.15, 0.15, 0.15])), 3);
+    }
+
+    #[test]
+    fn a_named_chain_runs_only_its_stages_in_its_order() {
+        let logits = [0.0f32, 1.0, 2.0, 3.0];
+        // Without the penalties in the chain, a repeated token is not penalised.
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 100.0, chain: Some(vec![Stage::Temperature]), ..plain(0.0, 1)
+        }, 4).unwrap();
+        s.accept(3);
+        assert_eq!(s.sample(&logits), 3);
+        assert_eq!(s.decided_by_top(), None);
+        // With them first, it is.
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 100.0, chain: Some(vec![Stage::Penalties, Stage::Temperature]), ..plain(0.0, 1)
+        }, 4).unwrap();
+        s.accept(3);
+        assert_eq!(s.sample(&logits), 2);
+        // A chain without temperature draws at temperature 1 whatever the parameter says.
+        let mut s = Sampler::new(SamplingParams { chain: Some(vec![Stage::TopK]), top_k: 2, ..plain(0.0, 9) }, 4).unwrap();
+        let h = histogram(&mut s, &logits, 4000);
+        let e = 1.0f64.exp();
+        assert_close(&h, &[0.0, 0.0, 1.0 / (1.0 + e), e / (1.0 + e)], 0.03);
+    }
+
+    #[test]
+    fn a_chain_ember_cannot_run_as_llama_cpp_would_is_refused_by_name() {
+        for (chain, top_k) in [(vec![Stage::TopK, Stage::Penalties], 40), (vec![Stage::Infill, Stage::TopK], 40),
+                               (vec![Stage::TopK, Stage::Infill], 0), (vec![Stage::TopK, Stage::Infill], 5000)] {
+            let e = Sampler::new(SamplingParams { chain: Some(chain), top_k, ..Default::default() }, 8).unwrap_err();
+            assert_eq!(e.field(), "samplers");
+        }
     }
 }

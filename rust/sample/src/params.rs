@@ -32,7 +32,32 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(u32, f32)>,
     /// `None` seeds from OS entropy and the clock.
     pub seed: Option<u64>,
+    /// The stages in the order a request named them (llama-server's
+    /// `samplers`), each with the parameters above; a stage left out does
+    /// not run (the penalties included), and the draw from what is left
+    /// closes the chain. `None`: llama.cpp's default chain.
+    pub chain: Option<Vec<Stage>>,
 }
+
+/// One stage of a named chain, by llama.cpp's sampler names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Penalties,
+    TopK,
+    TypicalP,
+    TopP,
+    MinP,
+    /// `temperature <= 0` keeps only the most likely candidate, as llama.cpp's stage does.
+    Temperature,
+    /// llama.cpp's infill sampler, for code completion: it ends the
+    /// insertion when the end of generation is likely enough, and merges
+    /// candidates whose text starts another's.
+    Infill,
+}
+
+/// The most candidates the infill stage compares pairwise: it needs a
+/// top-k stage of at most this many before it.
+pub const MAX_INFILL_CANDIDATES: i32 = 1024;
 
 impl Default for SamplingParams {
     fn default() -> Self {
@@ -48,6 +73,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             logit_bias: Vec::new(),
             seed: None,
+            chain: None,
         }
     }
 }
@@ -85,6 +111,23 @@ impl SampleError {
             SampleError::BadVocab(_) => "n_vocab",
         }
     }
+}
+
+/// A named chain ember can run as llama.cpp would: the penalties, which
+/// ember takes as the row is read, only first; the infill stage only after
+/// a top-k that bounds its pairwise comparison.
+fn validate_chain(chain: &[Stage], top_k: i32) -> Result<(), SampleError> {
+    let named = |reason: &'static str| SampleError::InvalidParam { field: "samplers", value: format!("{chain:?}"), reason };
+    if chain.iter().skip(1).any(|&s| s == Stage::Penalties) {
+        return Err(named("the penalties run only first in the chain"));
+    }
+    if let Some(at) = chain.iter().position(|&s| s == Stage::Infill) {
+        if !chain[..at].contains(&Stage::TopK) || !(1..=MAX_INFILL_CANDIDATES).contains(&top_k) {
+            return Err(named("the infill sampler compares every pair of candidates: it needs top_k \
+                              (between 1 and 1024) before it"));
+        }
+    }
+    Ok(())
 }
 
 fn bad(field: &'static str, value: f32, reason: &'static str) -> SampleError {
@@ -138,6 +181,9 @@ pub(crate) fn validate(p: &SamplingParams, n_vocab: usize) -> Result<(), SampleE
     }
     finite("frequency_penalty", p.frequency_penalty)?;
     finite("presence_penalty", p.presence_penalty)?;
+    if let Some(chain) = &p.chain {
+        validate_chain(chain, p.top_k)?;
+    }
     for &(token, bias) in &p.logit_bias {
         if token as usize >= n_vocab {
             return Err(SampleError::BiasTokenOutOfRange { token, n_vocab });

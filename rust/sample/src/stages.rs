@@ -365,6 +365,67 @@ pub(crate) fn temperature(c: &mut Candidates, t: f32) {
     }
 }
 
+/// llama.cpp's infill sampler (`llama_sampler_infill_apply`), on the
+/// candidates sorted and their probabilities taken: where the end of
+/// generation holds enough of the mass (three times its share per
+/// candidate against the text's), only the end-of-generation tokens stay;
+/// else each candidate whose text starts another's takes the other's
+/// probability (the likelier of the two keeps both, the other leaves), and
+/// those below 0.2 leave, the end of generation always staying; if no text
+/// is left, the one candidate is the end of the insertion. The draw that
+/// follows weighs the survivors by their own logits, as llama.cpp's does.
+pub(crate) fn infill(c: &mut Candidates, vocab: &dyn crate::InfillVocab) {
+    c.sort();
+    softmax(c);
+    let (mut p_txt, mut p_eog) = (0.0f32, 0.0f32);
+    for x in &c.data {
+        if vocab.is_eog(x.id) {
+            p_eog += x.p;
+        } else {
+            p_txt += x.p;
+        }
+    }
+    if 3.0 * p_eog * c.data.len() as f32 > p_txt {
+        c.data.retain(|x| vocab.is_eog(x.id));
+        let sum: f32 = c.data.iter().map(|x| x.p).sum();
+        for x in &mut c.data {
+            x.p /= sum;
+        }
+        return;
+    }
+    let n = c.data.len();
+    for i0 in 0..n {
+        for i1 in 0..n {
+            if c.data[i0].logit == f32::NEG_INFINITY {
+                break;
+            }
+            if i0 == i1 || c.data[i1].logit == f32::NEG_INFINITY {
+                continue;
+            }
+            let (a, b) = (vocab.piece(c.data[i0].id), vocab.piece(c.data[i1].id));
+            if !a.is_empty() && b.starts_with(a) {
+                let (dst, src) = if c.data[i1].p > c.data[i0].p { (i1, i0) } else { (i0, i1) };
+                c.data[dst].p += c.data[src].p;
+                c.data[src].logit = f32::NEG_INFINITY;
+                c.data[src].p = 0.0;
+            }
+        }
+    }
+    const THRESHOLD: f32 = 0.2;
+    c.data.retain(|x| x.p >= THRESHOLD || vocab.is_eog(x.id));
+    if c.data.iter().all(|x| vocab.is_eog(x.id)) {
+        if let Some(end) = vocab.end_of_insertion() {
+            c.data.clear();
+            c.data.push(Candidate { id: end, logit: 1.0, p: 1.0, score: 0.0 });
+        }
+        return;
+    }
+    let sum: f32 = c.data.iter().map(|x| x.p).sum();
+    for x in &mut c.data {
+        x.p /= sum;
+    }
+}
+
 /// Draws one candidate in proportion to its softmax probability.
 pub(crate) fn draw(c: &mut Candidates, rng: &mut Rng) -> u32 {
     softmax(c);

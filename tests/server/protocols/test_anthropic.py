@@ -253,7 +253,7 @@ BAD = [
     ({"messages": HELLO, "max_tokens": 8, "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
      "context_management"),
     ({"messages": HELLO, "max_tokens": 8, "mirostat": 2}, "mirostat"),
-    ({"messages": HELLO, "max_tokens": 8, "samplers": ["top_k"]}, "samplers"),
+    ({"messages": HELLO, "max_tokens": 8, "samplers": ["top_k", "mirostat"]}, "samplers"),
     ({"messages": HELLO, "max_tokens": 8, "stop_sequences": "END"}, "stop_sequences"),
     ({"messages": HELLO, "max_tokens": 8, "temperature": -1}, "temperature"),
     ({"messages": HELLO, "max_tokens": 8, "temperature": 1.5}, "temperature"),

@@ -231,3 +231,52 @@ def test_line_rules_hold_a_line_while_it_is_indenting(pieces):
     rules = LineRules(n_indent=2)
     assert rules.push("x\n ", 0.0) == ("x\n", False)
     assert rules.flush() == " "
+
+
+# -- samplers: llama-server's chain, as editor plugins name it ----------------------
+
+def test_a_named_chain_runs_its_stages_and_reports_them(server):
+    ask = {"prompt": "The best way to learn is", "n_predict": 16, "seed": 3, "temperature": 0}
+    greedy = post_ok(server, "/completion", ask)["content"]
+    # Without "temperature" in the chain, a temperature of 0 is not applied: the draw is at 1.
+    named = post_ok(server, "/completion", {**ask, "samplers": ["top_k", "top_p"]})
+    assert named["content"] != greedy
+    assert named["generation_settings"]["samplers"] == ["top_k", "top_p"]
+    # The same chain by its letters, and the idle stages (DRY, XTC, top-n-sigma at their off values) left out.
+    assert post_ok(server, "/completion", {**ask, "samplers": "dkpx"})["content"] == named["content"]
+    # With it, greedy again.
+    assert post_ok(server, "/completion", {**ask, "samplers": ["top_k", "temperature"]})["content"] == greedy
+    assert post_ok(server, "/completion", ask)["generation_settings"]["samplers"] == [
+        "penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"]
+
+
+def test_an_editor_plugin_s_infill_request_is_served(fim_server):
+    """The body llama.vim sends (its sampler chain ends in llama.cpp's infill
+    sampler, and it asks for a few fields of the result)."""
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": EXTRA, "prompt": MIDDLE,
+            "n_predict": 16, "n_indent": 4, "top_k": 40, "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"],
+            "stream": False, "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+            "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "tokens_cached",
+                                "truncated"]}
+    r = post_ok(fim_server, "/infill", body)
+    assert set(r) == {"content", "timings/prompt_n", "timings/predicted_n", "tokens_cached", "truncated"}
+    assert 1 <= r["timings/predicted_n"] <= 16
+
+
+@pytest.mark.parametrize("samplers, says", [
+    (["top_k", "mirostat"], "no sampler is named 'mirostat'"),
+    ("kq", "no sampler has the letter 'q'"),
+    (["top_k", "penalties"], "only first"),
+    (["infill", "top_k"], "needs top_k"),
+    (["adaptive_p"], "adaptive"),
+    (7, "expected a list"),
+])
+def test_a_chain_ember_cannot_run_is_refused_by_name(server, samplers, says):
+    e = error_of(http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, "samplers": samplers}), 400)
+    assert e["param"] == "samplers" and says in e["message"]
+
+
+def test_the_infill_sampler_needs_a_bounded_top_k(server):
+    e = error_of(http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, "top_k": 0,
+                                                   "samplers": ["top_k", "infill"]}), 400)
+    assert e["param"] == "samplers"
