@@ -69,6 +69,7 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--api-key-file": [files["keys"]], "--timeout": ["60"], "--system-prompt-file": [files["system"]],
         "--metrics": [], "--no-slots": [], "--slot-save-path": [files["slots"]], "-sps": ["0.5"],
         "--slot-prompt-similarity": ["0.0"], "-v": [], "--verbose": [], "--spm-infill": [],
+        "--samplers": ["penalties;top_k;temperature"], "--sampling-seq": ["kt"], "--sampler-seq": ["ykt"],
         "-hfr": ["nobody/nothing-GGUF", "--offline"], "--hf-repo": ["nobody/nothing-GGUF:Q8_0", "--offline"],
         "-hff": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],
         "--hf-file": ["x.gguf", "-hf", "nobody/nothing-GGUF", "--offline"],

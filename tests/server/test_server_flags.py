@@ -110,6 +110,11 @@ def test_sampling_defaults_come_from_the_file_then_the_flags():
     said = [line for line in lines if line.startswith("sampling defaults:")]
     assert said and "from the file: temperature 0.6, top_p 0.95" in said[0] and "--top-k" in said[0], lines
     assert any("recommends mirostat 2: ember has no such sampler" in line for line in lines), lines
+    # A chain in any of llama.cpp's spellings; DRY, at its off value, is left out of it.
+    params = _sampling_defaults({**values, "samplers": "penalties;Top-K;dry;temp"}, sources, {}, lines,
+                                lambda *a: OptionError(str(a)))
+    assert params.samplers == ["penalties", "top_k", "temperature"]
+    assert "samplers penalties;top_k;temperature" in lines[-1]
 
 
 @pytest.mark.parametrize("argv, refused", [
@@ -120,6 +125,10 @@ def test_sampling_defaults_come_from_the_file_then_the_flags():
     (["-sps", "1.5"], "--slot-prompt-similarity 1.5: must be between 0.0 and 1.0"),
     (["-ub", "0"], "--ubatch-size 0: must be at least 1"),
     (["--ssl-key-file", "k.pem"], "--ssl-cert-file: HTTPS needs both"),
+    (["--samplers", "top_k;bogus"], "--samplers top_k;bogus: no sampler is named 'bogus'"),
+    (["--sampler-seq", "kq"], "--sampler-seq kq: no sampler has the letter 'q'"),
+    (["--samplers", "top_k;infill", "--top-k", "0"], "--samplers top_k;infill: the infill sampler"),
+    (["--samplers", "top_k", "--sampler-seq", "k"], "--sampler-seq k: give one of --samplers and --sampler-seq"),
 ])
 def test_bad_values_of_the_honoured_flags_are_refused_by_name(argv, refused, smollm2_path):
     with pytest.raises(OptionError) as e:

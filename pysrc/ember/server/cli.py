@@ -120,6 +120,12 @@ _FLAGS = [
     _Flag("frequency-penalty", ("--frequency-penalty",), float, None, "default frequency penalty (0.0: off)"),
     _Flag("ignore-eos", ("--ignore-eos",), bool, None, "requests go on past the end-of-generation token by default",
           False),
+    _Flag("samplers", ("--samplers",), str, None,
+          "default chain of samplers, in order, separated by ';' (llama.cpp's names: penalties;top_k;typ_p;top_p;"
+          "min_p;temperature, and infill)"),
+    _Flag("sampler-seq", ("--sampler-seq", "--sampling-seq"), str, None,
+          "default chain of samplers as one letter each (e: penalties, k: top_k, y: typ_p, p: top_p, m: min_p, "
+          "t: temperature, i: infill)"),
     _Flag("logit-bias", ("-l", "--logit-bias"), str, None,
           "default bias of a token's logit, TOKEN_ID+BIAS or TOKEN_ID-BIAS (repeatable; -inf bans it)"),
     _Flag("no-slots", ("--no-slots",), bool, None, "do not serve GET /slots (the slots' state)", False),
@@ -845,19 +851,27 @@ def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Ma
             lines.append(f"the file recommends {key.rsplit('.', 1)[1]} {meta[key]}: ember has no such sampler, "
                          "so it is left out")
     if meta.get("general.sampling.sequence"):
-        lines.append("the file recommends a sampler order: ember's is fixed (penalties, top-k, typical, top-p, "
-                     "min-p, temperature)")
+        lines.append("the file recommends a sampler order: left out; requests run llama.cpp's default chain unless "
+                     "--samplers or their own `samplers` name another")
     by_flag = []
     for flag, field in _SAMPLING_FLAGS.items():
         if values[flag] is not None:
             setattr(params, field, values[flag])
             by_flag.append(flag)
-    check = wire.Sampling(**{field: getattr(params, field) for field in _SAMPLING_FLAGS.values()})
+    chain_flags = [f for f in ("samplers", "sampler-seq") if values.get(f) is not None]
+    if len(chain_flags) > 1:
+        raise bad("sampler-seq", "give one of --samplers and --sampler-seq")
     try:
-        wire.sampling_options(check, 2**31 - 1, params)
+        if chain_flags:
+            by_flag.append(chain_flags[0])
+            raw = values[chain_flags[0]]
+            params.samplers = wire.sampler_names(raw.split(";") if chain_flags[0] == "samplers" else raw)
+        check = wire.Sampling(**{field: getattr(params, field) for field in _SAMPLING_FLAGS.values()})
+        params = wire.sampling_options(check, 2**31 - 1, params)
     except ApiError as e:
         field = e.param
-        flag = next((f for f, fd in _SAMPLING_FLAGS.items() if fd == field), None)
+        flag = (chain_flags[0] if field == "samplers"
+                else next((f for f, fd in _SAMPLING_FLAGS.items() if fd == field), None))
         raise (bad(flag, e.message.split(": ", 1)[-1]) if flag in by_flag
                else OptionError(f"the model file's general.sampling: {e.message}", 1)) from None
     if values["seed"] != -1:
@@ -876,6 +890,8 @@ def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Ma
         shown = ", ".join(f"{k} {v:g}" for k, v in params.settings().items()
                           if k in ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
                                    "repeat_last_n", "presence_penalty", "frequency_penalty"))
+        if params.samplers is not None:
+            shown += f", samplers {';'.join(params.samplers)}"
         why = "; ".join(x for x in (f"from the file: {', '.join(from_file)}" if from_file else "",
                                     f"from --{', --'.join(by_flag)}" if by_flag else "") if x)
         lines.append(f"sampling defaults: {shown} ({why}); a request's own fields win")

@@ -39,10 +39,6 @@ def _accepted(effect: str) -> Callable[[Any], str]:
     return lambda _value: effect
 
 
-_CHAIN = ("the server's samplers run in llama.cpp's default order (penalties, top-k, typical, top-p, min-p, "
-          "temperature); a request's `samplers` names a chain of its own")
-
-
 def _refused(why: str) -> Callable[[Any], str]:
     def decide(_value):
         raise Refusal(why)
@@ -132,8 +128,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--in-prefix-bos",), 0, _refused(_CLI)),
     CompatFlag(("--in-prefix",), 1, _refused(_CLI)),
     CompatFlag(("--in-suffix",), 1, _refused(_CLI)),
-    CompatFlag(("--samplers",), 1, _refused(_CHAIN)),
-    CompatFlag(("--sampling-seq", "--sampler-seq"), 1, _refused(_CHAIN)),
     CompatFlag(("-bs", "--backend-sampling", "--backend_sampling"), 0, _accepted(
         "tokens are drawn on the CPU beside the model, as always here; where they are drawn does not change them"),
         "LLAMA_ARG_BACKEND_SAMPLING"),

@@ -426,37 +426,54 @@ def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams,
         _finite("t_max_predict_ms", req.t_max_predict_ms)
         params.t_max_predict_ms = max(0.0, req.t_max_predict_ms)
     if req.samplers is not None:
-        params.samplers = sampler_chain(req.samplers, params.top_k)
+        params.samplers = sampler_names(req.samplers)
+    if params.samplers is not None:
+        params.samplers = runnable_chain(params.samplers, params.top_k)
     return params
 
 
-#: llama-server's samplers by name, and by the letter of each (a chain given as one string).
+#: llama-server's samplers by the letter of each (a chain given as one string).
 _SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
                     "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+
+
+def _sampler_spellings() -> dict[str, str]:
+    """Every spelling llama.cpp reads a sampler's name in (lower-cased): the
+    name, with dashes for its underscores, without them, and three aliases."""
+    out = {}
+    for name in _SAMPLER_LETTERS.values():
+        out.update({name: name, name.replace("_", "-"): name, name.replace("_", ""): name})
+    out.update(nucleus="top_p", temp="temperature", typ="typ_p")
+    return out
+
+
+_SAMPLER_SPELLINGS = _sampler_spellings()
 #: Stages ember lacks that do nothing at their off values, the only ones a request may give
 #: them (`refuse_unhonoured`): named in a chain, they are left out of it.
 _IDLE_STAGES = {"dry", "top_n_sigma", "xtc"}
 
 
-def sampler_chain(raw: Any, top_k: int) -> list[str]:
-    """The stages of llama-server's `samplers` that run (names in order, or a
-    string of their letters), checked as ember can run them."""
+def sampler_names(raw: Any, field: str = "samplers") -> list[str]:
+    """llama-server's `samplers` (names in order, in any of llama.cpp's
+    spellings, or a string of their letters) as the samplers' names."""
     if isinstance(raw, str):
         unknown = sorted(set(raw) - set(_SAMPLER_LETTERS))
         if unknown:
-            raise ApiError(400, f"samplers: no sampler has the letter {unknown[0]!r} (known: "
-                           f"{''.join(_SAMPLER_LETTERS)})", param="samplers")
-        names = [_SAMPLER_LETTERS[c] for c in raw]
-    elif isinstance(raw, list) and all(isinstance(n, str) for n in raw):
-        names = raw
-    else:
-        raise ApiError(400, "samplers: expected a list of sampler names or a string of their letters",
-                       param="samplers")
-    known = set(_SAMPLER_LETTERS.values())
-    for n in names:
-        if n not in known:
-            raise ApiError(400, f"samplers: no sampler is named {n!r} (known: {', '.join(sorted(known))})",
-                           param="samplers")
+            raise ApiError(400, f"{field}: no sampler has the letter {unknown[0]!r} (known: "
+                           f"{''.join(_SAMPLER_LETTERS)})", param=field)
+        return [_SAMPLER_LETTERS[c] for c in raw]
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise ApiError(400, f"{field}: expected a list of sampler names or a string of their letters", param=field)
+    for n in raw:
+        if n.lower() not in _SAMPLER_SPELLINGS:
+            raise ApiError(400, f"{field}: no sampler is named {n!r} (known: "
+                           f"{', '.join(sorted(set(_SAMPLER_LETTERS.values())))})", param=field)
+    return [_SAMPLER_SPELLINGS[n.lower()] for n in raw]
+
+
+def runnable_chain(names: list[str], top_k: int) -> list[str]:
+    """The stages of a named chain that run, checked as ember can run them
+    as llama.cpp would."""
     if "adaptive_p" in names:
         raise ApiError(400, "samplers: the adaptive sampler is not supported", param="samplers")
     chain = [n for n in names if n not in _IDLE_STAGES]

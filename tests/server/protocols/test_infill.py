@@ -250,6 +250,15 @@ def test_a_named_chain_runs_its_stages_and_reports_them(server):
         "penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"]
 
 
+def test_the_server_s_chain_is_every_request_s_default(smollm2_path):
+    with ServerProcess(smollm2_path, "--sampler-seq", "kt") as s:
+        ask = {"prompt": "The best way to learn is", "n_predict": 8, "seed": 3}
+        r = post_ok(s, "/completion", ask)
+        assert r["generation_settings"]["samplers"] == ["top_k", "temperature"]
+        assert post_ok(s, "/completion", {**ask, "samplers": ["top_k", "top_p"]})["generation_settings"][
+            "samplers"] == ["top_k", "top_p"]
+
+
 def test_an_editor_plugin_s_infill_request_is_served(fim_server):
     """The body llama.vim sends (its sampler chain ends in llama.cpp's infill
     sampler, and it asks for a few fields of the result)."""
