@@ -108,6 +108,25 @@ def test_stop_string_is_cut_and_never_streamed(smollm2):
     assert done.finish_reason == "stop" and done.stop_string == " 6"
 
 
+def test_code_completion_rules_and_a_named_chain_in_process(smollm2):
+    """n_indent, and llama-server's samplers by name (the infill sampler among
+    them), through `ember.Model`'s keywords as through the server's fields."""
+    lines = 'root ::= "a\\n  b\\nc\\n"'
+    done = smollm2.complete("Hi", 20, grammar=lines, temperature=0, n_indent=2)
+    assert (done.text, done.finish_reason) == ("a\n  b\n", "length")
+    assert "".join(smollm2.generate("Hi", 20, grammar=lines, temperature=0, n_indent=2, stream=True)) == "a\n  b\n"
+    # Without temperature in the chain, a temperature of 0 draws at 1: the seed decides.
+    greedy = smollm2.complete("The weather today", 16, temperature=0).text
+    named = [smollm2.complete("The weather today", 16, samplers=["top_k", "top_p"], temperature=0, seed=s).text
+             for s in (1, 2, 3)]
+    assert any(text != greedy for text in named)
+    assert smollm2.complete("The weather today", 16, samplers=["top_k", "temperature"], temperature=0,
+                            seed=1).text == greedy
+    assert smollm2.complete("def f(x):", 12, samplers=["top_k", "top_p", "infill"], seed=1).tokens
+    with pytest.raises(ember.InvalidRequestError, match="samplers"):
+        smollm2.complete("Hi", 2, samplers=["infill"])
+
+
 def test_seed_makes_sampling_repeatable(smollm2):
     a = smollm2.complete("The weather today", 16, temperature=1.0, seed=42).tokens
     b = smollm2.complete("The weather today", 16, temperature=1.0, seed=42).tokens
