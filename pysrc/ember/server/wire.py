@@ -242,14 +242,16 @@ class TextCompletionRequest(Sampling):
     echo: bool = False
     logprobs: int | None = None
     stream_options: StreamOptions | None = None
-    # Read so that a request setting them is refused by name (see `check_text_completion`).
+    # the text after an insertion (written in the model's fill-in-the-middle tokens)
     suffix: str | None = None
+    # Read so that a request setting it is refused by name (see `check_text_completion`).
     best_of: int | None = None
 
 
 def check_text_completion(req: TextCompletionRequest) -> None:
-    if req.suffix:
-        raise ApiError(400, "suffix: text after the insertion point is not supported", param="suffix")
+    if req.suffix and req.echo:
+        raise ApiError(400, "echo: cannot go with suffix (an insertion's prompt is written in fill-in-the-middle "
+                       "tokens, not echoed)", param="echo")
     if req.best_of not in (None, 1):
         raise ApiError(400, f"best_of: ember answers one completion per request, got best_of={req.best_of}",
                        param="best_of")

@@ -96,6 +96,28 @@ def test_ollama_generate_with_a_suffix_inserts_in_fim_tokens(fim_server):
     assert streamed == got.response
 
 
+def test_openai_completions_with_a_suffix_insert_in_fim_tokens(fim_server):
+    """OpenAI's insert mode (`suffix` on /v1/completions), through the official client."""
+    from api_helpers import openai_client
+
+    t = lambda text: tokens(fim_server, text)
+    expected = [FIM["fim_pre"], *t(PREFIX), FIM["fim_suf"], *t(SUFFIX), FIM["fim_mid"]]
+    by_hand = post_ok(fim_server, "/completion", {"prompt": expected, "n_predict": 6, "temperature": 0})
+    client = openai_client(fim_server)
+    got = client.completions.create(model="any", prompt=PREFIX, suffix=SUFFIX, max_tokens=6, temperature=0)
+    assert got.choices[0].text == by_hand["content"] and got.usage.prompt_tokens == len(expected)
+    # A prompt of token ids is the part before the insertion as it stands.
+    ids = client.completions.create(model="any", prompt=t(PREFIX), suffix=SUFFIX, max_tokens=6, temperature=0)
+    assert ids.choices[0].text == by_hand["content"]
+    e = error_of(http(fim_server.url + "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "echo": True}), 400)
+    assert e["param"] == "echo"
+
+
+def test_openai_suffix_on_a_model_without_fim_tokens_is_refused(server):
+    e = error_of(http(server.url + "/v1/completions", {"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 2}), 400)
+    assert e["param"] == "suffix" and "fill-in-the-middle" in e["message"]
+
+
 @pytest.mark.parametrize("extra", [{"raw": True}, {"system": "Be brief."}])
 def test_ollama_suffix_refuses_what_has_no_place_beside_it(fim_server, extra):
     status, _, raw = http(fim_server.url + "/api/generate", {"prompt": PREFIX, "suffix": SUFFIX, "stream": False,
