@@ -178,7 +178,9 @@ impl Sampler {
                     Stage::MinP => stages::min_p(c, p.min_p),
                     Stage::Temperature if p.temperature <= 0.0 => stages::top_k(c, 1),
                     Stage::Temperature => stages::temperature(c, p.temperature),
-                    Stage::Infill => stages::infill(c, vocab.expect("a chain with the infill stage is sampled with its vocabulary")),
+                    Stage::Infill => {
+                        stages::infill(c, vocab.expect("a chain with the infill stage is sampled with its vocabulary"))
+                    }
                 }
             }
             return stages::draw(c, &mut self.rng);
@@ -936,7 +938,8 @@ mod tests {
         let h = drawn(&[0.15, 0.001, 0.15, 0.002, 0.15, 0.15, 0.15, 0.15], 7);
         assert_eq!(h[3], 1.0);
         // Without the stage, the same row draws text.
-        let mut s = Sampler::new(SamplingParams { top_k: 8, chain: Some(vec![Stage::TopK]), ..plain(1.0, 7) }, 8).unwrap();
+        let params = SamplingParams { top_k: 8, chain: Some(vec![Stage::TopK]), ..plain(1.0, 7) };
+        let mut s = Sampler::new(params, 8).unwrap();
         assert_ne!(s.sample(&ln(&[0.15, 0.001, 0.15, 0.002, 0.15, 0.15, 0.15, 0.15])), 3);
     }
 
@@ -957,7 +960,8 @@ mod tests {
         s.accept(3);
         assert_eq!(s.sample(&logits), 2);
         // A chain without temperature draws at temperature 1 whatever the parameter says.
-        let mut s = Sampler::new(SamplingParams { chain: Some(vec![Stage::TopK]), top_k: 2, ..plain(0.0, 9) }, 4).unwrap();
+        let params = SamplingParams { chain: Some(vec![Stage::TopK]), top_k: 2, ..plain(0.0, 9) };
+        let mut s = Sampler::new(params, 4).unwrap();
         let h = histogram(&mut s, &logits, 4000);
         let e = 1.0f64.exp();
         assert_close(&h, &[0.0, 0.0, 1.0 / (1.0 + e), e / (1.0 + e)], 0.03);

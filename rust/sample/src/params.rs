@@ -117,7 +117,8 @@ impl SampleError {
 /// ember takes as the row is read, only first; the infill stage only after
 /// a top-k that bounds its pairwise comparison.
 fn validate_chain(chain: &[Stage], top_k: i32) -> Result<(), SampleError> {
-    let named = |reason: &'static str| SampleError::InvalidParam { field: "samplers", value: format!("{chain:?}"), reason };
+    let named =
+        |reason: &'static str| SampleError::InvalidParam { field: "samplers", value: format!("{chain:?}"), reason };
     if chain.iter().skip(1).any(|&s| s == Stage::Penalties) {
         return Err(named("the penalties run only first in the chain"));
     }

@@ -233,7 +233,8 @@ def test_t_max_predict_ms_ends_the_text_at_a_newline_after_the_time(server):
     assert post_ok(server, "/completion", {**ask, "t_max_predict_ms": 0})["content"] == whole["content"]
 
 
-@pytest.mark.parametrize("body, param", [({"n_indent": -1}, "n_indent"), ({"t_max_predict_ms": "soon"}, "t_max_predict_ms")])
+@pytest.mark.parametrize("body, param", [({"n_indent": -1}, "n_indent"),
+                                         ({"t_max_predict_ms": "soon"}, "t_max_predict_ms")])
 def test_line_rules_refuse_bad_values_by_name(server, body, param):
     e = error_of(http(server.url + "/completion", {"prompt": "Hi", "n_predict": 2, **body}), 400)
     assert param in e["message"]

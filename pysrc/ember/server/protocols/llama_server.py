@@ -294,7 +294,8 @@ def _is_id(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _subprompt(model, p, where: str, add_special: bool = True, parse_special: bool = True) -> tuple[list[int], str | None]:
+def _subprompt(model, p, where: str, add_special: bool = True,
+               parse_special: bool = True) -> tuple[list[int], str | None]:
     if isinstance(p, str):
         return model.tokenize(p, add_special=add_special, parse_special=parse_special), p
     if isinstance(p, dict):
