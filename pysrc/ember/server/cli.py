@@ -780,7 +780,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
         static_path=static_path, responses_max=values["responses-max"],
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
-        spm_infill=bool(values["spm-infill"]),
+        spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
     )
     return opts, lines
 

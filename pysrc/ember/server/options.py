@@ -81,6 +81,8 @@ class ServerOptions:
     max_batch: int = 512
     #: prompt tokens one slot reads in a pass at most (-b); the engine measures its chunk below it
     prompt_chunk: int = 512
+    #: -b as given: /infill's budgets are shares of it, as llama-server's are of its logical batch
+    n_batch: int = 2048
     #: share of a prompt a free slot must hold to be chosen for it over the least recently used (-sps)
     slot_similarity: float = 0.1
     #: serve GET /slots (--no-slots turns it off)

@@ -32,7 +32,9 @@ EXTRA = [{"filename": "llama.h", "text": "LLAMA_API int32_t llama_n_threads();\n
 
 @pytest.fixture(scope="module")
 def fim_server(smollm2_fim_path):
-    with ServerProcess(smollm2_fim_path, "-np", "2") as s:
+    # A slot's context (1024) less a batch and twice a reply leaves the extra files room only
+    # with a batch below llama-server's 2048, as on llama-server.
+    with ServerProcess(smollm2_fim_path, "-np", "2", "-b", "512") as s:
         yield s
 
 
@@ -69,13 +71,20 @@ def test_infill_without_extra_still_names_the_file(fim_server):
                                                                   "temperature": 0})["content"]
 
 
-def test_spm_infill_puts_the_suffix_first(smollm2_fim_path):
-    with ServerProcess(smollm2_fim_path, "--spm-infill") as s:
+def test_spm_infill_puts_the_suffix_first_and_b_sets_the_budgets(smollm2_fim_path):
+    """--spm-infill's order, and -b's share for each part: the prefix its
+    last 3/4 of the batch, the suffix its first 1/4 less the prompt and two
+    (the logical batch, -b, not the pass's, -ub)."""
+    with ServerProcess(smollm2_fim_path, "--spm-infill", "-b", "64", "-ub", "32") as s:
         t = lambda text: tokens(s, text)
-        expected = [REP, *t("myproject\n"), FIM["fim_sep"], *t("filename\n"), FIM["fim_suf"], *t(SUFFIX),
-                    FIM["fim_pre"], *t(PREFIX), *t(MIDDLE), FIM["fim_mid"]]
+        prefix, suffix = t(PREFIX * 8), t(SUFFIX * 12)
+        assert len(prefix) > 48 and len(suffix) > 16
+        n_suffix = 16 - 2 - len(t(MIDDLE))
+        expected = [REP, *t("myproject\n"), FIM["fim_sep"], *t("filename\n"), FIM["fim_suf"], *suffix[:n_suffix],
+                    FIM["fim_pre"], *prefix[-48:], *t(MIDDLE), FIM["fim_mid"]]
         ask = {"n_predict": 4, "temperature": 0}
-        got = post_ok(s, "/infill", {"input_prefix": PREFIX, "prompt": MIDDLE, "input_suffix": SUFFIX, **ask})
+        got = post_ok(s, "/infill", {"input_prefix": PREFIX * 8, "prompt": MIDDLE, "input_suffix": SUFFIX * 12,
+                                     **ask})
         assert got["tokens_evaluated"] == len(expected)
         assert got["content"] == post_ok(s, "/completion", {"prompt": expected, **ask})["content"]
 

@@ -109,7 +109,7 @@ async def infill(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "prompt: /infill takes a string (the start of the middle)", param="prompt")
 
     def prompts(n_predict: int) -> tuple[list[list[int]], list[str | None]]:
-        ids = infill_prompt(model, req, batch=state.opts.max_batch, n_predict=n_predict, n_ctx=state.slot_ctx,
+        ids = infill_prompt(model, req, batch=state.opts.n_batch, n_predict=n_predict, n_ctx=state.slot_ctx,
                             spm=state.opts.spm_infill)
         return [ids], [None]
 
