@@ -168,6 +168,19 @@ def fim_tokens(model, before: list[int], after: list[int], spm: bool) -> list[in
     return bos + first + second + [fim["mid"]]
 
 
+def insertion(state: ServerState, before: list[int], suffix: str) -> list[int]:
+    """OpenAI's and Ollama's insert mode: the completion between `before`
+    and `suffix` (read as text), written as /infill writes it without extra
+    files; a 400 naming `suffix` where the vocabulary cannot write it."""
+    model = state.model
+    missing = missing_fim(model)
+    if missing:
+        raise ApiError(400, f"suffix: this model does not support insert: its vocabulary has no fill-in-the-middle "
+                       f"{', '.join(missing)} token", param="suffix")
+    return fim_tokens(model, before, model.tokenize(suffix, add_special=False, parse_special=False),
+                      state.opts.spm_infill)
+
+
 #: llama-server's line between extra chunks where the vocabulary has no file separator.
 _CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
 

@@ -38,7 +38,7 @@ from ember.server.errors import ApiError
 from ember.server.generation import Generation, piece_logprobs
 from ember.server.http import Envelope, json_response, read_body, reads
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
-from ember.server.protocols.llama_server import fim_tokens, missing_fim
+from ember.server.protocols.llama_server import insertion
 from ember.server.state import ServerState
 
 __all__ = ["ENVELOPES", "add_routes"]
@@ -402,10 +402,6 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if body.suffix:
         # An insertion, in the model's fill-in-the-middle tokens (as Ollama's code models' templates
         # write it), in place of the chat template: nothing of a turn's may go with it.
-        missing = missing_fim(model)
-        if missing:
-            raise ApiError(400, f"suffix: this model does not support insert: its vocabulary has no "
-                           f"fill-in-the-middle {', '.join(missing)} token", param="suffix")
         for field in ("raw", "system"):
             if getattr(body, field):
                 raise ApiError(400, f"{field}: cannot go with suffix, whose insertion is written in the model's "
@@ -426,9 +422,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         answer = _answer(body)
         params.grammar = answer.grammar if answer is not None else None
         if body.suffix:
-            text = lambda t: model.tokenize(t, add_special=False, parse_special=False)
-            prompt = list(body.context or []) + fim_tokens(model, text(body.prompt), text(body.suffix),
-                                                           state.opts.spm_infill)
+            before = model.tokenize(body.prompt, add_special=False, parse_special=False)
+            prompt = list(body.context or []) + insertion(state, before, body.suffix)
         else:
             prompt = list(body.context or []) + model.tokenize(body.prompt, add_special=not body.context,
                                                                parse_special=True)

@@ -18,7 +18,7 @@ from ember.server.chat_prompt import chat_prompt
 from ember.server.errors import ApiError
 from ember.server.generation import Choices, chosen_slot, piece_logprobs
 from ember.server.http import finite, json_response, read_body, reads, sse_send
-from ember.server.protocols.llama_server import fim_tokens, final_body, missing_fim, progress_body
+from ember.server.protocols.llama_server import final_body, insertion, progress_body
 from ember.server.state import ServerState
 
 __all__ = ["add_routes"]
@@ -161,21 +161,6 @@ def _completion_prompt(model, prompt) -> list[int]:
     return list(prompt)
 
 
-def _insertion(state: ServerState, raw, ids: list[int], suffix: str) -> list[int]:
-    """The completion between the prompt and `suffix` (OpenAI's insert mode),
-    in the model's fill-in-the-middle tokens as /infill writes them; a text
-    prompt read as text, without the BOS its plain reading adds."""
-    model = state.model
-    missing = missing_fim(model)
-    if missing:
-        raise ApiError(400, f"suffix: this model cannot insert: its vocabulary has no fill-in-the-middle "
-                       f"{', '.join(missing)} token", param="suffix")
-    text = raw if isinstance(raw, str) else raw[0] if len(raw) == 1 and isinstance(raw[0], str) else None
-    before = model.tokenize(text, add_special=False, parse_special=False) if text is not None else ids
-    return fim_tokens(model, before, model.tokenize(suffix, add_special=False, parse_special=False),
-                      state.opts.spm_infill)
-
-
 class _TextLogprobs:
     """OpenAI's legacy completion logprobs: parallel lists, offsets into the text."""
 
@@ -215,7 +200,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
     params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)
     if req.suffix:
-        prompt = _insertion(state, req.prompt, prompt, req.suffix)
+        # A text prompt is read as text, without the BOS its plain reading adds; token ids stand as they are.
+        raw = req.prompt[0] if isinstance(req.prompt, list) and len(req.prompt) == 1 else req.prompt
+        text = raw if isinstance(raw, str) else None
+        before = prompt if text is None else model.tokenize(text, add_special=False, parse_special=False)
+        prompt = insertion(state, before, req.suffix)
     if req.logprobs is not None:
         params.n_probs = max(1, req.logprobs)
     choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress)
