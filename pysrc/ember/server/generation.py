@@ -29,8 +29,11 @@ class Generation:
     /metrics read. Use as ``async with``: leaving early cancels the job."""
 
     def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams,
-                 slot: int | None = None, *, watch_client: bool = True, progress: bool = False):
-        """`progress`: the events include `PromptProgress` while the prompt is read."""
+                 slot: int | None = None, *, watch_client: bool = True, progress: bool = False,
+                 context: tuple[str, int] | None = None):
+        """`progress`: the events include `PromptProgress` while the prompt is read. `context`: the
+        field and size of a context the request asks for (Ollama's `num_ctx`): below a slot's, the
+        prompt must fit it and the reply ends where it is full; above, a slot's is what there is."""
         from ember.engine import GenerationRequest
 
         self.request = request
@@ -44,6 +47,13 @@ class Generation:
         bad = next((t for t in prompt if not 0 <= t < model.n_vocab), None)
         if bad is not None:
             raise ApiError(400, f"prompt: token id {bad} is outside the vocabulary (0..{model.n_vocab - 1})", param="prompt")
+        if context is not None and context[1] < n_ctx:
+            field, asked = context
+            if len(prompt) >= asked:
+                raise ApiError(400, f"{field}: the prompt's {len(prompt)} tokens leave no room in the context of "
+                               f"{asked} asked for", param=field)
+            if not 0 <= max_tokens <= asked - len(prompt):
+                max_tokens = asked - len(prompt)
         if max_tokens < 0:  # -1: until the context is full, which the engine reports as "context"
             max_tokens = n_ctx
         if params.next_turn is not None:

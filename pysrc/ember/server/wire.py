@@ -156,11 +156,29 @@ class CoreSampling(Unhonoured):
                 if name not in ("grammar", "json_schema")}
 
 
-class ChatRequest(Sampling):
+class OpenAIRequest(Sampling):
+    """The fields OpenAI's two generating routes share beyond sampling."""
+
+    # The reply's length: n_predict, or (llama-server's other names for it, read in this order)
+    # max_completion_tokens, max_tokens
+    n_predict: int | None = None
+    max_completion_tokens: int | None = None
+    max_tokens: int | None = None
+    # /completion's own ways of asking for probabilities and choices, refused by name here
+    # (`refuse_completion_fields`): OpenAI's logprobs and n say the same in this API's shapes.
+    n_probs: Any = None
+    post_sampling_probs: Any = None
+    n_cmpl: Any = None
+
+    def refuse_completion_fields(self, probs: str) -> None:
+        for name, instead in (("n_probs", probs), ("post_sampling_probs", probs), ("n_cmpl", "n")):
+            if getattr(self, name) not in (None, False):
+                raise ApiError(400, f"{name}: /completion's field; on this route send {instead}", param=name)
+
+
+class ChatRequest(OpenAIRequest):
     messages: list[ChatMessage] = []
     model: str | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
     n: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
@@ -171,7 +189,6 @@ class ChatRequest(Sampling):
     reasoning_effort: Any = None
     reasoning_budget: Any = None
     reasoning_format: Any = None
-    n_predict: int | None = None
     # llama-server's and vLLM's: a reply's turn opened (the default), or the last assistant
     # message continued (which ember does by default when the conversation ends in one)
     add_generation_prompt: bool | None = None
@@ -233,11 +250,10 @@ class ChatRequest(Sampling):
             reasoning_budget=self.reasoning_budget, reasoning_format=self.reasoning_format)
 
 
-class TextCompletionRequest(Sampling):
+class TextCompletionRequest(OpenAIRequest):
     # a string, token ids, or a one-string list (msgspec takes one array type per union: checked by hand)
     prompt: str | list[Any] = ""
     model: str | None = None
-    max_tokens: int | None = None
     n: int | None = None
     echo: bool = False
     logprobs: int | None = None
@@ -249,6 +265,7 @@ class TextCompletionRequest(Sampling):
 
 
 def check_text_completion(req: TextCompletionRequest) -> None:
+    req.refuse_completion_fields("logprobs")
     if req.suffix and req.echo:
         raise ApiError(400, "echo: cannot go with suffix (an insertion's prompt is written in fill-in-the-middle "
                        "tokens, not echoed)", param="echo")
@@ -291,6 +308,11 @@ class InfillRequest(LlamaCompletionRequest):
     input_suffix: str | list[Any] | None = None
     # files of context put before the prefix
     input_extra: list[InfillChunk] | None = None
+
+
+def reply_length(req: OpenAIRequest | LlamaCompletionRequest, default: int) -> int:
+    """The reply's most tokens, as llama-server reads them on every route."""
+    return max_tokens(*first_set(req, "n_predict", "max_completion_tokens", "max_tokens"), default)
 
 
 def first_set(req: msgspec.Struct, *names: str) -> tuple[str, Any]:

@@ -121,10 +121,13 @@ def test_a_forced_call_comes_back_with_object_arguments(server):
     status, _, raw = http(server.url + "/api/chat", body)
     assert status == 200, raw
     calls = json.loads(raw)["message"]["tool_calls"]
-    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather" and calls[0]["id"]
     jsonschema.validate(calls[0]["function"]["arguments"], WEATHER["function"]["parameters"])
     status, _, raw = http(server.url + "/api/chat", {**body, "stream": True})
-    assert [o["message"].get("tool_calls") for o in lines(raw) if o["done"]][0] == calls
+    streamed = [o["message"].get("tool_calls") for o in lines(raw) if o["done"]][0]
+    # Each reply names its calls afresh.
+    assert [{k: v for k, v in c.items() if k != "id"} for c in streamed] == [
+        {k: v for k, v in c.items() if k != "id"} for c in calls] and streamed[0]["id"]
 
 
 def test_a_format_schema_holds_the_answer(client):
@@ -186,6 +189,49 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     assert len(client.embed(model="any", input="word " * 3000).embeddings[0]) == smollm2.n_embd
 
 
+# -- num_ctx: the context a request asks for ---------------------------------------------
+
+def test_a_smaller_num_ctx_ends_the_reply_where_that_context_is_full(server, client):
+    n_prompt = openai_chat(server, HELLO, max_tokens=1)["usage"]["prompt_tokens"]
+    r = client.chat(model="any", messages=HELLO, options={**GREEDY, "num_predict": 40, "num_ctx": n_prompt + 5})
+    c = openai_chat(server, HELLO, max_tokens=5)
+    assert r.eval_count == 5 and r.done_reason == "length"
+    assert r.message.content == c["choices"][0]["message"]["content"]
+    # "Until the context is full" is until that context is full.
+    g = client.chat(model="any", messages=HELLO, options={**GREEDY, "num_predict": -2, "num_ctx": n_prompt + 3})
+    assert g.eval_count == 3 and g.done_reason == "length"
+    # A larger one than a slot's gets a slot's, as Ollama gives a model's trained context to a request for more.
+    big = client.chat(model="any", messages=HELLO, options={**GREEDY, "num_predict": 20, "num_ctx": 1 << 20})
+    assert big.eval_count == 20
+
+
+def test_embed_cuts_each_input_to_the_num_ctx_asked_for(client, smollm2):
+    text = "word " * 40
+    r = client.embed(model="any", input=text, options={"num_ctx": 16})
+    assert r.prompt_eval_count == 16
+    ids = smollm2.tokenize(text, add_special=True, parse_special=True)[:16]
+    assert np.allclose(r.embeddings[0], smollm2.embed(ids, pooling="mean"), atol=1e-6)
+
+
+# -- tool results matched to their calls by id ------------------------------------------
+
+def test_a_tool_result_answers_the_call_whose_id_it_gives():
+    from ember.server.protocols.ollama import ChatBody, Message, _chat_messages
+
+    calls = [{"id": "lyon", "function": {"name": "get_weather", "arguments": {"city": "Lyon"}}},
+             {"id": "oslo", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]
+    body = ChatBody(messages=[
+        Message(role="user", content="Weather in Lyon and Oslo?"),
+        Message(role="assistant", tool_calls=calls),
+        Message(role="tool", content="-3 degrees", tool_call_id="oslo", tool_name="get_weather"),
+        Message(role="tool", content="12 degrees", tool_call_id="lyon")])
+    assert [m.get("tool_call_id") for m in _chat_messages(body)] == [None, None, "oslo", "lyon"]
+    # Without ids, the first call still waiting.
+    for m in body.messages[2:]:
+        m.tool_call_id = None
+    assert [m.get("tool_call_id") for m in _chat_messages(body)] == [None, None, "lyon", "oslo"]
+
+
 @pytest.mark.parametrize("route,body,says", [
     ("/api/chat", {"messages": []}, "messages"),
     ("/api/chat", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
@@ -195,6 +241,19 @@ def test_embed_answers_a_vector_per_input(client, smollm2):
     ("/api/chat", {"messages": HELLO, "think": "maybe"}, "think"),
     ("/api/chat", {"messages": HELLO, "options": {"temperature": -1}}, "options.temperature"),
     ("/api/chat", {"messages": HELLO, "options": {"mirostat": 2}}, "options.mirostat"),
+    ("/api/chat", {"messages": HELLO, "options": {"tfs_z": 0.9}}, "options.tfs_z"),
+    ("/api/generate", {"prompt": "x", "options": {"penalize_newline": False}}, "options.penalize_newline"),
+    ("/api/chat", {"messages": HELLO, "options": {"num_ctx": 0}}, "options.num_ctx"),
+    ("/api/chat", {"messages": HELLO, "options": {"num_ctx": 8}}, "options.num_ctx: the prompt's"),
+    ("/api/embed", {"input": "word " * 40, "truncate": False, "options": {"num_ctx": 16}}, "input[0]"),
+    ("/api/chat", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]},
+        {"role": "tool", "content": "1", "tool_call_id": "b"}]}, "messages[2].tool_call_id"),
+    ("/api/chat", {"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": {}}}]},
+        {"role": "tool", "content": "1", "tool_call_id": "a", "tool_name": "g"}]}, "messages[2].tool_name"),
     ("/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, "template"),
     ("/api/generate", {"prompt": "x", "suffix": "y"}, "suffix"),
     ("/api/embed", {}, "input"),

@@ -269,6 +269,41 @@ def test_n_predict_is_the_default_max_tokens(server):
     assert json.loads(out)["usage"]["completion_tokens"] == 8
 
 
+# -- the reply's length, by any of its names ------------------------------------------------
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("names, want", [
+    ({"max_tokens": 3}, 3),
+    ({"max_completion_tokens": 4}, 4),
+    ({"n_predict": 2}, 2),
+    # llama-server's order: n_predict, then max_completion_tokens, then max_tokens
+    ({"n_predict": 2, "max_completion_tokens": 4, "max_tokens": 3}, 2),
+    ({"max_completion_tokens": 4, "max_tokens": 3}, 4),
+])
+def test_every_name_of_the_reply_length_bounds_it(plain_server, route, names, want):
+    body = {"messages": CHAT} if route == "/v1/chat/completions" else {"prompt": "Once upon a time"}
+    status, _, out = http(plain_server.url + route, {**body, **names, "ignore_eos": True, "temperature": 0})
+    assert status == 200, out
+    r = json.loads(out)
+    assert r["usage"]["completion_tokens"] == want and r["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("field, value, instead", [
+    ("n_probs", 3, "logprobs"),
+    ("post_sampling_probs", True, "logprobs"),
+    ("n_cmpl", 2, "n"),
+])
+def test_completions_own_fields_are_refused_with_openais_name(plain_server, route, field, value, instead):
+    body = {"messages": CHAT} if route == "/v1/chat/completions" else {"prompt": "Hi"}
+    e = error_of(http(plain_server.url + route, {**body, "max_tokens": 1, field: value}), 400)
+    assert e["param"] == field and f"send {instead}" in e["message"], e
+    # Their off values ask for nothing.
+    off = {"n_probs": 0, "post_sampling_probs": False, "n_cmpl": None}[field]
+    status, _, out = http(plain_server.url + route, {**body, "max_tokens": 1, field: off})
+    assert status == 200, out
+
+
 # -- the prompt cache across stateless requests -------------------------------------------
 
 @pytest.mark.with_flags

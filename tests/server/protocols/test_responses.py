@@ -269,3 +269,30 @@ def test_a_thought_is_a_reasoning_item_before_the_message(thinker):
     c = chat(thinker, [history[0], {"role": "assistant", "content": "The answer", "reasoning_content": "Because."},
                        history[3]], max_tokens=1)
     assert json.loads(raw)["usage"]["input_tokens"] == c["usage"]["prompt_tokens"]
+
+
+# -- llama-server's fields, read as its own responses route reads them ------------------
+
+def _respond(server, **body) -> dict:
+    status, _, raw = http(server.url + "/v1/responses", {"input": "Name three colours.", "temperature": 0,
+                                                         "ignore_eos": True, **body})
+    assert status == 200, raw
+    return json.loads(raw)
+
+
+def test_n_predict_bounds_the_reply_before_max_output_tokens(server):
+    r = _respond(server, n_predict=3, max_output_tokens=9)
+    assert r["usage"]["output_tokens"] == 3
+    assert r["status"] == "incomplete" and r["incomplete_details"] == {"reason": "max_output_tokens"}
+
+
+def test_stop_strings_end_the_reply_where_they_first_appear(server):
+    whole = _respond(server, max_output_tokens=16)["output"][-1]["content"][0]["text"]
+    words = whole.split()
+    assert len(words) >= 3, whole
+    stop = words[2]
+    r = _respond(server, max_output_tokens=16, stop=[stop])
+    assert r["status"] == "completed"
+    assert r["output"][-1]["content"][0]["text"] == whole[:whole.index(stop)]
+    e = error_of(http(server.url + "/v1/responses", {"input": "Hi", "stop": 7}), 400)
+    assert e["param"] == "stop", e

@@ -189,8 +189,7 @@ async def _complete(request: web.Request, req: "wire.LlamaCompletionRequest", ma
     """/completion's answer to `req`, its prompts from `make_prompts(n_predict)`."""
     state: ServerState = request.app["state"]
     model = state.model
-    n_predict = wire.max_tokens(*wire.first_set(req, "n_predict", "max_completion_tokens", "max_tokens"),
-                                state.opts.n_predict)
+    n_predict = wire.reply_length(req, state.opts.n_predict)
     name, n_probs = wire.first_set(req, "n_probs", "logprobs")
     wire.check_logprobs(name, n_probs or 0)
     req.n_probs = n_probs or 0

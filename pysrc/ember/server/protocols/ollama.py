@@ -50,9 +50,10 @@ ENVELOPES = {"/api/": Envelope(lambda e: {"error": e.message}, lines=True)}
 # -- requests -------------------------------------------------------------------
 
 class Options(msgspec.Struct, forbid_unknown_fields=False):
-    """Ollama's `options`, those that shape a reply. The load settings it
-    also takes (num_ctx, num_gpu, num_thread, use_mmap...) are ember's
-    start-time flags and are not read per request."""
+    """Ollama's `options`, those that shape a reply. Of the load settings it
+    also takes, `num_ctx` bounds the request's context (see `_context`); the
+    others (num_gpu, num_thread, use_mmap...) change only the speed, and are
+    ember's start-time flags."""
 
     temperature: float | None = None
     top_k: int | None = None
@@ -66,7 +67,11 @@ class Options(msgspec.Struct, forbid_unknown_fields=False):
     seed: int | None = None
     stop: Union[str, list[str], None] = None
     num_predict: int | None = None
+    num_ctx: int | None = None
     mirostat: int | None = None
+    # Older Ollama's samplers (today's drops them): read so that a request turning one on is refused.
+    tfs_z: float | None = None
+    penalize_newline: bool | None = None
 
 
 class Message(msgspec.Struct, forbid_unknown_fields=False):
@@ -76,6 +81,8 @@ class Message(msgspec.Struct, forbid_unknown_fields=False):
     images: list[Any] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_name: str | None = None
+    # the id of the call a tool message answers (newer Ollama's; its calls carry ids)
+    tool_call_id: str | None = None
 
 
 class _Common(msgspec.Struct, forbid_unknown_fields=False):
@@ -157,8 +164,26 @@ def _fields(loc: tuple) -> tuple:
     return ("options", *loc) if loc and loc[0] in _OPTIONS else loc
 
 
+def _context(options: Options | None) -> tuple[str, int] | None:
+    """The context a request asks for with `num_ctx`, which Ollama reloads a
+    model to give. A smaller one than a slot's is honoured (the prompt must
+    fit it, the reply ends where it is full); a larger one gets a slot's, as
+    Ollama gives a model's trained context to a request for more."""
+    n = options.num_ctx if options is not None else None
+    if n is None:
+        return None
+    if n < 1:
+        raise ApiError(400, f"options.num_ctx: must be at least 1, got {n}", param="options.num_ctx")
+    return "options.num_ctx", n
+
+
 def _sampling(state: ServerState, body: _Common) -> SamplingParams:
     o = body.options or Options()
+    if o.tfs_z not in (None, 1, 1.0):
+        raise ApiError(400, "options.tfs_z: tail-free sampling is not supported", param="options.tfs_z")
+    if o.penalize_newline is False:
+        raise ApiError(400, "options.penalize_newline: the penalties here weigh a newline as any other token",
+                       param="options.penalize_newline")
     try:
         sent = wire.Sampling(**{k: getattr(o, k) for k in _OPTIONS})
         params = wire.sampling_options(sent, state.model.n_vocab, state.opts.sampling)
@@ -199,10 +224,10 @@ def _max_tokens(state: ServerState, body: _Common) -> int:
 
 
 def _chat_messages(body: ChatBody) -> list[dict]:
-    """The conversation as the chat template reads it. Ollama's calls carry no
-    ids and its tool messages name the tool: each result is matched to the
-    first call of the turn before still waiting for one (of that tool, when
-    named)."""
+    """The conversation as the chat template reads it. A tool message answers
+    the call of the turn before whose id it gives; without one (older Ollama's
+    calls carry no ids, its tool messages name the tool) the first call still
+    waiting for a result (of that tool, when named)."""
     if not body.messages:
         raise ApiError(400, "messages: at least one message is required", param="messages")
     out: list[dict] = []
@@ -234,7 +259,16 @@ def _chat_messages(body: ChatBody) -> list[dict]:
                 waiting.append((cid, fn["name"]))
             msg["tool_calls"] = calls
         if m.role == "tool":
-            match = next((w for w in waiting if m.tool_name in (None, w[1])), None)
+            if m.tool_call_id is not None:
+                match = next((w for w in waiting if w[0] == m.tool_call_id), None)
+                if match is None:
+                    raise ApiError(400, f"{where}.tool_call_id: no call of the assistant message before waits for a "
+                                   f"result under id {m.tool_call_id!r}", param=f"{where}.tool_call_id")
+                if m.tool_name not in (None, match[1]):
+                    raise ApiError(400, f"{where}.tool_name: call {m.tool_call_id!r} is of {match[1]!r}, not "
+                                   f"{m.tool_name!r}", param=f"{where}.tool_name")
+            else:
+                match = next((w for w in waiting if m.tool_name in (None, w[1])), None)
             if match is None:
                 raise ApiError(400, f"{where}: a tool message answers a call of the assistant message before it, "
                                "and none is waiting" + (f" for {m.tool_name!r}" if m.tool_name else ""),
@@ -284,7 +318,7 @@ def _calls(shaper: ChatShaper) -> list[dict]:
             args = json.loads(call.arguments or "{}")
         except ValueError as e:
             raise ApiError(500, f"the model's tool call {call.name} has arguments that are not JSON: {e}") from None
-        out.append({"function": {"index": k, "name": call.name, "arguments": args}})
+        out.append({"id": call.id, "function": {"index": k, "name": call.name, "arguments": args}})
     return out
 
 
@@ -365,7 +399,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = _decode(await read_body(request), ChatBody)
     max_tokens = _max_tokens(state, body)
     prompt, shaper, params = await _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
-    gen = Generation(request, prompt, max_tokens, params)
+    gen = Generation(request, prompt, max_tokens, params, context=_context(body.options))
     t0, name = time.perf_counter(), body.model or state.model_id()
 
     def chunk(events):
@@ -432,7 +466,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         messages = ([{"role": "system", "content": body.system}] if body.system else []) + [
             {"role": "user", "content": body.prompt}]
         prompt, shaper, params = await _prompt(state, body, messages, after=body.context)
-    gen = Generation(request, prompt, max_tokens, params)
+    gen = Generation(request, prompt, max_tokens, params, context=_context(body.options))
     t0 = time.perf_counter()
 
     def chunk(events):
@@ -454,10 +488,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return await _run(request, gen, shaper, body, chunk, last)
 
 
-async def _vectors(request: web.Request, texts: list[str], field: str, truncate: bool, normalize: int = 2) -> list:
-    """(tokens read, vector) of each text. A text longer than a slot is cut
-    to fit when `truncate` (Ollama's default), else refused."""
+async def _vectors(request: web.Request, texts: list[str], field: str, body: EmbedBody, normalize: int = 2) -> list:
+    """(tokens read, vector) of each text. A text longer than a slot (or than
+    the context `options.num_ctx` asks for, when smaller) is cut to fit when
+    `truncate` (Ollama's default), else refused."""
     state: ServerState = request.app["state"]
+    asked = _context(body.options)
+    n_ctx = min(state.slot_ctx, asked[1]) if asked else state.slot_ctx
     require_embeddings(state)
     pooling = pooling_of(state)
     if pooling == "none":
@@ -469,11 +506,11 @@ async def _vectors(request: web.Request, texts: list[str], field: str, truncate:
         ids = state.model.tokenize(text, add_special=True, parse_special=True)
         if not ids:
             raise ApiError(400, f"{field}[{i}]: empty", param=field)
-        if len(ids) > state.slot_ctx:
-            if not truncate:
-                raise ApiError(400, f"{field}[{i}]: {len(ids)} tokens, more than the {state.slot_ctx} a slot holds "
+        if len(ids) > n_ctx:
+            if not body.truncate:
+                raise ApiError(400, f"{field}[{i}]: {len(ids)} tokens, more than the context's {n_ctx} "
                                "(truncate is false)", param=field)
-            ids = ids[:state.slot_ctx]
+            ids = ids[:n_ctx]
         inputs.append(ids)
     vectors = await embed_each(request, inputs, pooling, normalize)
     return [(len(ids), v) for ids, v in zip(inputs, vectors)]
@@ -491,7 +528,7 @@ async def embed(request: web.Request) -> web.Response:
     if body.dimensions is not None and body.dimensions != state.model.n_embd:
         raise ApiError(400, f"dimensions: this model's embeddings have {state.model.n_embd}", param="dimensions")
     t0 = time.perf_counter()
-    done = await _vectors(request, texts, "input", body.truncate)
+    done = await _vectors(request, texts, "input", body)
     return json_response({"model": body.model or state.model_id(), "embeddings": [v.tolist() for _, v in done],
                           "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
                           "prompt_eval_count": sum(n for n, _ in done)})
@@ -505,7 +542,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if not body.prompt:
         return json_response({"embedding": []})  # as Ollama answers an empty prompt
     # Ollama's older route answers the vector as pooled, not normalized.
-    (_, v), = await _vectors(request, [body.prompt], "prompt", body.truncate, normalize=-1)
+    (_, v), = await _vectors(request, [body.prompt], "prompt", body, normalize=-1)
     return json_response({"embedding": v.tolist()})
 
 

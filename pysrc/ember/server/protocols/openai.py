@@ -43,14 +43,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     model = state.model
     req = wire.decode(await read_body(request), wire.ChatRequest)
     req.refuse_unserved()
+    req.refuse_completion_fields("logprobs and top_logprobs")
     n = wire.check_n(req.n)
     slot = chosen_slot(request, req.id_slot, n)
     wire.check_logprobs("top_logprobs", req.top_logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
     chat = req.chat()
-    max_tokens = wire.max_tokens(*wire.first_set(req, "max_completion_tokens", "max_tokens", "n_predict"),
-                                 state.opts.n_predict)
+    max_tokens = wire.reply_length(req, state.opts.n_predict)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     if not req.cache_prompt:
         params.cache_prompt = False
@@ -195,7 +195,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     n = wire.check_n(req.n)
     wire.check_text_completion(req)
     wire.check_logprobs("logprobs", req.logprobs)
-    max_tokens = wire.max_tokens("max_tokens", req.max_tokens, state.opts.n_predict)
+    max_tokens = wire.reply_length(req, state.opts.n_predict)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
     params.grammar = wire.grammar_option(req)
     prompt = _completion_prompt(model, req.prompt)

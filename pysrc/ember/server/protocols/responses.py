@@ -147,6 +147,10 @@ class ResponsesRequest(wire.CoreSampling):
     instructions: str | None = None
     model: str | None = None
     max_output_tokens: int | None = None
+    # llama-server's, which reads a responses body as its chat route reads one: n_predict (before
+    # max_output_tokens) and stop strings
+    n_predict: int | None = None
+    stop: Union[str, list[str], None] = None
     stream: bool = False
     tools: list[FunctionTool] | None = None
     tool_choice: Union[str, dict[str, Any], None] = None
@@ -384,7 +388,7 @@ async def _prompt(state: ServerState, req: ResponsesRequest, owner: int
                        parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
                        answer=_answer(req), reasoning_effort=req.reasoning.effort if req.reasoning else None)
     try:
-        params = wire.sampling_options(wire.Sampling(**req.sampling()), state.model.n_vocab, state.opts.sampling,
+        params = wire.sampling_options(wire.Sampling(**req.sampling(), stop=req.stop), state.model.n_vocab, state.opts.sampling,
                                        wire.text_tokens(state.model))
     except ApiError as e:
         raise located(e, _fields) from None
@@ -513,7 +517,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "background: not with stream here; poll GET /v1/responses/{id} instead",
                        param="background")
     owner = request.get("owner", 0)
-    max_tokens = wire.max_tokens("max_output_tokens", req.max_output_tokens, state.opts.n_predict)
+    max_tokens = wire.max_tokens(*wire.first_set(req, "n_predict", "max_output_tokens"), state.opts.n_predict)
     prompt, shaper, params, conversation = await _prompt(state, req, owner)
     gen = Generation(request, prompt, max_tokens, params, watch_client=not req.background,
                      progress=req.stream and req.return_progress)
