@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from server_process import ServerProcess
+from server_process import ServerProcess, http, sse
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="Playwright is in the test extras")
 
@@ -109,8 +109,40 @@ def test_a_reply_is_stopped_and_says_so(page, smol, shots):
     page.wait_for_selector(".message.assistant .stats")
     assert "stopped" in page.inner_text(".message.assistant .stats")
     assert page.is_visible("#send")
-    assert smol.saw("client gone"), "the server was told the reader left"
+    # The reply's stream is kept for a reload, so leaving does not end it: the stop is said.
+    assert smol.saw("stopped (DELETE /v1/stream)"), "the server was told to stop the reply"
     page.screenshot(path=str(shots / "stopped.png"), full_page=True)
+
+
+def test_a_reply_cut_by_a_reload_is_read_again_from_the_server(page, smol, shots):
+    question = "What is the capital of France?"
+    # A reply the server kept under a conversation's id, as the page asks it to.
+    status, _, raw = http(smol.url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": question}], "stream": True, "max_tokens": 24, "temperature": 0},
+        headers={"X-Conversation-Id": "reloaded"})
+    assert status == 200
+    want = "".join(e["choices"][0]["delta"].get("content") or "" for e in sse(raw)[:-1] if e["choices"])
+    # The page closed while it read the reply (done false), and a second reply the server no longer has.
+    convs = [{"id": cid, "title": cid, "updated": 1, "messages": [
+        {"role": "user", "content": question}, {"role": "assistant", "content": "The cap", "reasoning": "",
+                                                "done": False}]} for cid in ("forgotten", "reloaded")]
+    page.goto(smol.url + "/")
+    page.evaluate("([convs]) => { localStorage.setItem('ember.conversations', JSON.stringify(convs));"
+                  " localStorage.setItem('ember.current', 'reloaded'); }", [convs])
+    page.reload()
+    page.wait_for_selector(".message.assistant .stats")
+    assert " ".join(page.inner_text(".message.assistant .body").split()) == " ".join(want.split())
+    assert page.is_hidden("#stop")
+    page.screenshot(path=str(shots / "resumed.png"), full_page=True)
+    page.locator("#conversations li button.open", has_text="forgotten").click()
+    assert "cut off when the page closed" in page.inner_text(".message.assistant")
+    # A reply the page sends is kept under its conversation's id.
+    page.click("#new-chat")
+    _send(page, "Say hello.")
+    page.wait_for_selector(".message.assistant .stats")
+    conv_id = page.evaluate("() => localStorage.getItem('ember.current')")
+    found = json.loads(http(smol.url + "/v1/streams/lookup", {"conversation_ids": [conv_id]})[2])
+    assert [(f["conversation_id"], f["is_done"]) for f in found] == [(conv_id, True)]
 
 
 def test_a_refusal_is_shown_as_one(page, smol, shots):

@@ -14,6 +14,7 @@ from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import envelope_of, finite, sse_start
+from ember.server.kept_streams import begin_kept, end_kept
 from ember.server.state import ServerState
 
 __all__ = ["Choices", "ClientGone", "Generation"]
@@ -117,10 +118,16 @@ class Generation:
     async def _watch_peer(self) -> None:
         # aiohttp need not cancel a handler whose peer left; a queued job would then
         # wait for the model, so the connection is watched while nothing is written.
+        # A kept stream (`ember.server.kept_streams`) outlives its client: only a stop ends it.
         while True:
             await asyncio.sleep(0.2)
-            t = self.request.transport
-            if t is None or t.is_closing():
+            kept = self.request.get("kept_stream")
+            if kept is not None:
+                gone = kept.cancelled
+            else:
+                t = self.request.transport
+                gone = t is None or t.is_closing()
+            if gone:
                 self.job.abandon(ClientGone())
                 return
 
@@ -383,15 +390,20 @@ async def interleaved(gens: list[Generation]):
 async def _sse_reply(request: web.Request, begun, write) -> web.StreamResponse:
     """Within `begun` (the jobs entered and the first event come), the
     stream started, `write(resp)` sending the route's items, an error met on
-    the way sent as the stream's next item in its API's envelope; then the end."""
-    async with begun:
-        resp = await sse_start(request)
-        try:
-            await write(resp)
-        except ApiError as e:
-            await envelope_of(request).in_stream(resp, e)
-    await resp.write_eof()
-    return resp
+    the way sent as the stream's next item in its API's envelope; then the end.
+    Kept for its client to read again when the request asked for it."""
+    begin_kept(request)
+    try:
+        async with begun:
+            resp = await sse_start(request)
+            try:
+                await write(resp)
+            except ApiError as e:
+                await envelope_of(request).in_stream(resp, e)
+        await resp.write_eof()
+        return resp
+    finally:
+        end_kept(request)
 
 
 async def _fork_from(first: Generation, count: int) -> None:

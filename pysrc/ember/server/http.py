@@ -103,8 +103,10 @@ def _inflated(raw: bytes, encoding: str, limit: int, too_big: ApiError) -> bytes
 
 
 async def sse_start(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                       "X-Accel-Buffering": "no"})
+    from ember.server.kept_streams import kept_response
+
+    resp = kept_response(request, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                   "X-Accel-Buffering": "no"})
     await resp.prepare(request)
     request["sse"] = resp
     return resp

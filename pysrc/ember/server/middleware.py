@@ -42,7 +42,8 @@ def _presented_key(request: web.Request, keys: list[str]) -> str | None:
 def _stop_words(g: "Generation") -> str:
     c = g.completion
     if g.cancelled:
-        return "client gone"
+        kept = g.request.get("kept_stream")
+        return "stopped (DELETE /v1/stream)" if kept is not None and kept.cancelled else "client gone"
     if g.cut_by_shutdown:
         return "cut by the shutdown"
     if c is None:
@@ -78,7 +79,7 @@ def _gen_log(g: "Generation") -> str:
 # A preflight is answered before the key is checked (browsers send it
 # without one), and only for an origin the server allows.
 _CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-                   "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version"}
+                   "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, X-Conversation-Id"}
 
 
 def _same_origin(origin: str, request: web.Request) -> bool:

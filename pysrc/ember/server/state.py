@@ -48,13 +48,17 @@ class ServerState:
     key_limits: object = None
     #: what the Responses API answered (`ember.server.response_store.ResponseStore`)
     responses: object = None
+    #: streamed replies kept for their clients to read again (`ember.server.kept_streams.KeptStreams`)
+    kept_streams: object = None
 
     def __post_init__(self) -> None:
         from ember.server.keys import KeyLimits
+        from ember.server.kept_streams import KeptStreams
         from ember.server.response_store import ResponseStore
 
         self.key_limits = KeyLimits(self.opts.key_rules)
         self.responses = ResponseStore(self.opts.responses_max, self.opts.responses_max_mib * 2**20)
+        self.kept_streams = KeptStreams()
 
     def refused(self, cause: str) -> None:
         self.metrics.refusals[cause] = self.metrics.refusals.get(cause, 0) + 1

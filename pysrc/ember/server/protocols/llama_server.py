@@ -16,7 +16,7 @@ from ember.chat.events import Stop
 from ember.errors import EmberError
 from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
-from ember.server import wire
+from ember.server import kept_streams, wire
 from ember.server.chat_prompt import chat_text
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation, Prompts, chosen_slot
@@ -552,6 +552,7 @@ async def slot_action(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    kept_streams.add_routes(app)
     app.router.add_get("/slots", slots)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)

@@ -1,5 +1,6 @@
 // ember's chat page: conversations kept in this browser's local storage,
-// replies streamed from /v1/chat/completions as any OpenAI client reads them.
+// replies streamed from /v1/chat/completions as any OpenAI client reads them
+// (and read again from /v1/stream when a reload cuts one short).
 "use strict";
 
 const STORE = "ember.conversations";
@@ -164,19 +165,39 @@ async function send(text) {
   if (settings.maxTokens) body.max_tokens = Number(settings.maxTokens);
   if (thinkingSwitch) body.chat_template_kwargs = { enable_thinking: !!settings.thinking };
   conv.messages.push(reply);
+  // The server keeps the reply's stream under the conversation's id, so a page reloaded
+  // before it ends reads it again (see `resume`).
+  await follow(conv, reply, (signal) => fetch("/v1/chat/completions", {
+    method: "POST", headers: { ...headers(), "X-Conversation-Id": conv.id }, body: JSON.stringify(body), signal,
+  }));
+}
+
+// Replies a reload cut short: the server still has their streams (for five minutes after they
+// end), so each is read again from its start and goes on where it is.
+async function resume() {
+  for (const conv of conversations) {
+    const reply = conv.messages[conv.messages.length - 1];
+    if (!reply || reply.role !== "assistant" || reply.done || reply.error) continue;
+    Object.assign(reply, { content: "", reasoning: "", tool_calls: undefined, finish: undefined });
+    await follow(conv, reply, (signal) => fetch("/v1/stream?conv_id=" + encodeURIComponent(conv.id),
+      { headers: headers(), signal }), "The reply was cut off when the page closed, and the server no longer has it.");
+  }
+}
+
+// Reads `reply`'s stream from `open(signal)` into it as it comes; `gone` is what a 404 says instead.
+async function follow(conv, reply, open, gone) {
   conv.updated = Date.now();
   controller = new AbortController();
+  controller.convId = conv.id;
   persist();
   render();
   const started = performance.now();
   let drawn = 0;
   try {
-    const res = await fetch("/v1/chat/completions", {
-      method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
-    });
+    const res = await open(controller.signal);
     if (!res.ok) {
-      reply.error = await refusal(res);
-      showError(reply.error);
+      reply.error = res.status === 404 && gone ? gone : await refusal(res);
+      if (conv === current) showError(reply.error);
       return;
     }
     const reader = res.body.getReader();
@@ -206,7 +227,7 @@ async function send(text) {
       reply.done = true;
     } else {
       reply.error = `The reply failed: ${e.message}`;
-      showError(reply.error);
+      if (conv === current) showError(reply.error);
     }
   } finally {
     controller = null;
@@ -214,6 +235,15 @@ async function send(text) {
     persist();
     render();
   }
+}
+
+// The reply's generation outlives its reader (it is kept for a reload): a stop says so to the server.
+function stopReply() {
+  if (!controller) return;
+  const convId = controller.convId;
+  controller.abort();
+  fetch("/v1/stream?conv_id=" + encodeURIComponent(convId), { method: "DELETE", headers: headers() })
+    .catch(() => {});
 }
 
 function bindSettings() {
@@ -266,10 +296,11 @@ function start() {
       $("composer").requestSubmit();
     }
   });
-  $("stop").addEventListener("click", () => controller && controller.abort());
+  $("stop").addEventListener("click", stopReply);
   $("new-chat").addEventListener("click", () => { current = null; persist(); showError(""); render(); });
   render();
   describeServer();
+  resume();
 }
 
 start();
