@@ -462,6 +462,46 @@ class Model:
         v = {"mean": lambda: rows.mean(axis=0), "cls": lambda: rows[0], "last": lambda: rows[-1]}[pooling]()
         return _normalized(v.astype(np.float64), normalize).astype(np.float32)
 
+    # -- reranking -------------------------------------------------------------
+    @property
+    def can_rank(self) -> bool:
+        """Whether the file has a reranker's classification head (`cls.output`)."""
+        return self._native.n_rank_labels is not None
+
+    def rerank_prompt(self, query: str, document: str) -> list[int]:
+        """The ids a reranker reads for `query` and `document`, as
+        llama-server writes them: the file's rerank template
+        (`tokenizer.chat_template.rerank`) with both put in, read with
+        control tokens and without the vocabulary's own BOS; else BOS, the
+        query, EOS, SEP and the document, EOS, each where the vocabulary
+        adds it (EOS standing in for a SEP it lacks)."""
+        template = self.metadata("tokenizer.chat_template.rerank")
+        if isinstance(template, str):
+            text = template.replace("{query}", query).replace("{document}", document)
+            return self.tokenize(text, add_special=False, parse_special=True)
+        q = self.tokenize(query, add_special=False)
+        d = self.tokenize(document, add_special=False)
+        eos = self._native.eos_id
+        sep = self.metadata("tokenizer.ggml.seperator_token_id")
+        if eos is None:
+            eos = sep
+        add_eos = self.metadata("tokenizer.ggml.add_eos_token") is True and eos is not None
+        add_sep = self.metadata("tokenizer.ggml.add_sep_token") is True and sep is not None
+        bos = [self._native.bos_id] if self._native.add_bos and self._native.bos_id is not None else []
+        return bos + q + ([eos] if add_eos else []) + ([sep] if add_sep else []) + d + ([eos] if add_eos else [])
+
+    def rank(self, ids: Sequence[int]) -> list[float]:
+        """A reranker's scores of `ids` (llama.cpp's rank pooling): its
+        classification head over the last position, one score a label
+        (probabilities for Qwen3's rerankers, as llama.cpp gives them)."""
+        return self._native.rank([int(t) for t in ids])
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        """How relevant each of `documents` is to `query`: the first label's
+        score of each pair's `rerank_prompt`, as llama-server's /rerank
+        answers it."""
+        return [self.rank(self.rerank_prompt(query, d))[0] for d in documents]
+
     # -- generation ----------------------------------------------------------
     def _prompt_ids(self, prompt: str | Sequence[int], add_special: bool, parse_special: bool) -> list[int]:
         if isinstance(prompt, str):

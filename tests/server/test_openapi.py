@@ -13,6 +13,7 @@ import sys
 import jsonschema
 import pytest
 
+from paths import FIXTURES
 from server_process import ServerProcess, http
 
 
@@ -38,24 +39,44 @@ def test_the_document_lists_every_route_with_its_body(server):
         "$ref": "#/components/schemas/AnthropicError"}
 
 
-@pytest.mark.skipif(shutil.which("schemathesis") is None and shutil.which("st") is None,
-                    reason="schemathesis is installed by the test extras")
+def _schemathesis(server: ServerProcess, tmp_path, *paths: str) -> None:
+    """Schemathesis over the server's document, with no server error, no
+    undocumented reply; `paths`: its own filters."""
+    cmd = [shutil.which("schemathesis") or shutil.which("st"), "run", server.url + "/openapi.json",
+           "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
+                       "response_schema_conformance",
+           "--max-examples", "10", "--phases", "examples,fuzzing", *paths, "--request-timeout", "60",
+           "--workers", "1", "--seed", "7", "--generation-deterministic"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-6000:]
+    log = "\n".join(server.lines)
+    assert "Traceback" not in log and " 500 " not in log, log[-3000:]
+    print(out[-1500:], file=sys.stderr)
+
+
+_SCHEMATHESIS = pytest.mark.skipif(shutil.which("schemathesis") is None and shutil.which("st") is None,
+                                   reason="schemathesis is installed by the test extras")
+_RERANK = "^/(v1/)?rerank(ing)?$"
+
+
+@_SCHEMATHESIS
 def test_schemathesis_finds_no_server_error_and_no_undocumented_reply(smollm2_fim_path, tmp_path):
     # A small context keeps any generated request short: it fills in a few
     # hundred tokens at most. Metrics and embeddings on, and a model with FIM
     # tokens: without them, those routes answer 501 as llama-server does,
     # which is no fault but reads as a server error.
-    # Ollama's model management answers 501 by design: left out.
+    # Ollama's model management answers 501 by design, and so does /rerank
+    # without a reranker (fuzzed on one below): left out.
     with ServerProcess(smollm2_fim_path, "--metrics", "--embeddings", ctx=192) as s:
-        cmd = [shutil.which("schemathesis") or shutil.which("st"), "run", s.url + "/openapi.json",
-               "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
-                           "response_schema_conformance",
-               "--max-examples", "10", "--phases", "examples,fuzzing", "--exclude-path", "/shutdown",
-               "--exclude-path-regex", "^/api/(pull|push|create|copy|delete|blobs)", "--request-timeout", "60",
-               "--workers", "1", "--seed", "7", "--generation-deterministic"]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-        out = run.stdout + run.stderr
-        assert run.returncode == 0, out[-6000:]
-        log = "\n".join(s.lines)
-        assert "Traceback" not in log and " 500 " not in log, log[-3000:]
-    print(out[-1500:], file=sys.stderr)
+        _schemathesis(s, tmp_path, "--exclude-path", "/shutdown",
+                      "--exclude-path-regex", f"^/api/(pull|push|create|copy|delete|blobs)|{_RERANK}")
+
+
+@_SCHEMATHESIS
+def test_schemathesis_on_the_rerank_routes_of_a_reranker(tmp_path):
+    sys.path.insert(0, str(FIXTURES))
+    import make_tiny_models
+
+    with ServerProcess(make_tiny_models.ensure_reranker(), "--reranking", ctx=512) as s:
+        _schemathesis(s, tmp_path, "--include-path-regex", _RERANK)

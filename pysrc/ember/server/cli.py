@@ -175,7 +175,9 @@ _FLAGS = [
     _Flag("spm-infill", ("--spm-infill",), bool, None,
           "/infill puts the suffix before the prefix (suffix/prefix/middle), as some models were trained", False),
     _Flag("pooling", ("--pooling",), str, "LLAMA_ARG_POOLING",
-          "how embeddings are pooled: none, mean, cls or last (default: the model file's own, else none)"),
+          "how embeddings are pooled: none, mean, cls, last or rank (default: the model file's own, else none)"),
+    _Flag("reranking", ("--rerank", "--reranking"), bool, "LLAMA_ARG_RERANKING",
+          "serve /rerank with a reranker model (--embeddings --pooling rank)", False),
 ]
 _BY_NAME = {f.name: f for f in _FLAGS}
 #: Flags whose values from every source add up rather than one replacing another.
@@ -732,12 +734,18 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         slot_path = str(Path(slot_path).expanduser())
         lines.append(f"slot save path: {slot_path} (POST /slots/ID?action=save|restore writes and reads files there)")
 
-    pooling = values["pooling"]
-    if pooling is not None and pooling not in ("none", "mean", "cls", "last"):
-        raise bad("pooling", f"expected none, mean, cls or last, got {pooling!r}")
-    if values["embeddings"]:
+    pooling, embeddings = values["pooling"], bool(values["embeddings"])
+    if pooling is not None and pooling not in ("none", "mean", "cls", "last", "rank"):
+        raise bad("pooling", f"expected none, mean, cls, last or rank, got {pooling!r}")
+    if values["reranking"]:
+        if pooling not in (None, "rank"):
+            raise bad("pooling", "cannot go with --reranking, which pools by rank")
+        pooling, embeddings = "rank", True
+        lines.append("reranking: at /rerank and /v1/rerank (the model must be a reranker, with a classification "
+                     "head)")
+    elif embeddings:
         how = f"pooled by {pooling} (from {sources['pooling']})" if pooling else "pooled as the model file says"
-        lines.append(f"embeddings: at /v1/embeddings and /embedding, {how}")
+        lines.append(f"embeddings: at /v1/embeddings and /embedding, {how}; /rerank too where the pooling is rank")
     elif pooling is not None:
         raise bad("pooling", "only shapes embeddings, which need --embeddings")
 
@@ -773,7 +781,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),
         slot_save_path=slot_path, queue_depth=depth, kv_type=kv_type, cache_ram_mib=cache_ram,
         gpu_layers=values["gpu-layers"], device=values["device"],
-        embeddings=bool(values["embeddings"]), pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
+        embeddings=embeddings, pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
         chat_template=template_text, system_prompt=system_prompt, sampling=sampling, max_batch=ubatch,
         prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],

@@ -53,6 +53,10 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
                 template = f.read()
         model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type,
                       max_batch=opts.max_batch, gpu_layers=opts.gpu_layers, device=opts.device)
+        if opts.embeddings and (opts.pooling or model.pooling_type) == "rank" and not model.can_rank:
+            said = "--reranking (or --pooling rank)" if opts.pooling else "the file's pooling, rank,"
+            raise ValueError(f"{said} needs a reranker's classification head (cls.output.weight), which this model "
+                             "lacks")
         from ember.engine import Checkpoints, measure_chunk
         from ember.server.machine import mem_available
 

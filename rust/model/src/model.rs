@@ -10,7 +10,7 @@ use ember_gguf::GgufFile;
 use ember_grammar::TokenIndex;
 use ember_tokenizer::Tokenizer;
 
-use crate::config::Config;
+use crate::config::{Arch, Config};
 use crate::error::{ModelError, Result};
 use crate::{pool, rope, weights};
 
@@ -98,6 +98,21 @@ impl Model {
 
     pub fn weights(&self) -> &weights::Weights {
         &self.weights
+    }
+
+    /// A reranker's scores for a sequence whose last position's final hidden
+    /// state is `last` (llama.cpp's rank pooling of a causal model): one a
+    /// label of its classification head, made probabilities by a softmax for
+    /// Qwen3's, as llama.cpp makes them. None when the file has no head.
+    pub fn rank(&self, last: &[f32]) -> Option<Vec<f32>> {
+        let head = self.weights.classifier.as_ref()?;
+        let mut scores = head.scores(last);
+        if self.config.arch == Arch::Qwen3 {
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let sum: f32 = scores.iter().map(|v| (v - max).exp()).sum();
+            scores.iter_mut().for_each(|v| *v = (*v - max).exp() / sum);
+        }
+        Some(scores)
     }
 
     /// The vocabulary as grammars read it: each token's bytes, control and

@@ -179,6 +179,31 @@ pub struct PerLayerEmbeddings {
     pub proj_norm: Vec<f32>, // [n_embd_per_layer]
 }
 
+/// A reranker's classification head (llama.cpp's `cls.output`): one score
+/// a label, from the hidden state of a sequence's last position.
+pub struct Classifier {
+    /// (n_labels, n_embd), row-major
+    pub weight: Vec<f32>,
+    pub bias: Option<Vec<f32>>,
+    pub n_labels: usize,
+}
+
+impl Classifier {
+    /// The labels' scores for `hidden` (n_embd): the head's product, its
+    /// bias added; each a dot in f64 (the head is a few rows).
+    pub fn scores(&self, hidden: &[f32]) -> Vec<f32> {
+        let n_embd = self.weight.len() / self.n_labels;
+        assert_eq!(hidden.len(), n_embd, "a hidden state of the model's width");
+        (0..self.n_labels)
+            .map(|l| {
+                let row = &self.weight[l * n_embd..(l + 1) * n_embd];
+                let dot: f64 = row.iter().zip(hidden).map(|(&w, &h)| w as f64 * h as f64).sum();
+                (dot + self.bias.as_ref().map_or(0.0, |b| b[l] as f64)) as f32
+            })
+            .collect()
+    }
+}
+
 pub struct Weights {
     pub token_embd: Matrix, // (n_vocab, n_embd)
     pub layers: Vec<LayerWeights>,
@@ -191,6 +216,8 @@ pub struct Weights {
     pub rope_long: Option<Vec<f32>>,
     pub rope_short: Option<Vec<f32>>,
     pub per_layer: Option<PerLayerEmbeddings>,
+    /// A reranker's head, where the file has one.
+    pub classifier: Option<Classifier>,
     /// Tensors in the file that the architecture never read.
     pub unread: Vec<String>,
 }
@@ -509,8 +536,40 @@ pub fn bind(file: &Arc<GgufFile>, c: &Config, repack: bool) -> Result<Weights> {
     };
     let output_norm = b.vector("output_norm.weight", e)?;
     let output = b.matrix_opt("output.weight", c.n_vocab, e)?;
+    let classifier = classifier(&mut b, e)?;
     let unread: Vec<String> = file.tensors.iter().map(|t| t.name.clone()).filter(|n| !b.read.contains(n)).collect();
-    Ok(Weights { token_embd, layers, output_norm, output, rope_freqs, rope_long, rope_short, per_layer, unread })
+    Ok(Weights {
+        token_embd,
+        layers,
+        output_norm,
+        output,
+        rope_freqs,
+        rope_long,
+        rope_short,
+        per_layer,
+        classifier,
+        unread,
+    })
+}
+
+/// `cls.output.weight` (n_labels rows of the model's width) and its bias.
+/// The pooler head of encoder rerankers (`cls.weight`) is not read: no
+/// family here has one, and a file that does fails on it as unread.
+fn classifier(b: &mut Binder, n_embd: usize) -> Result<Option<Classifier>> {
+    const NAME: &str = "cls.output.weight";
+    let Some(t) = b.file.tensor(NAME) else {
+        return Ok(None);
+    };
+    if t.dims.len() > 2 || t.dims[0] as usize != n_embd || t.n_rows() == 0 {
+        return Err(ModelError::BadTensor {
+            name: NAME.to_string(),
+            problem: format!("shape {:?}, expected [{n_embd}, labels]", t.dims),
+        });
+    }
+    let n_labels = t.n_rows();
+    let weight = b.vector(NAME, n_labels * n_embd)?;
+    let bias = b.vector_opt("cls.output.bias", n_labels)?;
+    Ok(Some(Classifier { weight, bias, n_labels }))
 }
 
 type AttentionInputs = (Matrix, Option<Matrix>, Option<Matrix>, Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>);
@@ -632,4 +691,17 @@ fn experts(b: &mut Binder, c: &Config, il: usize, n_ff_exp: usize) -> Result<Exp
         post_norm_dense: b.vector_if(beside_dense, &n("post_ffw_norm_1.weight"), e)?,
         post_norm: b.vector_if(beside_dense, &n("post_ffw_norm_2.weight"), e)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Classifier;
+
+    #[test]
+    fn a_classifier_scores_each_label_with_its_row_and_bias() {
+        let head = Classifier { weight: vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.0], bias: Some(vec![0.25, -2.0]), n_labels: 2 };
+        assert_eq!(head.scores(&[1.0, 1.0, 2.0]), vec![1.0 + 2.0 + 6.0 + 0.25, -1.0 + 0.5 - 2.0]);
+        let unbiased = Classifier { bias: None, ..head };
+        assert_eq!(unbiased.scores(&[0.0, 2.0, 0.0]), vec![4.0, 1.0]);
+    }
 }

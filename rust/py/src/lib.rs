@@ -472,6 +472,33 @@ impl Model {
         Ok(PyBytes::new(py, &bytes))
     }
 
+    /// A reranker's scores of `ids` (see `ember_model::Model::rank`): its
+    /// classification head over the last position, one score a label.
+    fn rank(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<Vec<f32>> {
+        self.check_ids(&ids)?;
+        if ids.is_empty() {
+            return Err(InvalidRequestError::new_err("ids is empty"));
+        }
+        if self.inner.weights().classifier.is_none() {
+            return Err(InvalidRequestError::new_err(
+                "this model has no classification head (cls.output.weight): a reranker's file has one",
+            ));
+        }
+        let n_embd = self.inner.config.n_embd;
+        py.detach(|| {
+            let mut s = self.inner.try_new_session(ids.len(), self.max_batch, self.kv_type)?;
+            let rows = self.inner.prefill(&mut s, &ids, Logits::Hidden)?;
+            Ok(self.inner.rank(&rows[rows.len() - n_embd..]).expect("the head was checked"))
+        })
+        .map_err(map_err)
+    }
+
+    /// How many labels a reranker's classification head scores; None without a head.
+    #[getter]
+    fn n_rank_labels(&self) -> Option<usize> {
+        self.inner.weights().classifier.as_ref().map(|c| c.n_labels)
+    }
+
     /// Starts a generation: reads the prompt, then yields (token, text, stop) per draw.
     fn generate(&self, py: Python<'_>, ids: Vec<u32>, options: &GenerateOptions) -> PyResult<Generator> {
         self.check_ids(&ids)?;

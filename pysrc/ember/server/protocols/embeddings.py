@@ -68,9 +68,13 @@ def pooling_of(state: ServerState) -> str:
 
 
 def require_embeddings(state: ServerState) -> None:
+    """Refuses a request for vectors where the server makes none."""
     if not state.opts.embeddings:
         raise ApiError(501, "this server does not serve embeddings: start it with --embeddings",
                        type="not_supported_error")
+    if pooling_of(state) == "rank":
+        raise ApiError(400, "this server ranks (its pooling is rank): a reranker's pooled outputs are scores, not "
+                       "embeddings; POST /rerank")
 
 
 async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest, list[list[int]], list]:
@@ -178,7 +182,93 @@ async def llama_embedding(request: web.Request) -> web.Response:
                           for i, v in enumerate(vectors)])
 
 
+# -- reranking ---------------------------------------------------------------------
+
+class RerankRequest(msgspec.Struct, forbid_unknown_fields=False):
+    # Both checked by hand, to say what is wrong by name.
+    query: Any = None
+    # Jina's and Cohere's name for the texts ranked, or TEI's (whose answer is TEI's bare list)
+    documents: Any = None
+    texts: Any = None
+    top_n: int | None = None
+    # each result carries its text: TEI's return_text, or Jina's and Cohere's return_documents
+    return_text: bool = False
+    return_documents: bool = False
+    model: str | None = None
+
+
+def _documents(req: RerankRequest) -> tuple[str, list[str]]:
+    if req.documents is not None and req.texts is not None:
+        raise ApiError(400, "documents: send documents (Jina's and Cohere's form) or texts (TEI's), not both",
+                       param="documents")
+    field = "texts" if req.texts is not None else "documents"
+    docs = req.texts if req.texts is not None else req.documents
+    if not isinstance(docs, list) or not docs:
+        raise ApiError(400, f"{field}: expected a non-empty list of strings", param=field)
+    if len(docs) > MAX_INPUTS:
+        raise ApiError(400, f"{field}: at most {MAX_INPUTS} a request, got {len(docs)}", param=field)
+    bad = next((i for i, d in enumerate(docs) if not isinstance(d, str)), None)
+    if bad is not None:
+        raise ApiError(400, f"{field}[{bad}]: expected a string (this server ranks text)", param=field)
+    return field, docs
+
+
+@reads(RerankRequest)
+async def rerank(request: web.Request) -> web.Response:
+    """llama-server's `/rerank` (also `/reranking`, `/v1/rerank`,
+    `/v1/reranking`): each document's relevance to the query, by a reranker
+    model's score of the pair, best first; Jina's and Cohere's answer, or
+    TEI's when the documents come as `texts`."""
+    state: ServerState = request.app["state"]
+    if not state.opts.embeddings or pooling_of(state) != "rank":
+        raise ApiError(501, "this server does not rerank: start it with --reranking and a reranker model",
+                       type="not_supported_error")
+    req = wire.decode(await read_body(request), RerankRequest)
+    if not isinstance(req.query, str):
+        raise ApiError(400, "query: required, a string" if req.query is None else "query: expected a string",
+                       param="query")
+    field, docs = _documents(req)
+    if req.top_n is not None and req.top_n < 1:
+        raise ApiError(400, f"top_n: must be at least 1, got {req.top_n}", param="top_n")
+    model = state.model
+    prompts = [model.rerank_prompt(req.query, d) for d in docs]
+    for ids in prompts:
+        if len(ids) > state.slot_ctx:
+            raise exceed_context(len(ids), state.slot_ctx)
+    scores = await rank_each(request, prompts)
+    order = sorted(range(len(docs)), key=lambda i: -scores[i])[:req.top_n]
+    if field == "texts":
+        return json_response([{"index": i, "score": scores[i], **({"text": docs[i]} if req.return_text else {})}
+                              for i in order])
+    n = sum(len(ids) for ids in prompts)
+    return json_response({
+        "model": req.model or state.model_id(), "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n},
+        "results": [{"index": i, "relevance_score": scores[i],
+                     **({"document": {"text": docs[i]}} if req.return_documents else {})} for i in order],
+    })
+
+
+async def rank_each(request: web.Request, prompts: list[list[int]]) -> list[float]:
+    """Each prompt's score (its first label's), computed by the engine
+    between its passes as `embed_each` computes embeddings."""
+    state: ServerState = request.app["state"]
+    out: list[float] = []
+    for at in range(0, len(prompts), _PER_CALL):
+        if request.transport is None or request.transport.is_closing():
+            raise ConnectionResetError("client gone")
+        batch = prompts[at:at + _PER_CALL]
+        try:
+            out += await state.engine.call(lambda batch=batch: [state.model.rank(ids)[0] for ids in batch])
+        except InvalidRequestError as e:
+            raise ApiError(400, str(e)) from None
+        except EmberError as e:
+            raise from_engine_error(e) from None
+    return out
+
+
 def add_routes(app: web.Application) -> None:
+    for path in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking"):
+        app.router.add_post(path, rerank)
     app.router.add_post("/v1/embeddings", openai_embeddings)
     app.router.add_post("/embedding", llama_embedding)
     app.router.add_post("/embeddings", llama_embedding)
