@@ -1,7 +1,7 @@
 """llama-server's /rerank (`ember.server.protocols.embeddings.rerank`) on a
 real `ember serve --reranking`: Jina's and Cohere's answer and TEI's, best
 first, each score the one the model gives in process (held against
-llama.cpp's in tests/test_rerank.py), on the tiny random-weight Qwen3
+llama.cpp's in tests/test_model_rerank.py), on the tiny random-weight Qwen3
 reranker: its order says nothing of relevance, only that the scores are the
 model's."""
 
