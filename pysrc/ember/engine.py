@@ -221,17 +221,22 @@ def measure_chunk(model: Model, target_s: float = CHUNK_TARGET_S) -> int:
 
 class Engine:
     def __init__(self, model: Model, *, queue_depth: int = 64, slots: int = 1, chunk: int | None = None,
-                 host_cache_bytes: int = 0, checkpoints: Checkpoints | None = None, slot_similarity: float = 0.1):
+                 host_cache_bytes: int = 0, checkpoints: Checkpoints | None = None, slot_similarity: float = 0.1,
+                 unified: bool = False):
+        """`unified`: the slots share the model's context, each holding up to
+        all of it while together they hold no more (llama-server's
+        `--kv-unified`); else each keeps its share."""
         self.model = model
         self.queue_depth = queue_depth
         self.n_slots = max(1, slots)
-        #: positions each slot holds: the context is cut, not multiplied
-        self.slot_ctx = max(1, model.n_ctx // self.n_slots)
+        self.unified = unified
+        #: positions each slot holds at most: the context is cut (or shared), not multiplied
+        self.slot_ctx = model.n_ctx if unified else max(1, model.n_ctx // self.n_slots)
         self.chunk = min(chunk or model.max_batch, model.max_batch)
         # The slots' caches are laid out for the model's pass size, not the
         # measured chunk, so a slot saved here restores in a server that
         # measured another.
-        self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, model.max_batch)
+        self.batcher = _native.Batcher(model._native, self.n_slots, self.slot_ctx, model.max_batch, unified)
         self.batcher.set_chunk(self.chunk)
         self.batcher.set_slot_similarity(slot_similarity)
         #: bytes of one checkpoint of a slot's recurrent states (0: the model has none)

@@ -70,6 +70,8 @@ _FLAGS = [
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
     _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
+    _Flag("kv-unified", ("-kvu", "--kv-unified"), bool, "LLAMA_ARG_KV_UNIFIED",
+          "the slots share one context: each holds up to all of it, together no more", False),
     _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
     _Flag("n-predict", ("-n", "--n-predict", "--predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
@@ -608,7 +610,12 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     _device_request(values, sources, bad, lines)
 
     parallel, depth = values["parallel"], values["queue-depth"]
-    if parallel > 1:
+    unified = bool(values["kv-unified"])
+    if parallel > 1 and unified:
+        lines.append(f"slots: {parallel} sharing one context of {ctx} positions (from {sources['kv-unified']}): each "
+                     "holds up to all of it, idle conversations giving way to busy ones; answered together in each "
+                     f"pass; up to {depth} more waiting; past that, 503")
+    elif parallel > 1:
         lines.append(f"slots: {parallel}, each of {ctx // parallel} positions (the context is cut among them), "
                      f"answered together in each pass; up to {depth} more waiting; past that, 503")
     else:
@@ -775,7 +782,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
                  f"/api/generate...){embed}")
 
     opts = ServerOptions(
-        model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, n_predict=values["n-predict"],
+        model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, kv_unified=unified, n_predict=values["n-predict"],
         threads=threads, alias=alias, aliases=aliases, tags=tags, api_keys=keys, key_rules=key_rules, cors_origins=origins,
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),

@@ -14,7 +14,7 @@ from ember.model import Completion, Piece, PromptProgress
 from ember.sampling import SamplingParams
 from ember.server.errors import ApiError, exceed_context, from_engine_error
 from ember.server.http import envelope_of, finite, sse_start
-from ember.server.kept_streams import begin_kept, end_kept
+from ember.server.kept_streams import begin_kept, end_kept, kept_response
 from ember.server.state import ServerState
 
 __all__ = ["Choices", "ClientGone", "Generation"]
@@ -395,7 +395,7 @@ async def _sse_reply(request: web.Request, begun, write) -> web.StreamResponse:
     begin_kept(request)
     try:
         async with begun:
-            resp = await sse_start(request)
+            resp = await sse_start(request, kept_response(request))
             try:
                 await write(resp)
             except ApiError as e:

@@ -16,7 +16,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ember.server.errors import ApiError, error_body
 
-__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "reads", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "SSE_HEADERS", "reads", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
 
 
 def reads(body_type: type):
@@ -102,11 +102,13 @@ def _inflated(raw: bytes, encoding: str, limit: int, too_big: ApiError) -> bytes
     raise ApiError(400, f"the request body cannot be read: {why}")
 
 
-async def sse_start(request: web.Request) -> web.StreamResponse:
-    from ember.server.kept_streams import kept_response
+#: A server-sent-events reply's headers.
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-    resp = kept_response(request, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                   "X-Accel-Buffering": "no"})
+
+async def sse_start(request: web.Request, resp: web.StreamResponse | None = None) -> web.StreamResponse:
+    """Starts `request`'s stream: `resp` (one made with `SSE_HEADERS`), else a plain one."""
+    resp = resp or web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     request["sse"] = resp
     return resp

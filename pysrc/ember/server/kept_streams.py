@@ -23,7 +23,7 @@ import msgspec
 from aiohttp import web
 
 from ember.server.errors import ApiError
-from ember.server.http import json_response, read_body, reads
+from ember.server.http import SSE_HEADERS, json_response, read_body, reads
 
 __all__ = ["HEADER", "KeptStream", "KeptStreams", "add_routes", "begin_kept", "end_kept", "kept_response"]
 
@@ -195,11 +195,11 @@ class KeptStreamResponse(web.StreamResponse):
             self.client_gone = True
 
 
-def kept_response(request: web.Request, headers: dict) -> web.StreamResponse:
-    """The stream response of a generating route: kept when the request
-    asked for it (`begin_kept` ran), else a plain one."""
+def kept_response(request: web.Request) -> KeptStreamResponse | None:
+    """The stream response of a generating route whose request asked for its
+    reply to be kept (`begin_kept` ran), else None."""
     kept = request.get("kept_stream")
-    return web.StreamResponse(headers=headers) if kept is None else KeptStreamResponse(kept, headers=headers)
+    return None if kept is None else KeptStreamResponse(kept, headers=SSE_HEADERS)
 
 
 def begin_kept(request: web.Request) -> KeptStream | None:
@@ -249,8 +249,7 @@ async def replay(request: web.Request) -> web.StreamResponse:
                        f"{kept.max_bytes}); start again from {kept.dropped} or later", param="from")
     if offset > kept.total_bytes:
         raise ApiError(400, f"from: past the stream's {kept.total_bytes} bytes sent so far", param="from")
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                       "X-Accel-Buffering": "no"})
+    resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
         async for chunk in kept.read_from(offset):

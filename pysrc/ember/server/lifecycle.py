@@ -65,7 +65,7 @@ def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Applicat
                                   mem_available() or 0)
         engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel,
                         chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
-                        checkpoints=checkpoints, slot_similarity=opts.slot_similarity)
+                        checkpoints=checkpoints, slot_similarity=opts.slot_similarity, unified=opts.kv_unified)
         engine.start()
         _say_device(state, model, engine)
         _say_checkpoints(state, engine)
@@ -142,6 +142,8 @@ def _loaded(app: web.Application, model, engine, template, error: str | None) ->
         app["model"], app["engine"] = model, engine
     state.phase = "ready"
     slots = f"{engine.n_slots} slots of {engine.slot_ctx} positions" if engine.n_slots > 1 else f"context {engine.slot_ctx}"
+    if engine.unified and engine.n_slots > 1:
+        slots = f"{engine.n_slots} slots sharing a context of {engine.slot_ctx} positions"
     state.log(f"ember: model {state.model_id()} loaded ({slots}; prompts read {engine.chunk} tokens per pass, "
               f"so a pass beside other conversations stays near {CHUNK_TARGET_S * 1e3:.0f} ms)")
     app["ready"].set()

@@ -224,8 +224,8 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--context-shift",), 0, _refused(
         "ember does not shift the context: a conversation that outgrows its slot ends with finish_reason "
         "\"length\"")),
-    CompatFlag(("-kvu", "--kv-unified"), 0, _accepted(
-        "each slot keeps a cache of its own share of the context (-c cut by -np); their passes are one")),
+    CompatFlag(("-no-kvu", "--no-kv-unified"), 0, _accepted("each slot keeps its own share of the context (the "
+                                                              "default; -kvu shares it)")),
     CompatFlag(("--swa-full",), 0, _accepted(
         "sliding-window layers keep their window (and a pass) in a ring; a prompt that parts before the window "
         "is read again, as without --swa-full")),

@@ -20,6 +20,8 @@ class ServerOptions:
     ctx_size: int = 0
     #: slots: requests answered together in each pass, the context cut among them
     parallel: int = 1
+    #: the slots share one context (-kvu) rather than each keeping its share
+    kv_unified: bool = False
     #: default max tokens per request; -1 means until the context is full
     n_predict: int = -1
     #: 0: physical cores

@@ -106,11 +106,26 @@ enum Store {
 }
 
 impl Store {
+    /// Room for `n` elements, none of them there yet: the rows are made as
+    /// positions reach them ([`ensure`](Self::ensure)), so a cache takes the
+    /// memory of what it holds (a large allocation is the system's promise
+    /// of pages, given as they are first written).
     fn new(ty: KvType, n: usize) -> Store {
         match ty {
-            KvType::F16 => Store::F16(vec![f16::ZERO; n]),
-            KvType::F32 => Store::F32(vec![0.0; n]),
-            KvType::Q8_0 => Store::Q8_0(vec![0; KvType::Q8_0.bytes(n)]),
+            KvType::F16 => Store::F16(Vec::with_capacity(n)),
+            KvType::F32 => Store::F32(Vec::with_capacity(n)),
+            KvType::Q8_0 => Store::Q8_0(Vec::with_capacity(KvType::Q8_0.bytes(n))),
+        }
+    }
+
+    /// Makes elements `0..n` (whole blocks for Q8_0) readable, those new zero.
+    #[inline]
+    fn ensure(&mut self, n: usize) {
+        match self {
+            Store::F16(v) if v.len() < n => v.resize(n, f16::ZERO),
+            Store::F32(v) if v.len() < n => v.resize(n, 0.0),
+            Store::Q8_0(v) if v.len() < KvType::Q8_0.bytes(n) => v.resize(KvType::Q8_0.bytes(n), 0),
+            _ => {}
         }
     }
 
@@ -460,6 +475,8 @@ impl KvCache {
         debug_assert_eq!(k.len(), l.shape.k_width);
         debug_assert_eq!(v.len(), l.shape.v_width);
         let row = pos % l.rows;
+        l.k.ensure((row + 1) * l.shape.k_width);
+        l.v.ensure((row + 1) * l.shape.v_width);
         l.k.write(row * l.shape.k_width, k);
         l.v.write(row * l.shape.v_width, v);
     }
@@ -535,6 +552,35 @@ impl KvCache {
         keep
     }
 
+    /// [`clear`](Self::clear), and the rows' memory given back: for a cache
+    /// whose positions other caches may need (slots sharing one context).
+    pub fn release(&mut self) {
+        self.clear();
+        let ty = self.ty;
+        for l in &mut self.layers {
+            if !matches!(l.k, Store::Elsewhere) {
+                l.k = Store::new(ty, l.rows * l.shape.k_width);
+                l.v = Store::new(ty, l.rows * l.shape.v_width);
+            }
+        }
+    }
+
+    /// Bytes of the rows made so far (see [`memory_bytes`](Self::memory_bytes)
+    /// for all the cache may take).
+    pub fn made_bytes(&self) -> usize {
+        self.layers.iter().map(|l| l.k.bytes().len() + l.v.bytes().len()).sum()
+    }
+
+    /// Bytes the sliding-window layers' rings may take: a cache's part that
+    /// does not grow with its context.
+    pub fn ring_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| l.shape.window.is_some())
+            .map(|l| self.ty.bytes(l.rows * l.shape.k_width) + self.ty.bytes(l.rows * l.shape.v_width))
+            .sum()
+    }
+
     pub fn clear(&mut self) {
         self.len = 0;
         self.states.iter_mut().for_each(|s| s.fill(0.0));
@@ -596,6 +642,9 @@ impl KvCache {
         let saved = self.read_state(state)?;
         for (l, (k, v)) in self.layers.iter_mut().zip(&saved.rows) {
             // Rows past those saved hold no position the restored length reads.
+            let used = saved_rows(self.ty, l.shape, k.len());
+            l.k.ensure(used * l.shape.k_width);
+            l.v.ensure(used * l.shape.v_width);
             l.k.bytes_mut()[..k.len()].copy_from_slice(k);
             l.v.bytes_mut()[..v.len()].copy_from_slice(v);
         }
@@ -701,6 +750,11 @@ impl<'a> StateReader<'a> {
     fn u(&mut self) -> Result<usize, KvError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()) as usize)
     }
+}
+
+/// Rows of a layer shaped `shape` that `key_bytes` of its keys make.
+fn saved_rows(ty: KvType, shape: LayerShape, key_bytes: usize) -> usize {
+    key_bytes / ty.bytes(shape.k_width).max(1)
 }
 
 fn rows(s: &Store) -> Rows<'_> {

@@ -48,9 +48,9 @@ struct SlotState {
 }
 
 impl SlotState {
-    /// Forgets what the slot holds.
+    /// Forgets what the slot holds, its rows' memory given back.
     fn forget(&mut self) {
-        self.slot.session.cache.clear();
+        self.slot.session.cache.release();
         self.slot.tokens.clear();
         self.checkpoints.clear();
     }
@@ -85,6 +85,9 @@ pub struct Batcher {
     /// Thousandths of a prompt a free slot must already hold to be chosen
     /// for it (0: the choice ignores what slots hold).
     similarity_permille: usize,
+    /// Positions all slots may hold together, where they share one context
+    /// ([`new_unified`](Self::new_unified)); each may grow to all of it.
+    pool: Option<usize>,
 }
 
 struct HostEntry {
@@ -221,7 +224,79 @@ impl Batcher {
             checkpoints: CheckpointPolicy::default(),
             state_floats,
             similarity_permille: 100,
+            pool: None,
         })
+    }
+
+    /// `n_slots` slots sharing one context of `n_ctx` positions
+    /// (llama-server's `--kv-unified`): any slot may hold up to all of it, as
+    /// long as all of them together hold no more. Room for a pass is made by
+    /// forgetting idle slots' conversations, the least recently used first
+    /// (into the host cache, where it has room); a prompt waits for room its
+    /// whole next piece fits (a smaller piece would not read as a read alone
+    /// does); a conversation that finds no room for its next token ends as a
+    /// full context would end it. A slot's memory is what it holds. The
+    /// caches are the host's: a model on a device keeps a context a slot.
+    pub fn new_unified(model: Arc<Model>, n_slots: usize, n_ctx: usize, chunk: usize, kv: KvType) -> Result<Batcher> {
+        if model.placement().is_some() {
+            return Err(ModelError::Invalid(
+                "slots share one context only in the host's memory: this model's layers are on a device".into(),
+            ));
+        }
+        let mut b = Batcher::new(model, n_slots, n_ctx, chunk, kv)?;
+        b.pool = Some(n_ctx);
+        Ok(b)
+    }
+
+    /// Whether the slots share one context.
+    pub fn unified(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// Positions promised to the tokens drawn last (and any forced after
+    /// them), which the next pass feeds.
+    fn promised(&self) -> usize {
+        self.slots.iter().filter_map(|s| s.active.as_ref()).map(|a| a.pending.len()).sum()
+    }
+
+    /// Positions every slot holds.
+    fn held(&self) -> usize {
+        self.slots.iter().map(|s| s.slot.session.len()).sum()
+    }
+
+    /// In a shared context, makes room for `need` positions beyond those
+    /// held (and `promised` to conversations under way) by forgetting idle
+    /// slots' conversations but `keep`'s, the least recently used first;
+    /// whether they fit.
+    fn make_room(&mut self, need: usize, promised: usize, keep: Option<usize>) -> bool {
+        let Some(pool) = self.pool else { return true };
+        while self.held() + promised + need > pool {
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|&(i, s)| s.active.is_none() && s.slot.session.len() > 0 && Some(i) != keep)
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(i, _)| i);
+            let Some(i) = idle else { return false };
+            self.evict(i);
+        }
+        true
+    }
+
+    /// Forgets idle slot `i`'s conversation, kept in the host cache first
+    /// where it has room (as when its slot goes to another prompt).
+    fn evict(&mut self, i: usize) {
+        let st = &self.slots[i];
+        if self.host_budget > 0 && st.slot.tokens.len() >= MIN_HOST_PREFIX {
+            if let Ok(state) = st.slot.session.save_state(&self.model) {
+                let (tokens, checkpoints, owner) = (st.slot.tokens.clone(), st.checkpoints.clone(), st.owner);
+                self.host.retain(|e| e.tokens != tokens || e.owner != owner);
+                self.host.push(HostEntry { tokens, state, checkpoints, owner });
+                self.trim_host();
+            }
+        }
+        self.slots[i].forget();
     }
 
     /// Lowers the prompt tokens one slot reads in a pass below the pass size
@@ -280,6 +355,11 @@ impl Batcher {
 
     /// Bytes every slot's keys and values take, wherever they are held.
     pub fn cache_bytes(&self) -> usize {
+        if self.pool.is_some() {
+            // One context's positions in all, and each slot's own rings.
+            let first = &self.slots[0].slot.session.cache;
+            return first.memory_bytes() + (self.slots.len() - 1) * first.ring_bytes();
+        }
         self.slots.iter().map(|s| s.slot.session.cache.memory_bytes()).sum()
     }
 
@@ -298,6 +378,14 @@ impl Batcher {
         }
         if self.slots[to].active.is_some() {
             return Err(ModelError::Invalid(format!("slot {to} is busy")));
+        }
+        if self.pool.is_some() {
+            // The copy is a saving, not a promise: without room, the other answer reads the prompt itself.
+            self.slots[to].forget();
+            let need = self.slots[from].slot.session.len();
+            if !self.make_room(need, self.promised(), Some(from)) {
+                return Ok(());
+            }
         }
         let src = &self.slots[from];
         let (state, tokens, checkpoints, owner) =
@@ -420,6 +508,12 @@ impl Batcher {
             (n, if n > 0 { Resume::Kept } else { Resume::Fresh }, None)
         };
         st.slot.tokens = prompt[..n_cached].to_vec();
+        let (mut n_cached, mut resume, mut parted) = (n_cached, resume, parted);
+        if self.pool.is_some() && !self.make_room(0, self.promised(), Some(slot)) {
+            // What the slot kept does not fit beside the conversations under way: read from the start.
+            self.slots[slot].forget();
+            (n_cached, resume, parted) = (0, Resume::Fresh, None);
+        }
         let plan = if hybrid { self.plan(slot, prompt, n_cached, parted, hints) } else { Vec::new() };
         let st = &mut self.slots[slot];
         st.active = Some(Active {
@@ -633,6 +727,16 @@ impl Batcher {
             .ok_or_else(|| bad("truncated"))?;
         let tokens: Vec<u32> =
             state[head..kv_at].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        if self.pool.is_some() {
+            self.slots[slot].forget();
+            if !self.make_room(tokens.len(), self.promised(), None) {
+                return Err(ModelError::Invalid(format!(
+                    "the context the slots share has no room for the saved slot's {} positions beside the \
+                     conversations under way",
+                    tokens.len()
+                )));
+            }
+        }
         let st = &mut self.slots[slot];
         match st.slot.session.restore_state(&self.model, &state[kv_at..]) {
             Err(ModelError::Kv(e @ ember_kv::KvError::BadState(_))) => return Err(bad(&e.to_string())),
@@ -703,10 +807,28 @@ impl Batcher {
         let mut feeds: Vec<Feed> = Vec::new();
         let state_floats = self.state_floats;
         self.last_pass.clear();
-        for (i, st) in self.slots.iter_mut().enumerate() {
-            let Some(a) = st.active.as_mut() else {
+        // In a shared context the tokens drawn last had their positions
+        // promised when drawn; a prompt's next piece is fed where it fits.
+        // A prompt's piece also leaves each decoding conversation room for
+        // the token after this pass's: a new prompt never cuts one short.
+        let decoding = self.slots.iter().filter_map(|s| s.active.as_ref()).filter(|a| !a.pending.is_empty()).count();
+        let mut promised = self.promised() + decoding;
+        let mut waiting = Vec::new();
+        for i in 0..self.slots.len() {
+            let Some(a) = self.slots[i].active.as_ref() else {
                 continue;
             };
+            if self.pool.is_some() && a.pending.is_empty() {
+                let pos = self.slots[i].slot.session.cache.len();
+                let n = a.to_read.len().min(chunk - pos % chunk);
+                if !self.make_room(n, promised, None) {
+                    waiting.push(i);
+                    continue;
+                }
+                promised += n;
+            }
+            let st = &mut self.slots[i];
+            let a = st.active.as_mut().expect("checked busy");
             let prompt = a.pending.is_empty();
             let pos = st.slot.session.cache.len();
             let (tokens, last) = if !prompt {
@@ -740,6 +862,16 @@ impl Batcher {
             feeds.push(Feed { slot: i, tokens, last, want, snapshots, takens });
         }
         if feeds.is_empty() {
+            // Every conversation under way waits for room that none of them
+            // will free: the one started last gives way.
+            if let Some(&i) = waiting.iter().max_by_key(|&&i| self.slots[i].last_used) {
+                let st = &mut self.slots[i];
+                let needed = st.slot.session.len() + st.active.as_ref().map_or(0, |a| a.to_read.len());
+                st.active = None;
+                st.forget();
+                let capacity = self.pool.unwrap_or(needed);
+                events.push((i, SlotEvent::Failed(ember_kv::KvError::ContextFull { needed, capacity }.into())));
+            }
             return events;
         }
         let mut parts: Vec<SeqPass<'_>> = Vec::with_capacity(feeds.len());
@@ -774,6 +906,11 @@ impl Batcher {
             return events;
         }
         drop(parts);
+        // In a shared context, each conversation that goes on is promised
+        // room for its next tokens, idle slots' conversations giving way.
+        let drawing = feeds.iter().filter(|f| f.last).count();
+        self.make_room(drawing, 0, None);
+        let mut pool_room = self.pool.map(|p| p.saturating_sub(self.held()));
         for Feed { slot: i, tokens, last, snapshots, takens, .. } in feeds {
             let st = &mut self.slots[i];
             let from = st.slot.tokens.len();
@@ -799,7 +936,7 @@ impl Batcher {
                 continue;
             }
             let a = st.active.as_mut().expect("a fed slot is busy");
-            let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx();
+            let ctx_full = st.slot.session.len() >= st.slot.session.cache.n_ctx() || pool_room == Some(0);
             match a.draws.draw(&self.model, st.slot.session.logits_mut(), ctx_full) {
                 Err(e) => {
                     // This request's grammar failed; the slot keeps its cache.
@@ -815,6 +952,7 @@ impl Batcher {
                         continue;
                     }
                     let room = st.slot.session.cache.n_ctx().saturating_sub(st.slot.session.len() + 1).min(chunk - 1);
+                    let room = pool_room.map_or(room, |r| room.min(r.saturating_sub(1)));
                     let forced = match a.draws.forced_steps(&self.model, room) {
                         Ok(f) => f,
                         Err(e) => {
@@ -826,6 +964,9 @@ impl Batcher {
                     };
                     a.pending.push(step.token);
                     a.pending.extend(forced.iter().map(|s| s.token));
+                    if let Some(r) = pool_room.as_mut() {
+                        *r = r.saturating_sub(a.pending.len());
+                    }
                     events.push((i, SlotEvent::Step(step)));
                     if forced.last().is_some_and(|s| s.stop.is_some()) {
                         st.active = None;

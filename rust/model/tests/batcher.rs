@@ -376,3 +376,125 @@ fn a_saved_slot_restores_whatever_chunk_the_other_batcher_reads_with() {
         assert_eq!(b.start(0, &more, greedy(1), true, &[]).unwrap().n_cached, held, "{arch}");
     }
 }
+
+// -- slots sharing one context (--kv-unified) ------------------------------------------------
+
+/// Runs every busy slot to its end: each slot's tokens, and whether it ended on a full context.
+fn run_out(b: &mut Batcher, n: usize) -> (Vec<Vec<u32>>, Vec<Option<ember_model::StopReason>>) {
+    let (mut got, mut stops) = (vec![Vec::new(); n], vec![None; n]);
+    while b.any_busy() {
+        for (slot, ev) in b.step() {
+            match ev {
+                SlotEvent::Step(s) => {
+                    got[slot].push(s.token);
+                    stops[slot] = s.stop.or(stops[slot]);
+                }
+                other => panic!("slot {slot}: {other:?}"),
+            }
+        }
+    }
+    (got, stops)
+}
+
+#[test]
+fn a_shared_context_lets_one_conversation_hold_all_of_it_and_answers_as_alone() {
+    for arch in ["llama", "gemma3", "qwen35"] {
+        let Some(model) = tiny(arch) else { return };
+        let n_vocab = model.config.n_vocab;
+        // 96 positions shared by 4 slots: a 70-token prompt fits no quarter of them.
+        let mut b = Batcher::new_unified(model.clone(), 4, 96, 8, KvType::F16).expect("slots");
+        assert!(b.unified());
+        let long = tokens(70, 3, n_vocab);
+        let short = tokens(9, 4, n_vocab);
+        b.start(0, &long, greedy(6), true, &[]).unwrap();
+        b.start(1, &short, greedy(5), true, &[]).unwrap();
+        let (got, _) = run_out(&mut b, 4);
+        assert_eq!(got[0], alone(&model, &long, 6), "{arch}: the long conversation");
+        assert_eq!(got[1], alone(&model, &short, 5), "{arch}: the short one beside it");
+    }
+}
+
+#[test]
+fn idle_conversations_give_way_least_recently_used_first() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new_unified(model.clone(), 3, 64, 8, KvType::F16).expect("slots");
+    let (p0, p1) = (tokens(20, 5, n_vocab), tokens(20, 6, n_vocab));
+    b.start(0, &p0, greedy(2), true, &[]).unwrap();
+    run_out(&mut b, 3);
+    b.start(1, &p1, greedy(2), true, &[]).unwrap();
+    run_out(&mut b, 3);
+    assert_eq!((b.cached_tokens(0).len(), b.cached_tokens(1).len()), (21, 21), "both idle conversations held");
+    // 40 positions more: slot 0's (used least recently) gives way, slot 1's stays.
+    let p2 = tokens(40, 7, n_vocab);
+    b.start(2, &p2, greedy(3), true, &[]).unwrap();
+    let (got, _) = run_out(&mut b, 3);
+    assert_eq!(got[2], alone(&model, &p2, 3));
+    assert_eq!((b.cached_tokens(0).len(), b.cached_tokens(1).len()), (0, 21));
+}
+
+#[test]
+fn a_conversation_without_room_for_its_next_token_ends_as_a_full_context_ends_it() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    let mut b = Batcher::new_unified(model.clone(), 2, 48, 8, KvType::F16).expect("slots");
+    let (p0, p1) = (tokens(16, 8, n_vocab), tokens(16, 9, n_vocab));
+    b.start(0, &p0, greedy(100), true, &[]).unwrap();
+    b.start(1, &p1, greedy(100), true, &[]).unwrap();
+    let (got, stops) = run_out(&mut b, 2);
+    // 48 positions: 32 of prompt, the rest drawn between them, and both end on the shared context.
+    assert_eq!(stops, vec![Some(ember_model::StopReason::ContextFull); 2]);
+    assert_eq!(16 + got[0].len() + 16 + got[1].len(), 48 + 2, "every position used (each last token unfed)");
+    for (i, p) in [&p0, &p1].iter().enumerate() {
+        let want = alone(&model, p, got[i].len());
+        assert_eq!(got[i], want, "slot {i} drew as alone, up to where it was cut");
+    }
+}
+
+#[test]
+fn a_prompt_waits_for_room_and_the_newest_gives_way_when_none_will_come() {
+    let Some(model) = tiny("llama") else { return };
+    let n_vocab = model.config.n_vocab;
+    // A decoding conversation holds most of the context: the new prompt waits for it to end.
+    let mut b = Batcher::new_unified(model.clone(), 2, 64, 8, KvType::F16).expect("slots");
+    let p0 = tokens(40, 10, n_vocab);
+    b.start(0, &p0, greedy(4), true, &[]).unwrap();
+    for _ in 0..5 {
+        b.step(); // the prompt, read in five pieces
+    }
+    let p1 = tokens(30, 11, n_vocab);
+    b.start(1, &p1, greedy(3), true, &[]).unwrap();
+    let (got, stops) = run_out(&mut b, 2);
+    assert_eq!(stops[0], Some(ember_model::StopReason::Length));
+    assert_eq!(got[1], alone(&model, &p1, 3), "read once the first ended and gave way");
+    // Two prompts that cannot both fit and that nothing else will free: the one started last fails.
+    let mut b = Batcher::new_unified(model.clone(), 2, 64, 8, KvType::F16).expect("slots");
+    b.start(0, &tokens(40, 12, n_vocab), greedy(2), true, &[]).unwrap();
+    b.start(1, &tokens(40, 13, n_vocab), greedy(2), true, &[]).unwrap();
+    let mut failed = Vec::new();
+    let mut drew = vec![0; 2];
+    while b.any_busy() {
+        for (slot, ev) in b.step() {
+            match ev {
+                SlotEvent::Failed(e) => failed.push((slot, e.to_string())),
+                SlotEvent::Step(_) => drew[slot] += 1,
+                SlotEvent::Done => {}
+            }
+        }
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, 1);
+    assert!(failed[0].1.contains("context"), "{}", failed[0].1);
+    assert_eq!(drew, vec![2, 0]);
+}
+
+#[test]
+fn a_shared_context_counts_its_memory_once() {
+    let Some(model) = tiny("gemma3") else { return };
+    let shared = Batcher::new_unified(model.clone(), 4, 128, 8, KvType::F16).expect("slots");
+    let one = Batcher::new(model.clone(), 1, 128, 8, KvType::F16).expect("slot");
+    let own = model.new_session(128, 8, KvType::F16);
+    // Gemma 3's sliding layers keep a ring in each slot; the full layers' 128 positions are counted once.
+    assert_eq!(shared.cache_bytes(), one.cache_bytes() + 3 * own.cache.ring_bytes());
+    assert!(own.cache.ring_bytes() > 0);
+}

@@ -57,16 +57,27 @@ pub(crate) fn stop_name(r: StopReason) -> &'static str {
 
 #[pymethods]
 impl Batcher {
-    /// `n_slots` slots of `n_ctx` positions each over `model`'s weights;
-    /// prompts are read `chunk` tokens per slot per pass.
+    /// `n_slots` slots of `n_ctx` positions each over `model`'s weights
+    /// (`unified`: sharing one context of `n_ctx` positions, see
+    /// `ember_model::batch::Batcher::new_unified`); prompts are read `chunk`
+    /// tokens per slot per pass.
     #[new]
-    fn new(py: Python<'_>, model: &Model, n_slots: usize, n_ctx: usize, chunk: usize) -> PyResult<Batcher> {
+    #[pyo3(signature = (model, n_slots, n_ctx, chunk, unified = false))]
+    fn new(py: Python<'_>, model: &Model, n_slots: usize, n_ctx: usize, chunk: usize, unified: bool) -> PyResult<Batcher> {
         if n_slots == 0 || n_ctx == 0 || chunk == 0 {
             return Err(InvalidRequestError::new_err("n_slots, n_ctx and chunk must be at least 1"));
         }
         let (m, kv) = (model.inner.clone(), model.kv_type);
         let n_vocab = m.config.n_vocab;
-        let inner = py.detach(move || Inner::new(m, n_slots, n_ctx, chunk, kv)).map_err(map_err)?;
+        let inner = py
+            .detach(move || {
+                if unified {
+                    Inner::new_unified(m, n_slots, n_ctx, chunk, kv)
+                } else {
+                    Inner::new(m, n_slots, n_ctx, chunk, kv)
+                }
+            })
+            .map_err(map_err)?;
         Ok(Batcher { inner: Mutex::new(inner), n_ctx, n_vocab })
     }
 

@@ -130,19 +130,22 @@ MAX_INPUTS = 2048
 
 
 async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str, normalize: int = 2) -> list:
-    """Each input's embedding, computed by the engine between its passes (it
-    is the model's one owner); a client that leaves stops its remaining
-    inputs."""
+    """Each input's embedding (see `_on_engine`)."""
+    model = request.app["state"].model
+    return await _on_engine(request, inputs, lambda ids: model.embed(ids, pooling=pooling, normalize=normalize))
+
+
+async def _on_engine(request: web.Request, items: list, work) -> list:
+    """`work(item)` of each item, computed by the engine between its passes
+    (it is the model's one owner); a client that leaves stops the rest."""
     state: ServerState = request.app["state"]
     out = []
-    for at in range(0, len(inputs), _PER_CALL):
+    for at in range(0, len(items), _PER_CALL):
         if request.transport is None or request.transport.is_closing():
             raise ConnectionResetError("client gone")
-        batch = inputs[at:at + _PER_CALL]
+        batch = items[at:at + _PER_CALL]
         try:
-            out += await state.engine.call(lambda batch=batch: [state.model.embed(ids, pooling=pooling,
-                                                                                  normalize=normalize)
-                                                                for ids in batch])
+            out += await state.engine.call(lambda batch=batch: [work(item) for item in batch])
         except InvalidRequestError as e:
             raise ApiError(400, str(e)) from None
         except EmberError as e:
@@ -150,7 +153,7 @@ async def embed_each(request: web.Request, inputs: list[list[int]], pooling: str
     return out
 
 
-#: Inputs embedded in one call on the engine thread: the call waits for a
+#: Inputs read in one call on the engine thread: the call waits for a
 #: pass to end, so one each would cost a pass's wait per input, and more
 #: would hold other conversations' next tokens back longer.
 _PER_CALL = 16
@@ -249,21 +252,9 @@ async def rerank(request: web.Request) -> web.Response:
 
 
 async def rank_each(request: web.Request, prompts: list[list[int]]) -> list[float]:
-    """Each prompt's score (its first label's), computed by the engine
-    between its passes as `embed_each` computes embeddings."""
-    state: ServerState = request.app["state"]
-    out: list[float] = []
-    for at in range(0, len(prompts), _PER_CALL):
-        if request.transport is None or request.transport.is_closing():
-            raise ConnectionResetError("client gone")
-        batch = prompts[at:at + _PER_CALL]
-        try:
-            out += await state.engine.call(lambda batch=batch: [state.model.rank(ids)[0] for ids in batch])
-        except InvalidRequestError as e:
-            raise ApiError(400, str(e)) from None
-        except EmberError as e:
-            raise from_engine_error(e) from None
-    return out
+    """Each prompt's score, its first label's (see `_on_engine`)."""
+    model = request.app["state"].model
+    return await _on_engine(request, prompts, lambda ids: model.rank(ids)[0])
 
 
 def add_routes(app: web.Application) -> None:
