@@ -310,6 +310,13 @@ class Engine:
         self._jobs.put(task)
         return await task.future
 
+    def end_thought(self, job: Job) -> bool:
+        """(Engine thread: run it through `call`.) Ends `job`'s thought at its
+        next draw, where it still runs in its slot with a thought budget."""
+        slot = job.slot
+        held = self._active.get(slot) if slot is not None else None
+        return held is not None and held[0] is job and self.batcher.end_thought(slot)
+
     def snapshot(self) -> dict:
         """What /metrics and /slots read, taken on the engine thread (through `call`)."""
         b = self.batcher

@@ -55,6 +55,10 @@ class ChatPrompt:
 _NEXT_TURN = [{"role": "assistant", "content": "Next"}, {"role": "user", "content": "Next"}]
 
 
+#: The budget of a thought that only a control ends.
+_UNBOUNDED = 2**31 - 1
+
+
 def _reasoning(s: ChatRequest):
     from ember.reasoning import resolve_reasoning_request
 
@@ -199,9 +203,11 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
     if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
         text += fmt.close
         in_thought = False
-    elif fmt is not None and rr.budget >= 0:
+    elif fmt is not None and (rr.budget >= 0 or request.reasoning_control):
+        # A thought that may be ended while it runs has a budget armed, unbounded until it is ended.
         close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
-        out.thought_budget = ThoughtBudget(rr.budget, fmt.opener, fmt.closer, tuple(close_ids), in_thought)
+        tokens = rr.budget if rr.budget >= 0 else _UNBOUNDED
+        out.thought_budget = ThoughtBudget(tokens, fmt.opener, fmt.closer, tuple(close_ids), in_thought)
     if next_turn and add_generation_prompt and prefill is None:
         try:
             out.next_turn = unmark(render(messages + _NEXT_TURN, tools, generation_prompt=False))[0]

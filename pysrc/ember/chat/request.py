@@ -46,3 +46,5 @@ class ChatRequest:
     reasoning_budget: Any = None
     #: how the thought is returned (llama-server's reasoning_format)
     reasoning_format: Any = None
+    #: the thought may be ended while it runs (llama-server's reasoning_control)
+    reasoning_control: bool = False

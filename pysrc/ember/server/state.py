@@ -50,6 +50,8 @@ class ServerState:
     responses: object = None
     #: streamed replies kept for their clients to read again (`ember.server.kept_streams.KeptStreams`)
     kept_streams: object = None
+    #: chat completions under way, by id, for /v1/chat/completions/control: (owner, armed, generations)
+    controls: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from ember.server.keys import KeyLimits

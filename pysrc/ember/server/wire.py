@@ -189,6 +189,8 @@ class ChatRequest(OpenAIRequest):
     reasoning_effort: Any = None
     reasoning_budget: Any = None
     reasoning_format: Any = None
+    # llama-server's: the thought may be ended while it runs (POST /v1/chat/completions/control)
+    reasoning_control: bool = False
     # llama-server's and vLLM's: a reply's turn opened (the default), or the last assistant
     # message continued (which ember does by default when the conversation ends in one)
     add_generation_prompt: bool | None = None
@@ -247,7 +249,8 @@ class ChatRequest(OpenAIRequest):
             messages=chat_messages(self.messages), tools=self.tools, tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls, answer=chat_answer(self),
             chat_template_kwargs=self.chat_template_kwargs, reasoning_effort=self.reasoning_effort,
-            reasoning_budget=self.reasoning_budget, reasoning_format=self.reasoning_format)
+            reasoning_budget=self.reasoning_budget, reasoning_format=self.reasoning_format,
+            reasoning_control=self.reasoning_control)
 
 
 class TextCompletionRequest(OpenAIRequest):

@@ -403,6 +403,14 @@ impl Batcher {
         Ok(())
     }
 
+    /// Ends the thought of the request in `slot` at its next draw (its close
+    /// written after that token, as a spent `reasoning_budget` writes it);
+    /// false where the slot is idle, or its request has no thought budget
+    /// armed, or its thought is over.
+    pub fn end_thought(&mut self, slot: usize) -> bool {
+        self.slots.get_mut(slot).and_then(|s| s.active.as_mut()).is_some_and(|a| a.draws.end_thought())
+    }
+
     pub fn any_busy(&self) -> bool {
         self.slots.iter().any(|s| s.active.is_some())
     }

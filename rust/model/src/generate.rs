@@ -91,6 +91,13 @@ impl ThoughtWatch {
         }
     }
 
+    /// Makes the close due now, where a thought is under way (or may still
+    /// open); false once it is over.
+    fn end_now(&mut self) -> bool {
+        self.cfg.budget = 0;
+        !self.spent
+    }
+
     /// The close to force now, once.
     fn due(&mut self) -> Option<Vec<u32>> {
         if self.spent || !self.in_thought || self.count < self.cfg.budget {
@@ -209,6 +216,13 @@ impl Draws {
         }
         let thought = params.thought_budget.clone().map(ThoughtWatch::new);
         Ok(Draws { sampler, decoder, matcher, lazy, thought, params, n_generated: 0, done: false })
+    }
+
+    /// Ends the thought under way at the next draw (its close written after
+    /// that token), as a spent budget would; false where the generation has
+    /// no thought budget armed, or its thought is over.
+    pub fn end_thought(&mut self) -> bool {
+        self.thought.as_mut().is_some_and(ThoughtWatch::end_now)
     }
 
     /// Starts a lazy grammar once the output holds its trigger: the grammar

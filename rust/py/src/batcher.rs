@@ -81,6 +81,12 @@ impl Batcher {
         Ok(Batcher { inner: Mutex::new(inner), n_ctx, n_vocab })
     }
 
+    /// Ends the thought of the request in `slot` at its next draw; False
+    /// where there is none to end (see `ember_model::batch::Batcher::end_thought`).
+    fn end_thought(&self, slot: usize) -> bool {
+        self.inner.lock().unwrap().end_thought(slot)
+    }
+
     #[getter]
     fn n_slots(&self) -> usize {
         self.inner.lock().unwrap().n_slots()

@@ -167,3 +167,59 @@ def test_reasoning_then_a_tool_call_in_one_turn(tmp_path):
             assert reasoning.startswith("I should look") and "</think>" not in reasoning
             assert content == "" and name == "lookup" and set(json.loads(arguments)) == {"q"}
             assert finish == "tool_calls"
+
+
+# -- ending a thought while it runs (llama-server's reasoning control) -------------------------
+
+#: A thought of up to 400 letters (this model's runs long), its close, an answer.
+LONG_THOUGHT = r'''root ::= [a-z ]{1,400} "\n</think>\n\n" [a-z ]{1,8}'''
+
+
+def _stream_and_end_thought(server, **body):
+    """Streams a chat completion; at its first reasoning delta, asks for its thought to end.
+    (thought, answer, the control's answer)."""
+    import urllib.request
+
+    req = urllib.request.Request(server.url + "/v1/chat/completions", method="POST", data=json.dumps({
+        "messages": CHAT, "max_tokens": 500, "temperature": 0, "grammar": LONG_THOUGHT, "stream": True, **body,
+    }).encode(), headers={"Content-Type": "application/json"})
+    reasoning, content, control = "", "", None
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for line in r:
+            if not line.startswith(b"data: {"):
+                continue
+            ev = json.loads(line[6:])
+            d = ev["choices"][0]["delta"] if ev.get("choices") else {}
+            reasoning += d.get("reasoning_content") or ""
+            content += d.get("content") or ""
+            if reasoning and control is None:
+                status, _, raw = http(server.url + "/v1/chat/completions/control",
+                                      {"id": ev["id"], "action": "reasoning_end"})
+                assert status == 200, raw
+                control = json.loads(raw)
+    return reasoning, content, control
+
+
+def test_a_thought_is_ended_while_it_runs(server):
+    free = chat(server, grammar=LONG_THOUGHT, max_tokens=500)["message"]
+    assert len(free["reasoning_content"]) > 200, free
+    reasoning, content, control = _stream_and_end_thought(server, reasoning_control=True)
+    assert control == {"success": True}
+    # The thought ends soon after the control (its close written after the next token), then the answer.
+    assert free["reasoning_content"].startswith(reasoning) and len(reasoning) < 100, reasoning
+    assert content and "</think>" not in content, content
+
+
+def test_a_thought_not_armed_for_control_runs_on(server):
+    free = chat(server, grammar=LONG_THOUGHT, max_tokens=500)["message"]
+    reasoning, content, control = _stream_and_end_thought(server)
+    assert control["success"] is False and "reasoning_control" in control["message"]
+    assert (reasoning, content) == (free["reasoning_content"], free["content"])
+
+
+def test_a_control_names_its_completion_and_action(server):
+    url = server.url + "/v1/chat/completions/control"
+    assert error_of(http(url, {"action": "reasoning_end"}), 400)["param"] == "id"
+    assert error_of(http(url, {"id": "chatcmpl-x", "action": "pause"}), 400)["param"] == "action"
+    status, _, raw = http(url, {"id": "chatcmpl-none", "action": "reasoning_end"})
+    assert status == 200 and json.loads(raw) == {"success": False, "message": "no active completion for this id"}

@@ -5,10 +5,13 @@ model list, in the shapes the official clients parse (with llama-server's
 from __future__ import annotations
 
 import copy
+import json
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from ember.chat.events import Stop, chat_delta
@@ -62,6 +65,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # Each choice's reply is read by a shaper of its own, all of the same prompt.
     shapers = [shaper, *(copy.deepcopy(shaper) for _ in range(n - 1))]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
+    # Under way, the completion's thought may be ended by its id (chat_control).
+    state.controls[cid] = (request.get("owner", 0), req.reasoning_control, choices.gens)
+    try:
+        return await _chat_reply(request, req, model, choices, shapers, cid, n, k, max_tokens)
+    finally:
+        state.controls.pop(cid, None)
+
+
+async def _chat_reply(request: web.Request, req: wire.ChatRequest, model, choices: Choices, shapers: list, cid: str,
+                      n: int, k: int, max_tokens: int) -> web.StreamResponse:
+    """Chat completion `cid`'s reply, whole or streamed."""
+    state: ServerState = request.app["state"]
     created = int(time.time())
     base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": state.model_id(),
             "system_fingerprint": _fingerprint()}
@@ -294,9 +309,44 @@ def _fingerprint() -> str:
     return f"ember-{__version__}"
 
 
+class ControlRequest(msgspec.Struct, forbid_unknown_fields=False):
+    # both checked by hand, to name what is wrong
+    id: Any = None
+    action: Any = None
+    # where llama-server routes among models; one is served here
+    model: str | None = None
+
+
+@reads(ControlRequest)
+async def chat_control(request: web.Request) -> web.Response:
+    """llama-server's `POST /v1/chat/completions/control`: `reasoning_end`
+    ends the thought of the chat completion `id` under way (one sent with
+    `reasoning_control: true`), its close written after the next token, so
+    the model goes on to its answer. `success` says whether it was done."""
+    state: ServerState = request.app["state"]
+    req = wire.decode(await read_body(request), ControlRequest)
+    if not isinstance(req.id, str) or not req.id:
+        raise ApiError(400, "id: required, the id of a chat completion under way", param="id")
+    if req.action != "reasoning_end":
+        raise ApiError(400, f"action: expected reasoning_end, got {json.dumps(req.action)[:40]}", param="action")
+    owner, armed, gens = state.controls.get(req.id, (None, False, []))
+    if owner != request.get("owner", 0):
+        return json_response({"success": False, "message": "no active completion for this id"})
+    if not armed:
+        return json_response({"success": False, "message": "reasoning control not enabled for this completion "
+                                                           "(send reasoning_control: true with it)"})
+    jobs = [g.job for g in gens if g.job is not None]
+    engine = state.engine
+    ended = await engine.call(lambda: [engine.end_thought(job) for job in jobs])
+    if not any(ended):
+        return json_response({"success": False, "message": "no thought under way to end in this completion"})
+    return json_response({"success": True})
+
+
 def add_routes(app: web.Application) -> None:
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_post(f"{prefix}/chat/completions/control", chat_control)
         app.router.add_post(f"{prefix}/chat/completions/input_tokens", chat_input_tokens)
         app.router.add_get(f"{prefix}/models", models)
     app.router.add_post("/v1/completions", completions)
