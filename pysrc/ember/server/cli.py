@@ -782,7 +782,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
                  f"/api/generate...){embed}")
 
     opts = ServerOptions(
-        model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, kv_unified=unified, n_predict=values["n-predict"],
+        model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, kv_unified=unified,
+        n_predict=values["n-predict"],
         threads=threads, alias=alias, aliases=aliases, tags=tags, api_keys=keys, key_rules=key_rules, cors_origins=origins,
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],
         max_connections=values["max-connections"], chat_template_file=template, metrics=bool(values["metrics"]),

@@ -16,7 +16,8 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ember.server.errors import ApiError, error_body
 
-__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "SSE_HEADERS", "reads", "Envelope", "envelope_of", "finite", "json_response", "read_body", "sse_send", "sse_start"]
+__all__ = ["DEFAULT_ENVELOPE", "RUNNER_OPTIONS", "SSE_HEADERS", "reads", "Envelope", "envelope_of", "finite",
+           "json_response", "read_body", "sse_send", "sse_start"]
 
 
 def reads(body_type: type):

@@ -79,7 +79,8 @@ def _gen_log(g: "Generation") -> str:
 # A preflight is answered before the key is checked (browsers send it
 # without one), and only for an origin the server allows.
 _CORS_PREFLIGHT = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
-                   "Access-Control-Allow-Headers": "Authorization, Content-Type, x-api-key, anthropic-version, X-Conversation-Id"}
+                   "Access-Control-Allow-Headers":
+                       "Authorization, Content-Type, x-api-key, anthropic-version, X-Conversation-Id"}
 
 
 def _same_origin(origin: str, request: web.Request) -> bool:

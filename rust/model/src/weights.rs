@@ -699,7 +699,8 @@ mod tests {
 
     #[test]
     fn a_classifier_scores_each_label_with_its_row_and_bias() {
-        let head = Classifier { weight: vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.0], bias: Some(vec![0.25, -2.0]), n_labels: 2 };
+        let head =
+            Classifier { weight: vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.0], bias: Some(vec![0.25, -2.0]), n_labels: 2 };
         assert_eq!(head.scores(&[1.0, 1.0, 2.0]), vec![1.0 + 2.0 + 6.0 + 0.25, -1.0 + 0.5 - 2.0]);
         let unbiased = Classifier { bias: None, ..head };
         assert_eq!(unbiased.scores(&[0.0, 2.0, 0.0]), vec![4.0, 1.0]);

@@ -63,7 +63,14 @@ impl Batcher {
     /// tokens per slot per pass.
     #[new]
     #[pyo3(signature = (model, n_slots, n_ctx, chunk, unified = false))]
-    fn new(py: Python<'_>, model: &Model, n_slots: usize, n_ctx: usize, chunk: usize, unified: bool) -> PyResult<Batcher> {
+    fn new(
+        py: Python<'_>,
+        model: &Model,
+        n_slots: usize,
+        n_ctx: usize,
+        chunk: usize,
+        unified: bool,
+    ) -> PyResult<Batcher> {
         if n_slots == 0 || n_ctx == 0 || chunk == 0 {
             return Err(InvalidRequestError::new_err("n_slots, n_ctx and chunk must be at least 1"));
         }

@@ -388,7 +388,8 @@ async def _prompt(state: ServerState, req: ResponsesRequest, owner: int
                        parallel_tool_calls=True if req.parallel_tool_calls is None else req.parallel_tool_calls,
                        answer=_answer(req), reasoning_effort=req.reasoning.effort if req.reasoning else None)
     try:
-        params = wire.sampling_options(wire.Sampling(**req.sampling(), stop=req.stop), state.model.n_vocab, state.opts.sampling,
+        params = wire.sampling_options(wire.Sampling(**req.sampling(), stop=req.stop), state.model.n_vocab,
+                                       state.opts.sampling,
                                        wire.text_tokens(state.model))
     except ApiError as e:
         raise located(e, _fields) from None
