@@ -22,6 +22,7 @@ from collections import OrderedDict
 import msgspec
 from aiohttp import web
 
+from ember.server import wire
 from ember.server.errors import ApiError
 from ember.server.http import SSE_HEADERS, json_response, read_body, reads
 
@@ -120,10 +121,6 @@ class KeptStreams:
         self.ttl = ttl
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[int, str], KeptStream] = OrderedDict()
-
-    def __len__(self) -> int:
-        self._forget_old()
-        return len(self._items)
 
     def start(self, conv_id: str, owner: int) -> KeptStream:
         """A new stream under `conv_id`, the one it had before stopped."""
@@ -277,8 +274,6 @@ class LookupBody(msgspec.Struct, forbid_unknown_fields=False):
 async def lookup(request: web.Request) -> web.Response:
     """`POST /v1/streams/lookup`: the kept streams of the ids named (only
     those: the server lists no id it was not asked about)."""
-    from ember.server import wire
-
     body = wire.decode(await read_body(request), LookupBody)
     found = request.app["state"].kept_streams.lookup([i for i in body.conversation_ids if i],
                                                      request.get("owner", 0))
