@@ -819,8 +819,12 @@ impl Batcher {
         // promised when drawn; a prompt's next piece is fed where it fits.
         // A prompt's piece also leaves each decoding conversation room for
         // the token after this pass's: a new prompt never cuts one short.
-        let decoding = self.slots.iter().filter_map(|s| s.active.as_ref()).filter(|a| !a.pending.is_empty()).count();
-        let mut promised = self.promised() + decoding;
+        let mut promised = if self.pool.is_some() {
+            let decoding = self.slots.iter().filter_map(|s| s.active.as_ref()).filter(|a| !a.pending.is_empty()).count();
+            self.promised() + decoding
+        } else {
+            0
+        };
         let mut waiting = Vec::new();
         for i in 0..self.slots.len() {
             let Some(a) = self.slots[i].active.as_ref() else {
@@ -916,8 +920,10 @@ impl Batcher {
         drop(parts);
         // In a shared context, each conversation that goes on is promised
         // room for its next tokens, idle slots' conversations giving way.
-        let drawing = feeds.iter().filter(|f| f.last).count();
-        self.make_room(drawing, 0, None);
+        if self.pool.is_some() {
+            let drawing = feeds.iter().filter(|f| f.last).count();
+            self.make_room(drawing, 0, None);
+        }
         let mut pool_room = self.pool.map(|p| p.saturating_sub(self.held()));
         for Feed { slot: i, tokens, last, snapshots, takens, .. } in feeds {
             let st = &mut self.slots[i];

@@ -39,20 +39,8 @@ fn side_by_side_answers_equal_answers_alone() {
             assert_eq!(slot, i, "empty slots are taken in order");
             b.start(slot, p, greedy(max[i]), true, &[]).unwrap();
         }
-        let mut got = vec![Vec::new(); 4];
-        let mut finished = 0;
-        while b.any_busy() {
-            for (slot, ev) in b.step() {
-                match ev {
-                    SlotEvent::Step(s) => {
-                        got[slot].push(s.token);
-                        finished += s.stop.is_some() as usize;
-                    }
-                    other => panic!("{arch}: slot {slot}: {other:?}"),
-                }
-            }
-        }
-        assert_eq!(finished, 4);
+        let (got, stops) = run_out(&mut b, 4);
+        assert!(stops.iter().all(Option::is_some), "{arch}: {stops:?}");
         for i in 0..4 {
             assert_eq!(got[i], alone(&model, &prompts[i], max[i]), "{arch}: request {i}");
         }
