@@ -4,6 +4,9 @@ from typing import Any, Iterator
 
 __version__: str
 
+#: The longest close (with its message) a thought budget may force: one run of forced tokens.
+MAX_FORCED_RUN: int
+
 class EmberError(Exception): ...
 class ModelLoadError(EmberError): ...
 class InvalidRequestError(EmberError): ...

@@ -410,6 +410,9 @@ class Model:
     def detokenize(self, ids: Sequence[int], special: bool = False) -> str:
         return self._native.detokenize(list(ids), special)
 
+    #: The most tokens written at once without a draw (a thought's forced close, with its message).
+    max_forced_run: int = _native.MAX_FORCED_RUN
+
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         return self._native.token_to_piece(token, special)
 
@@ -601,7 +604,7 @@ class Model:
     def chat(self, messages: list[dict], max_tokens: int = 128, *, stream: bool = False, tools=None,
              tool_choice=None, parallel_tool_calls=None, response_format: dict | None = None,
              chat_template_kwargs: dict | None = None, reasoning_effort=None, reasoning_budget=None,
-             reasoning_format=None, **kwargs):
+             reasoning_budget_message=None, reasoning_format=None, **kwargs):
         """Answers a conversation as the server's chat route does, through the
         same chat core: the reply as a message (`content`, `reasoning_content`
         when the template thinks, `tool_calls` when tools were offered, each
@@ -618,7 +621,8 @@ class Model:
             messages=messages, tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
             answer=AnswerFormat(answer, gbnf=grammar is not None) if answer is not None else None,
             chat_template_kwargs=chat_template_kwargs, reasoning_effort=reasoning_effort,
-            reasoning_budget=reasoning_budget, reasoning_format=reasoning_format)
+            reasoning_budget=reasoning_budget, reasoning_budget_message=reasoning_budget_message,
+            reasoning_format=reasoning_format)
         p = build_prompt(self, request, framings=self._framings)
         params = sampling_params(**kwargs)
         p.apply(params)

@@ -301,6 +301,8 @@ class ReasoningRequest:
     # Tokens of thought before the close is forced; -1 unrestricted.
     budget: int
     reasoning_format: str
+    # Written before the forced close (llama-server's reasoning_budget_message); "" none.
+    budget_message: str = ""
 
     @property
     def split(self) -> bool:
@@ -316,9 +318,11 @@ class ReasoningRequest:
 
 def resolve_reasoning_request(body: Mapping[str, Any]) -> ReasoningRequest:
     """Validates a request's chat_template_kwargs, reasoning_effort,
-    reasoning_budget and reasoning_format (null is unset for each) and settles
-    them as llama-server does: effort "none" tells the template
-    enable_thinking=false, every other effort word true, and an explicit
+    reasoning_budget, reasoning_budget_message and reasoning_format (null is
+    unset for each) and settles them as llama-server does: effort "none"
+    tells the template enable_thinking=false, every other effort word true
+    and the effort itself (as `reasoning_effort`, which templates such as
+    gpt-oss's write into the prompt), and an explicit
     chat_template_kwargs.enable_thinking wins over the effort. A request
     naming neither keeps the template's default. Raises InvalidRequestError
     naming the field."""
@@ -341,6 +345,11 @@ def resolve_reasoning_request(body: Mapping[str, Any]) -> ReasoningRequest:
     if effort is not None and "enable_thinking" not in kwargs:
         enable = effort != "none"
         kwargs["enable_thinking"] = enable
+    # The effort's word is the template's to read, over a kwarg of that name, as llama-server gives it.
+    if effort == "none":
+        kwargs.pop("reasoning_effort", None)
+    elif effort is not None:
+        kwargs["reasoning_effort"] = effort
 
     budget = body.get("reasoning_budget")
     if budget is None:
@@ -354,8 +363,15 @@ def resolve_reasoning_request(body: Mapping[str, Any]) -> ReasoningRequest:
     elif fmt not in FORMATS:
         raise InvalidRequestError(f"reasoning_format: expected one of {', '.join(FORMATS)}, got {_sent(fmt)}")
 
+    message = body.get("reasoning_budget_message")
+    if message is None:
+        message = ""
+    elif not isinstance(message, str):
+        raise InvalidRequestError(f"reasoning_budget_message: expected a string, got {_sent(message)}")
+
     return ReasoningRequest(
-        template_kwargs=kwargs, enable_thinking=enable, effort=effort, budget=budget, reasoning_format=fmt
+        template_kwargs=kwargs, enable_thinking=enable, effort=effort, budget=budget, reasoning_format=fmt,
+        budget_message=message,
     )
 
 

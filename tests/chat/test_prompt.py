@@ -88,3 +88,48 @@ def test_a_malformed_tool_schema_is_refused_even_where_calls_go_unwatched(smollm
         "a": {"type": "string", "not": {"const": "x"}}}}}}
     p = build_prompt(smollm2, ChatRequest(CHAT, tools=[outside]), template=template)
     assert p.grammar is None
+
+
+# A template that writes the effort it is given, as gpt-oss's does ("Reasoning: medium" by default).
+EFFORT_TEMPLATE = ("{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor -%}"
+                   "Reasoning: {{ reasoning_effort | default('medium') }}\n"
+                   "{%- if enable_thinking is defined %} thinking={{ enable_thinking }}{% endif %}")
+
+
+@pytest.mark.parametrize("fields, shown", [
+    ({}, "Reasoning: medium"),
+    ({"reasoning_effort": "high"}, "Reasoning: high thinking=True"),
+    ({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"}},
+     "Reasoning: high thinking=True"),
+    ({"chat_template_kwargs": {"reasoning_effort": "low"}}, "Reasoning: low"),
+    ({"reasoning_effort": "none", "chat_template_kwargs": {"reasoning_effort": "low"}},
+     "Reasoning: medium thinking=False"),
+])
+def test_the_effort_reaches_the_template_as_llama_server_gives_it(smollm2, fields, shown):
+    p = build_prompt(smollm2, ChatRequest(CHAT, **fields), template=EFFORT_TEMPLATE)
+    assert p.text.endswith(shown), p.text
+
+
+THINK = ("{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor -%}"
+         "{%- if add_generation_prompt %}<think>\n{% endif %}")
+
+
+def test_a_budget_message_is_written_before_the_forced_close(smollm2):
+    plain = build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=4), template=THINK).thought_budget
+    said = build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=4, reasoning_budget_message=" Time is up."),
+                        template=THINK).thought_budget
+    message = smollm2.tokenize(" Time is up.", add_special=False, parse_special=True)
+    assert said.close_ids == tuple(message) + plain.close_ids and said.tokens == plain.tokens == 4
+    # Budget 0 with a message: the message is written as the thought's last words, so the close is
+    # forced at the first draw rather than written into the prompt.
+    zero = build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=0, reasoning_budget_message="Done."),
+                        template=THINK)
+    assert zero.text.endswith("<think>\n") and zero.thought_budget.tokens == 0
+    assert build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=0), template=THINK).thought_budget is None
+    with pytest.raises(ChatError) as e:
+        build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=4, reasoning_budget_message="word " * 80),
+                     template=THINK)
+    assert e.value.loc == ("reasoning_budget_message",) and "at most 64" in e.value.detail
+    with pytest.raises(ChatError) as e:
+        build_prompt(smollm2, ChatRequest(CHAT, reasoning_budget=4, reasoning_budget_message=5), template=THINK)
+    assert e.value.loc == ("reasoning_budget_message",)

@@ -281,6 +281,14 @@ def test_bad_config_names_the_key(smollm2_path, tmp_path, content, needle):
     (["-ctk", "f32"], "--cache-type-v f16: differs from --cache-type-k f32", 2),
     (["--cache-reuse", "256"], "--cache-reuse 256: ember does not shift cached chunks yet", 2),
     (["--cache-reuse", "-1"], "--cache-reuse -1: must be 0 or more", 2),
+    (["-rea", "maybe"], "--reasoning maybe: expected on, off or auto", 2),
+    (["--reasoning-budget", "-3"], "--reasoning-budget -3: expected an integer >= -1", 2),
+    (["--reasoning-format", "xml"], "--reasoning-format xml: expected one of none, auto", 2),
+    (["--reasoning-effort", "extreme"], "--reasoning-effort extreme: expected default or one of none", 2),
+    (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs [1]: must be a JSON object", 2),
+    (["--chat-template-kwargs", "{"], "--chat-template-kwargs {: is not JSON", 2),
+    (["--chat-template-kwargs", '{"enable_thinking": "yes"}'], "expected a boolean, got \"yes\"", 2),
+    (["-rea", "on", "--chat-template-kwargs", '{"enable_thinking": false}'], "set enable_thinking apart", 2),
 ])
 def test_bad_flags_name_themselves(smollm2_path, argv, needle, code):
     if "-m" not in argv:
@@ -328,6 +336,25 @@ def test_cache_ram_default_and_flag(smollm2_path):
     assert opts.cache_ram_mib == -1
     with pytest.raises(OptionError, match="--cache-ram -2"):
         _parse(["-m", str(smollm2_path), "--cache-ram", "-2"])
+
+
+def test_reasoning_flags_become_every_chats_defaults(smollm2_path):
+    opts, lines = _parse(["-m", str(smollm2_path), "-rea", "off", "--reasoning-budget", "5",
+                          "--reasoning-budget-message", " Enough.", "--reasoning-format", "deepseek",
+                          "--reasoning-effort", "low", "--chat-template-kwargs", '{"style": "terse"}'])
+    r = opts.reasoning
+    assert r.template_kwargs == {"style": "terse", "enable_thinking": False}
+    assert (r.reasoning_budget, r.reasoning_budget_message, r.reasoning_format, r.reasoning_effort) == (
+        5, " Enough.", "deepseek", "low")
+    assert any(line.startswith("thinking: off") for line in lines)
+    assert any(line.startswith("thought budget: 5 tokens") for line in lines)
+    opts, _ = _parse(["-m", str(smollm2_path)], {"LLAMA_ARG_REASONING": "on", "LLAMA_ARG_THINK": "none",
+                                                  "LLAMA_ARG_THINK_BUDGET": "0",
+                                                  "LLAMA_CHAT_TEMPLATE_KWARGS": '{"a": 1}'})
+    r = opts.reasoning
+    assert (r.template_kwargs, r.reasoning_format, r.reasoning_budget) == ({"a": 1, "enable_thinking": True}, "none", 0)
+    r = _parse(["-m", str(smollm2_path), "-rea", "auto", "--reasoning-effort", "default"])[0].reasoning
+    assert (r.template_kwargs, r.reasoning_effort) == ({}, None)
 
 
 def test_checkpoint_flags_reach_the_options_in_llama_servers_spellings(smollm2_path):

@@ -65,9 +65,23 @@ def _reasoning(s: ChatRequest):
     try:
         return resolve_reasoning_request({
             "chat_template_kwargs": s.chat_template_kwargs, "reasoning_effort": s.reasoning_effort,
-            "reasoning_budget": s.reasoning_budget, "reasoning_format": s.reasoning_format})
+            "reasoning_budget": s.reasoning_budget, "reasoning_budget_message": s.reasoning_budget_message,
+            "reasoning_format": s.reasoning_format})
     except InvalidRequestError as e:
         raise ChatError.of(str(e)) from None
+
+
+def _forced_close(model, close: str, message: str) -> list[int]:
+    """The tokens a thought budget writes: the message's, then the close's
+    (each read alone, as llama-server reads them), in one run of forced
+    tokens."""
+    ids = model.tokenize(message, add_special=False, parse_special=True) if message else []
+    ids += model.tokenize(close, add_special=False, parse_special=True)
+    limit = model.max_forced_run
+    if len(ids) > limit:
+        raise ChatError(f"is {len(ids)} tokens with the thought's close; at most {limit} are written at once",
+                        ("reasoning_budget_message",), param="reasoning_budget_message")
+    return ids
 
 
 def _strict_tool(tools) -> int | None:
@@ -193,19 +207,22 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
     except TemplateError as e:
         raise ChatError(f"the chat template failed: {e}", ("messages",)) from None
     source = template if template is not None else (model.chat_template or "")
-    fmt = detect_reasoning(source, text) if rr.split else None
+    # The thought's markers steer the generation (a budget, a prefill, a JSON answer) whatever the
+    # format; the format says only whether the reply is split at them.
+    fmt = detect_reasoning(source, text)
     in_thought = starts_in_thought(fmt, text)
     if prefill:
         if fmt is not None and in_thought:
             text += fmt.close  # the words are the answer: the thought the prompt opened is over
             in_thought = False
         text += prefill
-    if fmt is not None and in_thought and (rr.budget == 0 or json_answer):
+    if fmt is not None and in_thought and (json_answer or (rr.budget == 0 and not rr.budget_message)):
         text += fmt.close
         in_thought = False
     elif fmt is not None and (rr.budget >= 0 or request.reasoning_control):
         # A thought that may be ended while it runs has a budget armed, unbounded until it is ended.
-        close_ids = model.tokenize(fmt.close, add_special=False, parse_special=True)
+        # A message goes before the close as the model's own words (a budget of 0 writes both at once).
+        close_ids = _forced_close(model, fmt.close, rr.budget_message)
         tokens = rr.budget if rr.budget >= 0 else _UNBOUNDED
         out.thought_budget = ThoughtBudget(tokens, fmt.opener, fmt.closer, tuple(close_ids), in_thought)
     if next_turn and add_generation_prompt and prefill is None:
@@ -216,5 +233,6 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
     if out.grammar is None and answer is not None:
         out.grammar = answer.grammar
     out.text, out.literal = unmark(text)
-    out.shaper = ChatShaper(reasoning=fmt, in_thought=in_thought, tools=stream, raw_content=rr.raw_content)
+    out.shaper = ChatShaper(reasoning=fmt if rr.split else None, in_thought=in_thought, tools=stream,
+                            raw_content=rr.raw_content)
     return out

@@ -44,6 +44,8 @@ class ChatRequest:
     reasoning_effort: Any = None
     #: tokens of thought before the close is written for the model (-1: no limit, 0: none)
     reasoning_budget: Any = None
+    #: written before that close, as the thought's last words (llama-server's reasoning_budget_message)
+    reasoning_budget_message: Any = None
     #: how the thought is returned (llama-server's reasoning_format)
     reasoning_format: Any = None
     #: the thought may be ended while it runs (llama-server's reasoning_control)

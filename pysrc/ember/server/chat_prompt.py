@@ -104,6 +104,7 @@ async def chat_text(state: ServerState, request: ChatRequest, add_generation_pro
 async def _built(state: ServerState, request: ChatRequest, locate: Locate | None,
                  add_generation_prompt: bool = True) -> ChatPrompt:
     request, locate = _with_system_prompt(state, request, locate)
+    request = _with_reasoning_defaults(state, request)
     # Off the event loop: a template is the client's to trigger and may take
     # its bounded while (`ember.chat_template.MAX_RENDER_SECONDS`); /health
     # and the streams under way go on meanwhile.
@@ -135,6 +136,27 @@ def _with_system_prompt(state: ServerState, request: ChatRequest,
         return locate(loc) if locate is not None else loc
 
     return request, shifted
+
+
+def _with_reasoning_defaults(state: ServerState, request: ChatRequest) -> ChatRequest:
+    """The request with the server's thinking defaults where it does not
+    say (a budget of -1 says nothing, as on llama-server): its template
+    switches over the server's, key by key, and its own effort over a
+    default enable_thinking (as its effort wins over the template's)."""
+    d = state.opts.reasoning
+    changes: dict = {}
+    kwargs = request.chat_template_kwargs
+    if d.template_kwargs and (kwargs is None or isinstance(kwargs, dict)):
+        base = dict(d.template_kwargs)
+        if request.reasoning_effort is not None:
+            base.pop("enable_thinking", None)
+        changes["chat_template_kwargs"] = {**base, **(kwargs or {})}
+    for name in ("reasoning_format", "reasoning_budget_message", "reasoning_effort"):
+        if getattr(request, name) is None and getattr(d, name) is not None:
+            changes[name] = getattr(d, name)
+    if request.reasoning_budget in (None, -1) and d.reasoning_budget is not None:
+        changes["reasoning_budget"] = d.reasoning_budget
+    return dataclasses.replace(request, **changes) if changes else request
 
 
 def _checkpointing(state: ServerState) -> bool:

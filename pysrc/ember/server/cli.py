@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from ember import devices
 from ember.chat_template import NAMED
 from ember.server import llama_flags, machine
-from ember.server.options import ServerOptions
+from ember.server.options import ReasoningDefaults, ServerOptions
 
 __all__ = ["OptionError", "build_parser", "main", "parse_options", "serve"]
 
@@ -108,6 +108,23 @@ _FLAGS = [
           ") or a Jinja template's text"),
     _Flag("system-prompt-file", ("--system-prompt-file",), str, None,
           "a file whose text is the system message of every chat that sends none"),
+    _Flag("chat-template-kwargs", ("--chat-template-kwargs",), str, "LLAMA_CHAT_TEMPLATE_KWARGS",
+          "a JSON object of the template's own switches for every chat, e.g. '{\"enable_thinking\": false}' "
+          "(a request's chat_template_kwargs win, key by key)"),
+    _Flag("reasoning", ("-rea", "--reasoning"), str, "LLAMA_ARG_REASONING",
+          "thinking on, off or auto (the template's default): tells the template enable_thinking for every chat "
+          "that does not say"),
+    _Flag("reasoning-format", ("--reasoning-format",), str, "LLAMA_ARG_THINK",
+          "how a thought is returned where the request does not say: auto or deepseek (in reasoning_content; the "
+          "default), deepseek-legacy (also left in content) or none (left in content)"),
+    _Flag("reasoning-budget", ("--reasoning-budget",), int, "LLAMA_ARG_THINK_BUDGET",
+          "tokens of thought before the close is written for the model, where the request gives no budget "
+          "(-1: no limit, the default; 0: none)"),
+    _Flag("reasoning-budget-message", ("--reasoning-budget-message",), str, "LLAMA_ARG_THINK_BUDGET_MESSAGE",
+          "words written before that close, where the request gives none"),
+    _Flag("reasoning-effort", ("--reasoning-effort",), str, "LLAMA_ARG_REASONING_EFFORT",
+          "the reasoning_effort of every chat that sends none: none, minimal, low, medium, high or xhigh "
+          "(default: the template's own)"),
     _Flag("seed", ("-s", "--seed"), int, "LLAMA_ARG_SEED", "default seed of requests that set none (-1: a fresh "
           "one for each)", -1),
     _Flag("temp", ("--temp", "--temperature"), float, None, "default temperature (0: greedy)"),
@@ -683,6 +700,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
                      "that sends none")
 
     sampling = _sampling_defaults(values, sources, meta, lines, bad)
+    reasoning = _reasoning_defaults(values, sources, lines, bad)
     ubatch = min(values["ubatch-size"], values["batch-size"])
     if sources["batch-size"] != "default" or sources["ubatch-size"] != "default":
         lines.append(f"passes: at most {ubatch} tokens each (-ub), a slot's prompt read at most "
@@ -791,7 +809,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         gpu_layers=values["gpu-layers"], device=values["device"],
         embeddings=embeddings, pooling=pooling, ctx_checkpoints=values["ctx-checkpoints"],
         checkpoint_interval=values["ctx-checkpoints-interval"], checkpoint_min_step=values["checkpoint-min-step"],
-        chat_template=template_text, system_prompt=system_prompt, sampling=sampling, max_batch=ubatch,
+        chat_template=template_text, system_prompt=system_prompt, sampling=sampling, reasoning=reasoning,
+        max_batch=ubatch,
         prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
         static_path=static_path, responses_max=values["responses-max"],
@@ -845,6 +864,62 @@ _SAMPLING_FLAGS = {"temp": "temperature", "top-k": "top_k", "top-p": "top_p", "m
                    "presence-penalty": "presence_penalty", "frequency-penalty": "frequency_penalty"}
 #: The file's recommendations for samplers ember does not have, and their off values.
 _FILE_UNSUPPORTED = {"general.sampling.mirostat": (0,), "general.sampling.xtc_probability": (0, 0.0)}
+
+
+def _reasoning_defaults(values: dict[str, Any], sources: dict[str, str], lines: list[str], bad) -> ReasoningDefaults:
+    """What every chat is told of thinking where its request does not say
+    (--chat-template-kwargs, -rea, --reasoning-*), checked as a request's
+    own fields are."""
+    from ember.errors import InvalidRequestError
+    from ember.reasoning import EFFORTS, resolve_reasoning_request
+
+    kwargs: dict[str, Any] = {}
+    if values["chat-template-kwargs"] is not None:
+        try:
+            kwargs = json.loads(values["chat-template-kwargs"])
+        except ValueError as e:
+            raise bad("chat-template-kwargs", f"is not JSON ({e})") from None
+        if not isinstance(kwargs, dict):
+            raise bad("chat-template-kwargs", "must be a JSON object of the template's switches")
+        lines.append(f"chat template switches: {json.dumps(kwargs)} for every chat (a request's own win, key by key)")
+    if values["reasoning"] is not None:
+        said = values["reasoning"].strip().lower()
+        if said not in _TRUTHY | _FALSEY | {"auto"}:
+            raise bad("reasoning", "expected on, off or auto")
+        if said != "auto":
+            enable = said in _TRUTHY
+            if kwargs.get("enable_thinking", enable) != enable:
+                raise bad("reasoning", f"and --chat-template-kwargs ({sources['chat-template-kwargs']}) set "
+                          "enable_thinking apart; give one")
+            kwargs["enable_thinking"] = enable
+            lines.append(f"thinking: {'on' if enable else 'off'} unless a chat asks otherwise (the template is told "
+                         f"enable_thinking={str(enable).lower()})")
+    effort = values["reasoning-effort"]
+    if effort is not None:
+        effort = effort.strip().lower()
+        if effort == "default":
+            effort = None
+        elif effort not in EFFORTS:
+            raise bad("reasoning-effort", f"expected default or one of {', '.join(EFFORTS)}")
+        else:
+            lines.append(f"reasoning effort: {effort} for every chat that sends none")
+    budget, message, fmt = values["reasoning-budget"], values["reasoning-budget-message"], values["reasoning-format"]
+    try:
+        resolve_reasoning_request({"chat_template_kwargs": kwargs, "reasoning_effort": effort,
+                                   "reasoning_budget": budget, "reasoning_budget_message": message,
+                                   "reasoning_format": fmt})
+    except InvalidRequestError as e:
+        field, why = str(e).split(":", 1)
+        flag = {"reasoning_budget": "reasoning-budget", "reasoning_format": "reasoning-format",
+                "reasoning_budget_message": "reasoning-budget-message"}.get(field, "chat-template-kwargs")
+        raise bad(flag, why.strip()) from None
+    if fmt is not None:
+        lines.append(f"reasoning format: {fmt} unless a request names its own")
+    if budget is not None and budget >= 0:
+        lines.append(f"thought budget: {budget} tokens, then the close is written for the model, unless a request "
+                     "gives its own" + (f" (after {message!r})" if message else ""))
+    return ReasoningDefaults(template_kwargs=kwargs, reasoning_format=fmt, reasoning_budget=budget,
+                             reasoning_budget_message=message, reasoning_effort=effort)
 
 
 def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Mapping[str, Any], lines: list[str],

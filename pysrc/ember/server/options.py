@@ -8,6 +8,20 @@ from dataclasses import dataclass, field
 from ember.sampling import SamplingParams
 
 
+@dataclass(frozen=True)
+class ReasoningDefaults:
+    """What a chat is told of thinking where its request does not say
+    (llama-server's --chat-template-kwargs, -rea and --reasoning-* flags)."""
+
+    #: the template's switches (enable_thinking from -rea among them)
+    template_kwargs: dict = field(default_factory=dict)
+    reasoning_format: str | None = None
+    #: tokens of thought before the close is written (-1: no limit)
+    reasoning_budget: int | None = None
+    reasoning_budget_message: str | None = None
+    reasoning_effort: str | None = None
+
+
 @dataclass
 class ServerOptions:
     #: GGUF file; None means ember's default model (fetched once)
@@ -79,6 +93,8 @@ class ServerOptions:
     system_prompt: str | None = None
     #: every request's sampling defaults: llama-server's, the file's general.sampling.*, the flags'
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: every chat's thinking defaults, where its request does not say
+    reasoning: ReasoningDefaults = field(default_factory=ReasoningDefaults)
     #: tokens in one forward pass at most (-ub)
     max_batch: int = 512
     #: prompt tokens one slot reads in a pass at most (-b); the engine measures its chunk below it

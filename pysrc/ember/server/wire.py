@@ -187,7 +187,11 @@ class ChatRequest(OpenAIRequest):
     parallel_tool_calls: Any = None
     chat_template_kwargs: Any = None
     reasoning_effort: Any = None
+    # The thought's budget under its three names (llama-server reads the first two, in this order)
+    reasoning_budget_tokens: Any = None
+    thinking_budget_tokens: Any = None
     reasoning_budget: Any = None
+    reasoning_budget_message: Any = None
     reasoning_format: Any = None
     # llama-server's: the thought may be ended while it runs (POST /v1/chat/completions/control)
     reasoning_control: bool = False
@@ -249,8 +253,19 @@ class ChatRequest(OpenAIRequest):
             messages=chat_messages(self.messages), tools=self.tools, tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls, answer=chat_answer(self),
             chat_template_kwargs=self.chat_template_kwargs, reasoning_effort=self.reasoning_effort,
-            reasoning_budget=self.reasoning_budget, reasoning_format=self.reasoning_format,
-            reasoning_control=self.reasoning_control)
+            reasoning_budget=self.thought_budget(), reasoning_budget_message=self.reasoning_budget_message,
+            reasoning_format=self.reasoning_format, reasoning_control=self.reasoning_control)
+
+    def thought_budget(self) -> Any:
+        """The budget the request gives under any of its names (checked by
+        the chat core); two names giving different budgets are refused."""
+        names = ("reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget")
+        given = [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
+        if len({json.dumps(v) for _, v in given}) > 1:
+            (a, va), (b, vb) = given[:2]
+            raise ApiError(400, f"{b}: {json.dumps(vb)[:40]}, where {a} says {json.dumps(va)[:40]}; send one",
+                           param=b)
+        return given[0][1] if given else None
 
 
 class TextCompletionRequest(OpenAIRequest):

@@ -705,6 +705,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add_function(wrap_pyfunction!(list_devices, m)?)?;
+    // The longest close (and message) a thought budget may force: one run of forced tokens.
+    m.add("MAX_FORCED_RUN", ember_model::generate::MAX_FORCED_RUN)?;
     m.add("EmberError", py.get_type::<EmberError>())?;
     m.add("ModelLoadError", py.get_type::<ModelLoadError>())?;
     m.add("InvalidRequestError", py.get_type::<InvalidRequestError>())?;

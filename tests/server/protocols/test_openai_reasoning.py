@@ -119,6 +119,62 @@ def test_a_budget_forces_the_close_after_n_tokens_of_thought(server):
         assert content and "</think>" not in content, content
 
 
+#: A thought of letters up to 80 long, the close, then an answer: a budget is what closes it early.
+LONG_THOUGHT = r'''root ::= [a-z ]{1,80} "\n</think>\n\n" [a-z ]{1,8}'''
+
+
+def test_a_budget_message_ends_the_thought_before_its_close(server):
+    # llama-server's names: reasoning_budget_tokens (thinking_budget_tokens too) and
+    # reasoning_budget_message, whose words the grammar must allow as it allows the model's.
+    for name in ("reasoning_budget_tokens", "thinking_budget_tokens"):
+        for stream in (False, True):
+            body = {"messages": CHAT, "max_tokens": 60, "temperature": 0, name: 3, "grammar": LONG_THOUGHT,
+                    "reasoning_budget_message": " so that is it", "stream": stream}
+            status, _, raw = http(server.url + "/v1/chat/completions", body)
+            assert status == 200, raw
+            reasoning, content = thought_and_answer(raw, stream)
+            assert reasoning.endswith(" so that is it") and len(reasoning) < 50, reasoning
+            assert content and "</think>" not in content, content
+
+
+def test_two_budget_names_that_disagree_are_refused(server):
+    body = {"messages": CHAT, "max_tokens": 2, "reasoning_budget_tokens": 3, "thinking_budget_tokens": 4}
+    e = error_of(http(server.url + "/v1/chat/completions", body), 400)
+    assert e["param"] == "thinking_budget_tokens" and "reasoning_budget_tokens says 3" in e["message"], e
+    body = {"messages": CHAT, "max_tokens": 2, "reasoning_budget_tokens": 3, "reasoning_budget": 3}
+    assert http(server.url + "/v1/chat/completions", body)[0] == 200
+
+
+def test_the_servers_reasoning_flags_are_every_requests_defaults(tmp_path):
+    """-rea off, --reasoning-budget and its message, --reasoning-format: what
+    a request does not say, the server's flags do; what it says wins."""
+    model = thinking_model.build(tmp_path / "tiny-qwen3-think.gguf")
+    with ServerProcess(model, "-rea", "off", "--reasoning-budget", "3", "--reasoning-budget-message",
+                       " so that is it", "--reasoning-format", "none") as s:
+        def ask(**body):
+            status, _, raw = http(s.url + "/v1/chat/completions",
+                                  {"messages": CHAT, "max_tokens": 60, "temperature": 0, **body})
+            assert status == 200, raw
+            return json.loads(raw)["choices"][0]["message"]
+
+        # Thinking is off: the template closed the thought in the prompt, so the answer is all there is.
+        off = ask(grammar=ANSWER_ONLY)
+        assert off["content"].startswith("The answer") and "reasoning_content" not in off, off
+        # An effort turns it back on; the format none leaves the thought in the content, cut by the
+        # server's budget after its message.
+        raw = ask(grammar=LONG_THOUGHT, reasoning_effort="high")
+        assert " so that is it\n</think>" in raw["content"] and "reasoning_content" not in raw, raw
+        # The request's own format and template switch win; its budget of -1 says nothing (as on
+        # llama-server), while its own budget wins.
+        split = ask(grammar=LONG_THOUGHT, reasoning_format="auto", reasoning_budget_tokens=-1,
+                    chat_template_kwargs={"enable_thinking": True})
+        assert split["reasoning_content"].endswith(" so that is it"), split
+        longer = ask(grammar=LONG_THOUGHT, reasoning_format="auto", reasoning_budget_tokens=8,
+                     reasoning_budget_message=" done", chat_template_kwargs={"enable_thinking": True})
+        assert longer["reasoning_content"].endswith(" done"), longer
+        assert len(longer["reasoning_content"]) > len(split["reasoning_content"]) - len(" so that is it"), longer
+
+
 # A Qwen3-style template that also writes Hermes tool calls, as Qwen3's does.
 QWEN3_TOOLS_TEMPLATE = (
     "{%- if tools %}{{- '<|im_start|>system\\nTools:\\n' }}{%- for t in tools %}{{- t | tojson }}{%- endfor %}"
