@@ -69,8 +69,12 @@ def as_server(which: str, llama_server: str, args: list[str]) -> int:
 def run_suite(which: str, source: Path, llama_server: str, files: list[str], keyword: str | None,
               work: Path) -> dict[str, str]:
     """Each test's outcome (passed, failed, error, skipped) on one server."""
-    suite = work / f"suite-{which}"
+    # Laid out as in llama.cpp's tree: the suite names chat templates by their path from it
+    # (../../../models/templates/...).
+    tree = work / f"suite-{which}"
+    suite = tree / "tools" / "server" / "tests"
     shutil.copytree(source / "vendor" / "llama.cpp" / "tools" / "server" / "tests", suite)
+    (tree / "models").symlink_to(source / "vendor" / "llama.cpp" / "models", target_is_directory=True)
     # The suite starts every preset once first, only to fetch its model from the hub; the mapped
     # models are local, so that step goes (for both servers alike).
     conftest = suite / "conftest.py"

@@ -305,3 +305,18 @@ def test_a_request_may_not_set_the_templates_own_variables():
 def test_range_still_serves_the_templates_that_count():
     t = "{% for i in range(3) %}{{ i }}{% endfor %}|{{ range(2) | list | length }}|{{ (range(3) | reverse | list)[0] }}"
     assert render_chat(t, [{"role": "user", "content": "hi"}]) == "012|2|2"
+
+
+def test_the_context_holds_what_llama_cpp_gives_its_templates():
+    """llama.cpp gives every template today's date (Llama 3's date_string,
+    firefunction's datetime) and enable_thinking true unless told; a
+    request's kwargs replace them."""
+    probe = "{{ date_string }}|{{ datetime }}|{{ enable_thinking }}"
+    days = {(d.strftime("%d %b %Y"), d.strftime("%b %d %Y")) for d in (datetime.now(),)}
+    shown = render_chat(probe, [{"role": "user", "content": "hi"}])
+    days |= {(d.strftime("%d %b %Y"), d.strftime("%b %d %Y")) for d in (datetime.now(),)}  # midnight between
+    date_string, stamp, thinking = shown.split("|")
+    assert (date_string, stamp) in days and thinking == "True"
+    kwargs = {"date_string": "26 Jul 2024", "enable_thinking": False}
+    assert render_chat(probe, [{"role": "user", "content": "hi"}], extra_kwargs=kwargs).startswith("26 Jul 2024|")
+    assert render_chat(probe, [{"role": "user", "content": "hi"}], extra_kwargs=kwargs).endswith("|False")

@@ -327,8 +327,13 @@ def render_chat(
     The context matches transformers': ``messages``, ``tools`` (None when not
     given, as there), ``add_generation_prompt``, ``bos_token``, ``eos_token``,
     the ``raise_exception`` and ``strftime_now`` functions, and
-    ``extra_kwargs`` (a request's chat_template_kwargs). Every failure of the
-    template, its own ``raise_exception`` included, is a TemplateError.
+    ``extra_kwargs`` (a request's chat_template_kwargs). To those llama.cpp
+    adds, and so does this, what its templates read of it: ``enable_thinking``
+    true (its "auto": a template that thinks, thinks, even one written as
+    ``if not enable_thinking``), and today's date as ``date_string``
+    ("05 Dec 2026", Llama 3's) and ``datetime`` ("Dec 05 2026"); the
+    extra kwargs replace them. Every failure of the template, its own
+    ``raise_exception`` included, is a TemplateError.
     """
     if not template:
         try:
@@ -337,7 +342,9 @@ def render_chat(
             raise ValueError(f"unknown fallback chat template {fallback!r}; known: {', '.join(FALLBACKS)}") from None
     compiled = _compile(template)
     msgs = normalize_messages(messages, keep_parts=template_takes_content_parts(template))
-    context: dict[str, Any] = {"bos_token": bos_token, "eos_token": eos_token}
+    today = datetime.now()
+    context: dict[str, Any] = {"bos_token": bos_token, "eos_token": eos_token, "enable_thinking": True,
+                               "date_string": today.strftime("%d %b %Y"), "datetime": today.strftime("%b %d %Y")}
     if extra_kwargs:
         clash = (_RESERVED | _env().globals.keys()).intersection(extra_kwargs)
         if clash:

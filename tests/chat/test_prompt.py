@@ -92,16 +92,15 @@ def test_a_malformed_tool_schema_is_refused_even_where_calls_go_unwatched(smollm
 
 # A template that writes the effort it is given, as gpt-oss's does ("Reasoning: medium" by default).
 EFFORT_TEMPLATE = ("{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor -%}"
-                   "Reasoning: {{ reasoning_effort | default('medium') }}\n"
-                   "{%- if enable_thinking is defined %} thinking={{ enable_thinking }}{% endif %}")
+                   "Reasoning: {{ reasoning_effort | default('medium') }} thinking={{ enable_thinking }}")
 
 
 @pytest.mark.parametrize("fields, shown", [
-    ({}, "Reasoning: medium"),
+    ({}, "Reasoning: medium thinking=True"),
     ({"reasoning_effort": "high"}, "Reasoning: high thinking=True"),
     ({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"}},
      "Reasoning: high thinking=True"),
-    ({"chat_template_kwargs": {"reasoning_effort": "low"}}, "Reasoning: low"),
+    ({"chat_template_kwargs": {"reasoning_effort": "low"}}, "Reasoning: low thinking=True"),
     ({"reasoning_effort": "none", "chat_template_kwargs": {"reasoning_effort": "low"}},
      "Reasoning: medium thinking=False"),
 ])
