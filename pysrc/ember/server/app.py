@@ -17,6 +17,7 @@ from ember.server.lifecycle import on_cleanup, on_startup, shutdown
 from ember.server.middleware import allow_origin, middleware
 from ember.server.openapi import openapi
 from ember.server.options import ServerOptions
+from ember.server.sleep import Sleeper
 from ember.server.state import ServerState
 
 __all__ = ["create_app"]
@@ -33,6 +34,8 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app["opts"] = opts
     app["model"] = None
     app["engine"] = None
+    # Ollama's keep_alive may set an idle time where the flag set none.
+    app["sleeper"] = Sleeper(app, opts.sleep_idle_seconds if opts.sleep_idle_seconds > 0 else None)
     app["ready"] = asyncio.Event()
     app["load_failed"] = asyncio.Event()
     app.router.add_post("/shutdown", shutdown)

@@ -184,6 +184,9 @@ _FLAGS = [
           "oldest finished go first, and a restart loses them", 1024),
     _Flag("responses-max-mib", ("--responses-max-mib",), int, None,
           "MiB the kept responses may take together (default 64)", 64),
+    _Flag("sleep-idle-seconds", ("--sleep-idle-seconds",), int, None,
+          "seconds without a request that needs the model, after which it is let go (its memory and caches) "
+          "until the next one loads it again (-1: never, the default)", -1),
     _Flag("queue-depth", ("--queue-depth",), int, None, "requests waiting beyond the ones served; past it, 503 (default 64)", 64),
     _Flag("no-webui", ("--no-webui", "--no-ui"), bool, "LLAMA_ARG_NO_WEBUI",
           "do not serve the chat page at / (clients probing / still get their answer)", False),
@@ -575,6 +578,11 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("parallel", "must be at least 1")
     if values["n-predict"] < -1:
         raise bad("n-predict", "must be -1 (no limit) or a count")
+    if values["sleep-idle-seconds"] == 0 or values["sleep-idle-seconds"] < -1:
+        raise bad("sleep-idle-seconds", "must be -1 (never) or a count of seconds")
+    if values["sleep-idle-seconds"] > 0:
+        lines.append(f"sleep: after {values['sleep-idle-seconds']} s with no request that needs the model, it is let "
+                     "go (its memory and caches) until the next one loads it again")
     if values["threads"] < -1:
         raise bad("threads", "must be 0 (physical cores) or a count")
     if values["timeout"] < 1:
@@ -816,6 +824,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         static_path=static_path, responses_max=values["responses-max"],
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
         spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
+        sleep_idle_seconds=values["sleep-idle-seconds"],
     )
     return opts, lines
 
@@ -1145,7 +1154,8 @@ async def serve(opts: ServerOptions, *, create_app: Callable | None = None) -> i
         # The app keeps its own flag there; both say the same thing. New
         # requests are refused from here on.
         state.closing = True
-    engine = app.get("engine")
+    # The state's: a server that slept and woke holds another engine than the first.
+    engine = state.engine if state is not None and hasattr(state, "engine") else app.get("engine")
     if engine is not None and hasattr(engine, "n_busy"):
         await _drain(engine, opts.shutdown_timeout)
     if engine is not None and hasattr(engine, "close"):

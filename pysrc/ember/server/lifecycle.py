@@ -41,32 +41,53 @@ async def shutdown(request: web.Request) -> web.Response:
     return json_response({"status": "shutting down"})
 
 
+def load_engine(state: ServerState) -> tuple:
+    """The model as the options ask for it, and its engine started (also
+    how a sleeping server loads it again)."""
+    from ember.engine import Checkpoints, Engine, measure_chunk
+    from ember.model import Model
+    from ember.server.machine import mem_available
+
+    opts = state.opts
+    model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type,
+                  max_batch=opts.max_batch, gpu_layers=opts.gpu_layers, device=opts.device)
+    if opts.embeddings and (opts.pooling or model.pooling_type) == "rank" and not model.can_rank:
+        said = "--reranking (or --pooling rank)" if opts.pooling else "the file's pooling, rank,"
+        raise ValueError(f"{said} needs a reranker's classification head (cls.output.weight), which this model "
+                         "lacks")
+    host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
+    checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
+                              mem_available() or 0)
+    engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel,
+                    chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
+                    checkpoints=checkpoints, slot_similarity=opts.slot_similarity, unified=opts.kv_unified)
+    engine.start()
+    return model, engine
+
+
+def publish(app: web.Application, model, engine) -> None:
+    """Makes `model` and `engine` the ones every route uses (None, None: the
+    model sleeps), with what the describing routes read of them."""
+    from ember.server.sleep import ModelFacts
+
+    state: ServerState = app["state"]
+    state.model, state.engine = model, engine
+    if model is not None:
+        state.facts = ModelFacts.of(model, engine)
+    # The runner and the tests read them from the app; aiohttp frowns on
+    # changing a started app, but these keys only follow the state's.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        app["model"], app["engine"] = model, engine
+
+
 def _load(state: ServerState, loop: asyncio.AbstractEventLoop, app: web.Application) -> None:
     try:
-        from ember.engine import Engine
-        from ember.model import Model
-
-        opts = state.opts
-        template = opts.chat_template
-        if opts.chat_template_file:
-            with open(opts.chat_template_file, encoding="utf-8") as f:
+        template = state.opts.chat_template
+        if state.opts.chat_template_file:
+            with open(state.opts.chat_template_file, encoding="utf-8") as f:
                 template = f.read()
-        model = Model(opts.model, n_ctx=opts.ctx_size, threads=opts.threads, kv_type=opts.kv_type,
-                      max_batch=opts.max_batch, gpu_layers=opts.gpu_layers, device=opts.device)
-        if opts.embeddings and (opts.pooling or model.pooling_type) == "rank" and not model.can_rank:
-            said = "--reranking (or --pooling rank)" if opts.pooling else "the file's pooling, rank,"
-            raise ValueError(f"{said} needs a reranker's classification head (cls.output.weight), which this model "
-                             "lacks")
-        from ember.engine import Checkpoints, measure_chunk
-        from ember.server.machine import mem_available
-
-        host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
-        checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
-                                  mem_available() or 0)
-        engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel,
-                        chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
-                        checkpoints=checkpoints, slot_similarity=opts.slot_similarity, unified=opts.kv_unified)
-        engine.start()
+        model, engine = load_engine(state)
         _say_device(state, model, engine)
         _say_checkpoints(state, engine)
     except BaseException as e:  # noqa: BLE001 - any failure must reach the runner, not kill a thread silently
@@ -134,12 +155,8 @@ def _loaded(app: web.Application, model, engine, template, error: str | None) ->
         state.phase, state.load_error = "failed", error
         app["load_failed"].set()
         return
-    state.model, state.engine, state.template = model, engine, template
-    # The runner reads them from the app once the load is done; aiohttp frowns on
-    # changing a started app, but these keys are set exactly once, by design.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        app["model"], app["engine"] = model, engine
+    state.template = template
+    publish(app, model, engine)
     state.phase = "ready"
     slots = f"{engine.n_slots} slots of {engine.slot_ctx} positions" if engine.n_slots > 1 else f"context {engine.slot_ctx}"
     if engine.unified and engine.n_slots > 1:
@@ -149,6 +166,8 @@ def _loaded(app: web.Application, model, engine, template, error: str | None) ->
     app["ready"].set()
     if state.closing:
         engine.close(0)
+    elif state.opts.sleep_idle_seconds > 0:
+        app["sleeper"].start()
 
 
 async def on_startup(app: web.Application) -> None:
@@ -162,5 +181,6 @@ async def on_startup(app: web.Application) -> None:
 async def on_cleanup(app: web.Application) -> None:
     state: ServerState = app["state"]
     state.closing = True
+    app["sleeper"].stop()
     if state.engine is not None:
         await asyncio.get_running_loop().run_in_executor(None, state.engine.close, 5.0)

@@ -226,6 +226,12 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "\"length\"")),
     CompatFlag(("-no-kvu", "--no-kv-unified"), 0, _accepted("each slot keeps its own share of the context (the "
                                                               "default; -kvu shares it)")),
+    CompatFlag(("--cache-idle-slots",), 0, _accepted(
+        "a conversation whose slot goes to another is kept in the host cache (--cache-ram), as always here"),
+        "LLAMA_ARG_CACHE_IDLE_SLOTS"),
+    CompatFlag(("--no-cache-idle-slots",), 0, _refused(
+        "ember keeps a conversation whose slot goes to another in the host cache whenever it has room; "
+        "--cache-ram 0 turns the host cache off")),
     CompatFlag(("--swa-full",), 0, _accepted(
         "sliding-window layers keep their window (and a pass) in a ring; a prompt that parts before the window "
         "is read again, as without --swa-full")),

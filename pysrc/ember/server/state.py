@@ -52,6 +52,8 @@ class ServerState:
     kept_streams: object = None
     #: chat completions under way, by id, for /v1/chat/completions/control: (owner, armed, generations)
     controls: dict = field(default_factory=dict)
+    #: what the routes that describe the model read, from its last load (`ember.server.sleep.ModelFacts`)
+    facts: object = None
 
     def __post_init__(self) -> None:
         from ember.server.keys import KeyLimits
@@ -69,7 +71,7 @@ class ServerState:
         if self.opts.body_limit is not None:
             return self.opts.body_limit
         # Room for a prompt that fills the context, at a generous 16 bytes a token, plus the envelope.
-        n_ctx = self.model.n_ctx if self.model is not None else (self.opts.ctx_size or 8192)
+        n_ctx = self.facts.n_ctx if self.facts is not None else (self.opts.ctx_size or 8192)
         limit = 64 * 1024 + 16 * n_ctx
         if path in _EMBEDDING_PATHS:
             limit = max(limit, _EMBEDDING_BODY_LIMIT)  # many inputs a request, each within the context
@@ -78,13 +80,22 @@ class ServerState:
     @property
     def slot_ctx(self) -> int:
         """Positions one request may fill: the context cut among the slots."""
-        return self.engine.slot_ctx if self.engine is not None else self.model.n_ctx
+        if self.engine is not None:
+            return self.engine.slot_ctx
+        return self.model.n_ctx if self.model is not None else self.facts.slot_ctx
+
+    @property
+    def asleep(self) -> bool:
+        """The model was loaded and let go while idle (--sleep-idle-seconds)."""
+        return self.phase == "ready" and self.model is None
 
     def model_id(self) -> str:
         if self.opts.alias:
             return self.opts.alias
         if self.model is not None:
             return self.model.name
+        if self.facts is not None:
+            return self.facts.name
         return _stem(self.opts.model or "ember")
 
 

@@ -368,36 +368,27 @@ async def props(request: web.Request) -> web.Response:
     from ember import __version__
 
     state: ServerState = request.app["state"]
-    m = state.model
+    # What the last load recorded: the same answer while the model sleeps.
+    facts = state.facts
     engine = state.engine
-
-    def piece(t):
-        return m.token_to_piece(t, True).decode("utf-8", "replace") if t is not None else ""
-
     return json_response({
         "default_generation_settings": {
-            "id": 0, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False, "is_processing": bool(engine.busy),
+            "id": 0, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False,
+            "is_processing": bool(engine is not None and engine.busy),
             "params": _settings(state, state.opts.n_predict, state.opts.sampling, False), "prompt": "",
         },
         "total_slots": state.opts.parallel,
-        "model_path": str(m.path),
+        "model_path": facts.path,
         "model_alias": state.model_id(),
-        "chat_template": state.template if state.template is not None else (m.chat_template or ""),
-        "bos_token": piece(m._native.bos_id),
-        "eos_token": piece(m._native.eos_id),
+        "chat_template": state.template if state.template is not None else facts.chat_template,
+        "bos_token": facts.bos,
+        "eos_token": facts.eos,
         "modalities": {"vision": False, "audio": False},
         "build_info": f"ember {__version__}",
-        "device": _device(m, engine),
+        # The device, and the bytes it held there at the last load, or the CPU and why.
+        "device": facts.device,
+        "is_sleeping": state.asleep,
     })
-
-
-def _device(m, engine) -> dict:
-    """Where the model runs: the device and the bytes it holds there, or
-    the CPU and why (when a device was asked for)."""
-    where = m.placement
-    if where is None:
-        return {"name": "cpu", "note": m.device_note}
-    return {**where, "cache_bytes": engine.batcher.cache_bytes}
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -406,7 +397,9 @@ async def metrics(request: web.Request) -> web.Response:
         raise ApiError(501, "This server does not support metrics endpoint. Start it with `--metrics`",
                        type="not_supported_error")
     s = state.metrics
-    snap = await state.engine.call(state.engine.snapshot)
+    # Asleep, what the engine said as it slept (a server that slept counts on from it).
+    snap = request.app["sleeper"].snapshot(await state.engine.call(state.engine.snapshot)
+                                           if state.engine is not None else None)
     rows = [
         ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", s.prompt_tokens),
         ("prompt_tokens_cached_total", "counter", "Number of prompt tokens found in the cache, not processed.",
@@ -431,7 +424,7 @@ async def metrics(request: web.Request) -> web.Response:
         ("spec_decode_num_drafts_total", "counter", "Drafts made (no speculative decoding: 0).", 0),
         ("kv_cache_tokens", "gauge", "KV-cache tokens.", snap["kv_tokens"]),
         ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-         snap["kv_tokens"] / state.model.n_ctx if state.model is not None else 0.0),
+         snap["kv_tokens"] / state.facts.n_ctx if state.facts is not None else 0.0),
     ]
     lines = []
     for name, kind, help_, value in rows:
@@ -462,12 +455,15 @@ async def health(request: web.Request) -> web.Response:
     if "include_slots" not in query and "fail_on_no_slot" not in query:
         return json_response({"status": "ok"})
     engine = state.engine
-    busy = engine.n_busy
-    body: dict = {"status": "ok" if busy < engine.n_slots else "no slot available",
-                  "slots_idle": engine.n_slots - busy, "slots_processing": busy}
+    n_slots = state.facts.n_slots
+    busy = engine.n_busy if engine is not None else 0  # asleep, every slot is free
+    body: dict = {"status": "ok" if busy < n_slots else "no slot available",
+                  "slots_idle": n_slots - busy, "slots_processing": busy}
     if "include_slots" in query and state.opts.slots_endpoint:
-        body["slots"] = await slots_report(state)
-    return json_response(body, status=503 if busy >= engine.n_slots and "fail_on_no_slot" in query else 200)
+        body["slots"] = await slots_report(state) if engine is not None else [
+            {"id": i, "id_task": -1, "n_ctx": state.slot_ctx, "speculative": False, "is_processing": False,
+             "n_cached_tokens": 0, "prompt": ""} for i in range(n_slots)]
+    return json_response(body, status=503 if busy >= n_slots and "fail_on_no_slot" in query else 200)
 
 
 async def slots(request: web.Request) -> web.Response:

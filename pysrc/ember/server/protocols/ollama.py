@@ -126,6 +126,7 @@ class EmbedBody(msgspec.Struct, forbid_unknown_fields=False):
     truncate: bool = True
     dimensions: int | None = None
     options: Options | None = None
+    keep_alive: Any = None
 
 
 class ModelBody(msgspec.Struct, forbid_unknown_fields=False):
@@ -157,6 +158,20 @@ def _decode(raw: bytes, type):
     if body.top_logprobs and not body.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
     return body
+
+
+def _keep_alive(request: web.Request, value) -> float | None | bool:
+    """Applies a request's keep_alive, as Ollama does: how long the model
+    stays loaded after it (None: for good; False: the request said nothing)."""
+    from ember.server.sleep import keep_alive_seconds
+
+    try:
+        seconds = keep_alive_seconds(value)
+    except ValueError as e:
+        raise ApiError(400, f"keep_alive: {e}", param="keep_alive") from None
+    if seconds is not False:
+        request.app["sleeper"].keep_alive(seconds)
+    return seconds
 
 
 def _fields(loc: tuple) -> tuple:
@@ -397,6 +412,7 @@ def _text_of(events: list, kind: type) -> str:
 async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     body = _decode(await read_body(request), ChatBody)
+    _keep_alive(request, body.keep_alive)
     max_tokens = _max_tokens(state, body)
     prompt, shaper, params = await _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
     gen = Generation(request, prompt, max_tokens, params, context=_context(body.options))
@@ -429,6 +445,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     model = state.model
     body = _decode(await read_body(request), GenerateBody)
+    keep = _keep_alive(request, body.keep_alive)
     name = body.model or state.model_id()
     if body.template:
         raise ApiError(400, "template: Go templates are not read here; the model's own chat template is used",
@@ -443,8 +460,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if body.images:
         raise ApiError(400, "images: this server reads text only", param="images")
     if not body.prompt and not body.context and not body.suffix:
-        # Ollama's way of loading a model: nothing to generate, the model is ready.
-        return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": "load"})
+        # Ollama's way of loading a model (nothing to generate, the model is ready), or with
+        # keep_alive 0 of letting it go (it goes once this request is over).
+        reason = "unload" if isinstance(keep, float) and keep == 0 else "load"  # (False == 0: said nothing)
+        return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": reason})
     max_tokens = _max_tokens(state, body)
     bad = next((t for t in body.context or [] if not 0 <= t < model.n_vocab), None)
     if bad is not None:
@@ -520,6 +539,7 @@ async def _vectors(request: web.Request, texts: list[str], field: str, body: Emb
 async def embed(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     body = wire.decode(await read_body(request), EmbedBody)
+    _keep_alive(request, body.keep_alive)
     if body.input is None:
         raise ApiError(400, "input: required", param="input")
     texts = [body.input] if isinstance(body.input, str) else body.input
@@ -559,7 +579,7 @@ def _describe(state: ServerState) -> tuple[dict, dict]:
         return state.ollama_model
     from ember import _native
 
-    path = str(state.model.path)
+    path = state.facts.path
     info = _native.inspect(path)
     meta = info["metadata"]
     n_params = sum(math.prod(dims) for _, _, dims, _ in info["tensors"])
@@ -567,7 +587,7 @@ def _describe(state: ServerState) -> tuple[dict, dict]:
     st = os.stat(path)
     # Names this file as it is now (a changed file gets another), without reading its gigabytes.
     digest = hashlib.sha256(f"{os.path.abspath(path)}:{size}:{st.st_mtime_ns}".encode()).hexdigest()
-    arch = state.model.architecture
+    arch = state.facts.architecture
     scale, unit = (1e9, "B") if n_params >= 1e9 else (1e6, "M")
     params = f"{n_params / scale:.1f}{unit}" if n_params < 10 * scale else f"{n_params / scale:.0f}{unit}"
     # Ollama's names are lowercase words joined by dashes, with a tag.
@@ -592,7 +612,13 @@ async def tags(request: web.Request) -> web.Response:
 async def ps(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     entry, _ = _describe(state)
-    return json_response({"models": [{**entry, "expires_at": "9999-12-31T23:59:59Z", "size_vram": 0,
+    if state.asleep:
+        return json_response({"models": []})  # as Ollama lists no model it has let go
+    sleeper = request.app["sleeper"]
+    # When the model goes, as Ollama says it: the idle time from the last request that needed it.
+    expires = ("9999-12-31T23:59:59Z" if sleeper.idle_seconds is None else
+               datetime.fromtimestamp(sleeper.goes_at(), timezone.utc).isoformat().replace("+00:00", "Z"))
+    return json_response({"models": [{**entry, "expires_at": expires, "size_vram": 0,
                                       "context_length": state.slot_ctx}]})
 
 

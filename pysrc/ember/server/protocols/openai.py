@@ -279,14 +279,14 @@ async def models(request: web.Request) -> web.Response:
     read beside them (`type`, `display_name`, `created_at`, and the page's
     `has_more`, `first_id`, `last_id`): both SDKs list models at this path."""
     state: ServerState = request.app["state"]
-    m = state.model
+    m = state.facts  # the same while the model sleeps
     mid = state.model_id()
     created = datetime.fromtimestamp(int(state.started), timezone.utc).isoformat().replace("+00:00", "Z")
     return json_response({"object": "list", "data": [{
         "id": mid, "object": "model", "created": int(state.started), "owned_by": "ember",
         "aliases": state.opts.aliases or [mid], "tags": state.opts.tags,
         "type": "model", "display_name": mid, "created_at": created,
-        "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m._native.n_ctx_train,
+        "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m.n_ctx_train,
                  "architecture": m.architecture},
     }], "has_more": False, "first_id": mid, "last_id": mid})
 

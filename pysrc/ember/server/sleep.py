@@ -1,0 +1,207 @@
+"""Sleep when idle (llama-server's --sleep-idle-seconds): after that many
+seconds with no request that needs the model and nothing generating, the
+engine closes and the model is let go (its weights, every slot's cache and
+the host prompt cache: the memory, or the card's, goes back), and the next
+request that needs it loads it again before it is served.
+
+Which requests need it is the safe way round: every route wakes the model
+but those that only describe the server (`/health`, `/props`, the model
+lists, `/metrics`, Ollama's `/api/tags`, `/api/ps` and `/api/version`),
+which read what the last load recorded (`ModelFacts`) and say
+`is_sleeping` where llama-server does.
+
+Ollama's `keep_alive` on a request sets how long the model stays loaded after
+it (0: let go at once; negative: for good), as Ollama's does, until a later
+request says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = ["ModelFacts", "Sleeper", "AWAKE_NOT_NEEDED"]
+
+#: (method, path) of the routes served while asleep without waking the model.
+AWAKE_NOT_NEEDED = frozenset({
+    ("GET", "/health"), ("GET", "/v1/health"), ("GET", "/props"), ("GET", "/models"), ("GET", "/v1/models"),
+    ("GET", "/metrics"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version"),
+})
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the routes that describe the model read, recorded at each load,
+    so that they answer the same while it sleeps."""
+
+    path: str
+    name: str
+    n_vocab: int
+    n_ctx: int
+    n_ctx_train: int
+    architecture: str
+    chat_template: str
+    bos: str
+    eos: str
+    device: dict
+    slot_ctx: int
+    n_slots: int
+
+    @classmethod
+    def of(cls, model, engine) -> "ModelFacts":
+        def piece(t):
+            return model.token_to_piece(t, True).decode("utf-8", "replace") if t is not None else ""
+
+        where = model.placement
+        device = ({"name": "cpu", "note": model.device_note} if where is None
+                  else {**where, "cache_bytes": engine.batcher.cache_bytes})
+        return cls(path=str(model.path), name=model.name, n_vocab=model.n_vocab, n_ctx=model.n_ctx,
+                   n_ctx_train=model._native.n_ctx_train, architecture=model.architecture,
+                   chat_template=model.chat_template or "", bos=piece(model._native.bos_id),
+                   eos=piece(model._native.eos_id), device=device, slot_ctx=engine.slot_ctx, n_slots=engine.n_slots)
+
+
+class Sleeper:
+    """Counts the requests that need the model, lets it go once they and the
+    engine have been idle for the idle time, and loads it again for the next."""
+
+    def __init__(self, app: "web.Application", idle_seconds: float | None) -> None:
+        self.app = app
+        self.state = app["state"]
+        #: seconds of idleness before sleeping; None: never (unless a keep_alive says)
+        self.idle_seconds = idle_seconds
+        self.in_flight = 0
+        self.last_active = time.monotonic()
+        self._turn = asyncio.Lock()
+        self._watch: asyncio.Task | None = None
+        #: the engine's counters as it slept (what /metrics reports while asleep, and adds to the next one's)
+        self.last_snapshot: dict | None = None
+
+    def start(self) -> None:
+        """Starts watching for idleness (once the model is in)."""
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watching())
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+
+    def keep_alive(self, seconds: float | None) -> None:
+        """Ollama's keep_alive: the model stays this long after the request
+        (None: for good), until a later request says otherwise."""
+        self.idle_seconds = seconds
+        self.start()
+
+    @contextlib.asynccontextmanager
+    async def awake(self):
+        """Holds the model loaded for the request inside (waking it first)."""
+        self.in_flight += 1
+        try:
+            if self.state.asleep or self._turn.locked():
+                async with self._turn:
+                    if self.state.asleep:
+                        await self._wake()
+            if self.state.model is None:
+                from ember.server.state import unavailable
+
+                raise unavailable(self.state)
+            yield
+        finally:
+            self.in_flight -= 1
+            self.last_active = time.monotonic()
+
+    def snapshot(self, now: dict | None) -> dict:
+        """What /metrics reads of the engine (`Engine.snapshot`), its counters
+        carried across sleeps: asleep (`now` None), the one taken as it slept."""
+        last = self.last_snapshot
+        if now is None or last is None:
+            return now if now is not None else last
+        return {**now, "passes": last["passes"] + now["passes"], "slot_passes": last["slot_passes"] + now["slot_passes"],
+                "tokens_max": max(last["tokens_max"], now["tokens_max"])}
+
+    def goes_at(self) -> float:
+        """The wall-clock time the model is let go at if nothing comes (with an idle time)."""
+        return time.time() + max(0.0, (self.idle_seconds or 0.0) - max(0.0, self._idle_for()))
+
+    def _idle_for(self) -> float:
+        """Seconds since the model was last needed; -1 while it is."""
+        engine = self.state.engine
+        if self.in_flight or engine is None or engine.busy or engine.waiting():
+            return -1.0
+        return time.monotonic() - self.last_active
+
+    async def _watching(self) -> None:
+        while True:
+            await asyncio.sleep(0.1 if self.idle_seconds is None or self.idle_seconds < 2 else 0.5)
+            if not self._due():
+                continue
+            async with self._turn:
+                if self._due():  # a request may have come, or changed the idle time, meanwhile
+                    await self._sleep(self.idle_seconds)
+
+    def _due(self) -> bool:
+        idle = self.idle_seconds
+        return idle is not None and not self.state.asleep and not self.state.closing and self._idle_for() >= idle
+
+    async def _sleep(self, idle: float) -> None:
+        state = self.state
+        engine = state.engine
+        from ember.server.lifecycle import publish
+
+        self.last_snapshot = self.snapshot(await engine.call(engine.snapshot))
+        publish(self.app, None, None)
+        await asyncio.get_running_loop().run_in_executor(None, engine.close, 5.0)
+        del engine
+        state.log(f"ember: sleeping after {idle:g} s idle: the model and its caches are let go; the next request that "
+                  "needs it loads it again")
+
+    async def _wake(self) -> None:
+        from ember.server.lifecycle import load_engine
+
+        state = self.state
+        t0 = time.monotonic()
+        try:
+            model, engine = await asyncio.get_running_loop().run_in_executor(None, load_engine, state)
+        except Exception as e:  # noqa: BLE001 - the file may have gone: the request is told, the server goes on
+            from ember.server.errors import ApiError
+
+            raise ApiError(503, f"the model could not be loaded again after sleeping: {e}") from None
+        if state.closing:
+            engine.close(0)
+            return
+        from ember.server.lifecycle import publish
+
+        publish(self.app, model, engine)
+        state.log(f"ember: awake: the model loaded again in {time.monotonic() - t0:.1f} s")
+
+
+def keep_alive_seconds(value: Any) -> float | None | bool:
+    """Ollama's keep_alive as seconds (None: for good), or False when unset.
+    Raises ValueError naming what is wrong."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as \"5m\" or seconds, got {str(value).lower()}")
+    if isinstance(value, (int, float)):
+        return None if value < 0 else float(value)
+    if isinstance(value, str):
+        import re
+
+        text = value.strip()
+        parts = re.fullmatch(r"(-)?((?:\d+(?:\.\d+)?(?:h|m|s|ms))+|\d+(?:\.\d+)?)", text)
+        if parts is None:
+            raise ValueError(f"expected a duration such as \"5m\", \"1h30m\" or seconds, got {value!r}")
+        if parts.group(1):
+            return None
+        body = parts.group(2)
+        if re.fullmatch(r"\d+(?:\.\d+)?", body):
+            return float(body)
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3}
+        return sum(float(n) * scale[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", body))
+    raise ValueError(f"expected a duration such as \"5m\" or seconds, got {type(value).__name__}")
