@@ -60,6 +60,9 @@ class SamplingParams:
     n_indent: int = 0
     #: ...or at a newline written this long after the first token (0: never)
     t_max_predict_ms: float = 0
+    #: a streamed reply waiting this many seconds for its first event sends an SSE comment to
+    #: keep its connection (llama-server's sse_ping_interval; 0 or less: never; None: the server's)
+    sse_ping_interval: int | None = None
     #: llama-server's chain: the stages that run, in order, by llama.cpp's
     #: names ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature",
     #: "infill"); None: llama.cpp's default chain

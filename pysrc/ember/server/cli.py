@@ -184,6 +184,10 @@ _FLAGS = [
           "oldest finished go first, and a restart loses them", 1024),
     _Flag("responses-max-mib", ("--responses-max-mib",), int, None,
           "MiB the kept responses may take together (default 64)", 64),
+    _Flag("sse-ping-interval", ("--sse-ping-interval",), int, "LLAMA_ARG_SSE_PING_INTERVAL",
+          "seconds a streamed reply waits for its first token before its stream starts with an SSE comment, "
+          "sent again each such interval, to keep the client's connection (-1: never; default 30, llama-server's)",
+          30),
     _Flag("sleep-idle-seconds", ("--sleep-idle-seconds",), int, None,
           "seconds without a request that needs the model, after which it is let go (its memory and caches) "
           "until the next one loads it again (-1: never, the default)", -1),
@@ -578,6 +582,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("parallel", "must be at least 1")
     if values["n-predict"] < -1:
         raise bad("n-predict", "must be -1 (no limit) or a count")
+    if values["sse-ping-interval"] < -1:
+        raise bad("sse-ping-interval", "must be -1 (never) or a count of seconds")
     if values["sleep-idle-seconds"] == 0 or values["sleep-idle-seconds"] < -1:
         raise bad("sleep-idle-seconds", "must be -1 (never) or a count of seconds")
     if values["sleep-idle-seconds"] > 0:
@@ -824,7 +830,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         static_path=static_path, responses_max=values["responses-max"],
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
         spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
-        sleep_idle_seconds=values["sleep-idle-seconds"],
+        sleep_idle_seconds=values["sleep-idle-seconds"], sse_ping_interval=values["sse-ping-interval"],
     )
     return opts, lines
 

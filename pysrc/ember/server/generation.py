@@ -158,9 +158,27 @@ class Generation:
     async def first_event(self) -> None:
         """Waits for the job's first event (it comes once the prompt is read):
         a stream starts only after, so a request the engine refuses is still
-        answered with a status and its error envelope, not a stream event."""
+        answered with a status and its error envelope, not a stream event.
+        But a stream kept waiting past its ping interval (a long prompt, a
+        queue) starts then, with an SSE comment every interval, as
+        llama-server's pings keep a client's connection; what goes wrong
+        after that travels in the stream."""
         self._stream = self._events()
-        self._first = await anext(self._stream)
+        interval = self.params.sse_ping_interval
+        if interval is None:
+            interval = self.state.opts.sse_ping_interval
+        if not self.request.get("sse_pending") or interval <= 0:
+            self._first = await anext(self._stream)
+            return
+        first = asyncio.ensure_future(anext(self._stream))
+        try:
+            while not (await asyncio.wait({first}, timeout=interval))[0]:
+                resp = self.request.get("sse") or await sse_start(self.request, kept_response(self.request))
+                await resp.write(b": ping\n\n")
+        except BaseException:
+            first.cancel()
+            raise
+        self._first = first.result()
 
     async def events(self):
         """The job's pieces and completion; engine errors raised as ApiErrors."""
@@ -393,13 +411,20 @@ async def _sse_reply(request: web.Request, begun, write) -> web.StreamResponse:
     the way sent as the stream's next item in its API's envelope; then the end.
     Kept for its client to read again when the request asked for it."""
     begin_kept(request)
+    request["sse_pending"] = True  # a long wait for the first event starts the stream, to ping it
     try:
-        async with begun:
-            resp = await sse_start(request, kept_response(request))
-            try:
-                await write(resp)
-            except ApiError as e:
-                await envelope_of(request).in_stream(resp, e)
+        try:
+            async with begun:
+                resp = request.get("sse") or await sse_start(request, kept_response(request))
+                try:
+                    await write(resp)
+                except ApiError as e:
+                    await envelope_of(request).in_stream(resp, e)
+        except ApiError as e:
+            resp = request.get("sse")
+            if resp is None:
+                raise  # the stream had not started: the error is the reply
+            await envelope_of(request).in_stream(resp, e)  # it had, to ping: the error ends it
         await resp.write_eof()
         return resp
     finally:

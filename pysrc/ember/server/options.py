@@ -112,6 +112,8 @@ class ServerOptions:
     #: responses the Responses API keeps (0: none), and MiB they may take
     responses_max: int = 1024
     responses_max_mib: int = 64
+    #: seconds a stream waits silent before an SSE comment keeps its connection (0 or less: never)
+    sse_ping_interval: int = 30
     #: seconds without a request needing the model before it is let go, until the next (-1: never)
     sleep_idle_seconds: int = -1
     #: every reply carries llama-server's `__verbose` object unless the request says otherwise (-v)

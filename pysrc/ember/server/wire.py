@@ -100,6 +100,8 @@ class Sampling(Unhonoured):
     t_max_predict_ms: float | None = None
     # llama-server's chain: sampler names in order, or one letter each in a string
     samplers: Any = None
+    # seconds a stream waits silent before an SSE comment keeps its connection (-1: never)
+    sse_ping_interval: int | None = None
 
 
 # (field, is it set to something ember would have to act on?, why it is refused)
@@ -467,6 +469,11 @@ def sampling_options(req: Sampling, n_vocab: int, defaults: SamplingParams,
         # llama-server reads 0 or less as no limit.
         _finite("t_max_predict_ms", req.t_max_predict_ms)
         params.t_max_predict_ms = max(0.0, req.t_max_predict_ms)
+    if req.sse_ping_interval is not None:
+        if not -1 <= req.sse_ping_interval <= MAX_COUNT:
+            raise ApiError(400, f"sse_ping_interval: must be between -1 (never) and {MAX_COUNT} seconds, got "
+                           f"{req.sse_ping_interval}", param="sse_ping_interval")
+        params.sse_ping_interval = req.sse_ping_interval
     if req.samplers is not None:
         params.samplers = sampler_names(req.samplers)
     if params.samplers is not None:
