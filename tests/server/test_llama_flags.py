@@ -32,9 +32,9 @@ def _table() -> list[tuple[tuple[str, ...], int]]:
 ROWS = _table()
 SPELLINGS = [(s, n) for spellings, n in ROWS for s in spellings]
 #: Flags that print and exit.
-EXITING = {"-h", "--help", "--usage", "--version"}
+EXITING = {"-h", "--help", "--usage", "--version", "--list-devices"}
 #: The hub's flags.
-_HUB = {"-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token", "-mu", "--model-url"}
+_HUB = {"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token", "-mu", "--model-url"}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     (d / "system.txt").write_text("Answer briefly.")
     (d / "slots").mkdir()
     (d / "site").mkdir()
+    (d / "template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     out = {"keys": str(d / "keys"), "system": str(d / "system.txt"), "slots": str(d / "slots"),
-           "site": str(d / "site")}
+           "site": str(d / "site"), "template": str(d / "template.jinja")}
     if shutil.which("openssl"):
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                         "/CN=localhost", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
@@ -77,6 +78,17 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--hf-token": ["t", "-hf", "nobody/nothing-GGUF", "--offline"],
         "-mu": ["http://127.0.0.1:9/nothing.gguf", "--offline"],
         "--model-url": ["http://127.0.0.1:9/nothing-00001-of-00002.gguf", "--offline"],
+        "-hf": ["nobody/nothing-GGUF", "--offline"], "--n-predict": ["16"], "-dev": ["none"], "--device": ["none"],
+        "-ngl": ["0"], "--gpu-layers": ["0"], "--n-gpu-layers": ["0"], "--log-verbose": [], "--offline": [],
+        "--temperature": ["0.5"], "--typical-p": ["1.0"], "-ctxcp": ["4"], "--ctx-checkpoints": ["4"],
+        "--swa-checkpoints": ["4"], "-cms": ["64"], "--checkpoint-min-step": ["64"], "-cram": ["64"],
+        "--cache-ram": ["64"], "-kvu": ["-np", "2"], "--kv-unified": [], "-a": ["m1"], "--alias": ["m1,m2"],
+        "--tags": ["a,b"], "--cors-origins": ["http://localhost:3000"], "--no-ui": [], "--no-webui": [],
+        "--rerank": [], "--reranking": [], "--chat-template-kwargs": ['{"enable_thinking": false}'], "-to": ["60"],
+        "--sse-ping-interval": ["-1"], "--cache-reuse": ["0"], "--reasoning-format": ["deepseek"], "-rea": ["off"],
+        "--reasoning": ["auto"], "--reasoning-effort": ["low"], "--reasoning-budget": ["0"],
+        "--reasoning-budget-message": ["Enough."], "--chat-template-file": [files["template"]],
+        "--sleep-idle-seconds": ["60"],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]
@@ -85,8 +97,8 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
 
 
 def test_the_table_is_the_readme_s():
-    assert len(ROWS) == 150 and len(SPELLINGS) > 190
-    assert (("-ngl", "--gpu-layers", "--n-gpu-layers") not in [r for r, _ in ROWS]), "the README's table, as it is"
+    assert len(ROWS) == 275 + 52 and len(SPELLINGS) == 479
+    assert (("-ngl", "--gpu-layers", "--n-gpu-layers") in [r for r, _ in ROWS]), "the README's table, as it is"
 
 
 @pytest.mark.parametrize("spelling, n_values", SPELLINGS, ids=[s for s, _ in SPELLINGS])
@@ -94,6 +106,9 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
     parser = build_parser()
     assert spelling in parser._option_string_actions, f"{spelling} is not a flag ember knows"
     model = str(smollm2_path)
+    if spelling == "--list-devices":
+        assert main([spelling]) == 0
+        return
     if spelling in EXITING:
         with pytest.raises(SystemExit) as exit_:
             parse_options([spelling], {})

@@ -24,7 +24,8 @@ class Refusal(Exception):
 @dataclass(frozen=True)
 class CompatFlag:
     spellings: tuple[str, ...]
-    #: values it takes: 0, 1, 2, or "?" (an optional one: `-fa` alone or `-fa on`)
+    #: values it takes: 0, 1, 2, "?" (an optional one: `-fa` alone or `-fa on`), or "+" (one or more:
+    #: `--lora-scaled f:0.5` as llama-server now writes it, `--lora-scaled f 0.5` as it did)
     nargs: int | str
     #: the start line for the value given (None when it takes none), or a `Refusal`
     decide: Callable[[Any], str]
@@ -84,6 +85,11 @@ _IMAGES = "ember's models read text only"
 _SAMPLER = "ember has no {} sampler; leave it at its off value ({})"
 _LOGS = "ember's log is its start lines and one line per event, on stderr; redirect it"
 _ONE_DEVICE = "ember runs a model whole on one device (or the CPU), so nothing is split"
+_THREADS = "ember does not pin, prioritize or spin its threads; -t says how many"
+_NO_TOOLS = ("ember runs no tools itself: a model's calls go back to the client, which runs them (and its own MCP "
+             "servers)")
+_ROUTER = "ember serves one model per server (-m, or -hf); run a server for each model"
+_PRESET = "a preset of llama-server's that fetches a model from the hub; name the model with -m or -hf"
 
 COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--verbose-prompt",), 0, _refused(_CLI)),
@@ -93,13 +99,13 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("-tb", "--threads-batch"), 1,
                _accepted("prompts are read by the same threads as generation (-t): ember keeps one pool"),
                "LLAMA_ARG_THREADS_BATCH"),
-    CompatFlag(("-td", "--threads-draft"), 1, _refused(_SPECULATIVE)),
-    CompatFlag(("-tbd", "--threads-batch-draft"), 1, _refused(_SPECULATIVE)),
+    CompatFlag(("-td", "--threads-draft", "--spec-draft-threads"), 1, _refused(_SPECULATIVE)),
+    CompatFlag(("-tbd", "--threads-batch-draft", "--spec-draft-threads-batch"), 1, _refused(_SPECULATIVE)),
     CompatFlag(("--draft", "--draft-max", "--draft-n"), 1, _refused(_SPECULATIVE)),
     CompatFlag(("-ps", "--p-split"), 1, _refused(_SPECULATIVE)),
     CompatFlag(("-lcs", "--lookup-cache-static"), 1, _refused(_SPECULATIVE + " (lookup decoding)")),
     CompatFlag(("-lcd", "--lookup-cache-dynamic"), 1, _refused(_SPECULATIVE + " (lookup decoding)")),
-    CompatFlag(("-md", "--model-draft"), 1, _refused(_SPECULATIVE)),
+    CompatFlag(("-md", "--model-draft", "--spec-draft-model"), 1, _refused(_SPECULATIVE)),
     CompatFlag(("--spec-type",), 1, _refused(_SPECULATIVE)),
     CompatFlag(("--keep",), 1, _refused(
         "ember does not shift the context: a conversation that outgrows its slot ends with finish_reason "
@@ -200,11 +206,11 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "ember checks each tensor's type, shape and bounds when it loads, but not every value")),
     CompatFlag(("--override-kv",), 1, _refused("ember reads the model file's metadata as it is")),
     CompatFlag(("--lora",), 1, _refused(_ADAPTERS)),
-    CompatFlag(("--lora-scaled",), 2, _refused(_ADAPTERS)),
+    CompatFlag(("--lora-scaled",), "+", _refused(_ADAPTERS)),
     CompatFlag(("--lora-base",), 1, _refused(_ADAPTERS)),
     CompatFlag(("--lora-init-without-apply",), 0, _refused(_ADAPTERS)),
     CompatFlag(("--control-vector",), 1, _refused(_ADAPTERS)),
-    CompatFlag(("--control-vector-scaled",), 2, _refused(_ADAPTERS)),
+    CompatFlag(("--control-vector-scaled",), "+", _refused(_ADAPTERS)),
     CompatFlag(("--control-vector-layer-range",), 2, _refused(_ADAPTERS)),
     CompatFlag(("--threads-http",), 1, _accepted(
         "one event loop answers HTTP (requests wait on the engine, not on a thread)"), "LLAMA_ARG_THREADS_HTTP"),
@@ -241,6 +247,151 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "gets the built-in one its vocabulary fits)")),
     CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on one device",
                                                  _ONE_DEVICE)),
+    # The flags of llama-server's README since its table above was read.
+    CompatFlag(("-cl", "--cache-list"), 0, _refused("ember's fetched models are files under its cache folder "
+                                                    "(~/.cache/ember/models); list them there")),
+    CompatFlag(("--completion-bash",), 0, _refused("ember prints no shell completion script")),
+    *[CompatFlag((flag,), 1, _refused(_THREADS)) for flag in (
+        "--cpu-mask", "--cpu-range", "--cpu-strict", "--prio", "--poll", "--cpu-mask-batch", "--cpu-range-batch",
+        "--cpu-strict-batch", "--prio-batch", "--poll-batch")],
+    CompatFlag(("-C",), 1, _refused(_THREADS)),
+    CompatFlag(("-Cr",), 1, _refused(_THREADS)),
+    CompatFlag(("-Cb",), 1, _refused(_THREADS)),
+    CompatFlag(("-Crb",), 1, _refused(_THREADS)),
+    CompatFlag(("--perf",), 0, _accepted("every reply's timings are measured and reported (timings, usage)")),
+    CompatFlag(("--no-perf",), 0, _accepted("nothing is printed per pass unless EMBER_DEBUG_BATCHES=1")),
+    CompatFlag(("-kvo", "--kv-offload"), 0, _accepted("the KV cache lives where the model runs")),
+    CompatFlag(("--repack",), 0, _accepted("weights are read in the layouts ember's kernels take, as always")),
+    CompatFlag(("-nr", "--no-repack"), 0, _refused(
+        "ember's kernels read some formats through their own layouts, made at load; that cannot be turned off")),
+    CompatFlag(("--no-host",), 0, _refused(_ONE_DEVICE)),
+    CompatFlag(("-lm", "--load-mode"), 1, _refused("ember always maps the model file (its weights are read in "
+                                                   "place)")),
+    CompatFlag(("-lzm", "--lazy-mode"), 1, _refused("ember maps the whole file; the kernel reads each page as a "
+                                                    "pass first needs it")),
+    CompatFlag(("-ot", "--override-tensor"), 1, _refused(_ONE_DEVICE)),
+    CompatFlag(("-cmoe", "--cpu-moe"), 0, _refused(_ONE_DEVICE)),
+    CompatFlag(("-ncmoe", "--n-cpu-moe"), 1, _refused(_ONE_DEVICE)),
+    CompatFlag(("-ncffn", "--n-cpu-ffn"), 1, _refused(_ONE_DEVICE)),
+    CompatFlag(("-fit", "--fit"), "?", _when(lambda v: v in ("off", "0", "false"), "nothing is fitted but the "
+                                             "context, whose default (-c 0) ember caps by the memory free",
+                                             "ember fits the context to the memory itself (-c 0, the default) and "
+                                             "runs a model on one device; -fit off says nothing else")),
+    CompatFlag(("-fitt", "--fit-target"), 1, _refused("ember fits the context to the memory free itself (-c 0)")),
+    CompatFlag(("-fitc", "--fit-ctx"), 1, _refused("ember fits the context to the memory free itself (-c 0); give "
+                                                   "the context with -c")),
+    CompatFlag(("--op-offload",), 0, _accepted("the operations run where the model runs")),
+    CompatFlag(("--no-op-offload",), 0, _refused(_ONE_DEVICE)),
+    CompatFlag(("-dr", "--docker-repo"), 1, _refused("ember fetches from the hub (-hf) or a URL (-mu), not Docker's")),
+    CompatFlag(("--log-jsonl",), 0, _refused(_LOGS)),
+    CompatFlag(("--no-log-jsonl",), 0, _accepted("the log is text lines")),
+    CompatFlag(("--log-prefix",), 0, _accepted("the start lines carry the prefix \"ember:\"")),
+    CompatFlag(("--no-log-prefix",), 0, _refused(_LOGS)),
+    CompatFlag(("--log-timestamps",), 0, _refused(_LOGS)),
+    CompatFlag(("--no-log-timestamps",), 0, _accepted("the log carries no timestamps")),
+    CompatFlag(("--top-nsigma",), 1, _when(_number_is(0.0, -1.0), "top-n-sigma stays off",
+                                           _SAMPLER.format("top-n-sigma", "-1"))),
+    CompatFlag(("--dry-multiplier",), 1, _when(_number_is(0.0), "DRY stays off", _SAMPLER.format("DRY", "0.0"))),
+    *[CompatFlag((flag,), 1, _refused(_SAMPLER.format("DRY", "--dry-multiplier 0"))) for flag in (
+        "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n", "--dry-sequence-breaker")],
+    CompatFlag(("--adaptive-target",), 1, _when(lambda v: v.lstrip().startswith("-"), "adaptive-p stays off",
+                                                _SAMPLER.format("adaptive-p", "a negative target"))),
+    CompatFlag(("--adaptive-decay",), 1, _refused(_SAMPLER.format("adaptive-p", "--adaptive-target -1"))),
+    CompatFlag(("-jf", "--json-schema-file"), 1, _refused(
+        "a schema is set with each request (json_schema, response_format), not for the whole server")),
+    CompatFlag(("--kv-unified-per-slot",), 1, _refused(
+        "with -kvu a slot may hold the whole shared context; without it each holds its share (-c / -np)")),
+    CompatFlag(("--warmup",), 0, _accepted("the load runs a few passes (to measure the prompt's chunk), which "
+                                           "warms the weights")),
+    CompatFlag(("--no-warmup",), 0, _accepted("the load still runs the passes that measure the prompt's chunk")),
+    CompatFlag(("-mm",), 1, _refused(_IMAGES)),
+    CompatFlag(("-mmu", "--mmproj-url"), 1, _refused(_IMAGES)),
+    CompatFlag(("--mmproj-auto",), 0, _refused(_IMAGES)),
+    CompatFlag(("--no-mmproj", "--no-mmproj-auto"), 0, _accepted("no projector is loaded: ember's models read "
+                                                                  "text only")),
+    CompatFlag(("--mmproj-offload",), 0, _refused(_IMAGES)),
+    CompatFlag(("--no-mmproj-offload",), 0, _refused(_IMAGES)),
+    CompatFlag(("-mmdev", "--mmproj-device"), 1, _refused(_IMAGES)),
+    *[CompatFlag((flag,), 1, _refused(_IMAGES)) for flag in (
+        "--image-min-tokens", "--image-max-tokens", "--mtmd-batch-max-tokens", "--video-fps",
+        "--video-timestamp-interval", "--video-ffmpeg-dir", "--media-path")],
+    CompatFlag(("--embd-normalize",), 1, _when(_number_is(2.0), "/v1/embeddings' vectors are normalized to unit "
+                                               "length (euclidean), as always; /embedding's are not",
+                                               "ember normalizes /v1/embeddings' vectors to unit length, and "
+                                               "leaves /embedding's pooled as they are; only 2 is honoured")),
+    CompatFlag(("--reuse-port",), 0, _refused("ember listens alone on its port")),
+    CompatFlag(("--cors-methods",), 1, _refused(
+        "ember's CORS answers allow the methods its routes take; the origins are --cors-origin's")),
+    CompatFlag(("--cors-headers",), 1, _refused(
+        "ember's CORS answers allow the headers its routes read; the origins are --cors-origin's")),
+    CompatFlag(("--cors-credentials",), 0, _accepted(
+        "an origin --cors-origin names may send credentials; * allows any origin without them")),
+    CompatFlag(("--no-cors-credentials",), 0, _refused(
+        "an origin --cors-origin names may send credentials; * allows any origin without them")),
+    CompatFlag(("--api-prefix",), 1, _refused("ember serves its routes at the root of its address")),
+    CompatFlag(("--ui-config", "--webui-config"), 1, _refused("ember's chat page takes no settings file")),
+    CompatFlag(("--ui-config-file", "--webui-config-file"), 1, _refused("ember's chat page takes no settings file")),
+    CompatFlag(("--ui-mcp-proxy", "--webui-mcp-proxy"), 0, _refused(_NO_TOOLS)),
+    CompatFlag(("--no-ui-mcp-proxy", "--no-webui-mcp-proxy"), 0, _accepted("the chat page runs no MCP proxy")),
+    CompatFlag(("--tools",), 1, _refused(_NO_TOOLS)),
+    CompatFlag(("--tools-runtime",), 1, _refused(_NO_TOOLS)),
+    CompatFlag(("--mcp-servers-config",), 1, _refused(_NO_TOOLS)),
+    CompatFlag(("--mcp-servers-json",), 1, _refused(_NO_TOOLS)),
+    CompatFlag(("-ag", "--agent"), 0, _refused(_NO_TOOLS)),
+    CompatFlag(("-no-ag", "--no-agent"), 0, _accepted("no built-in tools run")),
+    CompatFlag(("--cache-prompt",), 0, _accepted("a slot reuses what it holds of a prompt unless the request "
+                                                 "says cache_prompt: false")),
+    CompatFlag(("--no-cache-prompt",), 0, _refused("a request turns the reuse off with cache_prompt: false; the "
+                                                   "server's default keeps it")),
+    CompatFlag(("--props",), 0, _refused("ember's settings are fixed when it starts; POST /props changes none")),
+    CompatFlag(("--models-dir",), 1, _refused(_ROUTER)),
+    CompatFlag(("--models-preset",), 1, _refused(_ROUTER)),
+    CompatFlag(("--models-max",), 1, _refused(_ROUTER)),
+    CompatFlag(("--models-autoload",), 0, _refused(_ROUTER)),
+    CompatFlag(("--no-models-autoload",), 0, _refused(_ROUTER)),
+    CompatFlag(("--reasoning-preserve",), 0, _accepted(
+        "the earlier turns' reasoning_content goes to the template, which decides what it shows")),
+    CompatFlag(("--no-reasoning-preserve",), 0, _refused(
+        "ember gives the template the reasoning_content the client sends; leave it out of earlier turns")),
+    CompatFlag(("--skip-chat-parsing",), 0, _refused(
+        "a request asks for the raw text with reasoning_format: none (tools, when offered, are still read)")),
+    CompatFlag(("--no-skip-chat-parsing",), 0, _accepted("thoughts and tool calls are read per model family")),
+    CompatFlag(("--prefill-assistant",), 0, _accepted(
+        "a conversation ending in the assistant's words is continued from them")),
+    CompatFlag(("--no-prefill-assistant",), 0, _refused(
+        "ember continues a conversation that ends in the assistant's words, as llama-server does by default; it "
+        "cannot open a new turn after them instead")),
+    CompatFlag(("--log-prompts-dir",), 1, _refused(_LOGS)),
+    *[CompatFlag(spellings, nargs, _refused(_SPECULATIVE)) for spellings, nargs in (
+        (("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), 1),
+        (("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), 1),
+        (("--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft"), 1),
+        (("--spec-draft-cpu-mask", "-Cd", "--cpu-mask-draft"), 1),
+        (("--spec-draft-cpu-range", "-Crd", "--cpu-range-draft"), 1),
+        (("--spec-draft-cpu-strict", "--cpu-strict-draft"), 1),
+        (("--spec-draft-prio", "--prio-draft"), 1),
+        (("--spec-draft-poll", "--poll-draft"), 1),
+        (("--spec-draft-cpu-mask-batch", "-Cbd", "--cpu-mask-batch-draft"), 1),
+        (("--spec-draft-cpu-strict-batch", "--cpu-strict-batch-draft"), 1),
+        (("--spec-draft-prio-batch", "--prio-batch-draft"), 1),
+        (("--spec-draft-poll-batch", "--poll-batch-draft"), 1),
+        (("--spec-draft-override-tensor", "-otd", "--override-tensor-draft"), 1),
+        (("--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"), 0),
+        (("--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"), 1),
+        (("--spec-draft-n-max",), 1), (("--spec-draft-n-min",), 1), (("--draft-min", "--draft-n-min"), 1),
+        (("--spec-synth-len",), 1), (("--spec-synth-rates",), 1),
+        (("--spec-draft-p-split", "--draft-p-split"), 1), (("--spec-draft-p-min", "--draft-p-min"), 1),
+        (("--spec-draft-backend-sampling",), 0), (("--no-spec-draft-backend-sampling",), 0),
+        (("--spec-draft-device", "-devd", "--device-draft"), 1),
+        (("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), 1),
+        *(((f"--spec-ngram-{kind}",), 1) for kind in (
+            "mod-n-min", "mod-n-max", "mod-n-match", "simple-size-n", "simple-size-m", "simple-min-hits",
+            "map-k-size-n", "map-k-size-m", "map-k-min-hits", "map-k4v-size-n", "map-k4v-size-m",
+            "map-k4v-min-hits", "size-n", "size-m", "min-hits")))],
+    *[CompatFlag((flag,), 0, _refused(_PRESET)) for flag in (
+        "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-7b-default",
+        "--fim-qwen-7b-spec", "--fim-qwen-14b-spec", "--fim-qwen-30b-default", "--gpt-oss-20b-default",
+        "--gpt-oss-120b-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")],
     CompatFlag(("-ts", "--tensor-split"), 1, _refused(_ONE_DEVICE)),
     CompatFlag(("-mg", "--main-gpu"), 1, _refused(f"{_ONE_DEVICE}: choose it with --device NAME")),
 ]
@@ -259,8 +410,8 @@ def add_to(parser: argparse.ArgumentParser) -> None:
             kw["action"] = "store_true"
         elif f.nargs == "?":
             kw.update(nargs="?", const=True)
-        elif f.nargs == 2:
-            kw["nargs"] = 2
+        elif f.nargs in (2, "+"):
+            kw["nargs"] = f.nargs
         group.add_argument(*f.spellings, **kw)
 
 
