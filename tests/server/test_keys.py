@@ -32,7 +32,7 @@ def test_a_key_line_carries_scope_and_limits():
     ("POST", "/v1/chat/completions", "inference"), ("POST", "/v1/embeddings", "inference"),
     ("POST", "/api/chat", "inference"), ("GET", "/v1/models", "read"), ("GET", "/metrics", "read"),
     ("GET", "/slots", "read"), ("POST", "/api/show", "read"), ("POST", "/slots/0", "admin"),
-    ("POST", "/shutdown", "admin"),
+    ("POST", "/shutdown", "admin"), ("GET", "/v1/models/m1", "read"), ("POST", "/v1/models/m1", "inference"),
 ])
 def test_each_route_needs_its_scope(method, path, scope):
     assert scope_needed(method, path) == scope

@@ -81,6 +81,8 @@ def scope_needed(method: str, path: str) -> str:
         return "admin"
     if path in _READ_PATHS and (method in ("GET", "HEAD") or path == "/api/show"):
         return "read"
+    if path.startswith(("/v1/models/", "/models/")) and method in ("GET", "HEAD"):
+        return "read"  # one model by its name
     return "inference"
 
 

@@ -248,8 +248,7 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("-sm", "--split-mode"), 1, _when(lambda v: v == "none", "the model is in one piece, on one device",
                                                  _ONE_DEVICE)),
     # The flags of llama-server's README since its table above was read.
-    CompatFlag(("-cl", "--cache-list"), 0, _refused("ember's fetched models are files under its cache folder "
-                                                    "(~/.cache/ember/models); list them there")),
+    CompatFlag(("-cl", "--cache-list"), 0, _refused("`ember list` lists the models ember has fetched")),
     CompatFlag(("--completion-bash",), 0, _refused("ember prints no shell completion script")),
     *[CompatFlag((flag,), 1, _refused(_THREADS)) for flag in (
         "--cpu-mask", "--cpu-range", "--cpu-strict", "--prio", "--poll", "--cpu-mask-batch", "--cpu-range-batch",

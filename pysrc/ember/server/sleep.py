@@ -33,6 +33,8 @@ AWAKE_NOT_NEEDED = frozenset({
     ("GET", "/health"), ("GET", "/v1/health"), ("GET", "/props"), ("GET", "/models"), ("GET", "/v1/models"),
     ("GET", "/metrics"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version"),
 })
+#: The prefixes of routes served asleep whatever follows them (one model by its name).
+AWAKE_NOT_NEEDED_UNDER = ("/v1/models/", "/models/")
 
 
 @dataclass(frozen=True)

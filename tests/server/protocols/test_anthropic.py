@@ -288,6 +288,10 @@ def test_bad_requests_are_400s_in_anthropics_envelope(server, body, field):
 def test_the_official_client_lists_the_model(client):
     models = client.models.list().data
     assert len(models) == 1 and models[0].type == "model" and models[0].display_name == models[0].id
+    one = client.models.retrieve(models[0].id)
+    assert (one.id, one.type, one.display_name) == (models[0].id, "model", models[0].id)
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("claude-opus-4-1")
 
 
 def test_the_official_client_reads_the_errors(client):

@@ -89,6 +89,11 @@ def test_text_completion_and_stream(client):
 def test_models(client):
     models = client.models.list().data
     assert len(models) == 1 and models[0].owned_by == "ember" and models[0].id
+    # One by its name; another name is a 404 in OpenAI's shape.
+    assert client.models.retrieve(models[0].id).id == models[0].id
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert "'gpt-4o' is not served here" in e.value.body["message"]
 
 
 def test_bad_field_is_typed_error(client):

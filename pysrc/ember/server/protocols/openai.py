@@ -274,21 +274,40 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await choices.stream(request, write)
 
 
-async def models(request: web.Request) -> web.Response:
-    """The model list in OpenAI's shape, with the fields Anthropic's clients
-    read beside them (`type`, `display_name`, `created_at`, and the page's
-    `has_more`, `first_id`, `last_id`): both SDKs list models at this path."""
-    state: ServerState = request.app["state"]
+def _model_entry(state: ServerState) -> dict:
+    """The model as OpenAI's list shows it, with the fields Anthropic's
+    clients read beside them (`type`, `display_name`, `created_at`)."""
     m = state.facts  # the same while the model sleeps
     mid = state.model_id()
     created = datetime.fromtimestamp(int(state.started), timezone.utc).isoformat().replace("+00:00", "Z")
-    return json_response({"object": "list", "data": [{
+    return {
         "id": mid, "object": "model", "created": int(state.started), "owned_by": "ember",
         "aliases": state.opts.aliases or [mid], "tags": state.opts.tags,
         "type": "model", "display_name": mid, "created_at": created,
         "meta": {"n_vocab": m.n_vocab, "n_ctx": m.n_ctx, "n_ctx_train": m.n_ctx_train,
                  "architecture": m.architecture},
-    }], "has_more": False, "first_id": mid, "last_id": mid})
+    }
+
+
+async def models(request: web.Request) -> web.Response:
+    """The model list in OpenAI's shape, and the page's `has_more`,
+    `first_id`, `last_id` Anthropic's clients read: both SDKs list models at
+    this path."""
+    entry = _model_entry(request.app["state"])
+    return json_response({"object": "list", "data": [entry], "has_more": False, "first_id": entry["id"],
+                          "last_id": entry["id"]})
+
+
+async def model(request: web.Request) -> web.Response:
+    """One model by any of its names (both SDKs' models.retrieve); another
+    name is a 404, though a request naming it is answered by this model."""
+    state: ServerState = request.app["state"]
+    entry = _model_entry(state)
+    name = request.match_info["model"]
+    if name not in (entry["id"], *entry["aliases"]):
+        raise ApiError(404, f"the model {name!r} is not served here; this server serves {entry['id']!r}",
+                       type="not_found_error", param="model")
+    return json_response(entry)
 
 
 def _verbose(state: ServerState, req: wire.Sampling, choices: Choices, max_tokens: int) -> dict:
@@ -349,4 +368,5 @@ def add_routes(app: web.Application) -> None:
         app.router.add_post(f"{prefix}/chat/completions/control", chat_control)
         app.router.add_post(f"{prefix}/chat/completions/input_tokens", chat_input_tokens)
         app.router.add_get(f"{prefix}/models", models)
+        app.router.add_get(f"{prefix}/models/{{model:.+}}", model)
     app.router.add_post("/v1/completions", completions)
