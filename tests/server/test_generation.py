@@ -43,7 +43,14 @@ def test_client_gone_frees_engine(server):
     assert any("client gone" in l for l in server.lines if "/completion" in l)
 
 
-def test_queued_request_cancelled_never_runs(server):
+@pytest.fixture(scope="module")
+def one_slot(smollm2_path):
+    with ServerProcess(smollm2_path, "-np", "1") as s:
+        yield s
+
+
+def test_queued_request_cancelled_never_runs(one_slot):
+    server = one_slot  # one slot: the second request waits
     running = _open_stream(server, "Once upon a time", 1500)
     running.recv(4096)
     queued = _open_stream(server, "A queued prompt", 1500, stream=False)

@@ -88,7 +88,7 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--sse-ping-interval": ["-1"], "--cache-reuse": ["0"], "--reasoning-format": ["deepseek"], "-rea": ["off"],
         "--reasoning": ["auto"], "--reasoning-effort": ["low"], "--reasoning-budget": ["0"],
         "--reasoning-budget-message": ["Enough."], "--chat-template-file": [files["template"]],
-        "--sleep-idle-seconds": ["60"],
+        "--sleep-idle-seconds": ["60"], "-no-kvu": [], "--no-kv-unified": [],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]
@@ -154,7 +154,10 @@ def test_every_flag_of_the_table_is_answered(spelling, n_values, files, smollm2_
     (["--slots"], "--slots: GET /slots is served"),
     (["--no-context-shift"], "--no-context-shift: the context is never shifted"),
     (["-np", "4", "-kvu"], "slots: 4 sharing one context of"),
-    (["-no-kvu"], "-no-kvu: each slot keeps its own share of the context"),
+    (["-no-kvu"], "slots: 4, each of 2048 positions (the context is cut among them)"),
+    ([], "slots: 4 sharing one context of 8192 positions (from -np auto, llama-server's default)"),
+    (["-np", "2"], "slots: 2, each of 4096 positions"),
+    (["-np", "-1", "-kvu"], "slots: 4 sharing one context of 8192 positions (from the command line)"),
     (["--swa-full"], "--swa-full: sliding-window layers keep their window"),
     (["--webui"], "--webui: the chat page is served at /"),
     (["--backend_sampling"], "--backend_sampling: tokens are drawn on the CPU"),

@@ -170,11 +170,12 @@ def _parse(argv, env=None, **kw):
 
 def test_defaults_and_start_lines(smollm2_path):
     opts, lines = _parse(["-m", str(smollm2_path)])
-    assert (opts.host, opts.port, opts.ctx_size, opts.parallel, opts.queue_depth) == ("127.0.0.1", 8080, 8192, 1, 64)
+    assert (opts.host, opts.port, opts.ctx_size, opts.parallel, opts.queue_depth) == ("127.0.0.1", 8080, 8192, 4, 64)
+    assert opts.kv_unified and opts.parallel_auto  # llama-server's -np auto
     assert opts.model == str(smollm2_path) and opts.api_keys == [] and not opts.metrics
     text = "\n".join(lines)
     for needle in ["model: ", "(from the command line)", "context: 8192 positions (the model's trained length",
-                   "slots: 1, up to 64 more waiting", "threads: ", "chat template: the model file's own",
+                   "slots: 4 sharing one context of 8192 positions", "threads: ", "chat template: the model file's own",
                    "APIs: OpenAI's (/v1/chat/completions", "Anthropic's (/v1/messages)", "Ollama's (/api/chat"]:
         assert needle in text, (needle, text)
     assert "embeddings (" not in text

@@ -42,7 +42,8 @@ def _rss_kib(server) -> int:
 
 @pytest.fixture(scope="module")
 def sleepy(smollm2_path):
-    with ServerProcess(smollm2_path, "--sleep-idle-seconds", "1", "--metrics") as s:
+    # --ignore-eos: /props then lists the end tokens' bans, read from what the load recorded.
+    with ServerProcess(smollm2_path, "--sleep-idle-seconds", "1", "--metrics", "--ignore-eos") as s:
         yield s
 
 
@@ -57,13 +58,17 @@ def test_an_idle_server_lets_its_model_go_and_the_next_request_brings_it_back(sl
     assert any("sleeping after 1 s idle" in line for line in sleepy.lines)
     # The routes that describe the server answer from what the load recorded, and leave it asleep.
     props = _get(sleepy, "/props")
-    assert props["model_path"] == str(smollm2_path) and props["total_slots"] == 1
+    assert props["model_path"] == str(smollm2_path) and props["total_slots"] == 4
     assert _get(sleepy, "/v1/models")["data"][0]["meta"]["n_vocab"] == 49152
     assert _get(sleepy, "/health") == {"status": "ok"}
-    assert _get(sleepy, "/health?include_slots")["slots_idle"] == 1
+    assert _get(sleepy, "/health?include_slots")["slots_idle"] == 4
     assert http(sleepy.url + "/metrics", method="GET")[0] == 200
     assert _get(sleepy, "/api/ps") == {"models": []}
-    assert _asleep(sleepy)
+    assert http(sleepy.url + "/health", method="HEAD")[0] == 200
+    assert http(sleepy.url + "/", method="GET")[0] == 200
+    assert http(sleepy.url + "/v1/responses/resp_none", method="GET")[0] == 404
+    assert http(sleepy.url + "/v1/streams/lookup", {"conversation_ids": ["c1"]})[0] == 200
+    assert _asleep(sleepy) and not any("awake" in line for line in sleepy.lines)
     # A request that needs the model loads it again, and is answered as before.
     status, _, raw = http(sleepy.url + "/completion", PROMPT)
     assert status == 200 and json.loads(raw)["content"] == before, raw
@@ -96,14 +101,36 @@ def test_ollamas_keep_alive_says_how_long_the_model_stays(smollm2_path):
         status, _, raw = http(s.url + "/api/generate", {"model": "m", "prompt": "", "keep_alive": 0})
         assert status == 200 and json.loads(raw)["done_reason"] == "unload", raw
         _wait(s, asleep=True)
-        # A request saying nothing of it wakes the model, which then stays (the last keep_alive was 0:
-        # it goes again once idle), and -1 keeps it for good.
+        # A request saying nothing of it wakes the model, and the server's own idle time (here none)
+        # holds again: the model stays.
         status, _, raw = http(s.url + "/api/generate", {"model": "m", "prompt": "Hi", "stream": False,
-                                                        "options": {"num_predict": 2}, "keep_alive": -1})
+                                                        "options": {"num_predict": 2}})
         assert status == 200, raw
         time.sleep(0.5)
         assert not _asleep(s)
         assert _get(s, "/api/ps")["models"][0]["expires_at"].startswith("9999")
+
+
+def test_a_shutdown_does_not_wake_a_sleeping_model(smollm2_path):
+    s = ServerProcess(smollm2_path, "--sleep-idle-seconds", "1")
+    try:
+        _wait(s, asleep=True)
+        assert http(s.url + "/shutdown", {})[0] == 200
+        assert s.proc.wait(30) == 0
+        assert not any("awake" in line for line in s.lines)
+    finally:
+        s.stop()
+
+
+def test_a_budget_message_too_long_for_one_run_fails_the_load(smollm2_path):
+    from ember.server.lifecycle import load_engine
+    from ember.server.options import ReasoningDefaults, ServerOptions
+    from ember.server.state import ServerState
+
+    opts = ServerOptions(model=str(smollm2_path), ctx_size=256,
+                         reasoning=ReasoningDefaults(reasoning_budget_message="word " * 80))
+    with pytest.raises(ValueError, match=r"--reasoning-budget-message is \d+ tokens for this model; at most 56 "):
+        load_engine(ServerState(opts=opts, log=print))
 
 
 @pytest.mark.parametrize("value", ["0", "-2"])

@@ -19,7 +19,7 @@ LONG = {"prompt": "Once upon a time", "n_predict": 500, "temperature": 0, "ignor
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    with ServerProcess(smollm2_path, "--sse-ping-interval", "1", ctx=1024) as s:
+    with ServerProcess(smollm2_path, "-np", "1", "--sse-ping-interval", "1", ctx=1024) as s:
         yield s
 
 
@@ -62,7 +62,7 @@ def test_a_request_may_turn_its_pings_off(server):
 
 def test_an_error_after_the_pings_travels_in_the_stream(smollm2_path):
     # The server stops while the stream waits: its job is told so once the stream has started.
-    with ServerProcess(smollm2_path, "--sse-ping-interval", "1", "--shutdown-timeout", "0") as s:
+    with ServerProcess(smollm2_path, "-np", "1", "--sse-ping-interval", "1", "--shutdown-timeout", "0") as s:
         held = threading.Thread(target=lambda: http(s.url + "/completion", LONG))
         held.start()
         time.sleep(0.3)

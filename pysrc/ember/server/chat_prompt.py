@@ -154,6 +154,8 @@ def _with_reasoning_defaults(state: ServerState, request: ChatRequest) -> ChatRe
     for name in ("reasoning_format", "reasoning_budget_message", "reasoning_effort"):
         if getattr(request, name) is None and getattr(d, name) is not None:
             changes[name] = getattr(d, name)
+    if isinstance(kwargs, dict) and ("reasoning_effort" in kwargs or "enable_thinking" in kwargs):
+        changes.pop("reasoning_effort", None)  # the request's own template switches say it
     if request.reasoning_budget in (None, -1) and d.reasoning_budget is not None:
         changes["reasoning_budget"] = d.reasoning_budget
     return dataclasses.replace(request, **changes) if changes else request

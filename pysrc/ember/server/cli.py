@@ -28,6 +28,8 @@ __all__ = ["OptionError", "build_parser", "main", "parse_options", "serve"]
 # Positions smaller than this cannot hold a useful chat, so a memory cap below
 # it is reported as an error rather than silently served.
 _MIN_CTX = 256
+#: -np auto's slots, as llama-server's.
+_AUTO_SLOTS = 4
 _TRUTHY = {"1", "true", "on", "enabled", "yes"}
 _FALSEY = {"0", "false", "off", "disabled", "no"}
 
@@ -71,8 +73,12 @@ _FLAGS = [
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
     _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
     _Flag("kv-unified", ("-kvu", "--kv-unified"), bool, "LLAMA_ARG_KV_UNIFIED",
-          "the slots share one context: each holds up to all of it, together no more", False),
-    _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL", "slots: requests answered together, the context cut among them", 1),
+          "the slots share one context: each holds up to all of it, together no more (the default with -np auto)"),
+    _Flag("no-kv-unified", ("-no-kvu", "--no-kv-unified"), bool, None,
+          "each slot keeps its share of the context (-c / -np)", False),
+    _Flag("parallel", ("-np", "--parallel"), int, "LLAMA_ARG_N_PARALLEL",
+          "slots: requests answered together (-1, the default: auto, llama-server's: 4 sharing one context, or one "
+          "slot where the model runs on a device)", -1),
     _Flag("n-predict", ("-n", "--n-predict", "--predict"), int, "LLAMA_ARG_N_PREDICT", "default max tokens per request (-1: until the context is full)", -1),
     _Flag("threads", ("-t", "--threads"), int, "LLAMA_ARG_THREADS", "worker threads (0: physical cores)", 0),
     _Flag("batch-size", ("-b", "--batch-size"), int, "LLAMA_ARG_BATCH",
@@ -578,8 +584,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
             raise bad("slot-ctx", "must be at least 1")
         if sources["ctx-size"] != "default":
             raise bad("slot-ctx", f"names one slot's context; give it or --ctx-size ({sources['ctx-size']}), not both")
-    if values["parallel"] < 1:
-        raise bad("parallel", "must be at least 1")
+    if values["parallel"] < 1 and values["parallel"] != -1:
+        raise bad("parallel", "must be at least 1, or -1 (auto)")
     if values["n-predict"] < -1:
         raise bad("n-predict", "must be -1 (no limit) or a count")
     if values["sse-ping-interval"] < -1:
@@ -634,18 +640,25 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     except Exception as e:  # any unreadable header is the user's file, not a bug to trace
         raise OptionError(f"--model {model}: not a GGUF file ember can read ({e})", 1) from None
 
-    requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * max(values["parallel"], 1)
+    # -np auto: llama-server's four slots, sharing the context unless told otherwise.
+    auto = values["parallel"] == -1
+    parallel = _AUTO_SLOTS if auto else values["parallel"]
+    if values["no-kv-unified"] and values["kv-unified"]:
+        raise bad("kv-unified", "and --no-kv-unified both given; give one")
+    unified = (not values["no-kv-unified"] and auto) if values["kv-unified"] is None else values["kv-unified"]
+    requested = values["ctx-size"] if values["slot-ctx"] is None else values["slot-ctx"] * (1 if unified else parallel)
     ctx = _choose_ctx(requested, info, machine.mem_available() if mem_available is None else mem_available, lines,
                       kv_scale=_CACHE_TYPE_SCALE[kv_type])
     lines.append(f"KV cache: {kv_type} keys and values" + ("" if kv_type == "f16" else f" (from {sources['cache-type-k']})"))
     _device_request(values, sources, bad, lines)
 
-    parallel, depth = values["parallel"], values["queue-depth"]
-    unified = bool(values["kv-unified"])
+    depth = values["queue-depth"]
     if parallel > 1 and unified:
-        lines.append(f"slots: {parallel} sharing one context of {ctx} positions (from {sources['kv-unified']}): each "
+        why = "-np auto, llama-server's default" if auto and values["kv-unified"] is None else sources["kv-unified"]
+        lines.append(f"slots: {parallel} sharing one context of {ctx} positions (from {why}): each "
                      "holds up to all of it, idle conversations giving way to busy ones; answered together in each "
-                     f"pass; up to {depth} more waiting; past that, 503")
+                     f"pass; up to {depth} more waiting; past that, 503" +
+                     ("; one slot of the whole context if the model runs on a device" if auto else ""))
     elif parallel > 1:
         lines.append(f"slots: {parallel}, each of {ctx // parallel} positions (the context is cut among them), "
                      f"answered together in each pass; up to {depth} more waiting; past that, 503")
@@ -815,6 +828,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
 
     opts = ServerOptions(
         model=model, host=",".join(hosts), port=port, ctx_size=ctx, parallel=parallel, kv_unified=unified,
+        parallel_auto=auto,
         n_predict=values["n-predict"],
         threads=threads, alias=alias, aliases=aliases, tags=tags, api_keys=keys, key_rules=key_rules, cors_origins=origins,
         shutdown_timeout=values["shutdown-timeout"], timeout=values["timeout"],

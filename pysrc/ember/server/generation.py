@@ -315,7 +315,7 @@ class Choices(_SideBySide):
 
     def __init__(self, request: web.Request, prompt: list[int], max_tokens: int, params: SamplingParams, n: int,
                  *, progress: bool = False, slot: int | None = None):
-        slots = request.app["state"].opts.parallel
+        slots = request.app["state"].facts.n_slots
         if n > slots:
             raise ApiError(400, f"n: {n} choices are answered side by side, a slot each; this server has {slots} "
                            "(-np)", param="n")

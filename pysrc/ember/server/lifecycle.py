@@ -55,12 +55,23 @@ def load_engine(state: ServerState) -> tuple:
         said = "--reranking (or --pooling rank)" if opts.pooling else "the file's pooling, rank,"
         raise ValueError(f"{said} needs a reranker's classification head (cls.output.weight), which this model "
                          "lacks")
+    message = opts.reasoning.reasoning_budget_message
+    if message:
+        # Written with the thought's close (a few tokens) in one run: refused here, not at every chat.
+        n, room = len(model.tokenize(message, add_special=False, parse_special=True)), model.max_forced_run - 8
+        if n > room:
+            raise ValueError(f"--reasoning-budget-message is {n} tokens for this model; at most {room} are "
+                             "written before the thought's close")
     host = opts.cache_ram_mib * 2**20 if opts.cache_ram_mib >= 0 else 2**62
     checkpoints = Checkpoints(opts.ctx_checkpoints, opts.checkpoint_interval, opts.checkpoint_min_step,
                               mem_available() or 0)
-    engine = Engine(model, queue_depth=opts.queue_depth, slots=opts.parallel,
+    slots, unified = opts.parallel, opts.kv_unified
+    if opts.parallel_auto and unified and model.placement is not None:
+        # A device's context is not shared: auto's slots would each take the whole of it.
+        slots, unified = 1, False
+    engine = Engine(model, queue_depth=opts.queue_depth, slots=slots,
                     chunk=min(measure_chunk(model), opts.prompt_chunk), host_cache_bytes=host,
-                    checkpoints=checkpoints, slot_similarity=opts.slot_similarity, unified=opts.kv_unified)
+                    checkpoints=checkpoints, slot_similarity=opts.slot_similarity, unified=unified)
     engine.start()
     return model, engine
 

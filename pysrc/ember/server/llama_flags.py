@@ -175,8 +175,9 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("-gan", "--grp-attn-n"), 1, _refused("ember has no group attention (self-extend)")),
     CompatFlag(("-gaw", "--grp-attn-w"), 1, _refused("ember has no group attention (self-extend)")),
     CompatFlag(("-dkvc", "--dump-kv-cache"), 0, _refused("ember does not print its KV cache; GET /slots describes it")),
-    CompatFlag(("-nkvo", "--no-kv-offload"), 0, _accepted("the KV cache is in host memory, as it always is here"),
-               "LLAMA_ARG_NO_KV_OFFLOAD"),
+    CompatFlag(("-nkvo", "--no-kv-offload"), 0, _accepted(
+        "on the CPU the KV cache is in host memory; a model on a device keeps its cache there, which this flag "
+        "does not change (-ngl 0 keeps everything on the host)"), "LLAMA_ARG_NO_KV_OFFLOAD"),
     CompatFlag(("--all-logits",), 0, _refused(_PERPLEXITY)),
     CompatFlag(("--hellaswag",), 0, _refused(_PERPLEXITY)),
     CompatFlag(("--hellaswag-tasks",), 1, _refused(_PERPLEXITY)),
@@ -230,8 +231,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--context-shift",), 0, _refused(
         "ember does not shift the context: a conversation that outgrows its slot ends with finish_reason "
         "\"length\"")),
-    CompatFlag(("-no-kvu", "--no-kv-unified"), 0, _accepted("each slot keeps its own share of the context (the "
-                                                              "default; -kvu shares it)")),
     CompatFlag(("--cache-idle-slots",), 0, _accepted(
         "a conversation whose slot goes to another is kept in the host cache (--cache-ram), as always here"),
         "LLAMA_ARG_CACHE_IDLE_SLOTS"),
@@ -263,7 +262,7 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--repack",), 0, _accepted("weights are read in the layouts ember's kernels take, as always")),
     CompatFlag(("-nr", "--no-repack"), 0, _refused(
         "ember's kernels read some formats through their own layouts, made at load; that cannot be turned off")),
-    CompatFlag(("--no-host",), 0, _refused(_ONE_DEVICE)),
+    CompatFlag(("--no-host",), 0, _refused("ember keeps no host buffers beside a device's to bypass")),
     CompatFlag(("-lm", "--load-mode"), 1, _refused("ember always maps the model file (its weights are read in "
                                                    "place)")),
     CompatFlag(("-lzm", "--lazy-mode"), 1, _refused("ember maps the whole file; the kernel reads each page as a "

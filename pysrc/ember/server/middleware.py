@@ -16,7 +16,7 @@ from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
 from ember.server.http import envelope_of
 from ember.server.keys import SCOPES, refusal, scope_needed
-from ember.server.sleep import AWAKE_NOT_NEEDED, AWAKE_NOT_NEEDED_UNDER
+from ember.server.sleep import wakes
 from ember.server.state import ServerState, unavailable
 from ember.server.webui import is_page_request
 
@@ -270,8 +270,7 @@ async def _routed(request: web.Request, handler, state: ServerState):
         raise exc
     if (state.phase != "ready" or state.closing) and request.path not in _BEFORE_READY:
         raise unavailable(state)
-    if state.phase != "ready" or (request.method, request.path) in AWAKE_NOT_NEEDED or (
-            request.method == "GET" and request.path.startswith(AWAKE_NOT_NEEDED_UNDER)):
+    if state.phase != "ready" or state.closing or not wakes(request.method, request.path):
         return await handler(request)
     async with request.app["sleeper"].awake():
         return await handler(request)

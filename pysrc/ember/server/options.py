@@ -36,6 +36,8 @@ class ServerOptions:
     parallel: int = 1
     #: the slots share one context (-kvu) rather than each keeping its share
     kv_unified: bool = False
+    #: -np auto: where the model runs on a device (whose context is not shared), one slot instead
+    parallel_auto: bool = False
     #: default max tokens per request; -1 means until the context is full
     n_predict: int = -1
     #: 0: physical cores

@@ -4,15 +4,16 @@ engine closes and the model is let go (its weights, every slot's cache and
 the host prompt cache: the memory, or the card's, goes back), and the next
 request that needs it loads it again before it is served.
 
-Which requests need it is the safe way round: every route wakes the model
-but those that only describe the server (`/health`, `/props`, the model
-lists, `/metrics`, Ollama's `/api/tags`, `/api/ps` and `/api/version`),
-which read what the last load recorded (`ModelFacts`) and say
-`is_sleeping` where llama-server does.
+Which requests need it is the safe way round (`wakes`): every route wakes
+the model but those that only describe the server (`/health`, `/props`, the
+model lists, `/metrics`, Ollama's `/api/tags`, `/api/ps`, `/api/version` and
+`/`), which read what the last load recorded (`ModelFacts`) and say
+`is_sleeping` where llama-server does, and those that read what the server
+stored (responses, kept streams) or stop it.
 
 Ollama's `keep_alive` on a request sets how long the model stays loaded after
-it (0: let go at once; negative: for good), as Ollama's does, until a later
-request says otherwise.
+it (0: let go at once; negative: for good), as Ollama's does; an Ollama
+request without one goes back to the server's own idle time.
 """
 
 from __future__ import annotations
@@ -26,15 +27,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["ModelFacts", "Sleeper", "AWAKE_NOT_NEEDED"]
+__all__ = ["ModelFacts", "Sleeper", "keep_alive_seconds", "wakes"]
 
-#: (method, path) of the routes served while asleep without waking the model.
-AWAKE_NOT_NEEDED = frozenset({
-    ("GET", "/health"), ("GET", "/v1/health"), ("GET", "/props"), ("GET", "/models"), ("GET", "/v1/models"),
-    ("GET", "/metrics"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("GET", "/api/version"),
-})
-#: The prefixes of routes served asleep whatever follows them (one model by its name).
-AWAKE_NOT_NEEDED_UNDER = ("/v1/models/", "/models/")
+#: The paths a GET (or HEAD) of is served while asleep without waking the model.
+_READ_ASLEEP = frozenset({"/", "/health", "/v1/health", "/props", "/models", "/v1/models", "/metrics", "/api/tags",
+                          "/api/ps", "/api/version", "/openapi.json", "/v1/stream"})
+#: ...and the prefixes of such paths (one model by name, a stored response).
+_READ_ASLEEP_UNDER = ("/v1/models/", "/models/", "/v1/responses/", "/responses/")
+#: Other requests that need no model: the shutdown, and the kept streams' lookup and stop.
+_OTHERS_ASLEEP = frozenset({("POST", "/shutdown"), ("POST", "/v1/streams/lookup"), ("DELETE", "/v1/stream")})
+
+
+def wakes(method: str, path: str) -> bool:
+    """Whether a request needs the model loaded (every route but those that
+    only describe the server or read what it stored)."""
+    if method in ("GET", "HEAD"):
+        return path not in _READ_ASLEEP and not path.startswith(_READ_ASLEEP_UNDER)
+    return (method, path) not in _OTHERS_ASLEEP
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class ModelFacts:
     device: dict
     slot_ctx: int
     n_slots: int
+    eog_ids: tuple
 
     @classmethod
     def of(cls, model, engine) -> "ModelFacts":
@@ -66,7 +76,8 @@ class ModelFacts:
         return cls(path=str(model.path), name=model.name, n_vocab=model.n_vocab, n_ctx=model.n_ctx,
                    n_ctx_train=model._native.n_ctx_train, architecture=model.architecture,
                    chat_template=model.chat_template or "", bos=piece(model._native.bos_id),
-                   eos=piece(model._native.eos_id), device=device, slot_ctx=engine.slot_ctx, n_slots=engine.n_slots)
+                   eos=piece(model._native.eos_id), device=device, slot_ctx=engine.slot_ctx, n_slots=engine.n_slots,
+                   eog_ids=tuple(model._native.eog_ids))
 
 
 class Sleeper:
@@ -77,7 +88,7 @@ class Sleeper:
         self.app = app
         self.state = app["state"]
         #: seconds of idleness before sleeping; None: never (unless a keep_alive says)
-        self.idle_seconds = idle_seconds
+        self.idle_seconds = self.default_idle = idle_seconds
         self.in_flight = 0
         self.last_active = time.monotonic()
         self._turn = asyncio.Lock()
@@ -94,11 +105,12 @@ class Sleeper:
         if self._watch is not None:
             self._watch.cancel()
 
-    def keep_alive(self, seconds: float | None) -> None:
+    def keep_alive(self, seconds: float | None | bool) -> None:
         """Ollama's keep_alive: the model stays this long after the request
-        (None: for good), until a later request says otherwise."""
-        self.idle_seconds = seconds
-        self.start()
+        (None: for good; False, a request that gave none: the server's own)."""
+        self.idle_seconds = self.default_idle if seconds is False else seconds
+        if self.idle_seconds is not None:
+            self.start()
 
     @contextlib.asynccontextmanager
     async def awake(self):
@@ -132,9 +144,11 @@ class Sleeper:
         return time.time() + max(0.0, (self.idle_seconds or 0.0) - max(0.0, self._idle_for()))
 
     def _idle_for(self) -> float:
-        """Seconds since the model was last needed; -1 while it is."""
+        """Seconds since the model was last needed; -1 while it is (a job
+        that outlives its request, a background response, counts too)."""
         engine = self.state.engine
         if self.in_flight or engine is None or engine.busy or engine.waiting():
+            self.last_active = time.monotonic()
             return -1.0
         return time.monotonic() - self.last_active
 
@@ -144,8 +158,12 @@ class Sleeper:
             if not self._due():
                 continue
             async with self._turn:
-                if self._due():  # a request may have come, or changed the idle time, meanwhile
+                if not self._due():  # a request may have come, or changed the idle time, meanwhile
+                    continue
+                try:
                     await self._sleep(self.idle_seconds)
+                except Exception as e:  # noqa: BLE001 - the watch goes on; the model stays as it was
+                    self.state.log(f"ember: the model could not be let go: {type(e).__name__}: {e}")
 
     def _due(self) -> bool:
         idle = self.idle_seconds
@@ -156,7 +174,10 @@ class Sleeper:
         engine = state.engine
         from ember.server.lifecycle import publish
 
-        self.last_snapshot = self.snapshot(await engine.call(engine.snapshot))
+        snapshot = self.snapshot(await engine.call(engine.snapshot))
+        if not self._due():
+            return  # a request came while the engine was asked
+        self.last_snapshot = snapshot
         publish(self.app, None, None)
         await asyncio.get_running_loop().run_in_executor(None, engine.close, 5.0)
         del engine
@@ -168,8 +189,13 @@ class Sleeper:
 
         state = self.state
         t0 = time.monotonic()
+        loading = asyncio.get_running_loop().run_in_executor(None, load_engine, state)
         try:
-            model, engine = await asyncio.get_running_loop().run_in_executor(None, load_engine, state)
+            model, engine = await asyncio.shield(loading)
+        except asyncio.CancelledError:
+            # The server stops while the model loads: the engine the load starts is closed once it is in.
+            loading.add_done_callback(lambda f: f.exception() is None and f.result()[1].close(0))
+            raise
         except Exception as e:  # noqa: BLE001 - the file may have gone: the request is told, the server goes on
             from ember.server.errors import ApiError
 

@@ -263,10 +263,11 @@ class ChatRequest(OpenAIRequest):
         the chat core); two names giving different budgets are refused."""
         names = ("reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget")
         given = [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
-        if len({json.dumps(v) for _, v in given}) > 1:
-            (a, va), (b, vb) = given[:2]
-            raise ApiError(400, f"{b}: {json.dumps(vb)[:40]}, where {a} says {json.dumps(va)[:40]}; send one",
-                           param=b)
+        (a, va), *rest = given or [(None, None)]
+        for b, vb in rest:
+            if json.dumps(vb) != json.dumps(va):
+                raise ApiError(400, f"{b}: {json.dumps(vb)[:40]}, where {a} says {json.dumps(va)[:40]}; send one",
+                               param=b)
         return given[0][1] if given else None
 
 

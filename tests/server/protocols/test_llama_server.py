@@ -194,7 +194,8 @@ def test_chat_template_file_is_rendered(server):
 
 def test_props_health_metrics(server):
     props = json.loads(http(server.url + "/props")[2])
-    assert props["default_generation_settings"]["n_ctx"] == 2048 and props["total_slots"] == 1
+    # The default slots (-np auto, llama-server's): four sharing the context.
+    assert props["default_generation_settings"]["n_ctx"] == 2048 and props["total_slots"] == 4
     assert props["model_path"].endswith(".gguf") and props["chat_template"]
     status, _, body = http(server.url + "/health")
     assert status == 200 and json.loads(body) == {"status": "ok"}

@@ -143,6 +143,25 @@ def test_two_budget_names_that_disagree_are_refused(server):
     assert e["param"] == "thinking_budget_tokens" and "reasoning_budget_tokens says 3" in e["message"], e
     body = {"messages": CHAT, "max_tokens": 2, "reasoning_budget_tokens": 3, "reasoning_budget": 3}
     assert http(server.url + "/v1/chat/completions", body)[0] == 200
+    # The one that disagrees is named, wherever it comes.
+    body = {"messages": CHAT, "reasoning_budget_tokens": 5, "thinking_budget_tokens": 5, "reasoning_budget": 7}
+    assert error_of(http(server.url + "/v1/chat/completions", body), 400)["param"] == "reasoning_budget"
+
+
+def test_the_servers_effort_gives_way_to_the_requests_template_switches(tmp_path):
+    template = ("{% for m in messages %}{{ m.content }}{% endfor %}"
+                "|{{ reasoning_effort | default('unset') }}|{{ enable_thinking }}")
+    model = thinking_model.build(tmp_path / "tiny-qwen3-think.gguf")
+    with ServerProcess(model, "--reasoning-effort", "low", "--chat-template", template) as s:
+        def prompt(**body):
+            status, _, raw = http(s.url + "/apply-template", {"messages": CHAT, **body})
+            assert status == 200, raw
+            return json.loads(raw)["prompt"]
+
+        assert prompt().endswith("Why?|low|True")
+        assert prompt(reasoning_effort="high").endswith("Why?|high|True")
+        assert prompt(chat_template_kwargs={"reasoning_effort": "medium"}).endswith("Why?|medium|True")
+        assert prompt(chat_template_kwargs={"enable_thinking": False}).endswith("Why?|unset|False")
 
 
 def test_the_servers_reasoning_flags_are_every_requests_defaults(tmp_path):

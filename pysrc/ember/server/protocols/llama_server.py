@@ -33,7 +33,7 @@ def _settings(state: ServerState, n_predict: int, params: SamplingParams, stream
         "n_predict": n_predict, "seed": -1 if params.seed is None else params.seed, "stream": stream,
         # As llama-server lists them (a bias of -inf as null), ignore_eos as the end tokens' bans it stands for.
         "logit_bias": [{"bias": None if b == -math.inf else finite(b), "token": t} for t, b in params.logit_bias.items()]
-        + ([{"bias": None, "token": t} for t in state.model._native.eog_ids if t not in params.logit_bias]
+        + ([{"bias": None, "token": t} for t in state.facts.eog_ids if t not in params.logit_bias]
            if params.ignore_eos else []),
         "n_keep": 0, "n_discard": 0, "min_keep": 0, "model": state.model_id(),
     })
@@ -88,7 +88,7 @@ async def completion(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.LlamaCompletionRequest)
     return await _complete(request, req, lambda _n_predict: completion_prompts(
-        state.model, req.prompt, limit=state.opts.parallel + state.opts.queue_depth))
+        state.model, req.prompt, limit=state.facts.n_slots + state.opts.queue_depth))
 
 
 @reads(wire.InfillRequest)
@@ -207,9 +207,9 @@ async def _complete(request: web.Request, req: "wire.LlamaCompletionRequest", ma
     prompts, texts = make_prompts(n_predict)
     if n_cmpl is not None and n_cmpl > 1:
         # Each prompt's completions side by side, as llama-server answers them.
-        if len(prompts) * n_cmpl > state.opts.parallel + state.opts.queue_depth:
+        if len(prompts) * n_cmpl > state.facts.n_slots + state.opts.queue_depth:
             raise ApiError(400, f"{name}: {len(prompts)} prompts of {n_cmpl} completions each; at most "
-                           f"{state.opts.parallel + state.opts.queue_depth} at once (the slots and the queue)",
+                           f"{state.facts.n_slots + state.opts.queue_depth} at once (the slots and the queue)",
                            param=name)
         prompts = [p for p in prompts for _ in range(n_cmpl)]
         texts = [t for t in texts for _ in range(n_cmpl)]
@@ -377,7 +377,7 @@ async def props(request: web.Request) -> web.Response:
             "is_processing": bool(engine is not None and engine.busy),
             "params": _settings(state, state.opts.n_predict, state.opts.sampling, False), "prompt": "",
         },
-        "total_slots": state.opts.parallel,
+        "total_slots": state.facts.n_slots,
         "model_path": facts.path,
         "model_alias": state.model_id(),
         "chat_template": state.template if state.template is not None else facts.chat_template,

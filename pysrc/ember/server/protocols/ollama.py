@@ -162,15 +162,15 @@ def _decode(raw: bytes, type):
 
 def _keep_alive(request: web.Request, value) -> float | None | bool:
     """Applies a request's keep_alive, as Ollama does: how long the model
-    stays loaded after it (None: for good; False: the request said nothing)."""
+    stays loaded after it (None: for good; False: the request said nothing,
+    and the server's own idle time holds again)."""
     from ember.server.sleep import keep_alive_seconds
 
     try:
         seconds = keep_alive_seconds(value)
     except ValueError as e:
         raise ApiError(400, f"keep_alive: {e}", param="keep_alive") from None
-    if seconds is not False:
-        request.app["sleeper"].keep_alive(seconds)
+    request.app["sleeper"].keep_alive(seconds)
     return seconds
 
 
