@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ember.server import webui
 from ember.server.protocols import PROTOCOLS
-from ember.server.lifecycle import on_cleanup, on_startup, shutdown
+from ember.server.lifecycle import load_engine, on_cleanup, on_startup, publish, shutdown
 from ember.server.middleware import allow_origin, middleware
 from ember.server.openapi import openapi
 from ember.server.options import ServerOptions
@@ -35,7 +35,8 @@ def create_app(opts: ServerOptions, *, log: Callable[[str], None] | None = None)
     app["model"] = None
     app["engine"] = None
     # Ollama's keep_alive may set an idle time where the flag set none.
-    app["sleeper"] = Sleeper(app, opts.sleep_idle_seconds if opts.sleep_idle_seconds > 0 else None)
+    app["sleeper"] = Sleeper(app, opts.sleep_idle_seconds if opts.sleep_idle_seconds > 0 else None,
+                             load=load_engine, publish=publish)
     app["ready"] = asyncio.Event()
     app["load_failed"] = asyncio.Event()
     app.router.add_post("/shutdown", shutdown)

@@ -84,9 +84,12 @@ class Sleeper:
     """Counts the requests that need the model, lets it go once they and the
     engine have been idle for the idle time, and loads it again for the next."""
 
-    def __init__(self, app: "web.Application", idle_seconds: float | None) -> None:
+    def __init__(self, app: "web.Application", idle_seconds: float | None, *, load, publish) -> None:
+        """`load(state)` loads the model and starts its engine; `publish(app,
+        model, engine)` makes them the routes' (None, None: asleep)."""
         self.app = app
         self.state = app["state"]
+        self._load, self._publish = load, publish
         #: seconds of idleness before sleeping; None: never (unless a keep_alive says)
         self.idle_seconds = self.default_idle = idle_seconds
         self.in_flight = 0
@@ -172,24 +175,20 @@ class Sleeper:
     async def _sleep(self, idle: float) -> None:
         state = self.state
         engine = state.engine
-        from ember.server.lifecycle import publish
-
         snapshot = self.snapshot(await engine.call(engine.snapshot))
         if not self._due():
             return  # a request came while the engine was asked
         self.last_snapshot = snapshot
-        publish(self.app, None, None)
+        self._publish(self.app, None, None)
         await asyncio.get_running_loop().run_in_executor(None, engine.close, 5.0)
         del engine
         state.log(f"ember: sleeping after {idle:g} s idle: the model and its caches are let go; the next request that "
                   "needs it loads it again")
 
     async def _wake(self) -> None:
-        from ember.server.lifecycle import load_engine
-
         state = self.state
         t0 = time.monotonic()
-        loading = asyncio.get_running_loop().run_in_executor(None, load_engine, state)
+        loading = asyncio.get_running_loop().run_in_executor(None, self._load, state)
         try:
             model, engine = await asyncio.shield(loading)
         except asyncio.CancelledError:
@@ -203,9 +202,7 @@ class Sleeper:
         if state.closing:
             engine.close(0)
             return
-        from ember.server.lifecycle import publish
-
-        publish(self.app, model, engine)
+        self._publish(self.app, model, engine)
         state.log(f"ember: awake: the model loaded again in {time.monotonic() - t0:.1f} s")
 
 
