@@ -49,7 +49,15 @@ async def read_body(request: web.Request) -> bytes:
     (compressed or not) without reading or inflating further. The server
     runs its parser with `auto_decompress` off (`RUNNER_OPTIONS`) so that a
     stream cut before its end is seen: aiohttp's own inflating lets a gzip
-    body without its trailer through."""
+    body without its trailer through. Read once: a second call (a route
+    after the middleware looked) gets the same bytes."""
+    if (kept := request.get("body")) is not None:
+        return kept
+    request["body"] = body = await _read_body(request)
+    return body
+
+
+async def _read_body(request: web.Request) -> bytes:
     limit = request.app["state"].body_limit(request.path)
     too_big = ApiError(413, f"the request body exceeds the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:

@@ -14,7 +14,7 @@ from ember.chat.errors import ModelOutputError
 from ember.chat.events import Stop
 from ember.server.errors import ApiError, from_engine_error
 from ember.server.generation import Generation
-from ember.server.http import envelope_of
+from ember.server.http import envelope_of, read_body
 from ember.server.keys import SCOPES, refusal, scope_needed
 from ember.server.sleep import wakes
 from ember.server.state import ServerState, unavailable
@@ -270,7 +270,9 @@ async def _routed(request: web.Request, handler, state: ServerState):
         raise exc
     if (state.phase != "ready" or state.closing) and request.path not in _BEFORE_READY:
         raise unavailable(state)
-    if state.phase != "ready" or state.closing or not wakes(request.method, request.path):
+    # Ollama's unload of a sleeping model needs no model: its body is looked at only then.
+    body = await read_body(request) if state.asleep and request.path == "/api/generate" else None
+    if state.phase != "ready" or state.closing or not wakes(request.method, request.path, body):
         return await handler(request)
     async with request.app["sleeper"].awake():
         return await handler(request)

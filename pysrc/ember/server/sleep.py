@@ -38,11 +38,24 @@ _READ_ASLEEP_UNDER = ("/v1/models/", "/models/", "/v1/responses/", "/responses/"
 _OTHERS_ASLEEP = frozenset({("POST", "/shutdown"), ("POST", "/v1/streams/lookup"), ("DELETE", "/v1/stream")})
 
 
-def wakes(method: str, path: str) -> bool:
+def wakes(method: str, path: str, body: bytes | None = None) -> bool:
     """Whether a request needs the model loaded (every route but those that
-    only describe the server or read what it stored)."""
+    only describe the server or read what it stored, and Ollama's way of
+    letting a model go: an empty prompt with keep_alive 0, which `body`, when
+    the route is Ollama's generate, is looked at for)."""
     if method in ("GET", "HEAD"):
         return path not in _READ_ASLEEP and not path.startswith(_READ_ASLEEP_UNDER)
+    if path == "/api/generate" and body is not None:
+        import json
+
+        try:
+            said = json.loads(body)
+            keep = keep_alive_seconds(said.get("keep_alive")) if isinstance(said, dict) else False
+        except ValueError:
+            return True  # the route answers what is wrong with it, awake
+        # (keep is False where the request gave none, and False == 0.)
+        return not (isinstance(keep, float) and keep == 0 and not any(said.get(k) for k in ("prompt", "context",
+                                                                                            "suffix")))
     return (method, path) not in _OTHERS_ASLEEP
 
 
