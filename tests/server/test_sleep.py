@@ -101,8 +101,10 @@ def test_ollamas_keep_alive_says_how_long_the_model_stays(smollm2_path):
         status, _, raw = http(s.url + "/api/generate", {"model": "m", "prompt": "", "keep_alive": 0})
         assert status == 200 and json.loads(raw)["done_reason"] == "unload", raw
         _wait(s, asleep=True)
-        # Said again to a sleeping model (`ollama stop`), it is answered without loading the model.
+        # Said again to a sleeping model (`ollama stop`), on either route, it is answered without loading it.
         status, _, raw = http(s.url + "/api/generate", {"model": "m", "prompt": "", "keep_alive": "0s"})
+        assert status == 200 and json.loads(raw)["done_reason"] == "unload", raw
+        status, _, raw = http(s.url + "/api/chat", {"model": "m", "messages": [], "keep_alive": 0})
         assert status == 200 and json.loads(raw)["done_reason"] == "unload", raw
         assert _asleep(s) and not any("awake" in line for line in s.lines)
         # A request saying nothing of it wakes the model, and the server's own idle time (here none)

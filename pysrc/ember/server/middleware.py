@@ -271,7 +271,7 @@ async def _routed(request: web.Request, handler, state: ServerState):
     if (state.phase != "ready" or state.closing) and request.path not in _BEFORE_READY:
         raise unavailable(state)
     # Ollama's unload of a sleeping model needs no model: its body is looked at only then.
-    body = await read_body(request) if state.asleep and request.path == "/api/generate" else None
+    body = await read_body(request) if state.asleep and request.path in ("/api/generate", "/api/chat") else None
     if state.phase != "ready" or state.closing or not wakes(request.method, request.path, body):
         return await handler(request)
     async with request.app["sleeper"].awake():

@@ -41,11 +41,12 @@ _OTHERS_ASLEEP = frozenset({("POST", "/shutdown"), ("POST", "/v1/streams/lookup"
 def wakes(method: str, path: str, body: bytes | None = None) -> bool:
     """Whether a request needs the model loaded (every route but those that
     only describe the server or read what it stored, and Ollama's way of
-    letting a model go: an empty prompt with keep_alive 0, which `body`, when
-    the route is Ollama's generate, is looked at for)."""
+    letting a model go: an empty prompt or no messages with keep_alive 0,
+    which `body`, when the route is Ollama's generate or chat, is looked at
+    for)."""
     if method in ("GET", "HEAD"):
         return path not in _READ_ASLEEP and not path.startswith(_READ_ASLEEP_UNDER)
-    if path == "/api/generate" and body is not None:
+    if path in ("/api/generate", "/api/chat") and body is not None:
         import json
 
         try:
@@ -55,7 +56,7 @@ def wakes(method: str, path: str, body: bytes | None = None) -> bool:
             return True  # the route answers what is wrong with it, awake
         # (keep is False where the request gave none, and False == 0.)
         return not (isinstance(keep, float) and keep == 0 and not any(said.get(k) for k in ("prompt", "context",
-                                                                                            "suffix")))
+                                                                                            "suffix", "messages")))
     return (method, path) not in _OTHERS_ASLEEP
 
 

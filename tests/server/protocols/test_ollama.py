@@ -82,8 +82,10 @@ def test_generate_wraps_the_prompt_in_the_template_unless_raw(server, client):
     status, _, body = http(server.url + "/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6,
                                                              **GREEDY})
     assert raw.response == json.loads(body)["choices"][0]["text"]
-    # An empty prompt loads the model, as Ollama's clients use it.
+    # An empty prompt loads the model, as Ollama's clients use it; so do no messages on the chat route.
     assert client.generate(model="any", prompt="").done_reason == "load"
+    loaded = client.chat(model="any", messages=[])
+    assert loaded.done_reason == "load" and loaded.message.content == ""
 
 
 def test_a_context_continues_where_the_last_reply_ended(client):
@@ -233,7 +235,6 @@ def test_a_tool_result_answers_the_call_whose_id_it_gives():
 
 
 @pytest.mark.parametrize("route,body,says", [
-    ("/api/chat", {"messages": []}, "messages"),
     ("/api/chat", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
     ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["AAAA"]}]}, "messages[0].images"),
     ("/api/chat", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),

@@ -412,7 +412,13 @@ def _text_of(events: list, kind: type) -> str:
 async def chat(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app["state"]
     body = _decode(await read_body(request), ChatBody)
-    _keep_alive(request, body.keep_alive)
+    keep = _keep_alive(request, body.keep_alive)
+    if not body.messages:
+        # Ollama's way of loading a model (no messages: the model is ready), or with keep_alive 0 of
+        # letting it go, as on /api/generate.
+        reason = "unload" if isinstance(keep, float) and keep == 0 else "load"
+        return json_response({"model": body.model or state.model_id(), "created_at": _now(),
+                              "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": reason})
     max_tokens = _max_tokens(state, body)
     prompt, shaper, params = await _prompt(state, body, _chat_messages(body), body.tools, body.tool_choice)
     gen = Generation(request, prompt, max_tokens, params, context=_context(body.options))
