@@ -261,3 +261,16 @@ def test_verbose_replies_carry_llama_server_s_debug_object(server, plain_server)
     asked = post_ok(plain_server, "/v1/completions", {"prompt": "Once upon", "max_tokens": 2, "verbose": True})
     assert asked["__verbose"]["prompt"] == "Once upon" and asked["__verbose"]["tokens_evaluated"] == 2
     assert any(line.startswith("ember: replies carry __verbose (-v)") for line in server.lines)
+
+
+def test_no_cache_prompt_reads_every_prompt_again_unless_a_request_asks(smollm2_path):
+    body = {"prompt": "The lighthouse keeper counted the steps of the spiral stair", "n_predict": 2,
+            "temperature": 0}
+    with ServerProcess(smollm2_path, "-np", "1", "--no-cache-prompt") as s:
+        assert any("prompt reuse: off unless a request says cache_prompt: true" in line for line in s.lines)
+        for _ in range(2):
+            status, _, raw = http(s.url + "/completion", body)
+            assert status == 200 and json.loads(raw)["timings"]["cache_n"] == 0, raw
+        http(s.url + "/completion", {**body, "cache_prompt": True})
+        status, _, raw = http(s.url + "/completion", {**body, "cache_prompt": True})
+        assert status == 200 and json.loads(raw)["timings"]["cache_n"] > 0, raw

@@ -143,6 +143,9 @@ _FLAGS = [
     _Flag("repeat-penalty", ("--repeat-penalty",), float, None, "default repeat penalty (1.0: off)"),
     _Flag("presence-penalty", ("--presence-penalty",), float, None, "default presence penalty (0.0: off)"),
     _Flag("frequency-penalty", ("--frequency-penalty",), float, None, "default frequency penalty (0.0: off)"),
+    _Flag("no-cache-prompt", ("--no-cache-prompt",), bool, "LLAMA_ARG_NO_CACHE_PROMPT",
+          "a request reads its whole prompt again, reusing nothing a slot holds, unless it says cache_prompt: true",
+          False),
     _Flag("ignore-eos", ("--ignore-eos",), bool, None, "requests go on past the end-of-generation token by default",
           False),
     _Flag("samplers", ("--samplers",), str, None,
@@ -1002,6 +1005,9 @@ def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Ma
     if values["ignore-eos"]:
         params.ignore_eos = True
         by_flag.append("ignore-eos")
+    if values.get("no-cache-prompt"):
+        params.cache_prompt = False
+        lines.append("prompt reuse: off unless a request says cache_prompt: true (--no-cache-prompt)")
     bias = values["logit-bias"]
     if bias:
         params.logit_bias = _logit_biases(bias if isinstance(bias, list) else bias.split(","), sources["logit-bias"])

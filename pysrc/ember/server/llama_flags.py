@@ -338,9 +338,8 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("-ag", "--agent"), 0, _refused(_NO_TOOLS)),
     CompatFlag(("-no-ag", "--no-agent"), 0, _accepted("no built-in tools run")),
     CompatFlag(("--cache-prompt",), 0, _accepted("a slot reuses what it holds of a prompt unless the request "
-                                                 "says cache_prompt: false")),
-    CompatFlag(("--no-cache-prompt",), 0, _refused("a request turns the reuse off with cache_prompt: false; the "
-                                                   "server's default keeps it")),
+                                                 "says cache_prompt: false (the default; --no-cache-prompt turns "
+                                                 "it off)")),
     CompatFlag(("--props",), 0, _refused("ember's settings are fixed when it starts; POST /props changes none")),
     CompatFlag(("--models-dir",), 1, _refused(_ROUTER)),
     CompatFlag(("--models-preset",), 1, _refused(_ROUTER)),

@@ -202,7 +202,7 @@ class ChatRequest(OpenAIRequest):
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     # llama-server's, read on its chat route as on /completion
-    cache_prompt: bool = True
+    cache_prompt: bool | None = None
     id_slot: int = -1
     # Read so that a request setting them is refused by name (`refuse_unserved`).
     functions: Any = None
@@ -311,7 +311,7 @@ class LlamaCompletionRequest(Sampling):
     # completions of each prompt: n_cmpl, or n where it is absent
     n_cmpl: int | None = None
     n: int | None = None
-    cache_prompt: bool = True
+    cache_prompt: bool | None = None
     return_tokens: bool = False
     id_slot: int = -1
     # the paths ("timings/predicted_n") of the final result's fields to answer, each under its path

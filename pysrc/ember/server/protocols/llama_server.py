@@ -202,8 +202,8 @@ async def _complete(request: web.Request, req: "wire.LlamaCompletionRequest", ma
     if req.n_probs:
         params.n_probs = req.n_probs
         params.post_sampling_probs = req.post_sampling_probs
-    if not req.cache_prompt:
-        params.cache_prompt = False
+    if req.cache_prompt is not None:  # else the server's default (--no-cache-prompt)
+        params.cache_prompt = req.cache_prompt
     prompts, texts = make_prompts(n_predict)
     if n_cmpl is not None and n_cmpl > 1:
         # Each prompt's completions side by side, as llama-server answers them.

@@ -55,8 +55,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = req.chat()
     max_tokens = wire.reply_length(req, state.opts.n_predict)
     params = wire.sampling_options(req, model.n_vocab, state.opts.sampling, wire.text_tokens(model))
-    if not req.cache_prompt:
-        params.cache_prompt = False
+    if req.cache_prompt is not None:  # else the server's default (--no-cache-prompt)
+        params.cache_prompt = req.cache_prompt
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
