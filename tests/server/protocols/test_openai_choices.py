@@ -37,6 +37,15 @@ def test_each_chat_choice_is_the_answer_of_its_own_seed(client):
                                        max_tokens=12).usage.completion_tokens for i in range(3))
 
 
+def test_choices_in_a_named_slot_are_the_same_answers(client):
+    # The named slot reads the prompt and answers the first choice; the others answer from its copies.
+    free = client.chat.completions.create(model="m", messages=CHAT, n=2, seed=3, temperature=1.0, max_tokens=8)
+    for _ in range(2):  # again, with the slot holding the prompt
+        named = client.chat.completions.create(model="m", messages=CHAT, n=2, seed=3, temperature=1.0, max_tokens=8,
+                                               extra_body={"id_slot": 0})
+        assert [c.message.content for c in named.choices] == [c.message.content for c in free.choices]
+
+
 def test_streamed_choices_arrive_by_index_and_read_the_prompt_once(client):
     stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Name three colours."}],
                                             n=3, seed=4, temperature=1.0, max_tokens=10, stream=True)

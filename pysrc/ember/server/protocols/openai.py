@@ -48,7 +48,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     req.refuse_unserved()
     req.refuse_completion_fields("logprobs and top_logprobs")
     n = wire.check_n(req.n)
-    slot = chosen_slot(request, req.id_slot, n)
+    # The slot asked for reads the prompt and answers the first choice; the others answer from copies of it
+    # (what each says depends on its seed, not its slot), as llama-server's answer in that slot one by one.
+    slot = chosen_slot(request, req.id_slot, 1)
     wire.check_logprobs("top_logprobs", req.top_logprobs)
     if req.top_logprobs is not None and not req.logprobs:
         raise ApiError(400, "top_logprobs: requires logprobs to be true", param="top_logprobs")
