@@ -153,7 +153,8 @@ class Sleeper:
         last = self.last_snapshot
         if now is None or last is None:
             return now if now is not None else last
-        return {**now, "passes": last["passes"] + now["passes"], "slot_passes": last["slot_passes"] + now["slot_passes"],
+        return {**now, "passes": last["passes"] + now["passes"],
+                "slot_passes": last["slot_passes"] + now["slot_passes"],
                 "tokens_max": max(last["tokens_max"], now["tokens_max"])}
 
     def goes_at(self) -> float:

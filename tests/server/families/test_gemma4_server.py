@@ -38,7 +38,8 @@ def server():
 
 def test_the_template_renders_gemma_4_turns(server):
     on = post(server, "/apply-template", {"messages": CHAT, "chat_template_kwargs": {"enable_thinking": True}})["prompt"]
-    off = post(server, "/apply-template", {"messages": CHAT, "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
+    off = post(server, "/apply-template",
+               {"messages": CHAT, "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
     # Unless told, the template thinks, as llama-server tells it (its "auto" on a template that thinks).
     assert post(server, "/apply-template", {"messages": CHAT})["prompt"] == on
     assert "<|turn>user\nWhy is the sky blue?<turn|>" in on and on.endswith("<|turn>model\n")
