@@ -274,3 +274,21 @@ def test_no_cache_prompt_reads_every_prompt_again_unless_a_request_asks(smollm2_
         http(s.url + "/completion", {**body, "cache_prompt": True})
         status, _, raw = http(s.url + "/completion", {**body, "cache_prompt": True})
         assert status == 200 and json.loads(raw)["timings"]["cache_n"] > 0, raw
+
+
+def test_no_prefill_assistant_opens_a_new_turn_after_the_assistants_words(smollm2_path):
+    said = [{"role": "user", "content": "Name a book"}, {"role": "assistant", "content": "Whill"}]
+    with ServerProcess(smollm2_path, "--no-prefill-assistant") as s:
+        def prompt(body):
+            status, _, raw = http(s.url + "/apply-template", body)
+            assert status == 200, raw
+            return json.loads(raw)["prompt"]
+
+        assert prompt({"messages": said}).endswith("Whill<|im_end|>\n<|im_start|>assistant\n")
+        # A request that asks to continue them still does, and two of the assistant's turns may end it.
+        assert prompt({"messages": said, "continue_final_message": True,
+                       "add_generation_prompt": False}).endswith("<|im_start|>assistant\nWhill")
+        twice = [*said, {"role": "assistant", "content": "Again"}]
+        assert prompt({"messages": twice}).endswith("Again<|im_end|>\n<|im_start|>assistant\n")
+        status, _, raw = http(s.url + "/v1/chat/completions", {"messages": said, "max_tokens": 2, "verbose": True})
+        assert status == 200 and json.loads(raw)["__verbose"]["prompt"].endswith("<|im_start|>assistant\n"), raw

@@ -56,3 +56,26 @@ def test_two_conversations_run_together_and_answer_as_alone(shared):
         t.join(120)
     assert got["short"]["content"] == want
     assert got["long"]["tokens_predicted"] == 8
+
+
+def test_the_default_slots_answer_four_conversations_together(smollm2_path):
+    # -np auto (llama-server's default): four slots sharing the context, so four requests run in the
+    # same passes, each answered as alone, and one of them may use all of the context.
+    with ServerProcess(smollm2_path, ctx=512) as s:
+        bodies = [{"prompt": f"Story number {i}: once upon a time", "n_predict": 48, "temperature": 0,
+                   "ignore_eos": True} for i in range(4)]
+        alone = [json.loads(http(s.url + "/completion", b)[2]) for b in bodies]
+        got: dict = {}
+
+        def run(i):
+            got[i] = json.loads(http(s.url + "/completion", bodies[i])[2])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [got[i]["content"] for i in range(4)] == [a["content"] for a in alone]
+        assert sorted(got[i]["id_slot"] for i in range(4)) == [0, 1, 2, 3], "each in a slot of its own"
+        r = _completion(s.url, 8)  # LONG: more than a quarter of the context, in one slot
+        assert r["tokens_evaluated"] > 128 and r["tokens_predicted"] == 8

@@ -120,10 +120,13 @@ def _schema_error(tools, e: Exception) -> ChatError:
 
 
 def build_prompt(model, request: ChatRequest, *, template: str | None = None, framings: dict | None = None,
-                 add_generation_prompt: bool = True, next_turn: bool = False) -> ChatPrompt:
+                 add_generation_prompt: bool = True, next_turn: bool = False, prefill: bool = True) -> ChatPrompt:
     """The prompt of `request` for `model` (its own chat template, or
     `template`). `framings` caches each template's tool-call framing across
-    calls. With `next_turn`, the next turn is rendered too (see `ChatPrompt`)."""
+    calls. With `next_turn`, the next turn is rendered too (see `ChatPrompt`).
+    Without `prefill`, a conversation ending in the assistant's words is a
+    finished turn, and a new one is opened after it (llama-server's
+    --no-prefill-assistant)."""
     from ember.chat.tools import (GENERIC, ToolCallStream, apply_generic_tools, call_grammar, call_trigger,
                                   detect_framing, normalize_tool_messages, validate_tools)
     from ember.reasoning import detect_reasoning, starts_in_thought
@@ -198,9 +201,10 @@ def build_prompt(model, request: ChatRequest, *, template: str | None = None, fr
     # A conversation ending in the assistant's own words asks for them to be
     # continued (llama-server's assistant prefill, Anthropic's too): the turn
     # is opened as for a reply and those words written into it.
-    prefill = None
+    continued, prefill = prefill, None
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
-    if add_generation_prompt and len(messages) > 1 and last.get("role") == "assistant" and not last.get("tool_calls"):
+    if (continued and add_generation_prompt and len(messages) > 1 and last.get("role") == "assistant"
+            and not last.get("tool_calls")):
         prefill, messages = last.get("content") or "", messages[:-1]
     try:
         text = render(messages, tools)

@@ -80,14 +80,17 @@ def message_locator(origins: list[Origin], then: Locate | None = None) -> Locate
 
 async def chat_prompt(state: ServerState, request: ChatRequest, params: SamplingParams, *,
                       locate: Locate | None = None, after: list[int] | None = None,
-                      add_generation_prompt: bool = True) -> tuple[list[int], ChatShaper]:
+                      add_generation_prompt: bool = True,
+                      prefill: bool | None = None) -> tuple[list[int], ChatShaper]:
     """The prompt's ids and the shaper its reply goes through; what the
     generation needs beyond the request's own options goes into `params`.
     `after`, an earlier reply's tokens (Ollama's context), comes first: the
     new turn follows it without a BOS of its own. Without
     `add_generation_prompt` the last turn is left open as the template
-    writes it (no reply's turn is opened, no assistant's words continued)."""
-    p = await _built(state, request, locate, add_generation_prompt)
+    writes it (no reply's turn is opened, no assistant's words continued).
+    `prefill`: whether the assistant's last words are continued (None: as
+    the server does, --no-prefill-assistant)."""
+    p = await _built(state, request, locate, add_generation_prompt, prefill)
     p.apply(params)
     if not after:
         return state.model.chat_text_ids(p.text, p.literal), p.shaper
@@ -96,13 +99,14 @@ async def chat_prompt(state: ServerState, request: ChatRequest, params: Sampling
     return list(after) + (ids[1:] if ids and bos is not None and ids[0] == bos else ids), p.shaper
 
 
-async def chat_text(state: ServerState, request: ChatRequest, add_generation_prompt: bool = True) -> str:
+async def chat_text(state: ServerState, request: ChatRequest, add_generation_prompt: bool = True,
+                    prefill: bool | None = None) -> str:
     """The prompt's text (llama-server's /apply-template)."""
-    return (await _built(state, request, None, add_generation_prompt)).text
+    return (await _built(state, request, None, add_generation_prompt, prefill)).text
 
 
 async def _built(state: ServerState, request: ChatRequest, locate: Locate | None,
-                 add_generation_prompt: bool = True) -> ChatPrompt:
+                 add_generation_prompt: bool = True, prefill: bool | None = None) -> ChatPrompt:
     request, locate = _with_system_prompt(state, request, locate)
     request = _with_reasoning_defaults(state, request)
     # Off the event loop: a template is the client's to trigger and may take
@@ -110,7 +114,8 @@ async def _built(state: ServerState, request: ChatRequest, locate: Locate | None
     # and the streams under way go on meanwhile.
     build = functools.partial(build_prompt, state.model, request, template=state.template, framings=state.framings,
                               add_generation_prompt=add_generation_prompt,
-                              next_turn=add_generation_prompt and _checkpointing(state))
+                              next_turn=add_generation_prompt and _checkpointing(state),
+                              prefill=state.opts.prefill_assistant if prefill is None else prefill)
     try:
         return await asyncio.get_running_loop().run_in_executor(None, build)
     except ChatError as e:

@@ -143,6 +143,9 @@ _FLAGS = [
     _Flag("repeat-penalty", ("--repeat-penalty",), float, None, "default repeat penalty (1.0: off)"),
     _Flag("presence-penalty", ("--presence-penalty",), float, None, "default presence penalty (0.0: off)"),
     _Flag("frequency-penalty", ("--frequency-penalty",), float, None, "default frequency penalty (0.0: off)"),
+    _Flag("no-prefill-assistant", ("--no-prefill-assistant",), bool, "LLAMA_ARG_NO_PREFILL_ASSISTANT",
+          "a conversation ending in the assistant's words is a finished turn, and a new one is opened after it "
+          "(by default the words are continued)", False),
     _Flag("no-cache-prompt", ("--no-cache-prompt",), bool, "LLAMA_ARG_NO_CACHE_PROMPT",
           "a request reads its whole prompt again, reusing nothing a slot holds, unless it says cache_prompt: true",
           False),
@@ -848,6 +851,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
         spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
         sleep_idle_seconds=values["sleep-idle-seconds"], sse_ping_interval=values["sse-ping-interval"],
+        prefill_assistant=not values["no-prefill-assistant"],
     )
     return opts, lines
 

@@ -354,10 +354,8 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "a request asks for the raw text with reasoning_format: none (tools, when offered, are still read)")),
     CompatFlag(("--no-skip-chat-parsing",), 0, _accepted("thoughts and tool calls are read per model family")),
     CompatFlag(("--prefill-assistant",), 0, _accepted(
-        "a conversation ending in the assistant's words is continued from them")),
-    CompatFlag(("--no-prefill-assistant",), 0, _refused(
-        "ember continues a conversation that ends in the assistant's words, as llama-server does by default; it "
-        "cannot open a new turn after them instead")),
+        "a conversation ending in the assistant's words is continued from them (the default; "
+        "--no-prefill-assistant opens a new turn after them)")),
     CompatFlag(("--log-prompts-dir",), 1, _refused(_LOGS)),
     *[CompatFlag(spellings, nargs, _refused(_SPECULATIVE)) for spellings, nargs in (
         (("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), 1),

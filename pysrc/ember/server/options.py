@@ -114,6 +114,9 @@ class ServerOptions:
     #: responses the Responses API keeps (0: none), and MiB they may take
     responses_max: int = 1024
     responses_max_mib: int = 64
+    #: a conversation ending in the assistant's words is continued from them (--no-prefill-assistant:
+    #: it is a finished turn, and a new one opens)
+    prefill_assistant: bool = True
     #: seconds a stream waits silent before an SSE comment keeps its connection (0 or less: never)
     sse_ping_interval: int = 30
     #: seconds without a request needing the model before it is let go, until the next (-1: never)

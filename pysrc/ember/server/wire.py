@@ -228,9 +228,15 @@ class ChatRequest(OpenAIRequest):
             raise ApiError(400, f"verbosity: this server does not steer an answer's length (medium only); "
                            f"max_tokens bounds it, got {json.dumps(self.verbosity)[:40]}", param="verbosity")
 
-    def generation_prompt(self) -> bool:
-        """Whether the prompt opens the reply's turn (or continues the
-        assistant's last words); False leaves the last turn as it is."""
+    def prefill(self, server_default: bool) -> bool:
+        """Whether the assistant's last words are continued: asked by
+        continue_final_message, else the server's default."""
+        return bool(self.continue_final_message) or server_default
+
+    def generation_prompt(self, prefill: bool = True) -> bool:
+        """Whether the prompt opens the reply's turn (or, with `prefill`,
+        continues the assistant's last words); False leaves the last turn as
+        it is."""
         if self.continue_final_message:
             if self.add_generation_prompt:
                 raise ApiError(400, "continue_final_message: cannot be true with add_generation_prompt true (one "
@@ -242,7 +248,7 @@ class ChatRequest(OpenAIRequest):
             return True
         opened = self.add_generation_prompt is not False
         m = self.messages
-        if opened and len(m) >= 2 and m[-1].role == m[-2].role == "assistant" and not m[-1].tool_calls:
+        if prefill and opened and len(m) >= 2 and m[-1].role == m[-2].role == "assistant" and not m[-1].tool_calls:
             # The last is continued (the assistant's prefill); what the one before it is, is not clear.
             raise ApiError(400, f"messages[{len(m) - 1}]: two assistant messages end the conversation; the last is "
                            "continued, so it may follow only another role's turn", param=f"messages[{len(m) - 1}]")

@@ -361,7 +361,8 @@ async def apply_template(request: web.Request) -> web.Response:
     req = wire.decode(await read_body(request), wire.ApplyTemplateRequest)
     # The prompt a chat request with this body would read: the same checks, tools and thought handling.
     wire.sampling_options(req, state.model.n_vocab, state.opts.sampling, wire.text_tokens(state.model))
-    return json_response({"prompt": await chat_text(state, req.chat(), req.generation_prompt())})
+    prefill = req.prefill(state.opts.prefill_assistant)
+    return json_response({"prompt": await chat_text(state, req.chat(), req.generation_prompt(prefill), prefill)})
 
 
 async def props(request: web.Request) -> web.Response:

@@ -62,7 +62,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     k = req.top_logprobs or 0
     if req.logprobs:
         params.n_probs = max(1, k)  # the drawn token's own log-probability needs at least one
-    prompt, shaper = await chat_prompt(state, chat, params, add_generation_prompt=req.generation_prompt())
+    prefill = req.prefill(state.opts.prefill_assistant)
+    prompt, shaper = await chat_prompt(state, chat, params, add_generation_prompt=req.generation_prompt(prefill),
+                                       prefill=prefill)
     choices = Choices(request, prompt, max_tokens, params, n, progress=req.stream and req.return_progress, slot=slot)
     # Each choice's reply is read by a shaper of its own, all of the same prompt.
     shapers = [shaper, *(copy.deepcopy(shaper) for _ in range(n - 1))]
@@ -160,7 +162,9 @@ async def chat_input_tokens(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     req = wire.decode(await read_body(request), wire.ChatRequest)
     params = wire.sampling_options(req, state.model.n_vocab, state.opts.sampling, wire.text_tokens(state.model))
-    prompt, _ = await chat_prompt(state, req.chat(), params, add_generation_prompt=req.generation_prompt())
+    prefill = req.prefill(state.opts.prefill_assistant)
+    prompt, _ = await chat_prompt(state, req.chat(), params, add_generation_prompt=req.generation_prompt(prefill),
+                                  prefill=prefill)
     return json_response({"object": "response.input_tokens", "input_tokens": len(prompt)})
 
 
