@@ -322,6 +322,9 @@ def test_slot_ctx_names_one_slots_context(smollm2_path):
     opts, lines = _parse(["-m", str(smollm2_path), "--slot-ctx", "1000", "-np", "3"])
     assert opts.ctx_size == 3000 and opts.parallel == 3
     assert any(line.startswith("slots: 3, each of 1000 positions") for line in lines), lines
+    # Slots that share the context (the default, -np auto): one slot's context is the whole.
+    opts, lines = _parse(["-m", str(smollm2_path), "--slot-ctx", "1000"])
+    assert opts.ctx_size == 1000 and opts.parallel == 4 and opts.kv_unified
     with pytest.raises(OptionError, match="--slot-ctx 512: names one slot's context; give it or --ctx-size"):
         _parse(["-m", str(smollm2_path), "--slot-ctx", "512", "-c", "2048"])
     with pytest.raises(OptionError, match="--slot-ctx 0: must be at least 1"):

@@ -71,7 +71,7 @@ _FLAGS = [
           "path ending in .sock (default 127.0.0.1)", "127.0.0.1"),
     _Flag("port", ("--port",), int, "LLAMA_ARG_PORT", "port (default 8080; 0 takes a free one)", 8080),
     _Flag("ctx-size", ("-c", "--ctx-size"), int, "LLAMA_ARG_CTX_SIZE", "context length (0: the model's trained length, capped by memory)", 0),
-    _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np)"),
+    _Flag("slot-ctx", ("--slot-ctx",), int, None, "one slot's context instead of -c (the total is this times -np; where the slots share it, this)"),
     _Flag("kv-unified", ("-kvu", "--kv-unified"), bool, "LLAMA_ARG_KV_UNIFIED",
           "the slots share one context: each holds up to all of it, together no more (the default with -np auto)"),
     _Flag("no-kv-unified", ("-no-kvu", "--no-kv-unified"), bool, None,
