@@ -320,3 +320,19 @@ def test_the_context_holds_what_llama_cpp_gives_its_templates():
     kwargs = {"date_string": "26 Jul 2024", "enable_thinking": False}
     assert render_chat(probe, [{"role": "user", "content": "hi"}], extra_kwargs=kwargs).startswith("26 Jul 2024|")
     assert render_chat(probe, [{"role": "user", "content": "hi"}], extra_kwargs=kwargs).endswith("|False")
+
+
+def test_the_thought_keeping_switch_reaches_each_templates_own_name():
+    """llama.cpp's preserve_reasoning reaches templates under their own
+    names (GLM's clear_thinking, Nemotron's truncate_history_thinking,
+    DeepSeek V4's drop_thinking, LFM's preserve_thinking), and the effort
+    as reasoning_strength too; a name the request gives itself wins."""
+    probe = ("{{ preserve_thinking }}|{{ clear_thinking }}|{{ truncate_history_thinking }}|{{ drop_thinking }}|"
+             "{{ reasoning_strength | default('-') }}")
+    hi = [{"role": "user", "content": "hi"}]
+    assert render_chat(probe, hi, extra_kwargs={"preserve_reasoning": False}) == "False|True|True|True|-"
+    assert render_chat(probe, hi, extra_kwargs={"preserve_reasoning": True, "reasoning_effort": "low"}) == \
+        "True|False|False|False|low"
+    assert render_chat(probe, hi, extra_kwargs={"preserve_reasoning": True, "drop_thinking": True}).split("|")[3] == \
+        "True"
+    assert render_chat("{{ clear_thinking is defined }}", hi) == "False"

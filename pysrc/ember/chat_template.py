@@ -309,6 +309,22 @@ def _bounded(compiled: jinja2.Template, context: dict) -> str:
     return "".join(out)
 
 
+def _spellings_of(kwargs: dict) -> dict:
+    """The other names templates read the same switches by, as llama.cpp
+    gives them: `preserve_reasoning` (keep earlier turns' thoughts) as
+    GLM's `clear_thinking`, Nemotron's `truncate_history_thinking`,
+    DeepSeek V4's `drop_thinking` and LFM's `preserve_thinking`; the effort
+    as `reasoning_strength` too."""
+    out: dict = {}
+    keep = kwargs.get("preserve_reasoning")
+    if isinstance(keep, bool):
+        out.update(preserve_thinking=keep, clear_thinking=not keep, truncate_history_thinking=not keep,
+                   drop_thinking=not keep)
+    if isinstance(kwargs.get("reasoning_effort"), str):
+        out["reasoning_strength"] = kwargs["reasoning_effort"]
+    return out
+
+
 def render_chat(
     template: str | None,
     messages: list[dict],
@@ -352,6 +368,7 @@ def render_chat(
             raise InvalidRequestError(f"chat_template_kwargs.{names[0]}: the template's own variable "
                                       f"({', '.join(names)}) cannot be set by a request")
         context.update(extra_kwargs)
+        context.update({k: v for k, v in _spellings_of(extra_kwargs).items() if k not in extra_kwargs})
     context.update(messages=msgs, tools=tools, add_generation_prompt=add_generation_prompt)
     try:
         return _bounded(compiled, context)

@@ -88,7 +88,8 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--sse-ping-interval": ["-1"], "--cache-reuse": ["0"], "--reasoning-format": ["deepseek"], "-rea": ["off"],
         "--reasoning": ["auto"], "--reasoning-effort": ["low"], "--reasoning-budget": ["0"],
         "--reasoning-budget-message": ["Enough."], "--chat-template-file": [files["template"]],
-        "--sleep-idle-seconds": ["60"], "-no-kvu": [], "--no-kv-unified": [], "--no-cache-prompt": [], "--no-prefill-assistant": [],
+        "--sleep-idle-seconds": ["60"], "-no-kvu": [], "--no-kv-unified": [], "--no-cache-prompt": [], "--no-prefill-assistant": [], "--reasoning-preserve": [],
+        "--no-reasoning-preserve": [],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]

@@ -359,6 +359,11 @@ def test_reasoning_flags_become_every_chats_defaults(smollm2_path):
     assert (r.template_kwargs, r.reasoning_format, r.reasoning_budget) == ({"a": 1, "enable_thinking": True}, "none", 0)
     r = _parse(["-m", str(smollm2_path), "-rea", "auto", "--reasoning-effort", "default"])[0].reasoning
     assert (r.template_kwargs, r.reasoning_effort) == ({}, None)
+    assert _parse(["-m", str(smollm2_path), "--no-reasoning-preserve"])[0].reasoning.template_kwargs == {
+        "preserve_reasoning": False}
+    with pytest.raises(OptionError, match="set preserve_reasoning apart"):
+        _parse(["-m", str(smollm2_path), "--reasoning-preserve", "--chat-template-kwargs",
+                '{"preserve_reasoning": false}'])
 
 
 def test_checkpoint_flags_reach_the_options_in_llama_servers_spellings(smollm2_path):

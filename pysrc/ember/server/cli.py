@@ -128,6 +128,11 @@ _FLAGS = [
           "(-1: no limit, the default; 0: none)"),
     _Flag("reasoning-budget-message", ("--reasoning-budget-message",), str, "LLAMA_ARG_THINK_BUDGET_MESSAGE",
           "words written before that close, where the request gives none"),
+    _Flag("reasoning-preserve", ("--reasoning-preserve",), bool, "LLAMA_ARG_REASONING_PRESERVE",
+          "earlier turns' thoughts are kept in the prompt, where the template can drop them (its preserve_reasoning; "
+          "default: the template's own)"),
+    _Flag("no-reasoning-preserve", ("--no-reasoning-preserve",), bool, None,
+          "earlier turns' thoughts are dropped from the prompt, where the template can", False),
     _Flag("reasoning-effort", ("--reasoning-effort",), str, "LLAMA_ARG_REASONING_EFFORT",
           "the reasoning_effort of every chat that sends none: none, minimal, low, medium, high or xhigh "
           "(default: the template's own)"),
@@ -930,6 +935,17 @@ def _reasoning_defaults(values: dict[str, Any], sources: dict[str, str], lines: 
             kwargs["enable_thinking"] = enable
             lines.append(f"thinking: {'on' if enable else 'off'} unless a chat asks otherwise (the template is told "
                          f"enable_thinking={str(enable).lower()})")
+    keep = values["reasoning-preserve"]
+    if values["no-reasoning-preserve"]:
+        if keep:
+            raise bad("reasoning-preserve", "and --no-reasoning-preserve both given; give one")
+        keep = False
+    if keep is not None:
+        if kwargs.get("preserve_reasoning", keep) != keep:
+            raise bad("chat-template-kwargs", "and --reasoning-preserve set preserve_reasoning apart; give one")
+        kwargs["preserve_reasoning"] = keep
+        lines.append(f"earlier turns' thoughts: {'kept' if keep else 'dropped'} where the template can say "
+                     f"(preserve_reasoning={str(keep).lower()})")
     effort = values["reasoning-effort"]
     if effort is not None:
         effort = effort.strip().lower()

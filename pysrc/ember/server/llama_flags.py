@@ -346,10 +346,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     CompatFlag(("--models-max",), 1, _refused(_ROUTER)),
     CompatFlag(("--models-autoload",), 0, _refused(_ROUTER)),
     CompatFlag(("--no-models-autoload",), 0, _refused(_ROUTER)),
-    CompatFlag(("--reasoning-preserve",), 0, _accepted(
-        "the earlier turns' reasoning_content goes to the template, which decides what it shows")),
-    CompatFlag(("--no-reasoning-preserve",), 0, _refused(
-        "ember gives the template the reasoning_content the client sends; leave it out of earlier turns")),
     CompatFlag(("--skip-chat-parsing",), 0, _refused(
         "a request asks for the raw text with reasoning_format: none (tools, when offered, are still read)")),
     CompatFlag(("--no-skip-chat-parsing",), 0, _accepted("thoughts and tool calls are read per model family")),
