@@ -63,7 +63,8 @@ def test_a_request_may_turn_its_pings_off(server):
 def test_an_error_after_the_pings_travels_in_the_stream(smollm2_path):
     # The server stops while the stream waits: its job is told so once the stream has started.
     with ServerProcess(smollm2_path, "-np", "1", "--sse-ping-interval", "1", "--shutdown-timeout", "0") as s:
-        held = threading.Thread(target=lambda: http(s.url + "/completion", LONG))
+        # The slot held past the shutdown, however slow the machine.
+        held = threading.Thread(target=lambda: http(s.url + "/completion", {**LONG, "n_predict": 4000}))
         held.start()
         time.sleep(0.3)
         out: dict = {}
@@ -74,7 +75,7 @@ def test_an_error_after_the_pings_travels_in_the_stream(smollm2_path):
 
         t = threading.Thread(target=stream)
         t.start()
-        time.sleep(1.5)
+        time.sleep(3.0)  # two pings or more at an interval of 1 s, even where the request is slow to arrive
         http(s.url + "/shutdown", {})
         t.join(30)
         held.join(30)
