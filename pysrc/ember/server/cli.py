@@ -586,6 +586,18 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         return OptionError(f"{_flag(name)} {values[name]}: {why} (from {sources[name]})", code)
 
     port = values["port"]
+    from ember.server.protocols.vertex import gcp_routes
+
+    if (vertex := gcp_routes(environ)) is not None:
+        # As llama-server: in Vertex AI the platform names the port, over --port.
+        raw = environ.get("AIP_HTTP_PORT") or "8080"
+        try:
+            port = int(raw)
+        except ValueError:
+            raise OptionError(f"AIP_HTTP_PORT={raw!r} is not a port") from None
+        health = f", health at {vertex[1]}" if vertex[1] else ""
+        lines.append(f"Vertex AI (AIP_MODE=PREDICTION): predictions at POST {vertex[0]}{health}, on port {port} "
+                     "(AIP_HTTP_PORT)" + (f", over --port {values['port']}" if sources["port"] != "default" else ""))
     if not 0 <= port <= 65535:
         raise bad("port", "out of range 0-65535")
     if values["ctx-size"] < 0:

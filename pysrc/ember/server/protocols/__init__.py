@@ -5,9 +5,9 @@ own shape, names fields its own way and answers in its own error envelope
 where it has none). `PROTOCOLS` is the registry `ember.server.app` mounts; a
 new API is a module here and a line there."""
 
-from ember.server.protocols import anthropic, embeddings, llama_server, ollama, openai, responses
+from ember.server.protocols import anthropic, embeddings, llama_server, ollama, openai, responses, vertex
 
-#: In the order their routes are added.
-PROTOCOLS = (openai, anthropic, responses, embeddings, ollama, llama_server)
+#: In the order their routes are added (Vertex AI's last: its instances name the others).
+PROTOCOLS = (openai, anthropic, responses, embeddings, ollama, llama_server, vertex)
 
 __all__ = ["PROTOCOLS"]
