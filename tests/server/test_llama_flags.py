@@ -89,7 +89,7 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--reasoning": ["auto"], "--reasoning-effort": ["low"], "--reasoning-budget": ["0"],
         "--reasoning-budget-message": ["Enough."], "--chat-template-file": [files["template"]],
         "--sleep-idle-seconds": ["60"], "-no-kvu": [], "--no-kv-unified": [], "--no-cache-prompt": [], "--no-prefill-assistant": [], "--reasoning-preserve": [],
-        "--no-reasoning-preserve": [],
+        "--no-reasoning-preserve": [], "--embd-normalize": ["1"],
     }
     if "key" in files:
         values["--ssl-key-file"] = [files["key"], "--ssl-cert-file", files["cert"]]

@@ -217,6 +217,9 @@ _FLAGS = [
           "serve /v1/embeddings and /embedding (completions stay served too)", False),
     _Flag("spm-infill", ("--spm-infill",), bool, None,
           "/infill puts the suffix before the prefix (suffix/prefix/middle), as some models were trained", False),
+    _Flag("embd-normalize", ("--embd-normalize",), int, None,
+          "how /v1/embeddings and /embedding normalize a vector where the request's embd_normalize does not say: "
+          "-1 none, 0 max-abs (int16), 1 taxicab, 2 euclidean (the default), p > 2 the p-norm", 2),
     _Flag("pooling", ("--pooling",), str, "LLAMA_ARG_POOLING",
           "how embeddings are pooled: none, mean, cls, last or rank (default: the model file's own, else none)"),
     _Flag("reranking", ("--rerank", "--reranking"), bool, "LLAMA_ARG_RERANKING",
@@ -611,6 +614,8 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         raise bad("parallel", "must be at least 1, or -1 (auto)")
     if values["n-predict"] < -1:
         raise bad("n-predict", "must be -1 (no limit) or a count")
+    if values["embd-normalize"] < -1:
+        raise bad("embd-normalize", "expected -1 (none), 0, 1, 2 or a larger p")
     if values["sse-ping-interval"] < -1:
         raise bad("sse-ping-interval", "must be -1 (never) or a count of seconds")
     if values["sleep-idle-seconds"] == 0 or values["sleep-idle-seconds"] < -1:
@@ -868,7 +873,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
         spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
         sleep_idle_seconds=values["sleep-idle-seconds"], sse_ping_interval=values["sse-ping-interval"],
-        prefill_assistant=not values["no-prefill-assistant"],
+        prefill_assistant=not values["no-prefill-assistant"], embd_normalize=values["embd-normalize"],
     )
     return opts, lines
 

@@ -313,10 +313,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
     *[CompatFlag((flag,), 1, _refused(_IMAGES)) for flag in (
         "--image-min-tokens", "--image-max-tokens", "--mtmd-batch-max-tokens", "--video-fps",
         "--video-timestamp-interval", "--video-ffmpeg-dir", "--media-path")],
-    CompatFlag(("--embd-normalize",), 1, _when(_number_is(2.0), "/v1/embeddings' vectors are normalized to unit "
-                                               "length (euclidean), as always; /embedding's are not",
-                                               "ember normalizes /v1/embeddings' vectors to unit length, and "
-                                               "leaves /embedding's pooled as they are; only 2 is honoured")),
     CompatFlag(("--reuse-port",), 0, _refused("ember listens alone on its port")),
     CompatFlag(("--cors-methods",), 1, _refused(
         "ember's CORS answers allow the methods its routes take; the origins are --cors-origin's")),

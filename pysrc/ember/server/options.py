@@ -74,6 +74,9 @@ class ServerOptions:
     embeddings: bool = False
     #: /infill's order: suffix, prefix, middle (llama-server's --spm-infill)
     spm_infill: bool = False
+    #: how /v1/embeddings and /embedding normalize a vector where the request does not say (llama-server's
+    #: --embd-normalize: -1 none, 0 max-abs int16, 1 taxicab, 2 euclidean, p > 2 the p-norm)
+    embd_normalize: int = 2
     #: how embeddings are pooled: "none", "mean", "cls" or "last"; None: the file's own
     pooling: str | None = None
     #: checkpoints of a hybrid's recurrent states per slot (llama-server's --ctx-checkpoints)

@@ -195,3 +195,17 @@ def test_the_documented_2048_inputs_fit_in_one_request(server):
     bomb = gzip.compress(b'{"input": "' + b"x" * (9 * 2**20) + b'"}')
     status, _, out = http(server.url + "/v1/embeddings", raw=bomb, headers={"Content-Encoding": "gzip"})
     assert status == 413 and b"8454144 bytes" in out, out
+
+
+def test_the_servers_normalization_is_every_requests_default(smollm2_path, smollm2):
+    with ServerProcess(smollm2_path, "--embeddings", "--pooling", "mean", "--embd-normalize", "1") as s:
+        taxicab = smollm2.embed(TEXTS[0], pooling="mean", normalize=1)
+        for route, body in (("/v1/embeddings", {"input": TEXTS[0]}), ("/embedding", {"content": TEXTS[0]})):
+            status, _, raw = http(s.url + route, body)
+            assert status == 200, raw
+            out = json.loads(raw)
+            v = out["data"][0]["embedding"] if route == "/v1/embeddings" else out[0]["embedding"][0]
+            assert np.allclose(v, taxicab), route
+        # A request's own wins.
+        status, _, raw = http(s.url + "/v1/embeddings", {"input": TEXTS[0], "embd_normalize": 2})
+        assert np.allclose(json.loads(raw)["data"][0]["embedding"], smollm2.embed(TEXTS[0], pooling="mean"))

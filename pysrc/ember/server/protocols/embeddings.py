@@ -33,7 +33,8 @@ class EmbeddingsRequest(msgspec.Struct, forbid_unknown_fields=False):
     model: str | None = None
     encoding_format: str = "float"
     dimensions: int | None = None
-    embd_normalize: int = 2
+    # None: the server's (--embd-normalize, default 2: euclidean)
+    embd_normalize: int | None = None
 
 
 def _inputs(model, raw, field: str) -> list[list[int]]:
@@ -98,7 +99,9 @@ async def _embed(request: web.Request, openai: bool) -> tuple[EmbeddingsRequest,
     if req.dimensions is not None and not 1 <= req.dimensions <= n_embd:
         raise ApiError(400, f"dimensions: must be between 1 and this model's {n_embd}, got {req.dimensions}",
                        param="dimensions")
-    if req.embd_normalize < -1:
+    if req.embd_normalize is None:
+        req.embd_normalize = state.opts.embd_normalize
+    elif req.embd_normalize < -1:
         raise ApiError(400, f"embd_normalize: expected -1, 0, 1, 2 or a larger p, got {req.embd_normalize}",
                        param="embd_normalize")
     inputs = _inputs(state.model, raw, field)
