@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["ModelFacts", "Sleeper", "keep_alive_seconds", "wakes"]
+__all__ = ["ModelFacts", "Sleeper", "keep_alive_seconds", "lets_go", "wakes"]
 
 #: The paths a GET (or HEAD) of is served while asleep without waking the model.
 _READ_ASLEEP = frozenset({"/", "/health", "/v1/health", "/props", "/models", "/v1/models", "/metrics", "/api/tags",
@@ -54,9 +54,7 @@ def wakes(method: str, path: str, body: bytes | None = None) -> bool:
             keep = keep_alive_seconds(said.get("keep_alive")) if isinstance(said, dict) else False
         except ValueError:
             return True  # the route answers what is wrong with it, awake
-        # (keep is False where the request gave none, and False == 0.)
-        return not (isinstance(keep, float) and keep == 0 and not any(said.get(k) for k in ("prompt", "context",
-                                                                                            "suffix", "messages")))
+        return not (lets_go(keep) and not any(said.get(k) for k in ("prompt", "context", "suffix", "messages")))
     return (method, path) not in _OTHERS_ASLEEP
 
 
@@ -219,6 +217,12 @@ class Sleeper:
             return
         self._publish(self.app, model, engine)
         state.log(f"ember: awake: the model loaded again in {time.monotonic() - t0:.1f} s")
+
+
+def lets_go(seconds: float | None | bool) -> bool:
+    """Whether a keep_alive read by `keep_alive_seconds` lets the model go
+    at once (0; not False, a request that said nothing, though False == 0)."""
+    return isinstance(seconds, float) and seconds == 0
 
 
 def keep_alive_seconds(value: Any) -> float | None | bool:

@@ -39,6 +39,7 @@ from ember.server.generation import Generation, piece_logprobs
 from ember.server.http import Envelope, json_response, read_body, reads
 from ember.server.protocols.embeddings import MAX_INPUTS, embed_each, pooling_of, require_embeddings
 from ember.server.protocols.llama_server import insertion
+from ember.server.sleep import keep_alive_seconds, lets_go
 from ember.server.state import ServerState
 
 __all__ = ["ENVELOPES", "add_routes"]
@@ -164,8 +165,6 @@ def _keep_alive(request: web.Request, value) -> float | None | bool:
     """Applies a request's keep_alive, as Ollama does: how long the model
     stays loaded after it (None: for good; False: the request said nothing,
     and the server's own idle time holds again)."""
-    from ember.server.sleep import keep_alive_seconds
-
     try:
         seconds = keep_alive_seconds(value)
     except ValueError as e:
@@ -416,7 +415,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     if not body.messages:
         # Ollama's way of loading a model (no messages: the model is ready), or with keep_alive 0 of
         # letting it go, as on /api/generate.
-        reason = "unload" if isinstance(keep, float) and keep == 0 else "load"
+        reason = "unload" if lets_go(keep) else "load"
         return json_response({"model": body.model or state.model_id(), "created_at": _now(),
                               "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": reason})
     max_tokens = _max_tokens(state, body)
@@ -468,7 +467,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not body.prompt and not body.context and not body.suffix:
         # Ollama's way of loading a model (nothing to generate, the model is ready), or with
         # keep_alive 0 of letting it go (it goes once this request is over).
-        reason = "unload" if isinstance(keep, float) and keep == 0 else "load"  # (False == 0: said nothing)
+        reason = "unload" if lets_go(keep) else "load"
         return json_response({"model": name, "created_at": _now(), "response": "", "done": True, "done_reason": reason})
     max_tokens = _max_tokens(state, body)
     bad = next((t for t in body.context or [] if not 0 <= t < model.n_vocab), None)
