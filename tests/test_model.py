@@ -179,14 +179,16 @@ def test_stop_matcher_holds_back_partial_stops():
 
 
 def test_cache_types(smollm2):
-    """A Q8_0 cache (llama-server's --cache-type-k/-v q8_0) answers, its
-    logits near the f16 cache's (the Rust parity tests measure how near); an
-    unknown type is refused by name."""
+    """Q8_0 and bf16 caches (llama-server's --cache-type-k/-v q8_0, bf16)
+    answer, their logits near the f16 cache's (the Rust parity tests measure
+    how near); an unknown type is refused by name."""
     prompt = smollm2.tokenize("The capital of France is")
-    q8 = ember.Model(smollm2.path, n_ctx=64, kv_type="q8_0")
-    a, b = np.asarray(smollm2.logits(prompt))[-1], np.asarray(q8.logits(prompt))[-1]
-    assert int(a.argmax()) == int(b.argmax()) and float(np.abs(a - b).max()) < 3.0
-    assert q8.complete(prompt, 8, temperature=0).text
+    a = np.asarray(smollm2.logits(prompt))[-1]
+    for kv in ("q8_0", "bf16"):
+        other = ember.Model(smollm2.path, n_ctx=64, kv_type=kv)
+        b = np.asarray(other.logits(prompt))[-1]
+        assert int(a.argmax()) == int(b.argmax()) and float(np.abs(a - b).max()) < 3.0, kv
+        assert other.complete(prompt, 8, temperature=0).text
     with pytest.raises(ember.InvalidRequestError, match='kv_type "q4_0"'):
         ember.Model(smollm2.path, n_ctx=64, kv_type="q4_0")
 

@@ -163,8 +163,8 @@ def run_bench(
 
     check_args(n_prompt, n_gen, repetitions, threads, batch)
     depths = depths or [0]
-    if kv_type not in ("f16", "f32", "q8_0"):
-        raise BenchError(f"-ctk/--cache-type: expected f16, f32 or q8_0 (got {kv_type!r})")
+    if kv_type not in ("f16", "bf16", "f32", "q8_0"):
+        raise BenchError(f"-ctk/--cache-type: expected f16, bf16, f32 or q8_0 (got {kv_type!r})")
     path = Path(path)
     if not path.is_file():
         raise BenchError(f"model file {path}: no such file")

@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass")
     bench.add_argument("-d", "--n-depth", default="0",
                        help="tokens already in the context before each test, comma-separated for several (0,4096)")
-    bench.add_argument("-ctk", "--cache-type", default="f16", help="KV cache type: f16 (default), q8_0 or f32")
+    bench.add_argument("-ctk", "--cache-type", default="f16", help="KV cache type: f16 (default), bf16, q8_0 or f32")
     bench.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", default=None,
                        help="layers on the GPU: all puts every layer and the output head on the first card (the CPU "
                             "when there is none, said on stderr), 0 none")

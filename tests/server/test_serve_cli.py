@@ -388,6 +388,8 @@ def test_cache_types_reach_the_options(smollm2_path):
     assert opts.kv_type == "f32" and "KV cache: f32 keys and values (from the command line)" in lines
     opts, lines = _parse(["-m", str(smollm2_path), "-ctk", "q8_0", "-ctv", "q8_0"])
     assert opts.kv_type == "q8_0" and "KV cache: q8_0 keys and values (from the command line)" in lines
+    opts, lines = _parse(["-m", str(smollm2_path), "-ctk", "bf16", "-ctv", "bf16"])
+    assert opts.kv_type == "bf16" and "KV cache: bf16 keys and values (from the command line)" in lines
 
 
 def test_a_file_without_a_template_gets_the_fallback(gemma3_path):

@@ -86,8 +86,8 @@ _FLAGS = [
           "that keeps other slots' next tokens prompt)", 2048),
     _Flag("ubatch-size", ("-ub", "--ubatch-size"), int, "LLAMA_ARG_UBATCH",
           "tokens in one forward pass at most, all slots together (default 512)", 512),
-    _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), f32 or q8_0", "f16"),
-    _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), f32 or q8_0", "f16"),
+    _Flag("cache-type-k", ("-ctk", "--cache-type-k"), str, "LLAMA_ARG_CACHE_TYPE_K", "KV cache type for keys: f16 (default), bf16, f32 or q8_0", "f16"),
+    _Flag("cache-type-v", ("-ctv", "--cache-type-v"), str, "LLAMA_ARG_CACHE_TYPE_V", "KV cache type for values: f16 (default), bf16, f32 or q8_0", "f16"),
     _Flag("gpu-layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), str, "LLAMA_ARG_N_GPU_LAYERS",
           "layers on the GPU: all (or auto, -1, or the model's count and up) puts every layer and the output head "
           "on the first card, 0 none; ember does not split a model, so a smaller count is refused. Without a card "
@@ -1089,10 +1089,10 @@ def _check_ssl(key_file: str, cert_file: str) -> None:
 
 #: llama-server's cache types, and the ones ember's KV cache stores.
 _LLAMA_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-_EMBER_CACHE_TYPES = ("f16", "f32", "q8_0")
+_EMBER_CACHE_TYPES = ("f16", "bf16", "f32", "q8_0")
 #: Bytes of an entry of each cache type, as a share of an f16 entry's (Q8_0:
 #: 34 bytes a block of 32).
-_CACHE_TYPE_SCALE = {"f16": 1.0, "f32": 2.0, "q8_0": 34 / 64}
+_CACHE_TYPE_SCALE = {"f16": 1.0, "bf16": 1.0, "f32": 2.0, "q8_0": 34 / 64}
 
 
 def _kv_type(values: dict[str, Any], sources: dict[str, str], bad) -> str:

@@ -60,7 +60,7 @@ class ServerOptions:
     slot_save_path: str | None = None
     #: requests waiting beyond the ones being served; past it, 503
     queue_depth: int = 64
-    #: KV cache element type: "f16", "f32" or "q8_0" (--cache-type-k/-v)
+    #: KV cache element type: "f16", "bf16", "f32" or "q8_0" (--cache-type-k/-v)
     kv_type: str = "f16"
     #: layers on the device (-ngl): None, a count, "all" or "auto" (see `ember.devices.request`)
     gpu_layers: str | None = None

@@ -1,7 +1,9 @@
 //! The key/value cache of one sequence: per layer, the keys and values of every
-//! position the sequence holds, stored as f16, f32 or Q8_0 blocks (32
+//! position the sequence holds, stored as f16, bf16, f32 or Q8_0 blocks (32
 //! elements to an f16 scale and 32 signed bytes, quantized as llama.cpp's
 //! x86 backend copies rows into a Q8_0 cache; about half an f16 cache).
+//! bf16 keeps f32's range with 8 bits of precision where f16 has 11, and is
+//! what a core with AVX-512 BF16 multiplies two of at a time.
 //!
 //! Built around sequences rather than a single append-only buffer: a sequence
 //! can be cut back to a prefix, copied, and saved to bytes and restored, which
@@ -13,7 +15,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use half::f16;
+use half::{bf16, f16};
 use thiserror::Error;
 
 mod checkpoint;
@@ -36,6 +38,7 @@ pub enum KvError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvType {
     F16,
+    BF16,
     F32,
     Q8_0,
 }
@@ -48,6 +51,7 @@ impl KvType {
     pub fn parse(s: &str) -> Option<KvType> {
         match s {
             "f16" => Some(KvType::F16),
+            "bf16" => Some(KvType::BF16),
             "f32" => Some(KvType::F32),
             "q8_0" => Some(KvType::Q8_0),
             _ => None,
@@ -56,6 +60,7 @@ impl KvType {
     pub fn name(self) -> &'static str {
         match self {
             KvType::F16 => "f16",
+            KvType::BF16 => "bf16",
             KvType::F32 => "f32",
             KvType::Q8_0 => "q8_0",
         }
@@ -68,15 +73,16 @@ impl KvType {
     /// Bytes of `n` elements (a whole number of blocks for Q8_0).
     pub fn bytes(self, n: usize) -> usize {
         match self {
-            KvType::F16 => 2 * n,
+            KvType::F16 | KvType::BF16 => 2 * n,
             KvType::F32 => 4 * n,
             KvType::Q8_0 => n / Q8_0_BLOCK * Q8_0_BYTES,
         }
     }
-    /// The type's mark in a saved state (its element size for the float types).
+    /// The type's mark in a saved state (its element size for f16 and f32).
     fn code(self) -> usize {
         match self {
             KvType::F16 => 2,
+            KvType::BF16 => 0xbf16,
             KvType::F32 => 4,
             KvType::Q8_0 => 34,
         }
@@ -97,6 +103,7 @@ pub struct LayerShape {
 #[derive(Clone)]
 enum Store {
     F16(Vec<f16>),
+    BF16(Vec<bf16>),
     F32(Vec<f32>),
     /// Q8_0 blocks, element `i` in block `i / 32`.
     Q8_0(Vec<u8>),
@@ -113,6 +120,7 @@ impl Store {
     fn new(ty: KvType, n: usize) -> Store {
         match ty {
             KvType::F16 => Store::F16(Vec::with_capacity(n)),
+            KvType::BF16 => Store::BF16(Vec::with_capacity(n)),
             KvType::F32 => Store::F32(Vec::with_capacity(n)),
             KvType::Q8_0 => Store::Q8_0(Vec::with_capacity(KvType::Q8_0.bytes(n))),
         }
@@ -123,6 +131,7 @@ impl Store {
     fn ensure(&mut self, n: usize) {
         match self {
             Store::F16(v) if v.len() < n => v.resize(n, f16::ZERO),
+            Store::BF16(v) if v.len() < n => v.resize(n, bf16::ZERO),
             Store::F32(v) if v.len() < n => v.resize(n, 0.0),
             Store::Q8_0(v) if v.len() < KvType::Q8_0.bytes(n) => v.resize(KvType::Q8_0.bytes(n), 0),
             _ => {}
@@ -137,6 +146,11 @@ impl Store {
                     *d = f16::from_f32(*s);
                 }
             }
+            Store::BF16(v) => {
+                for (d, s) in v[at..at + src.len()].iter_mut().zip(src) {
+                    *d = to_bf16(*s);
+                }
+            }
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
             Store::Q8_0(v) => {
                 let (from, n) = (KvType::Q8_0.bytes(at), KvType::Q8_0.bytes(src.len()));
@@ -148,6 +162,7 @@ impl Store {
     fn bytes(&self) -> &[u8] {
         match self {
             Store::F16(v) => as_bytes(v),
+            Store::BF16(v) => as_bytes(v),
             Store::F32(v) => as_bytes(v),
             Store::Q8_0(v) => v,
             Store::Elsewhere => &[],
@@ -156,6 +171,7 @@ impl Store {
     fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             Store::F16(v) => as_bytes_mut(v),
+            Store::BF16(v) => as_bytes_mut(v),
             Store::F32(v) => as_bytes_mut(v),
             Store::Q8_0(v) => v,
             Store::Elsewhere => &mut [],
@@ -163,12 +179,23 @@ impl Store {
     }
 }
 
+/// `x` to bf16, rounding to nearest even, with what would be a subnormal
+/// bf16 made a zero of its sign: AVX-512's bf16 products read subnormals as
+/// zero, so a cache that holds none is multiplied the same way everywhere.
+/// (A key or value that small is none a model makes.)
+pub fn to_bf16(x: f32) -> bf16 {
+    if x.abs() < f32::MIN_POSITIVE {
+        return bf16::from_bits(((x.to_bits() >> 16) & 0x8000) as u16);
+    }
+    bf16::from_f32(x)
+}
+
 fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: f16 and f32 are plain old data with no padding.
+    // SAFETY: f16, bf16 and f32 are plain old data with no padding.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as above; any bit pattern is a valid f16/f32.
+    // SAFETY: as above; any bit pattern is a valid f16, bf16 or f32.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 
@@ -177,6 +204,7 @@ fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
 #[derive(Clone, Copy)]
 pub enum Rows<'a> {
     F16(&'a [f16]),
+    BF16(&'a [bf16]),
     F32(&'a [f32]),
     /// Q8_0 blocks: element `e` is `d * q` of block `e / 32`.
     Q8_0(&'a [u8]),
@@ -189,6 +217,7 @@ impl<'a> Rows<'a> {
     pub fn slice(&self, at: usize, n: usize) -> Rows<'a> {
         match *self {
             Rows::F16(r) => Rows::F16(&r[at..at + n]),
+            Rows::BF16(r) => Rows::BF16(&r[at..at + n]),
             Rows::F32(r) => Rows::F32(&r[at..at + n]),
             Rows::Q8_0(r) => {
                 assert!(at.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK), "Q8_0 rows are read in whole blocks");
@@ -203,17 +232,19 @@ impl<'a> Rows<'a> {
     pub fn bytes(&self) -> &'a [u8] {
         match *self {
             Rows::F16(r) => as_bytes(r),
+            Rows::BF16(r) => as_bytes(r),
             Rows::F32(r) => as_bytes(r),
             Rows::Q8_0(r) => r,
         }
     }
 
-    /// Elements `at..at + out.len()` as f32 (exactly: an f16, or a Q8_0
-    /// quant times its f16 scale, is exact in f32). For Q8_0, `at` and the
-    /// length are whole blocks.
+    /// Elements `at..at + out.len()` as f32 (exactly: an f16, a bf16, or a
+    /// Q8_0 quant times its f16 scale, is exact in f32). For Q8_0, `at` and
+    /// the length are whole blocks.
     pub fn widen(&self, at: usize, out: &mut [f32]) {
         match self.slice(at, out.len()) {
             Rows::F16(r) => out.iter_mut().zip(r).for_each(|(o, x)| *o = x.to_f32()),
+            Rows::BF16(r) => out.iter_mut().zip(r).for_each(|(o, x)| *o = x.to_f32()),
             Rows::F32(r) => out.copy_from_slice(r),
             Rows::Q8_0(r) => {
                 for (o, b) in out.chunks_exact_mut(Q8_0_BLOCK).zip(r.chunks_exact(Q8_0_BYTES)) {
@@ -760,6 +791,7 @@ fn saved_rows(ty: KvType, shape: LayerShape, key_bytes: usize) -> usize {
 fn rows(s: &Store) -> Rows<'_> {
     match s {
         Store::F16(v) => Rows::F16(v),
+        Store::BF16(v) => Rows::BF16(v),
         Store::F32(v) => Rows::F32(v),
         Store::Q8_0(v) => Rows::Q8_0(v),
         Store::Elsewhere => panic!("this cache's rows are held elsewhere; only their owner reads them"),
@@ -1111,5 +1143,35 @@ mod tests {
         assert_eq!(d.save_state(), state);
         assert!(KvCache::new(KvType::F16, 16, 4, &shapes).restore_state(&state).is_err());
         assert!(KvType::Q8_0.holds_heads_of(64) && !KvType::Q8_0.holds_heads_of(48) && KvType::F16.holds_heads_of(48));
+    }
+
+    /// A bf16 cache rounds each element to nearest even, keeps f32's range
+    /// (where f16 would overflow), makes what would be a subnormal bf16 a
+    /// zero of its sign, is as large as an f16 cache, and its saved state
+    /// restores into a bf16 cache only (not an f16 one of the same size).
+    #[test]
+    fn bf16_rows_round_to_nearest_even() {
+        assert_eq!(KvType::parse("bf16"), Some(KvType::BF16));
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0).to_bits(), 0x3f80, "a tie goes to the even neighbour");
+        assert_eq!(to_bf16(1.0 + 3.0 / 256.0).to_bits(), 0x3f82, "a tie goes to the even neighbour");
+        assert_eq!(to_bf16(1.0e30).to_f32(), bf16::from_f32(1.0e30).to_f32(), "f32's range");
+        assert_eq!(to_bf16(1.0e-39).to_bits(), 0, "a subnormal is a zero");
+        assert_eq!(to_bf16(-1.0e-39).to_bits(), 0x8000, "of its sign");
+        let mut c = KvCache::new(KvType::BF16, 16, 4, &shapes());
+        assert_eq!(c.memory_bytes(), KvCache::new(KvType::F16, 16, 4, &shapes()).memory_bytes());
+        c.reserve(3).unwrap();
+        let (k, v): (Vec<f32>, Vec<f32>) = ((0..8).map(|i| 1.0e6 * i as f32 + 0.3).collect(), (0..8).map(|i| -0.1 * i as f32).collect());
+        for il in 0..shapes().len() {
+            c.write(il, 0, &k[..shapes()[il].k_width], &v[..shapes()[il].v_width]);
+        }
+        c.commit(1);
+        let mut got = vec![0.0; shapes()[1].k_width];
+        c.keys(1).widen(c.row_of(1, 0) * shapes()[1].k_width, &mut got);
+        assert!(got.iter().zip(&k).all(|(&g, &x)| g == bf16::from_f32(x).to_f32()));
+        let state = c.save_state();
+        let mut d = KvCache::new(KvType::BF16, 16, 4, &shapes());
+        d.restore_state(&state).unwrap();
+        assert_eq!(d.save_state(), state);
+        assert!(KvCache::new(KvType::F16, 16, 4, &shapes()).restore_state(&state).is_err());
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! DEPTH tokens are in the context before each test (llama-bench's `-d`),
 //! read once: each test's tokens are cut off again after it;
-//! KV is the cache type (f16, the default, f32 or q8_0).
+//! KV is the cache type (f16, the default, bf16, f32 or q8_0).
 
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ fn main() {
     let path = args.get(1).expect("usage: throughput FILE [PP] [TG] [THREADS] [REPS] [DEPTH] [KV]");
     let arg = |i: usize, d: usize| args.get(i).map(|s| s.parse().expect("a number")).unwrap_or(d);
     let (n_pp, n_tg, threads, reps, depth) = (arg(2, 512), arg(3, 128), arg(4, 0), arg(5, 3), arg(6, 0));
-    let kv = args.get(7).map(|s| KvType::parse(s).expect("a cache type: f16, f32 or q8_0")).unwrap_or(KvType::F16);
+    let kv = args.get(7).map(|s| KvType::parse(s).expect("a cache type: f16, bf16, f32 or q8_0")).unwrap_or(KvType::F16);
     let model = Model::load(path, LoadOptions { threads, no_repack: std::env::var_os("EMBER_NO_REPACK").is_some() }).expect("model loads");
     let n_vocab = model.config.n_vocab as u32;
     let prompt: Vec<u32> = (0..n_pp as u32).map(|i| (1 + i * 7919) % n_vocab).collect();

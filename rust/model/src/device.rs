@@ -270,12 +270,12 @@ pub struct DeviceRings {
 }
 
 /// How a device's rings keep a cache of type `kv`; None where a device keeps
-/// no such cache (an f32 cache is the CPU's only).
+/// no such cache (f32 and bf16 caches are the CPU's only).
 pub fn device_kv_format(kv: KvType) -> Option<KvFormat> {
     match kv {
         KvType::F16 => Some(KvFormat::F16),
         KvType::Q8_0 => Some(KvFormat::Q8_0),
-        KvType::F32 => None,
+        KvType::F32 | KvType::BF16 => None,
     }
 }
 

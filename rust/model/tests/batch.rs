@@ -16,13 +16,15 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// With an f16 cache and a bf16 one (whose attention takes other loops,
+/// paired products where the core has them).
 #[test]
 fn a_batch_gives_each_session_its_own_results() {
-    for arch in TINY_ARCHS {
+    for (arch, kv) in TINY_ARCHS.iter().flat_map(|a| [(a, KvType::F16), (a, KvType::BF16)]) {
         let Some(path) = tiny_model(arch) else { return };
         let model = Model::load(&path, LoadOptions::default()).unwrap();
         let n_vocab = model.config.n_vocab;
-        let session = || model.new_session(64, 16, KvType::F16);
+        let session = || model.new_session(64, 16, kv);
         let prompts = [tokens(11, 0, n_vocab), tokens(3, 1, n_vocab), tokens(16, 2, n_vocab)];
         let wants = [Logits::All, Logits::Last, Logits::None];
 
@@ -43,7 +45,7 @@ fn a_batch_gives_each_session_its_own_results() {
             .collect();
         model.forward_batch(&mut ws, &mut parts).unwrap();
         for (i, s) in together.iter().enumerate() {
-            assert!(same_bits(s.logits(), &alone_logits[i]), "{arch}: prompt {i}");
+            assert!(same_bits(s.logits(), &alone_logits[i]), "{arch} {kv:?}: prompt {i}");
             assert_eq!(s.len(), prompts[i].len());
         }
 
@@ -66,7 +68,7 @@ fn a_batch_gives_each_session_its_own_results() {
                 .collect();
             model.forward_batch(&mut ws, &mut parts).unwrap();
             for i in 0..3 {
-                assert!(same_bits(together[i].logits(), &want_alone[i]), "{arch}: step {step}, session {i}");
+                assert!(same_bits(together[i].logits(), &want_alone[i]), "{arch} {kv:?}: step {step}, session {i}");
                 next[i] = argmax(&want_alone[i]);
             }
         }

@@ -149,7 +149,7 @@ fn stage(name: &str) -> PyResult<Stage> {
 
 fn kv_type(s: &str) -> PyResult<KvType> {
     KvType::parse(s)
-        .ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\", \"f32\" or \"q8_0\"")))
+        .ok_or_else(|| InvalidRequestError::new_err(format!("kv_type {s:?}: expected \"f16\", \"bf16\", \"f32\" or \"q8_0\"")))
 }
 
 /// A metadata value as a Python object; long arrays (vocabularies) come back whole.

@@ -15,13 +15,14 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
+use half::{bf16, f16};
 
 use super::avx2::Avx2;
-use super::lanes::{gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS};
+use super::lanes::{Scalar, gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS};
 
-/// Reachable only through `super::run_avx512`, after `super::level`.
-pub(super) struct Avx512;
+/// Reachable only through `super::run_avx512` (or `super::run_avx512_bf16`,
+/// `BF16` true, where the core has AVX-512 BF16), after `super::level`.
+pub(super) struct Avx512<const BF16: bool>;
 
 /// Eight floats at `lo` in the low half of a register, eight at `hi` in the high.
 #[inline]
@@ -169,7 +170,7 @@ unsafe fn scores16_q8_0_scaled(q: &Q8Queries, count: usize, keys: &[&[u8]; 16], 
                                stride: usize) {
     use ember_kv::Q8_0_BYTES;
     let Some(offsets) = gather_offsets(keys) else {
-        return scores16_q8_0_by_eights::<Avx512>(q.rows, count, keys, scale, dst, stride);
+        return scores16_q8_0_by_eights::<Avx512<false>>(q.rows, count, keys, scale, dst, stride);
     };
     let (len, base) = (keys[0].len(), keys[0].as_ptr());
     let nb = len / Q8_0_BYTES;
@@ -505,7 +506,171 @@ unsafe fn scores8_queries(query: impl Fn(usize) -> *const f32, count: usize, n: 
     }
 }
 
-impl Lanes for Avx512 {
+/// [`Lanes::scores8_bf16_scaled`] for `N` queries: per step of sixteen
+/// elements the four registers of paired keys ([`super::lanes::pair_bf16_keys`])
+/// are loaded once, each query's sixteen bf16s fill both halves of one, and
+/// `vdpbf16ps` adds per lane the product of the odd element, then the even's
+/// (`4 N` accumulators: six queries take 24 of the 32 registers); the lanes
+/// are summed by [`reduce_pairs`], as the f32 loops' are.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn scores8_bf16_n<const N: usize>(q: [*const bf16; N], n: usize, paired: *const bf16, scale: f32,
+                                         dst: *mut f32, stride: usize) {
+    let mut acc = [[_mm512_setzero_ps(); 4]; N];
+    let mut i = 0;
+    while i < n {
+        let kv: [__m512bh; 4] =
+            std::array::from_fn(|r| std::mem::transmute(_mm512_loadu_si512(paired.add((i / 16 * 4 + r) * 32).cast())));
+        for (a, &q) in acc.iter_mut().zip(&q) {
+            let qv: __m512bh = std::mem::transmute(_mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(i).cast())));
+            for (a, &kv) in a.iter_mut().zip(&kv) {
+                *a = _mm512_dpbf16_ps(*a, qv, kv);
+            }
+        }
+        i += 16;
+    }
+    let scale = _mm256_set1_ps(scale);
+    for (i, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(dst.add(i * stride), _mm256_mul_ps(scale, reduce_pairs(a)));
+    }
+}
+
+/// [`Lanes::weigh_bf16_heads`] for `H` heads and the `16 * U` floats of
+/// each from `e`: per pair of positions each head's two weights fill a
+/// register (the pair's bf16s in every lane) and meet sixteen of the
+/// interleaved value pairs in one `vdpbf16ps`, the second position's product
+/// added first, as the f32 loops add them.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn weigh_bf16_chunk<const H: usize, const U: usize>(w: *const bf16, stride: usize, pairs: usize,
+                                                           v: *const bf16, n: usize, o: *mut f32, e: usize) {
+    let at = |g: usize, u: usize| o.add(g * n + e + 16 * u);
+    let mut acc: [[__m512; U]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm512_loadu_ps(at(g, u))));
+    for k in 0..pairs {
+        let wg: [__m512bh; H] = std::array::from_fn(|g| {
+            std::mem::transmute(_mm512_set1_epi32(std::ptr::read_unaligned(w.add(g * stride + 2 * k).cast::<i32>())))
+        });
+        for u in 0..U {
+            let x: __m512bh = std::mem::transmute(_mm512_loadu_si512(v.add(2 * (k * n + e + 16 * u)).cast()));
+            for (a, &wg) in acc.iter_mut().zip(&wg) {
+                a[u] = _mm512_dpbf16_ps(a[u], wg, x);
+            }
+        }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        for (u, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(at(g, u), *a);
+        }
+    }
+}
+
+/// [`weigh_bf16_chunk`] over all of each of `H` heads' `n` floats: sixty-four
+/// at a time, then sixteen, then the rest one by one in the same order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn weigh_bf16_all<const H: usize>(w: *const bf16, stride: usize, pairs: usize, v: *const bf16, n: usize,
+                                         o: *mut f32) {
+    let mut e = 0;
+    while e + 64 <= n {
+        weigh_bf16_chunk::<H, 4>(w, stride, pairs, v, n, o, e);
+        e += 64;
+    }
+    while e + 16 <= n {
+        weigh_bf16_chunk::<H, 1>(w, stride, pairs, v, n, o, e);
+        e += 16;
+    }
+    for g in 0..H {
+        for d in e..n {
+            let out = &mut *o.add(g * n + d);
+            for k in 0..pairs {
+                let (w0, w1) = ((*w.add(g * stride + 2 * k)).to_f32(), (*w.add(g * stride + 2 * k + 1)).to_f32());
+                let (v0, v1) = ((*v.add(2 * (k * n + d))).to_f32(), (*v.add(2 * (k * n + d) + 1)).to_f32());
+                *out = w0.mul_add(v0, w1.mul_add(v1, *out));
+            }
+        }
+    }
+}
+
+/// [`Lanes::bf16_bits`] sixteen at a time: each float's high half, narrowed.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
+    let n = src.len().min(dst.len());
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let mut i = 0;
+    while i + 16 <= n {
+        let x = _mm512_srli_epi32::<16>(_mm512_loadu_si512(s.add(i).cast()));
+        _mm256_storeu_si256(d.add(i).cast(), _mm512_cvtepi32_epi16(x));
+        i += 16;
+    }
+    Scalar::bf16_bits(&src[i..n], &mut dst[i..n]);
+}
+
+/// [`Lanes::pair_bf16_values`] thirty-two elements at a time: the two rows'
+/// elements interleaved by one two-source permutation per output register.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
+    let n = out.len() / 2;
+    assert!(first.is_none_or(|r| r.len() >= n) && second.is_none_or(|r| r.len() >= n));
+    let load = |row: Option<&[bf16]>, i: usize| row.map_or(_mm512_setzero_si512(), |r| _mm512_loadu_si512(r.as_ptr().add(i).cast()));
+    // Output element 2d is the first row's d, 2d + 1 the second's (its index offset by 32).
+    let lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                              39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    let hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    let o = out.as_mut_ptr();
+    let mut i = 0;
+    while i + 32 <= n {
+        let (a, b) = (load(first, i), load(second, i));
+        _mm512_storeu_si512(o.add(2 * i).cast(), _mm512_permutex2var_epi16(a, lo, b));
+        _mm512_storeu_si512(o.add(2 * i + 32).cast(), _mm512_permutex2var_epi16(a, hi, b));
+        i += 32;
+    }
+    super::lanes::pair_bf16_values(first.map(|r| &r[i..]), second.map(|r| &r[i..]), &mut out[2 * i..]);
+}
+
+impl<const BF16: bool> Lanes for Avx512<BF16> {
+    const BF16_PAIRS: bool = BF16;
+    #[inline(always)]
+    unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
+        bf16_bits(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
+        pair_bf16_values(first, second, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_bf16_scaled(q: &[bf16], count: usize, n: usize, keys: &[bf16], scale: f32, dst: *mut f32,
+                                  stride: usize) {
+        assert!(BF16 && n.is_multiple_of(16) && count * n <= q.len() && keys.len() >= 8 * n);
+        let (qp, kp) = (q.as_ptr(), keys.as_ptr());
+        let query = |i: usize| qp.add(i * n);
+        let mut i = 0;
+        while i < count {
+            let d = dst.add(i * stride);
+            i += match count - i {
+                6.. => { scores8_bf16_n::<6>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 6 }
+                4 | 5 => { scores8_bf16_n::<4>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 4 }
+                2 | 3 => { scores8_bf16_n::<2>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 2 }
+                _ => { scores8_bf16_n::<1>([query(i)], n, kp, scale, d, stride); 1 }
+            };
+        }
+    }
+    #[inline(always)]
+    unsafe fn weigh_bf16_heads(w: &[bf16], stride: usize, heads: usize, v: &[bf16], o: &mut [f32]) {
+        let n = o.len() / heads;
+        let pairs = v.len() / (2 * n).max(1);
+        assert!(BF16 && stride.is_multiple_of(2) && w.len() >= (heads - 1) * stride + 2 * pairs && v.len() >= 2 * pairs * n);
+        in_groups(heads, 4, |g, count| {
+            let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
+            match count {
+                1 => weigh_bf16_all::<1>(ws, stride, pairs, v.as_ptr(), n, os),
+                2 => weigh_bf16_all::<2>(ws, stride, pairs, v.as_ptr(), n, os),
+                3 => weigh_bf16_all::<3>(ws, stride, pairs, v.as_ptr(), n, os),
+                _ => weigh_bf16_all::<4>(ws, stride, pairs, v.as_ptr(), n, os),
+            }
+        });
+    }
     #[inline(always)]
     unsafe fn scores8(q: &[f32], k: &[f32], out: &mut [f32; 8]) {
         scores8(q, k, out)

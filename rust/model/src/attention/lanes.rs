@@ -1,8 +1,8 @@
 //! The element loops attention is written over ([`Lanes`]), and their
 //! scalar form ([`Scalar`]): the definition the vector forms round as.
 
-use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
-use half::f16;
+use ember_kv::{to_bf16, Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use half::{bf16, f16};
 
 /// Queries quantized to Q8_0 (as long as a key each, query `i` at
 /// `rows[i * len..]`), with what the byte-dot forms read beside the rows:
@@ -73,6 +73,44 @@ pub(super) trait Lanes {
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]);
     /// `e = f16(e * inv)` widened back, for every e.
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
+    /// `e = bf16(e * inv)` widened back (a subnormal made zero, as
+    /// [`to_bf16`]), for every e.
+    unsafe fn probs_bf16(row: &mut [f32], inv: f32) {
+        for e in row.iter_mut() {
+            *e = to_bf16(*e * inv).to_f32();
+        }
+    }
+    /// Whether a bf16 cache's full blocks are met by AVX-512 BF16's paired
+    /// products ([`Lanes::scores8_bf16_scaled`], [`Lanes::weigh_bf16_heads`])
+    /// rather than by the f32 loops over rows in [`bf16_lane_order`] and
+    /// weights in [`bf16_pair_order`], which round the same.
+    const BF16_PAIRS: bool = false;
+    /// [`Lanes::scores8_scaled`] for a bf16 cache with the operands as
+    /// stored: queries `0..count` bf16 rows of `n` (a multiple of 16), eight
+    /// keys laid out by [`pair_bf16_keys`].
+    unsafe fn scores8_bf16_scaled(_q: &[bf16], _count: usize, _n: usize, _keys: &[bf16], _scale: f32, _dst: *mut f32,
+                                  _stride: usize) {
+        unreachable!("only the loops with BF16_PAIRS take bf16 operands")
+    }
+    /// [`Lanes::weigh_heads`] for bf16 values with the operands as stored:
+    /// head `g`'s weights the bf16s at `w[g * stride..]` (an even count of
+    /// positions from an even one), the value rows interleaved in pairs by
+    /// [`pair_bf16_values`]; per pair of positions the second's product is
+    /// added, then the first's, as [`bf16_pair_order`] has it.
+    unsafe fn weigh_bf16_heads(_w: &[bf16], _stride: usize, _heads: usize, _v: &[bf16], _o: &mut [f32]) {
+        unreachable!("only the loops with BF16_PAIRS take bf16 operands")
+    }
+    /// f32s that are bf16s already (rounded by [`Lanes::probs_bf16`]) as
+    /// the bf16s: the high half of each one's bits.
+    unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = bf16::from_bits((x.to_bits() >> 16) as u16);
+        }
+    }
+    /// [`pair_bf16_values`].
+    unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
+        pair_bf16_values(first, second, out)
+    }
     /// The largest element (-inf for none; the scores are never NaN). Exact,
     /// so any order gives it.
     unsafe fn max(row: &[f32]) -> f32 {
@@ -194,6 +232,71 @@ impl Lanes for Scalar {
         for (&w, v) in w.iter().zip(v.chunks_exact(o.len())) {
             fma_row(w, v, o);
         }
+    }
+}
+
+/// Elements of one step of a bf16 dot: AVX-512 BF16 meets sixteen per key
+/// in the eight lanes of half a register, two to a lane.
+pub(super) const BF16_STEP: usize = 16;
+
+/// A bf16 key (or query) row widened for the f32 loops in the order their
+/// eight lanes meet it, so that they round as AVX-512 BF16's paired
+/// products do: in each step of sixteen elements, lane `l` adds the product
+/// of element `2l + 1`, then that of element `2l` (a product of two bf16s
+/// is exact in f32, so a fused multiply-add rounds once, as the paired form
+/// does per product). So each step is laid out as its odd elements, then
+/// its even ones; `dst` is the row padded with zeros to whole steps.
+#[inline(always)]
+pub(super) fn bf16_lane_order(src: &[bf16], dst: &mut [f32]) {
+    assert!(dst.len() >= src.len().next_multiple_of(BF16_STEP));
+    let at = |i: usize| src.get(i).map_or(0.0, |x| x.to_f32());
+    for (s, step) in dst[..src.len().next_multiple_of(BF16_STEP)].chunks_exact_mut(BF16_STEP).enumerate() {
+        for l in 0..8 {
+            step[l] = at(BF16_STEP * s + 2 * l + 1);
+            step[8 + l] = at(BF16_STEP * s + 2 * l);
+        }
+    }
+}
+
+/// Where the weight of position `pos` goes among a span's weights in the
+/// order a bf16 cache's values are weighed: positions are met in pairs
+/// from an even one (`2i`, `2i + 1`), the second first, as AVX-512 BF16's
+/// paired products add them; a position outside what a query sees weighs
+/// zero, which leaves the sum as it is.
+#[inline(always)]
+pub(super) fn bf16_pair_order(pos: usize) -> usize {
+    pos ^ 1
+}
+
+/// Eight bf16 keys of `n` elements (a multiple of [`BF16_STEP`]) laid out for
+/// [`Lanes::scores8_bf16_scaled`]: per step, four pieces of 32, the `r`-th
+/// holding key `r`'s sixteen elements then key `r + 4`'s.
+/// Elements past a key's end are zero.
+pub(super) fn pair_bf16_keys(keys: &[&[bf16]; 8], n: usize, out: &mut [bf16]) {
+    assert!(n.is_multiple_of(BF16_STEP) && out.len() >= 8 * n);
+    for (c, piece) in out[..8 * n].chunks_exact_mut(2 * BF16_STEP).enumerate() {
+        let (step, r) = (c / 4, c % 4);
+        for (half, key) in piece.chunks_exact_mut(BF16_STEP).zip([keys[r], keys[r + 4]]) {
+            match key.get(BF16_STEP * step..BF16_STEP * (step + 1)) {
+                Some(whole) => half.copy_from_slice(whole),
+                None => {
+                    for (i, d) in half.iter_mut().enumerate() {
+                        *d = key.get(BF16_STEP * step + i).copied().unwrap_or(bf16::ZERO);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The value rows of a pair of positions (`None`: a position no query
+/// weighs, taken as zeros) interleaved for [`Lanes::weigh_bf16_heads`]:
+/// element `d` of the first, then of the second, for every `d`.
+pub(super) fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
+    let at = |row: Option<&[bf16]>, d: usize| row.map_or(bf16::ZERO, |r| r[d]);
+    for (d, pair) in out.chunks_exact_mut(2).enumerate() {
+        pair[0] = at(first, d);
+        pair[1] = at(second, d);
     }
 }
 

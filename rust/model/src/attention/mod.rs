@@ -15,7 +15,17 @@
 //! exact dot of the quants, scaled by the product of the two block scales
 //! (one rounding) and added by a fused multiply-add, block after block; its
 //! values are widened exactly (quant times scale) and met by the f32
-//! probabilities.
+//! probabilities. With a bf16 cache every operand is a bf16 and every
+//! product is exact, as AVX-512 BF16's paired products (`vdpbf16ps`) take
+//! them: the query is rounded to bf16; a score's lane `l` adds, per step of
+//! sixteen elements, the product of element `2l + 1` then that of `2l`
+//! ([`lanes::bf16_lane_order`]); the exponentials are rounded to bf16; and
+//! the value rows are weighed in pairs of positions from an even one, the
+//! second's product added first ([`lanes::bf16_pair_order`]). Where the
+//! core has AVX-512 BF16 a prompt's full blocks take the paired products,
+//! twice the multiply-adds of an f32 instruction; elsewhere the f32 loops
+//! meet the same operands in that order and round the same (as long as no
+//! sum falls below f32's smallest normal, which the paired form makes zero).
 //!
 //! Positions are met in spans of [`SPAN`], aligned on multiples of it. A
 //! query's softmax is taken over each span it sees (the span's maximum, the
@@ -40,9 +50,9 @@
 
 use std::cell::RefCell;
 
-use ember_kv::{KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use ember_kv::{to_bf16, KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use ember_quant::SimdLevel;
-use half::f16;
+use half::{bf16, f16};
 
 use crate::pool::Pool;
 
@@ -52,7 +62,9 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
-use lanes::{Lanes, Q8Queries, Scalar};
+use lanes::{bf16_lane_order, bf16_pair_order, pair_bf16_keys, Lanes, Q8Queries, Scalar, BF16_STEP};
+#[cfg(test)]
+use lanes::pair_bf16_values;
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -83,6 +95,15 @@ struct Scratch {
     dk16: Vec<f16>,
     dk: Vec<f32>,
     k8: Vec<f32>,
+    /// For a bf16 cache: the queries rounded to bf16, as stored; a block of
+    /// eight keys paired for the paired products; the span's weights in
+    /// their order ([`lanes::bf16_pair_order`]), or as bf16s for the paired
+    /// products; and a block of value rows paired for them.
+    qb: Vec<bf16>,
+    kb: Vec<bf16>,
+    w_pairs: Vec<f32>,
+    wb: Vec<bf16>,
+    vb: Vec<bf16>,
     /// The queries that meet a block of widened keys (their indices, the
     /// positions of the block each sees) and their scores.
     met: Vec<usize>,
@@ -502,6 +523,8 @@ impl<'a> Plan<'a> {
             SimdLevel::Avx2 => run_avx2(self, i, sc, dst, kept),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512Vnni => run_avx512(self, i, sc, dst, kept),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Bf16 => run_avx512_bf16(self, i, sc, dst, kept),
             #[cfg(not(target_arch = "x86_64"))]
             _ => run_item::<Scalar>(self, i, sc, dst, kept),
         }
@@ -515,7 +538,7 @@ impl<'a> Plan<'a> {
     unsafe fn merge(&self, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept, level: SimdLevel) {
         match level {
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx2 | SimdLevel::Avx512Vnni => self.merge_fma(i, sc, dst, kept),
+            SimdLevel::Avx2 | SimdLevel::Avx512Vnni | SimdLevel::Avx512Bf16 => self.merge_fma(i, sc, dst, kept),
             _ => self.merge_item(i, sc, dst, kept),
         }
     }
@@ -555,7 +578,13 @@ unsafe fn run_avx2(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: K
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn run_avx512(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
-    run_item::<avx512::Avx512>(plan, i, sc, dst, kept)
+    run_item::<avx512::Avx512<false>>(plan, i, sc, dst, kept)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16")]
+unsafe fn run_avx512_bf16(plan: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, kept: Kept) {
+    run_item::<avx512::Avx512<true>>(plan, i, sc, dst, kept)
 }
 
 /// One item, written once for the scalar and the vector element loops: its
@@ -632,13 +661,24 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
     }
 }
 
+/// The floats a key (and a query) takes in the f32 loops: a head padded
+/// with zeros to whole steps of the lanes (of a bf16 dot's for bf16 keys).
+#[inline(always)]
+fn key_stride(keys: &Rows, hk: usize) -> usize {
+    match keys {
+        Rows::BF16(_) => hk.next_multiple_of(BF16_STEP),
+        _ => hk.next_multiple_of(8),
+    }
+}
+
 /// The queries of rows j0..j1 and heads h0..h0 + heads as zero-padded f32
-/// rows (through f16 for an f16 cache).
+/// rows (through f16 for an f16 cache; through bf16, in the lanes' order,
+/// for a bf16 cache, and kept as bf16s for the paired products).
 #[inline(always)]
 unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, heads: usize, sc: &mut Scratch) {
     let hk = p.hk;
     let nq = (j1 - j0) * heads;
-    let hkp = hk.next_multiple_of(8);
+    let hkp = key_stride(&p.keys, hk);
     if matches!(p.keys, Rows::Q8_0(_)) {
         let bytes = hk / Q8_0_BLOCK * Q8_0_BYTES;
         sc.q8.resize(nq * bytes, 0);
@@ -654,9 +694,25 @@ unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, h
         sc.q8_scales.extend(blocks().map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()));
         return;
     }
-    let Scratch { q16, qw, .. } = sc;
+    let Scratch { q16, qw, qb, .. } = sc;
     qw.clear();
     qw.resize(nq * hkp, 0.0);
+    if matches!(p.keys, Rows::BF16(_)) {
+        qb.clear();
+        qb.resize(nq * hkp, bf16::ZERO);
+        for j in j0..j1 {
+            let src = &p.q[j * p.n_head * hk + h0 * hk..][..heads * hk];
+            for (g, src) in src.chunks_exact(hk).enumerate() {
+                let qi = (j - j0) * heads + g;
+                let rounded = &mut qb[qi * hkp..][..hk];
+                for (d, &x) in rounded.iter_mut().zip(src) {
+                    *d = to_bf16(x);
+                }
+                bf16_lane_order(rounded, &mut qw[qi * hkp..][..hkp]);
+            }
+        }
+        return;
+    }
     for j in j0..j1 {
         for g in 0..heads {
             let qi = (j - j0) * heads + g;
@@ -695,10 +751,11 @@ unsafe fn span<L: Lanes>(
     let (hk, hv, heads) = (p.hk, p.hv, p.heads);
     let kvh = h0 / p.group;
     let nq = (j1 - j0) * heads;
-    let hkp = hk.next_multiple_of(8);
+    let hkp = key_stride(&p.keys, hk);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, .. } = sc;
+    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, qb, kb,
+                  w_pairs, wb, vb, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -760,6 +817,19 @@ unsafe fn span<L: Lanes>(
                 false => prefetch_head_row(&p.values, row, p.vw, kvh, hv),
             }
         }
+        // A full block of bf16 keys, on a core with paired bf16 products:
+        // paired once, met by every query of the item.
+        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS, &p.keys) {
+            if b1 - b0 == 8 && all_see(b0, b1) {
+                let keys8: [&[bf16]; 8] = rows8.map(|row| &kc[row * p.kw + kvh * hk..][..hk]);
+                kb.resize(8 * hkp, bf16::ZERO);
+                pair_bf16_keys(&keys8, hkp, kb);
+                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qb.len() >= nq * hkp);
+                L::scores8_bf16_scaled(qb, nq, hkp, kb, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
+                b0 = b1;
+                continue;
+            }
+        }
         let keys8 = q8_keys.then(|| rows8.map(|row| p.keys.slice(row * p.kw + kvh * hk, hk).bytes()));
         if let Some(keys8) = &keys8 {
             for (i, key) in keys8.iter().enumerate() {
@@ -772,7 +842,7 @@ unsafe fn span<L: Lanes>(
             L::widen(dk16, dk);
         } else if !direct {
             for pos in b0..b1 {
-                head_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hk]);
+                key_row::<L>(&p.keys, rows8[pos - b0], p.kw, kvh, hk, &mut k8[(pos - b0) * hkp..][..hkp]);
             }
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
@@ -847,6 +917,11 @@ unsafe fn span<L: Lanes>(
     // order, a block of value rows (widened to f32) at a time.
     o.clear();
     o.resize(nq * hv, 0.0);
+    if let Rows::BF16(vc) = p.values {
+        let bufs = Bf16Weighing { w_pairs, wb, v32, vb };
+        weigh_bf16_span::<L>(p, j0, j1, heads, kvh, s0, s1, vc, scores, bufs, o);
+        return;
+    }
     // With few queries an item reads f16 values in place, converting each as
     // it meets it: widened into a buffer first, a value would be stored and
     // read back for a single multiply-add.
@@ -867,7 +942,7 @@ unsafe fn span<L: Lanes>(
                 }
                 Rows::Q8_0(_) => L::weigh_q8_0_heads(w, width, heads,
                     (a..b).map(|pos| p.values.slice(ring.row(pos) * p.vw + kvh * hv, hv).bytes()), o),
-                Rows::F32(_) => unreachable!("f32 values are widened by copy"),
+                Rows::F32(_) | Rows::BF16(_) => unreachable!("f32 values are widened by copy, bf16 ones weighed apart"),
             }
         }
         return;
@@ -953,7 +1028,7 @@ unsafe fn span_softmax<L: Lanes>(
     span_l: &mut Vec<f64>,
 ) {
     let (nq, width) = ((j1 - j0) * heads, s1 - s0);
-    let f16_values = matches!(p.values, Rows::F16(_));
+    let (f16_values, bf16_values) = (matches!(p.values, Rows::F16(_)), matches!(p.values, Rows::BF16(_)));
     span_m.clear();
     span_m.resize(nq, f32::NEG_INFINITY);
     span_l.clear();
@@ -974,6 +1049,11 @@ unsafe fn span_softmax<L: Lanes>(
         if f16_values {
             for qi in q0..q0 + heads {
                 L::probs_f16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
+            }
+        }
+        if bf16_values {
+            for qi in q0..q0 + heads {
+                L::probs_bf16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
             }
         }
     }
@@ -1099,6 +1179,126 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
     }
 }
 
+/// [`head_row`] for a key: `dst` is [`key_stride`] floats, and a bf16 key
+/// is laid out in the lanes' order ([`lanes::bf16_lane_order`]).
+#[inline(always)]
+unsafe fn key_row<L: Lanes>(keys: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
+    match keys.slice(row * width + head * dim, dim) {
+        Rows::BF16(r) => bf16_lane_order(r, dst),
+        _ => head_row::<L>(keys, row, width, head, dim, &mut dst[..dim]),
+    }
+}
+
+/// The buffers [`weigh_bf16_span`] lays its operands out in.
+struct Bf16Weighing<'s> {
+    w_pairs: &'s mut Vec<f32>,
+    wb: &'s mut Vec<bf16>,
+    v32: &'s mut Vec<f32>,
+    vb: &'s mut Vec<bf16>,
+}
+
+/// The outputs of one span (positions s0..s1) for bf16 values: each query's
+/// value rows weighed by its exponentials (rounded to bf16) in pairs of
+/// positions from an even one, the second first ([`lanes::bf16_pair_order`];
+/// a position of a pair the query does not see weighs zero). The span is
+/// framed on even positions, f0..f1; a block of value rows is laid out once
+/// for all the queries: in pair order and widened for the f32 loops, or
+/// interleaved in pairs for the paired products.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weigh_bf16_span<L: Lanes>(
+    p: &Plan,
+    j0: usize,
+    j1: usize,
+    heads: usize,
+    kvh: usize,
+    s0: usize,
+    s1: usize,
+    vc: &[bf16],
+    scores: &[f32],
+    bufs: Bf16Weighing,
+    o: &mut [f32],
+) {
+    let Bf16Weighing { w_pairs, wb, v32, vb } = bufs;
+    let (hv, width, nq) = (p.hv, s1 - s0, (j1 - j0) * heads);
+    let (f0, f1) = (s0 & !1, (s1 + 1) & !1);
+    let fw = f1 - f0;
+    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
+    if L::BF16_PAIRS {
+        wb.clear();
+        wb.resize(nq * fw, bf16::ZERO);
+    } else {
+        w_pairs.clear();
+        w_pairs.resize(nq * fw, 0.0);
+    }
+    for j in j0..j1 {
+        let (a, b) = seen(j);
+        if a >= b {
+            continue;
+        }
+        for qi in (j - j0) * heads..(j - j0 + 1) * heads {
+            let w = &scores[qi * width + a - s0..][..b - a];
+            match L::BF16_PAIRS {
+                true => L::bf16_bits(w, &mut wb[qi * fw + a - f0..][..b - a]),
+                false => {
+                    let frame = &mut w_pairs[qi * fw..][..fw];
+                    for (pos, &w) in (a..b).zip(w) {
+                        frame[bf16_pair_order(pos) - f0] = w;
+                    }
+                }
+            }
+        }
+    }
+    let ring = p.cache.ring_rows(p.il, s0);
+    let value = |pos: usize| (s0..s1).contains(&pos).then(|| &vc[ring.row(pos) * p.vw + kvh * hv..][..hv]);
+    let block = ((ITEM_FLOATS / hv.max(1)).max(2) & !1).min(fw);
+    let mut c0 = f0;
+    while c0 < f1 {
+        let c1 = (c0 + block).min(f1);
+        if L::BF16_PAIRS {
+            vb.resize(block * hv, bf16::ZERO);
+            for e in (c0..c1).step_by(2) {
+                L::pair_bf16_values(value(e), value(e + 1), &mut vb[(e - c0) * hv..][..2 * hv]);
+            }
+        } else {
+            v32.resize(block * hv, 0.0);
+            for pos in c0..c1 {
+                let dst = &mut v32[(bf16_pair_order(pos) - c0) * hv..][..hv];
+                match value(pos) {
+                    Some(row) => dst.iter_mut().zip(row).for_each(|(d, x)| *d = x.to_f32()),
+                    None => dst.fill(0.0),
+                }
+            }
+        }
+        let clip = |j: usize| {
+            let (a, b) = seen(j);
+            (a.max(c0), b.min(c1))
+        };
+        let mut j = j0;
+        while j < j1 {
+            let (a, b) = clip(j);
+            // Rows that see the same positions share each value row.
+            let rows = (j + 1..j1).take_while(|&r| clip(r) == (a, b)).count() + 1;
+            if a < b {
+                // Whole pairs: the frame's pairs are the block's.
+                let (ae, be) = (a & !1, (b + 1) & !1);
+                let (qi, n) = ((j - j0) * heads, rows * heads);
+                let out = &mut o[qi * hv..][..n * hv];
+                let w_at = qi * fw + ae - f0;
+                let v_at = (ae - c0) * hv;
+                match L::BF16_PAIRS {
+                    true => L::weigh_bf16_heads(&wb[w_at..][..(n - 1) * fw + be - ae], fw, n,
+                                                &vb[v_at..][..(be - ae) * hv], out),
+                    false => L::weigh_heads(&w_pairs[w_at..][..(n - 1) * fw + be - ae], fw, n,
+                                            &v32[v_at..][..(be - ae) * hv], out),
+                }
+            }
+            j += rows;
+        }
+        c0 = c1;
+    }
+}
+
 /// Asks the memory system for head `head`'s `dim` elements of cache row
 /// `row` (rows `width` wide), into the core's second-level cache; reads
 /// nothing. Not into the first: its few outstanding misses fill with the
@@ -1129,6 +1329,7 @@ fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: us
 unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
     match rows.slice(row * width + head * dim, dim) {
         Rows::F16(r) => L::widen(r, dst),
+        Rows::BF16(r) => dst.iter_mut().zip(r).for_each(|(d, x)| *d = x.to_f32()),
         Rows::F32(r) => dst.copy_from_slice(r),
         Rows::Q8_0(r) => L::widen_q8_0(r, &mut dst[..dim]),
     }
@@ -1162,8 +1363,15 @@ mod tests {
                 x.resize(hk.next_multiple_of(8), 0.0);
                 x
             };
+            // A bf16 row in the order the lanes meet it, padded to whole steps.
+            let lane_order = |row: Vec<bf16>| {
+                let mut x = vec![0.0; hk.next_multiple_of(BF16_STEP)];
+                bf16_lane_order(&row, &mut x);
+                x
+            };
             let qp = match &keys {
                 Rows::F16(_) => pad(qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect()),
+                Rows::BF16(_) => lane_order(qh.iter().map(|&x| to_bf16(x)).collect()),
                 _ => pad(qh.to_vec()),
             };
             let (mut acc_m, mut acc_l, mut acc_o) = (f32::NEG_INFINITY, 0.0f64, vec![0.0f32; hv]);
@@ -1175,6 +1383,7 @@ mod tests {
                     let row = cache.row_of(il, p);
                     let score = match &keys {
                         Rows::Q8_0(_) => s.scale * q8_0_dot(qh, keys.slice(row * kw + kvh * hk, hk).bytes()),
+                        Rows::BF16(k) => s.scale * dot8(&qp, &lane_order(k[row * kw + kvh * hk..][..hk].to_vec())),
                         _ => {
                             let mut key = vec![0.0; hk];
                             keys.widen(row * kw + kvh * hk, &mut key);
@@ -1189,12 +1398,19 @@ mod tests {
                 }
                 let sum = lanes::sum4(&scores);
                 let mut o_k = vec![0.0f32; hv];
-                for (p, &e) in (s0..s1).zip(scores.iter()) {
+                // bf16 values are met in pairs from an even position, the second first.
+                let order: Vec<usize> = match &values {
+                    Rows::BF16(_) => (s0 & !1..s1 + 1).step_by(2).flat_map(|e| [e + 1, e]).filter(|p| (s0..s1).contains(p)).collect(),
+                    _ => (s0..s1).collect(),
+                };
+                for p in order {
+                    let e = scores[p - s0];
                     let row = cache.row_of(il, p);
                     let mut v32 = vec![0.0; hv];
                     values.widen(row * vw + kvh * hv, &mut v32);
                     match &values {
                         Rows::F16(_) => fma_row(f16::from_f32(e).to_f32(), &v32, &mut o_k),
+                        Rows::BF16(_) => fma_row(to_bf16(e).to_f32(), &v32, &mut o_k),
                         _ => fma_row(e, &v32, &mut o_k),
                     }
                 }
@@ -1383,6 +1599,67 @@ mod tests {
         check(KvType::F16, 4, 2, 512, 512);
     }
 
+    /// A bf16 cache: every split and level (the paired products where the
+    /// core has them) against the reference, bit for bit, over heads not a
+    /// whole number of steps, windows starting at odd positions, and heads
+    /// sharing value rows.
+    #[test]
+    fn matches_reference_bf16() {
+        check(KvType::BF16, 6, 2, 40, 36);
+        check(KvType::BF16, 9, 3, 64, 64);
+        check(KvType::BF16, 4, 1, 256, 256);
+        check(KvType::BF16, 4, 4, 19, 7);
+        check(KvType::BF16, 10, 2, 32, 72);
+        check(KvType::BF16, 4, 2, 512, 512);
+    }
+
+    /// AVX-512 BF16's paired product, `vdpbf16ps`, adds per lane the odd
+    /// element's product and then the even's, each rounded (products of two
+    /// bf16s being exact): what the f32 loops over [`bf16_lane_order`] are
+    /// written to give.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_paired_product_adds_the_odd_elements_product_first() {
+        if !SimdLevel::Avx512Bf16.runs_here() {
+            return;
+        }
+        let mut rng = Rng(0xbf16);
+        let q: Vec<bf16> = rng.vec(32 * 64, 3.0).into_iter().map(to_bf16).collect();
+        let k: Vec<bf16> = rng.vec(8 * 64, 2.0).into_iter().map(to_bf16).collect();
+        let mut paired = vec![bf16::ZERO; 8 * 64];
+        pair_bf16_keys(&std::array::from_fn(|i| &k[i * 64..][..64]), 64, &mut paired);
+        let (mut native, mut lanes) = (vec![0.0f32; 32 * 8], vec![0.0f32; 32 * 8]);
+        let widen = |row: &[bf16]| {
+            let mut x = vec![0.0; 64];
+            bf16_lane_order(row, &mut x);
+            x
+        };
+        let qw: Vec<f32> = q.chunks_exact(64).flat_map(widen).collect();
+        let kw: Vec<f32> = k.chunks_exact(64).flat_map(widen).collect();
+        unsafe {
+            avx512::Avx512::<true>::scores8_bf16_scaled(&q, 32, 64, &paired, 0.125, native.as_mut_ptr(), 8);
+            Scalar::scores8_scaled(&qw, 32, 64, &kw, 0.125, lanes.as_mut_ptr(), 8);
+        }
+        assert_eq!(native.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), lanes.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        // And the weighing: pairs of positions, the second's product first.
+        let (heads, n, pairs) = (3, 40, 9);
+        let w: Vec<bf16> = rng.vec(heads * 2 * pairs, 1.0).into_iter().map(|x| to_bf16(x.abs())).collect();
+        let rows: Vec<Vec<bf16>> = (0..2 * pairs).map(|_| rng.vec(n, 1.0).into_iter().map(to_bf16).collect()).collect();
+        let mut v = vec![bf16::ZERO; 2 * pairs * n];
+        for (k, out) in v.chunks_exact_mut(2 * n).enumerate() {
+            pair_bf16_values(Some(&rows[2 * k]), Some(&rows[2 * k + 1]), out);
+        }
+        let mut native = rng.vec(heads * n, 1.0);
+        let mut chain = native.clone();
+        unsafe { avx512::Avx512::<true>::weigh_bf16_heads(&w, 2 * pairs, heads, &v, &mut native) };
+        for (g, o) in chain.chunks_exact_mut(n).enumerate() {
+            for pos in (0..2 * pairs).map(bf16_pair_order) {
+                fma_row(w[g * 2 * pairs + pos].to_f32(), &rows[pos].iter().map(|x| x.to_f32()).collect::<Vec<_>>(), o);
+            }
+        }
+        assert_eq!(native.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), chain.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
     /// A pass of several decoded tokens, one per conversation (the plan
     /// that keeps head groups whole when the sequences share the threads),
     /// and a prompt beside them: each output equals the reference alone.
@@ -1393,7 +1670,7 @@ mod tests {
         let s = AttnShape { n_head, n_head_kv, head_dim_k: hk, head_dim_v: hv, scale: 0.125, window: Some(7) };
         let mut rng = Rng(0xba7c4);
         let pool = Pool::new(2).unwrap();
-        for ty in [KvType::F16, KvType::F32] {
+        for ty in [KvType::F16, KvType::BF16, KvType::F32] {
             for ts in [&[1usize, 1, 1, 1][..], &[1, 1], &[1, 5, 1]] {
                 // Conversations of different lengths, each with its next rows written.
                 let mut caches: Vec<KvCache> = (0..ts.len()).map(|_| KvCache::new(ty, 64, 8, &shapes)).collect();
@@ -1437,7 +1714,8 @@ mod tests {
         let passes = [64, 64, 64, 64, 64, 1, 3, 40, 1, 2, 64, 64, 1];
         assert!(passes.iter().sum::<usize>() > 3 * SPAN, "the passes reach depth");
         let splits = [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (3, 1), (8, ITEM_FLOATS), (64, 1), (64, 1 << 20)];
-        for (ty, shape) in [(KvType::F16, (9, 3, 64, 64)), (KvType::Q8_0, (4, 2, 64, 32)), (KvType::F32, (6, 2, 24, 20))] {
+        for (ty, shape) in [(KvType::F16, (9, 3, 64, 64)), (KvType::Q8_0, (4, 2, 64, 32)), (KvType::F32, (6, 2, 24, 20)),
+                            (KvType::BF16, (4, 1, 256, 256))] {
             check_passes(ty, shape, 3 * SPAN / 2 + 5, 6 * SPAN, &passes, &splits);
         }
     }

@@ -74,6 +74,9 @@ pub enum SimdLevel {
     /// AVX2's kernels, with the tile kernels' byte products in AVX-512 VNNI
     /// (with AVX-512 F, BW and VL).
     Avx512Vnni,
+    /// AVX-512 VNNI's kernels, with a bf16 cache's attention in AVX-512
+    /// BF16's paired products.
+    Avx512Bf16,
 }
 
 impl SimdLevel {
@@ -82,6 +85,7 @@ impl SimdLevel {
             SimdLevel::Scalar => "scalar",
             SimdLevel::Avx2 => "avx2",
             SimdLevel::Avx512Vnni => "avx512vnni",
+            SimdLevel::Avx512Bf16 => "avx512bf16",
         }
     }
 
@@ -93,6 +97,8 @@ impl SimdLevel {
             SimdLevel::Avx2 => x86::avx2::available(),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512Vnni => x86::tile::vnni_available(),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Bf16 => x86::tile::vnni_available() && is_x86_feature_detected!("avx512bf16"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -101,19 +107,19 @@ impl SimdLevel {
     /// The levels this CPU runs, plainest first: what a test holds against
     /// the scalar twins.
     pub fn all_here() -> Vec<SimdLevel> {
-        [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter(|l| l.runs_here()).collect()
+        Self::ALL.into_iter().filter(|l| l.runs_here()).collect()
     }
-}
 
-impl SimdLevel {
+    const ALL: [SimdLevel; 4] = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni, SimdLevel::Avx512Bf16];
+
     pub fn parse(name: &str) -> Option<SimdLevel> {
-        [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().find(|l| l.name() == name)
+        Self::ALL.into_iter().find(|l| l.name() == name)
     }
 }
 
 /// The level every SIMD choice in ember is made at, decided once: the highest
 /// this CPU runs, or the one `EMBER_SIMD` names (`scalar`, `avx2`,
-/// `avx512vnni`), so a plainer path can be exercised on any machine. A
+/// `avx512vnni`, `avx512bf16`), so a plainer path can be exercised on any machine. A
 /// value that names no level, or one this CPU does not run, is an error,
 /// never a silent choice of another.
 pub fn checked_level() -> Result<SimdLevel, String> {
@@ -124,7 +130,7 @@ pub fn checked_level() -> Result<SimdLevel, String> {
             let Some(asked) = std::env::var_os("EMBER_SIMD") else { return Ok(best) };
             let asked = asked.to_string_lossy().trim().to_ascii_lowercase();
             match SimdLevel::parse(&asked) {
-                None => Err(format!("EMBER_SIMD={asked}: expected scalar, avx2 or avx512vnni")),
+                None => Err(format!("EMBER_SIMD={asked}: expected scalar, avx2, avx512vnni or avx512bf16")),
                 Some(l) if !l.runs_here() => Err(format!("EMBER_SIMD={asked}: this CPU does not run it")),
                 Some(l) => Ok(l),
             }
@@ -163,7 +169,7 @@ pub fn tile_fn_at(level: SimdLevel, fmt: PackedFormat) -> Option<TileFn> {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => x86::tile::tile_fn(fmt, false),
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512Vnni => x86::tile::tile_fn(fmt, true),
+        SimdLevel::Avx512Vnni | SimdLevel::Avx512Bf16 => x86::tile::tile_fn(fmt, true),
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,
     }
@@ -183,14 +189,14 @@ pub fn unpacked_tile_at(level: SimdLevel, fmt: PackedFormat) -> Option<tile::Unp
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => x86::tile::unpacked_tile(fmt, false),
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512Vnni => x86::tile::unpacked_tile(fmt, true),
+        SimdLevel::Avx512Vnni | SimdLevel::Avx512Bf16 => x86::tile::unpacked_tile(fmt, true),
         #[cfg(not(target_arch = "x86_64"))]
         _ => None,
     }
 }
 
-/// Name of the level the kernels were chosen at ("avx512vnni", "avx2" or
-/// "scalar"), for logs and benchmarks.
+/// Name of the level the kernels were chosen at ("avx512bf16",
+/// "avx512vnni", "avx2" or "scalar"), for logs and benchmarks.
 pub fn simd_level() -> &'static str {
     level().name()
 }
