@@ -3,7 +3,7 @@ thread count and the same tests (ppN: read N prompt tokens; tgN: generate N
 tokens), alternating one run of each so both share the machine's noise.
 
     python benches/compare_llamacpp.py [-m FILE ...] [--threads T] [-p 512] [-n 128] [-r 3]
-                                       [-d 0,1024,4096] [-ctk f16|q8_0] [--llama-bench PATH] [--cache DIR]
+                                       [-d 0,1024,4096] [-ctk f16|bf16|q8_0] [--llama-bench PATH] [--cache DIR]
                                        [--ik-llama-bench PATH]
 
 -d measures each test after that many tokens are already in the context
@@ -251,7 +251,7 @@ def llama_rate(binary: Path, model: Path, n_prompt: int, n_gen: int, threads: in
     extra = ["-d", str(depth)] if depth else []
     if kv != "f16":
         extra += ["-ctk", kv, "-ctv", kv]
-    # A quantized value cache needs llama.cpp's flash attention.
+    # A value cache of another type than f16 needs llama.cpp's flash attention.
     if flash or kv != "f16":
         extra += ["-fa", "1"]
     out = _run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads),
@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="generated tokens of the tg test (0: skip it)")
     ap.add_argument("-r", "--repetitions", type=int, default=3, help="alternating runs of each engine per test")
     ap.add_argument("-d", "--n-depth", default="0", help="tokens already in the context, comma-separated (0,4096)")
-    ap.add_argument("-ctk", "--cache-type", default="f16", choices=["f16", "q8_0"], help="KV cache type for all")
+    ap.add_argument("-ctk", "--cache-type", default="f16", choices=["f16", "bf16", "q8_0"],
+                    help="KV cache type for all")
     ap.add_argument("--ik-llama-bench", type=Path, help="ik_llama.cpp's llama-bench, run with -fa 1 as a third column")
     ap.add_argument("--llama-bench", type=Path, help="an existing llama-bench binary (skips the build)")
     ap.add_argument("--cache", type=Path, help="where llama-bench is built (default: ~/.cache/ember/llama-bench/VERSION)")

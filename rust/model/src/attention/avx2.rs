@@ -2,9 +2,11 @@
 //! operations as the scalar twin (`super::lanes::Scalar`), rounding
 //! identically, eight lanes at a time.
 
-use half::f16;
+use half::{bf16, f16};
 
-use super::lanes::{gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS};
+use super::lanes::{
+    bf16_lane_order, gather_offsets, in_groups, scores16_q8_0_by_eights, Lanes, Q8Queries, MAX_KEY_BLOCKS,
+};
 
 /// Reachable only through `super::run_avx2`, after `super::level`.
 pub(super) struct Avx2;
@@ -12,7 +14,9 @@ pub(super) struct Avx2;
 mod avx {
     use std::arch::x86_64::*;
 
-    use half::f16;
+    use half::{bf16, f16};
+
+    use super::super::lanes::{Lanes, BF16_STEP};
 
     /// The f16 scale that starts the Q8_0 block at `blk`, widened into every
     /// lane by F16C (exactly, as `f16::to_f32` does in software).
@@ -39,6 +43,38 @@ mod avx {
             ))) as u16);
             i += 1;
         }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_cvtepu16_epi32(_mm_loadu_si128(s.add(i).cast()));
+            _mm256_storeu_ps(d.add(i), _mm256_castsi256_ps(_mm256_slli_epi32::<16>(x)));
+            i += 8;
+        }
+        super::super::lanes::Scalar::widen_bf16(&src[i..n], &mut dst[i..n]);
+    }
+
+    /// [`super::bf16_lane_order`] a step at a time: the step's eight pairs
+    /// as 32-bit lanes, whose high halves are the odd elements and whose
+    /// low halves, shifted up, the even ones.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn widen_bf16_lanes(src: &[bf16], dst: &mut [f32]) {
+        let steps = src.len() / BF16_STEP;
+        assert!(dst.len() >= src.len().next_multiple_of(BF16_STEP));
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let high = _mm256_set1_epi32(0xffff0000u32 as i32);
+        for k in 0..steps {
+            let x = _mm256_loadu_si256(s.add(BF16_STEP * k).cast());
+            _mm256_storeu_si256(d.add(BF16_STEP * k).cast(), _mm256_and_si256(x, high));
+            _mm256_storeu_si256(d.add(BF16_STEP * k + 8).cast(), _mm256_slli_epi32::<16>(x));
+        }
+        super::bf16_lane_order(&src[BF16_STEP * steps..], &mut dst[BF16_STEP * steps..]);
     }
 
     #[inline]
@@ -586,6 +622,14 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn widen(src: &[f16], dst: &mut [f32]) {
         avx::widen(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+        avx::widen_bf16(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_bf16_lanes(src: &[bf16], dst: &mut [f32]) {
+        avx::widen_bf16_lanes(src, dst)
     }
     #[inline(always)]
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {

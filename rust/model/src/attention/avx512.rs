@@ -370,15 +370,8 @@ unsafe fn max(row: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [f16]> + Clone,
                                               o: &mut [f32], n: usize) {
-    let mut e = 0;
-    while e + 64 <= n {
-        weigh_f16_chunk::<H, 4>(w, stride, v.clone(), o, n, e);
-        e += 64;
-    }
-    while e + 16 <= n {
-        weigh_f16_chunk::<H, 1>(w, stride, v.clone(), o, n, e);
-        e += 16;
-    }
+    let wide = |p: *const f16| _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+    let e = weigh_wide_heads::<H, f16>(w, stride, v.clone(), o, n, wide);
     if e < n {
         let v = v.map(move |row| &row[e..]);
         for g in 0..H {
@@ -387,14 +380,54 @@ unsafe fn weigh_f16_heads<'r, const H: usize>(w: &[f32], stride: usize, v: impl 
     }
 }
 
-/// [`weigh_f16_heads`] for the `16 * U` floats of each head from `e`: the
+/// [`Lanes::weigh_bf16_in_place`] for `H` heads, as [`weigh_f16_heads`]
+/// (a bf16 widened by a shift); the rest of a row (n not a multiple of 16)
+/// is the scalar twin's.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_bf16_in_place<'r, const H: usize>(w: &[f32], stride: usize, v: impl Iterator<Item = &'r [bf16]> + Clone,
+                                                  o: &mut [f32], n: usize) {
+    let wide = |p: *const bf16| {
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()))))
+    };
+    let e = weigh_wide_heads::<H, bf16>(w, stride, v.clone(), o, n, wide);
+    if e < n {
+        let v = v.map(move |row| &row[e..]);
+        for g in 0..H {
+            Scalar::weigh_bf16_in_place(&w[g * stride..], stride, 1, v.clone(), &mut o[g * n + e..][..n - e]);
+        }
+    }
+}
+
+/// The whole sixteens of `H` heads' `n` floats over value rows read in
+/// place, sixteen elements at `p` widened by `wide`: sixty-four at a time,
+/// then sixteen. Says where the rest of a row starts.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn weigh_wide_heads<'r, const H: usize, T: 'r>(w: &[f32], stride: usize,
+                                                      v: impl Iterator<Item = &'r [T]> + Clone, o: &mut [f32], n: usize,
+                                                      wide: impl Fn(*const T) -> __m512 + Copy) -> usize {
+    let mut e = 0;
+    while e + 64 <= n {
+        weigh_wide_chunk::<H, 4, T>(w, stride, v.clone(), o, n, e, wide);
+        e += 64;
+    }
+    while e + 16 <= n {
+        weigh_wide_chunk::<H, 1, T>(w, stride, v.clone(), o, n, e, wide);
+        e += 16;
+    }
+    e
+}
+
+/// [`weigh_wide_heads`] for the `16 * U` floats of each head from `e`: the
 /// `H * U` accumulators are fixed in number, so they stay in registers
 /// across all the rows.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn weigh_f16_chunk<'r, const H: usize, const U: usize>(w: &[f32], stride: usize,
-                                                              v: impl Iterator<Item = &'r [f16]>, o: &mut [f32],
-                                                              n: usize, e: usize) {
+unsafe fn weigh_wide_chunk<'r, const H: usize, const U: usize, T: 'r>(w: &[f32], stride: usize,
+                                                                      v: impl Iterator<Item = &'r [T]>, o: &mut [f32],
+                                                                      n: usize, e: usize,
+                                                                      wide: impl Fn(*const T) -> __m512) {
     assert!(e + 16 * U <= n && o.len() >= (H - 1) * n + e + 16 * U);
     let (op, wp) = (o.as_mut_ptr(), w.as_ptr());
     let at = |g: usize, u: usize| op.add(g * n + e + 16 * u);
@@ -404,7 +437,7 @@ unsafe fn weigh_f16_chunk<'r, const H: usize, const U: usize>(w: &[f32], stride:
         let r = row.as_ptr().add(e);
         let wg: [__m512; H] = std::array::from_fn(|g| _mm512_set1_ps(*wp.add(g * stride + i)));
         for u in 0..U {
-            let x = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(16 * u).cast()));
+            let x = wide(r.add(16 * u));
             for (a, &wg) in acc.iter_mut().zip(&wg) {
                 a[u] = _mm512_fmadd_ps(wg, x, a[u]);
             }
@@ -591,19 +624,28 @@ unsafe fn weigh_bf16_all<const H: usize>(w: *const bf16, stride: usize, pairs: u
     }
 }
 
-/// [`Lanes::bf16_bits`] sixteen at a time: each float's high half, narrowed.
+/// [`Lanes::narrow_bf16`] sixteen at a time, in integers: the bits plus
+/// half a step less one, plus the kept half's lowest bit (to nearest even),
+/// shifted down; a float below the smallest normal becomes its sign alone.
+/// (Exponentials are never NaN.)
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
+unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
     let n = src.len().min(dst.len());
     let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let (half, one, smallest) = (_mm512_set1_epi32(0x7fff), _mm512_set1_epi32(1), _mm512_set1_epi32(0x0080_0000));
+    let (magnitude, sign) = (_mm512_set1_epi32(0x7fff_ffff), _mm512_set1_epi32(0x8000));
     let mut i = 0;
     while i + 16 <= n {
-        let x = _mm512_srli_epi32::<16>(_mm512_loadu_si512(s.add(i).cast()));
-        _mm256_storeu_si256(d.add(i).cast(), _mm512_cvtepi32_epi16(x));
+        let x = _mm512_loadu_si512(s.add(i).cast());
+        let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(x), one);
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, _mm512_add_epi32(half, odd)));
+        let tiny = _mm512_cmplt_epu32_mask(_mm512_and_si512(x, magnitude), smallest);
+        let kept = _mm512_mask_blend_epi32(tiny, rounded, _mm512_and_si512(_mm512_srli_epi32::<16>(x), sign));
+        _mm256_storeu_si256(d.add(i).cast(), _mm512_cvtepi32_epi16(kept));
         i += 16;
     }
-    Scalar::bf16_bits(&src[i..n], &mut dst[i..n]);
+    Scalar::narrow_bf16(&src[i..n], &mut dst[i..n]);
 }
 
 /// [`Lanes::pair_bf16_values`] thirty-two elements at a time: the two rows'
@@ -629,11 +671,65 @@ unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out:
     super::lanes::pair_bf16_values(first.map(|r| &r[i..]), second.map(|r| &r[i..]), &mut out[2 * i..]);
 }
 
+/// [`Lanes::scores8_bf16_n`]: per step of sixteen elements, the halves of
+/// keys `r` and `r + 4` in one register, its 32-bit lanes split into the odd
+/// elements (the high halves) and the even ones (the low halves, shifted
+/// up), each met by the query's eight of them as [`super::lanes::bf16_lane_order`] lays
+/// them out: the lanes and sums of [`scores8`] over keys laid out so.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores8_bf16_in_place<const N: usize>(q: [&[f32]; N], keys: &[&[bf16]; 8], out: [&mut [f32; 8]; N]) {
+    let n = q[0].len();
+    assert!(n.is_multiple_of(16) && q.iter().all(|q| q.len() == n) && keys.iter().all(|k| k.len() >= n));
+    let kp = keys.map(|k| k.as_ptr());
+    let high = _mm512_set1_epi32(0xffff0000u32 as i32);
+    let both_halves = |p: *const f32| _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+    let mut acc = [[_mm512_setzero_ps(); 4]; N];
+    let mut i = 0;
+    while i < n {
+        let odd_q = q.map(|q| both_halves(q.as_ptr().add(i)));
+        let even_q = q.map(|q| both_halves(q.as_ptr().add(i + 8)));
+        for r in 0..4 {
+            let lo = _mm512_castsi256_si512(_mm256_loadu_si256(kp[r].add(i).cast()));
+            let x = _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(kp[r + 4].add(i).cast()));
+            let odd = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+            let even = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(x));
+            for ((a, oq), eq) in acc.iter_mut().zip(&odd_q).zip(&even_q) {
+                a[r] = _mm512_fmadd_ps(*oq, odd, a[r]);
+                a[r] = _mm512_fmadd_ps(*eq, even, a[r]);
+            }
+        }
+        i += 16;
+    }
+    for (a, out) in acc.iter().zip(out) {
+        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
+    }
+}
+
 impl<const BF16: bool> Lanes for Avx512<BF16> {
     const BF16_PAIRS: bool = BF16;
+    const BF16_IN_PLACE: bool = true;
     #[inline(always)]
-    unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
-        bf16_bits(src, dst)
+    unsafe fn scores8_bf16_n<const N: usize>(q: [&[f32]; N], keys: &[&[bf16]; 8], out: [&mut [f32; 8]; N]) {
+        scores8_bf16_in_place(q, keys, out)
+    }
+    #[inline(always)]
+    unsafe fn weigh_bf16_in_place<'r>(w: &[f32], stride: usize, heads: usize,
+                                      v: impl Iterator<Item = &'r [bf16]> + Clone, o: &mut [f32]) {
+        let n = o.len() / heads;
+        in_groups(heads, 4, |g, count| {
+            let (w, o) = (&w[g * stride..], &mut o[g * n..]);
+            match count {
+                1 => weigh_bf16_in_place::<1>(w, stride, v.clone(), o, n),
+                2 => weigh_bf16_in_place::<2>(w, stride, v.clone(), o, n),
+                3 => weigh_bf16_in_place::<3>(w, stride, v.clone(), o, n),
+                _ => weigh_bf16_in_place::<4>(w, stride, v.clone(), o, n),
+            }
+        });
+    }
+    #[inline(always)]
+    unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
+        narrow_bf16(src, dst)
     }
     #[inline(always)]
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
@@ -715,6 +811,14 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     #[inline(always)]
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]) {
         Avx2::widen_q8_0(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+        Avx2::widen_bf16(src, dst)
+    }
+    #[inline(always)]
+    unsafe fn widen_bf16_lanes(src: &[bf16], dst: &mut [f32]) {
+        Avx2::widen_bf16_lanes(src, dst)
     }
     #[inline(always)]
     unsafe fn probs_f16(row: &mut [f32], inv: f32) {

@@ -73,13 +73,6 @@ pub(super) trait Lanes {
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]);
     /// `e = f16(e * inv)` widened back, for every e.
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
-    /// `e = bf16(e * inv)` widened back (a subnormal made zero, as
-    /// [`to_bf16`]), for every e.
-    unsafe fn probs_bf16(row: &mut [f32], inv: f32) {
-        for e in row.iter_mut() {
-            *e = to_bf16(*e * inv).to_f32();
-        }
-    }
     /// Whether a bf16 cache's full blocks are met by AVX-512 BF16's paired
     /// products ([`Lanes::scores8_bf16_scaled`], [`Lanes::weigh_bf16_heads`])
     /// rather than by the f32 loops over rows in [`bf16_lane_order`] and
@@ -100,12 +93,50 @@ pub(super) trait Lanes {
     unsafe fn weigh_bf16_heads(_w: &[bf16], _stride: usize, _heads: usize, _v: &[bf16], _o: &mut [f32]) {
         unreachable!("only the loops with BF16_PAIRS take bf16 operands")
     }
-    /// f32s that are bf16s already (rounded by [`Lanes::probs_bf16`]) as
-    /// the bf16s: the high half of each one's bits.
-    unsafe fn bf16_bits(src: &[f32], dst: &mut [bf16]) {
+    /// Each f32 rounded to bf16 as [`to_bf16`] rounds it.
+    unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
         for (d, &x) in dst.iter_mut().zip(src) {
-            *d = bf16::from_bits((x.to_bits() >> 16) as u16);
+            *d = to_bf16(x);
         }
+    }
+    /// bf16 to f32 (exact).
+    unsafe fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+    /// Whether [`Lanes::scores8_bf16_n`] and [`Lanes::weigh_bf16_in_place`]
+    /// read a bf16 cache's rows in place (a decoded token's few queries),
+    /// rather than widened into a buffer first.
+    const BF16_IN_PLACE: bool = false;
+    /// [`Lanes::scores8`] of `N` queries (f32 rows in [`bf16_lane_order`], a
+    /// whole number of steps long) with eight bf16 keys read in place.
+    unsafe fn scores8_bf16_n<const N: usize>(q: [&[f32]; N], keys: &[&[bf16]; 8], out: [&mut [f32; 8]; N]) {
+        let n = q[0].len();
+        let mut k = vec![0.0f32; 8 * n];
+        for (key, k) in keys.iter().zip(k.chunks_exact_mut(n)) {
+            Self::widen_bf16_lanes(&key[..n], k);
+        }
+        for (q, out) in q.into_iter().zip(out) {
+            Self::scores8(q, &k, out);
+        }
+    }
+    /// [`Lanes::weigh_heads`] over bf16 value rows read in place (each
+    /// widened exactly), in the order given.
+    unsafe fn weigh_bf16_in_place<'r>(w: &[f32], stride: usize, heads: usize,
+                                      v: impl Iterator<Item = &'r [bf16]> + Clone, o: &mut [f32]) {
+        let n = o.len() / heads;
+        for (g, o) in o.chunks_exact_mut(n).enumerate() {
+            for (&w, row) in w[g * stride..].iter().zip(v.clone()) {
+                for (o, x) in o.iter_mut().zip(row) {
+                    *o = w.mul_add(x.to_f32(), *o);
+                }
+            }
+        }
+    }
+    /// [`bf16_lane_order`].
+    unsafe fn widen_bf16_lanes(src: &[bf16], dst: &mut [f32]) {
+        bf16_lane_order(src, dst)
     }
     /// [`pair_bf16_values`].
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {

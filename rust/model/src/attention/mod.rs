@@ -62,9 +62,9 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
-use lanes::{bf16_lane_order, bf16_pair_order, pair_bf16_keys, Lanes, Q8Queries, Scalar, BF16_STEP};
+use lanes::{bf16_pair_order, pair_bf16_keys, Lanes, Q8Queries, Scalar, BF16_STEP};
 #[cfg(test)]
-use lanes::pair_bf16_values;
+use lanes::{bf16_lane_order, pair_bf16_values};
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -183,6 +183,14 @@ const DIRECT_QUERIES: usize = 5;
 /// Q8_0 keys for them all ([`Lanes::scores16_q8_0_scaled`]) rather than
 /// meeting the keys in place one query at a time.
 const Q8_0_TRANSPOSED_QUERIES: usize = 8;
+
+/// From this many queries on, an item with a bf16 cache on a core with
+/// paired bf16 products lays out each full block of keys, and each block of
+/// value rows, in pairs once for them all; fewer meet the keys and values
+/// widened, as the other levels do (same roundings). A decoded token of
+/// SmolLM2 (three queries to a key head) at depth 4096 spent a fifth of its
+/// time pairing them.
+const BF16_PAIRED_QUERIES: usize = 8;
 
 /// Items per thread to aim for, so that uneven items (later rows see more
 /// keys) still balance.
@@ -595,7 +603,7 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
     let (j0, j1, h0, k0, k1) = p.item(i);
     let (hv, heads) = (p.hv, p.heads);
     let nq = (j1 - j0) * heads;
-    let rows_at_once = reads_rows_at_once(p, j1 - j0);
+    let rows_at_once = reads_rows_at_once::<L>(p, j1 - j0);
     if p.kv_groups == 1 || rows_at_once {
         prepare_queries::<L>(p, j0, j1, h0, heads * p.kv_groups, sc);
     }
@@ -708,7 +716,7 @@ unsafe fn prepare_queries<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, h
                 for (d, &x) in rounded.iter_mut().zip(src) {
                     *d = to_bf16(x);
                 }
-                bf16_lane_order(rounded, &mut qw[qi * hkp..][..hkp]);
+                L::widen_bf16_lanes(rounded, &mut qw[qi * hkp..][..hkp]);
             }
         }
         return;
@@ -765,7 +773,11 @@ unsafe fn span<L: Lanes>(
     // scores[(j - j0) * heads + g][pos - s0], eight positions at a time.
     // With few queries an item reads f16 keys in place (converting them in the
     // dot, exactly as widening would) rather than widening each block first.
-    let direct = matches!(p.keys, Rows::F16(_)) && hk == hkp && nq < DIRECT_QUERIES;
+    let direct = match p.keys {
+        Rows::F16(_) => true,
+        Rows::BF16(_) => L::BF16_IN_PLACE,
+        _ => false,
+    } && hk == hkp && nq < DIRECT_QUERIES;
     // Q8_0 keys are always met in place, by the quantized queries.
     let q8_keys = matches!(p.keys, Rows::Q8_0(_));
     let (kbytes, kblocks) = (hk / Q8_0_BLOCK * Q8_0_BYTES, hk / Q8_0_BLOCK);
@@ -819,7 +831,7 @@ unsafe fn span<L: Lanes>(
         }
         // A full block of bf16 keys, on a core with paired bf16 products:
         // paired once, met by every query of the item.
-        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS, &p.keys) {
+        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
             if b1 - b0 == 8 && all_see(b0, b1) {
                 let keys8: [&[bf16]; 8] = rows8.map(|row| &kc[row * p.kw + kvh * hk..][..hk]);
                 kb.resize(8 * hkp, bf16::ZERO);
@@ -878,7 +890,7 @@ unsafe fn span<L: Lanes>(
                         let keys8 = keys8.as_ref().expect("Q8_0 keys are met in place");
                         L::scores8_q8_0(&q8[qi * kbytes..][..kbytes], keys8, dk, &mut s8);
                     }
-                    Rows::F16(_) if direct => {
+                    Rows::F16(_) | Rows::BF16(_) if direct => {
                         // Met below, with the block's other queries.
                         direct_q[n_direct] = (qi, a, b);
                         n_direct += 1;
@@ -903,6 +915,13 @@ unsafe fn span<L: Lanes>(
         if let (Rows::F16(k), 1..) = (&p.keys, n_direct) {
             let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
             let s8 = scores_in_place::<L>(n_direct, |i| &qw[direct_q[i].0 * hkp..][..hkp], &keys);
+            for (&(qi, a, b), s8) in direct_q[..n_direct].iter().zip(&s8) {
+                store(qi, a, b, s8);
+            }
+        }
+        if let (Rows::BF16(k), 1..) = (&p.keys, n_direct) {
+            let keys = rows8.map(|row| &k[row * p.kw + kvh * hk..][..hk]);
+            let s8 = scores_in_place_bf16::<L>(n_direct, |i| &qw[direct_q[i].0 * hkp..][..hkp], &keys);
             for (&(qi, a, b), s8) in direct_q[..n_direct].iter().zip(&s8) {
                 store(qi, a, b, s8);
             }
@@ -994,6 +1013,21 @@ unsafe fn scores_in_place<'q, L: Lanes>(n: usize, query: impl Fn(usize) -> &'q [
     s8
 }
 
+/// [`scores_in_place`] with eight bf16 key rows.
+#[inline(always)]
+unsafe fn scores_in_place_bf16<'q, L: Lanes>(n: usize, query: impl Fn(usize) -> &'q [f32], keys: &[&[bf16]; 8])
+                                             -> [[f32; 8]; 4] {
+    let query = |i: usize| query(i.min(n - 1));
+    let mut s8 = [[0.0f32; 8]; 4];
+    let [sa, sb, sc, sd] = &mut s8;
+    match n {
+        1 => L::scores8_bf16_n([query(0)], keys, [sa]),
+        2 | 3 => L::scores8_bf16_n([query(0), query(1), query(2)], keys, [sa, sb, sc]),
+        _ => L::scores8_bf16_n([query(0), query(1), query(2), query(3)], keys, [sa, sb, sc, sd]),
+    }
+    s8
+}
+
 /// A block's scores of one query, scaled, into its row of scores.
 #[inline(always)]
 fn store_scaled(row: &mut [f32], s8: &[f32], scale: f32) {
@@ -1028,7 +1062,8 @@ unsafe fn span_softmax<L: Lanes>(
     span_l: &mut Vec<f64>,
 ) {
     let (nq, width) = ((j1 - j0) * heads, s1 - s0);
-    let (f16_values, bf16_values) = (matches!(p.values, Rows::F16(_)), matches!(p.values, Rows::BF16(_)));
+    // (bf16 values' exponentials are rounded where they are laid out to be weighed.)
+    let f16_values = matches!(p.values, Rows::F16(_));
     span_m.clear();
     span_m.resize(nq, f32::NEG_INFINITY);
     span_l.clear();
@@ -1051,11 +1086,6 @@ unsafe fn span_softmax<L: Lanes>(
                 L::probs_f16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
             }
         }
-        if bf16_values {
-            for qi in q0..q0 + heads {
-                L::probs_bf16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
-            }
-        }
     }
 }
 
@@ -1064,11 +1094,13 @@ unsafe fn span_softmax<L: Lanes>(
 /// f16 keys and values and few enough queries per group that they are read
 /// in place.
 #[inline(always)]
-fn reads_rows_at_once(p: &Plan, rows: usize) -> bool {
-    p.kv_groups > 1
-        && matches!((&p.keys, &p.values), (Rows::F16(_), Rows::F16(_)))
-        && p.hk.is_multiple_of(8)
-        && rows * p.heads < DIRECT_QUERIES
+fn reads_rows_at_once<L: Lanes>(p: &Plan, rows: usize) -> bool {
+    let in_place = match (&p.keys, &p.values) {
+        (Rows::F16(_), Rows::F16(_)) => p.hk.is_multiple_of(8),
+        (Rows::BF16(_), Rows::BF16(_)) => L::BF16_IN_PLACE && p.hk.is_multiple_of(BF16_STEP),
+        _ => false,
+    };
+    p.kv_groups > 1 && in_place && rows * p.heads < DIRECT_QUERIES
 }
 
 /// How far ahead of the block being scored a walk of whole cache rows asks
@@ -1095,10 +1127,10 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
     let kvh0 = h0 / p.group;
     let nq = (j1 - j0) * hh;
     let (width, hi) = (s1 - s0, s1 - 1);
-    let (Rows::F16(kc), Rows::F16(vc)) = (&p.keys, &p.values) else {
-        unreachable!("an item of whole rows reads f16 keys and values")
-    };
-    let Scratch { scores, qw, o, span_m, span_l, .. } = sc;
+    // f16 or bf16 keys and values: two bytes an element either way.
+    let bf16 = matches!(p.keys, Rows::BF16(_));
+    let kc = p.keys.bytes();
+    let Scratch { scores, qw, o, span_m, span_l, w_pairs, vb, .. } = sc;
     assert!((kvh0 + p.kv_groups) * hk <= p.kw && (kvh0 + p.kv_groups) * hv <= p.vw);
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
@@ -1117,12 +1149,11 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
         }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
         // One check for the block's rows, not one per row and group.
-        assert!(rows8.iter().all(|&row| (row + 1) * p.kw <= kc.len()));
+        assert!(rows8.iter().all(|&row| 2 * (row + 1) * p.kw <= kc.len()));
         for g in 0..p.kv_groups {
             let kvh = kvh0 + g;
             // SAFETY: each row is inside the store (above), the group's head inside the row (asserted per span).
-            let keys: [&[f16]; 8] =
-                std::array::from_fn(|i| std::slice::from_raw_parts(kc.as_ptr().add(rows8[i] * p.kw + kvh * hk), hk));
+            let key = |i: usize| kc.as_ptr().add(2 * (rows8[i] * p.kw + kvh * hk));
             let (mut seen, mut n) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
             for j in ja..jb {
                 let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
@@ -1137,7 +1168,11 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
             if n == 0 {
                 continue;
             }
-            let s8 = scores_in_place::<L>(n, |i| &qw[seen[i].0 * hk..][..hk], &keys);
+            let query = |i: usize| &qw[seen[i].0 * hk..][..hk];
+            let s8 = match bf16 {
+                true => scores_in_place_bf16::<L>(n, query, &std::array::from_fn(|i| slice_at(key(i), hk))),
+                false => scores_in_place::<L>(n, query, &std::array::from_fn(|i| slice_at(key(i), hk))),
+            };
             for (&(qi, a, b), s8) in seen[..n].iter().zip(&s8) {
                 store_scaled(&mut scores[qi * width + a - s0..][..b - a], &s8[a - b0..b - b0], p.scale);
             }
@@ -1147,6 +1182,10 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
     span_softmax::<L>(p, j0, j1, hh, s0, s1, scores, span_m, span_l);
     o.clear();
     o.resize(nq * hv, 0.0);
+    if bf16 {
+        return weigh_rows_bf16::<L>(p, j0, j1, h0, s0, s1, scores, w_pairs, vb, o);
+    }
+    let Rows::F16(vc) = p.values else { unreachable!("an item of whole rows reads f16 or bf16 values") };
     // The next span's first keys, which the walk above asks for only from
     // its fourth block on, are asked for while these values are weighed.
     let (next, last) = (s1, p.start + j1);
@@ -1184,8 +1223,18 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
 #[inline(always)]
 unsafe fn key_row<L: Lanes>(keys: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
     match keys.slice(row * width + head * dim, dim) {
-        Rows::BF16(r) => bf16_lane_order(r, dst),
+        Rows::BF16(r) => L::widen_bf16_lanes(r, dst),
         _ => head_row::<L>(keys, row, width, head, dim, &mut dst[..dim]),
+    }
+}
+
+/// A query's exponentials of positions `a..` rounded to bf16 and laid out
+/// in their order ([`lanes::bf16_pair_order`]) in its frame of the span,
+/// which starts at position `f0`.
+#[inline(always)]
+fn lay_out_bf16_weights(frame: &mut [f32], a: usize, w: &[f32], f0: usize) {
+    for (pos, &w) in (a..).zip(w) {
+        frame[bf16_pair_order(pos) - f0] = to_bf16(w).to_f32();
     }
 }
 
@@ -1224,7 +1273,8 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     let (f0, f1) = (s0 & !1, (s1 + 1) & !1);
     let fw = f1 - f0;
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
-    if L::BF16_PAIRS {
+    let paired = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES;
+    if paired {
         wb.clear();
         wb.resize(nq * fw, bf16::ZERO);
     } else {
@@ -1238,24 +1288,40 @@ unsafe fn weigh_bf16_span<L: Lanes>(
         }
         for qi in (j - j0) * heads..(j - j0 + 1) * heads {
             let w = &scores[qi * width + a - s0..][..b - a];
-            match L::BF16_PAIRS {
-                true => L::bf16_bits(w, &mut wb[qi * fw + a - f0..][..b - a]),
-                false => {
-                    let frame = &mut w_pairs[qi * fw..][..fw];
-                    for (pos, &w) in (a..b).zip(w) {
-                        frame[bf16_pair_order(pos) - f0] = w;
-                    }
-                }
+            match paired {
+                true => L::narrow_bf16(w, &mut wb[qi * fw + a - f0..][..b - a]),
+                false => lay_out_bf16_weights(&mut w_pairs[qi * fw..][..fw], a, w, f0),
             }
         }
     }
     let ring = p.cache.ring_rows(p.il, s0);
     let value = |pos: usize| (s0..s1).contains(&pos).then(|| &vc[ring.row(pos) * p.vw + kvh * hv..][..hv]);
+    if !paired && L::BF16_IN_PLACE && nq < DIRECT_QUERIES {
+        // A decoded token's few queries read the rows in place, a row of
+        // zeros standing for a position of a pair the query does not see.
+        vb.clear();
+        vb.resize(hv, bf16::ZERO);
+        let zeros = &vb[..hv];
+        for j in j0..j1 {
+            let (a, b) = seen(j);
+            if a >= b {
+                continue;
+            }
+            let (ae, be) = (a & !1, (b + 1) & !1);
+            let qi = (j - j0) * heads;
+            let rows = (ae..be).map(|i| match bf16_pair_order(i) {
+                pos if (a..b).contains(&pos) => value(pos).expect("a position of the span"),
+                _ => zeros,
+            });
+            L::weigh_bf16_in_place(&w_pairs[qi * fw + ae - f0..], fw, heads, rows, &mut o[qi * hv..][..heads * hv]);
+        }
+        return;
+    }
     let block = ((ITEM_FLOATS / hv.max(1)).max(2) & !1).min(fw);
     let mut c0 = f0;
     while c0 < f1 {
         let c1 = (c0 + block).min(f1);
-        if L::BF16_PAIRS {
+        if paired {
             vb.resize(block * hv, bf16::ZERO);
             for e in (c0..c1).step_by(2) {
                 L::pair_bf16_values(value(e), value(e + 1), &mut vb[(e - c0) * hv..][..2 * hv]);
@@ -1265,7 +1331,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
             for pos in c0..c1 {
                 let dst = &mut v32[(bf16_pair_order(pos) - c0) * hv..][..hv];
                 match value(pos) {
-                    Some(row) => dst.iter_mut().zip(row).for_each(|(d, x)| *d = x.to_f32()),
+                    Some(row) => L::widen_bf16(row, dst),
                     None => dst.fill(0.0),
                 }
             }
@@ -1286,7 +1352,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
                 let out = &mut o[qi * hv..][..n * hv];
                 let w_at = qi * fw + ae - f0;
                 let v_at = (ae - c0) * hv;
-                match L::BF16_PAIRS {
+                match paired {
                     true => L::weigh_bf16_heads(&wb[w_at..][..(n - 1) * fw + be - ae], fw, n,
                                                 &vb[v_at..][..(be - ae) * hv], out),
                     false => L::weigh_heads(&w_pairs[w_at..][..(n - 1) * fw + be - ae], fw, n,
@@ -1294,6 +1360,84 @@ unsafe fn weigh_bf16_span<L: Lanes>(
                 }
             }
             j += rows;
+        }
+        c0 = c1;
+    }
+}
+
+/// `n` elements from `at`, of the type the caller reads them as.
+///
+/// # Safety
+/// `at` starts `n` elements of that type inside one allocation.
+#[inline(always)]
+unsafe fn slice_at<'a, T>(at: *const u8, n: usize) -> &'a [T] {
+    std::slice::from_raw_parts(at.cast(), n)
+}
+
+/// [`span_rows`]'s weighing of bf16 values: each query's weights laid out in
+/// their order over the span framed on even positions ([`weigh_bf16_span`]),
+/// then a block of rows at a time, every group's queries meet its value rows
+/// read in place (a row of zeros standing for a position of a pair the
+/// query does not see), while the next span's first keys are asked for.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weigh_rows_bf16<L: Lanes>(
+    p: &Plan,
+    j0: usize,
+    j1: usize,
+    h0: usize,
+    s0: usize,
+    s1: usize,
+    scores: &[f32],
+    w_pairs: &mut Vec<f32>,
+    zeros: &mut Vec<bf16>,
+    o: &mut [f32],
+) {
+    let Rows::BF16(vc) = p.values else { unreachable!("bf16 values") };
+    let (hv, heads, width) = (p.hv, p.heads, s1 - s0);
+    let hh = heads * p.kv_groups;
+    let (kvh0, nq) = (h0 / p.group, (j1 - j0) * hh);
+    let (f0, f1) = (s0 & !1, (s1 + 1) & !1);
+    let fw = f1 - f0;
+    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
+    w_pairs.clear();
+    w_pairs.resize(nq * fw, 0.0);
+    for j in j0..j1 {
+        let (a, b) = seen(j);
+        if a >= b {
+            continue;
+        }
+        for qi in (j - j0) * hh..(j - j0 + 1) * hh {
+            lay_out_bf16_weights(&mut w_pairs[qi * fw..][..fw], a, &scores[qi * width + a - s0..][..b - a], f0);
+        }
+    }
+    zeros.clear();
+    zeros.resize(hv, bf16::ZERO);
+    let ring = p.cache.ring_rows(p.il, s0);
+    let (next, last) = (s1, p.start + j1);
+    let mut c0 = f0;
+    while c0 < f1 {
+        let c1 = (c0 + ROWS_AT_ONCE).min(f1);
+        let ahead = next + (c0 - f0) * KEYS_AHEAD / SPAN;
+        for pos in ahead.min(last)..(ahead + ROWS_AT_ONCE * KEYS_AHEAD / SPAN).min(last) {
+            prefetch_head_row(&p.keys, p.cache.row_of(p.il, pos), p.kw, 0, p.kw);
+        }
+        for g in 0..p.kv_groups {
+            let kvh = kvh0 + g;
+            for j in j0..j1 {
+                let (a, b) = seen(j);
+                let (a, b) = (a.max(c0), b.min(c1));
+                if a >= b {
+                    continue;
+                }
+                let (ae, be) = (a & !1, (b + 1) & !1);
+                let qi = (j - j0) * hh + g * heads;
+                let rows = (ae..be).map(|i| match bf16_pair_order(i) {
+                    pos if (a..b).contains(&pos) => &vc[ring.row(pos) * p.vw + kvh * hv..][..hv],
+                    _ => &zeros[..],
+                });
+                L::weigh_bf16_in_place(&w_pairs[qi * fw + ae - f0..], fw, heads, rows, &mut o[qi * hv..][..heads * hv]);
+            }
         }
         c0 = c1;
     }
@@ -1329,7 +1473,7 @@ fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: us
 unsafe fn head_row<L: Lanes>(rows: &Rows, row: usize, width: usize, head: usize, dim: usize, dst: &mut [f32]) {
     match rows.slice(row * width + head * dim, dim) {
         Rows::F16(r) => L::widen(r, dst),
-        Rows::BF16(r) => dst.iter_mut().zip(r).for_each(|(d, x)| *d = x.to_f32()),
+        Rows::BF16(r) => L::widen_bf16(r, dst),
         Rows::F32(r) => dst.copy_from_slice(r),
         Rows::Q8_0(r) => L::widen_q8_0(r, &mut dst[..dim]),
     }
@@ -1715,7 +1859,7 @@ mod tests {
         assert!(passes.iter().sum::<usize>() > 3 * SPAN, "the passes reach depth");
         let splits = [(1, ITEM_FLOATS), (2, ITEM_FLOATS), (3, 1), (8, ITEM_FLOATS), (64, 1), (64, 1 << 20)];
         for (ty, shape) in [(KvType::F16, (9, 3, 64, 64)), (KvType::Q8_0, (4, 2, 64, 32)), (KvType::F32, (6, 2, 24, 20)),
-                            (KvType::BF16, (4, 1, 256, 256))] {
+                            (KvType::BF16, (4, 1, 256, 256)), (KvType::BF16, (9, 3, 64, 64))] {
             check_passes(ty, shape, 3 * SPAN / 2 + 5, 6 * SPAN, &passes, &splits);
         }
     }
