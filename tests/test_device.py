@@ -55,9 +55,10 @@ def test_the_in_process_model_on_the_device(smollm2_path):
     with pytest.raises(InvalidRequestError, match="gpu_layers 10: ember runs every layer of a model on the device "
                                                   "or none, and this model has 30"):
         ember.Model(smollm2_path, n_ctx=64, gpu_layers=10, device=name)
-    with pytest.raises(InvalidRequestError,
-                       match="a KV cache of type f32 is held on the CPU only; on a device the cache is f16 or q8_0"):
-        ember.Model(smollm2_path, n_ctx=64, kv_type="f32", device=name)
+    for kv in ("f32", "bf16"):
+        with pytest.raises(InvalidRequestError,
+                           match=f"a KV cache of type {kv} is held on the CPU only; on a device the cache is f16 or q8_0"):
+            ember.Model(smollm2_path, n_ctx=64, kv_type=kv, device=name)
     # A q8_0 cache is held on the device too, quantized as the CPU's is: the
     # greedy tokens are the CPU's with a q8_0 cache.
     on_device = ember.Model(smollm2_path, n_ctx=64, kv_type="q8_0", device=name, max_batch=16)
