@@ -98,7 +98,8 @@ struct Scratch {
     /// For a bf16 cache: the queries rounded to bf16, as stored; a block of
     /// eight keys paired for the paired products; the span's weights in
     /// their order ([`lanes::bf16_pair_order`]), or as bf16s for the paired
-    /// products; and a block of value rows paired for them.
+    /// products; and a block of value rows paired for them (or a row of
+    /// zeros, for a decoded token's in-place weighing).
     qb: Vec<bf16>,
     kb: Vec<bf16>,
     w_pairs: Vec<f32>,
@@ -771,8 +772,9 @@ unsafe fn span<L: Lanes>(
 
     // Scores: query (j, g) against position pos goes to
     // scores[(j - j0) * heads + g][pos - s0], eight positions at a time.
-    // With few queries an item reads f16 keys in place (converting them in the
-    // dot, exactly as widening would) rather than widening each block first.
+    // With few queries an item reads f16 (or bf16, where the loops have the
+    // form) keys in place, converting them in the dot exactly as widening
+    // would, rather than widening each block first.
     let direct = match p.keys {
         Rows::F16(_) => true,
         Rows::BF16(_) => L::BF16_IN_PLACE,
@@ -933,7 +935,8 @@ unsafe fn span<L: Lanes>(
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
 
     // Outputs: the value rows weighted by the exponentials, in position
-    // order, a block of value rows (widened to f32) at a time.
+    // order (bf16 values in pairs of positions, apart), a block of value rows
+    // (widened to f32) at a time.
     o.clear();
     o.resize(nq * hv, 0.0);
     if let Rows::BF16(vc) = p.values {
@@ -1091,8 +1094,8 @@ unsafe fn span_softmax<L: Lanes>(
 
 /// Whether an item of `rows` query rows meets every head group in one walk
 /// of the span ([`span_rows`]): a decoded token's item of whole rows, with
-/// f16 keys and values and few enough queries per group that they are read
-/// in place.
+/// f16 keys and values (or bf16 ones, where the loops read them in place)
+/// and few enough queries per group that they are read in place.
 #[inline(always)]
 fn reads_rows_at_once<L: Lanes>(p: &Plan, rows: usize) -> bool {
     let in_place = match (&p.keys, &p.values) {
@@ -1228,13 +1231,37 @@ unsafe fn key_row<L: Lanes>(keys: &Rows, row: usize, width: usize, head: usize, 
     }
 }
 
-/// A query's exponentials of positions `a..` rounded to bf16 and laid out
-/// in their order ([`lanes::bf16_pair_order`]) in its frame of the span,
-/// which starts at position `f0`.
+/// The frame of span s0..s1 on even positions: its first position, and
+/// its width (whole pairs).
 #[inline(always)]
-fn lay_out_bf16_weights(frame: &mut [f32], a: usize, w: &[f32], f0: usize) {
-    for (pos, &w) in (a..).zip(w) {
-        frame[bf16_pair_order(pos) - f0] = to_bf16(w).to_f32();
+fn bf16_frame(s0: usize, s1: usize) -> (usize, usize) {
+    let f0 = s0 & !1;
+    (f0, ((s1 + 1) & !1) - f0)
+}
+
+/// The exponentials of rows j0..j1 (`per_row` queries each, their scores
+/// rows of the span s0..s1) rounded to bf16 and laid out in the order they
+/// are weighed ([`lanes::bf16_pair_order`]) in each query's row of the
+/// span's frame ([`bf16_frame`]); a position a query does not see weighs 0.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn lay_out_span_weights(p: &Plan, j0: usize, j1: usize, per_row: usize, s0: usize, s1: usize, scores: &[f32],
+                        w_pairs: &mut Vec<f32>) {
+    let (f0, fw) = bf16_frame(s0, s1);
+    let width = s1 - s0;
+    w_pairs.clear();
+    w_pairs.resize((j1 - j0) * per_row * fw, 0.0);
+    for j in j0..j1 {
+        let (a, b) = (p.first(j).max(s0), (p.start + j + 1).min(s1));
+        if a >= b {
+            continue;
+        }
+        for qi in (j - j0) * per_row..(j - j0 + 1) * per_row {
+            let frame = &mut w_pairs[qi * fw..][..fw];
+            for (pos, &w) in (a..b).zip(&scores[qi * width + a - s0..]) {
+                frame[bf16_pair_order(pos) - f0] = to_bf16(w).to_f32();
+            }
+        }
     }
 }
 
@@ -1252,7 +1279,8 @@ struct Bf16Weighing<'s> {
 /// a position of a pair the query does not see weighs zero). The span is
 /// framed on even positions, f0..f1; a block of value rows is laid out once
 /// for all the queries: in pair order and widened for the f32 loops, or
-/// interleaved in pairs for the paired products.
+/// interleaved in pairs for the paired products. A decoded token's few
+/// queries read the rows in place instead.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn weigh_bf16_span<L: Lanes>(
@@ -1270,29 +1298,25 @@ unsafe fn weigh_bf16_span<L: Lanes>(
 ) {
     let Bf16Weighing { w_pairs, wb, v32, vb } = bufs;
     let (hv, width, nq) = (p.hv, s1 - s0, (j1 - j0) * heads);
-    let (f0, f1) = (s0 & !1, (s1 + 1) & !1);
-    let fw = f1 - f0;
+    let (f0, fw) = bf16_frame(s0, s1);
+    let f1 = f0 + fw;
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
     let paired = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES;
     if paired {
+        // As bf16s in position order: the paired products take each pair of positions as stored.
         wb.clear();
         wb.resize(nq * fw, bf16::ZERO);
-    } else {
-        w_pairs.clear();
-        w_pairs.resize(nq * fw, 0.0);
-    }
-    for j in j0..j1 {
-        let (a, b) = seen(j);
-        if a >= b {
-            continue;
-        }
-        for qi in (j - j0) * heads..(j - j0 + 1) * heads {
-            let w = &scores[qi * width + a - s0..][..b - a];
-            match paired {
-                true => L::narrow_bf16(w, &mut wb[qi * fw + a - f0..][..b - a]),
-                false => lay_out_bf16_weights(&mut w_pairs[qi * fw..][..fw], a, w, f0),
+        for j in j0..j1 {
+            let (a, b) = seen(j);
+            if a >= b {
+                continue;
+            }
+            for qi in (j - j0) * heads..(j - j0 + 1) * heads {
+                L::narrow_bf16(&scores[qi * width + a - s0..][..b - a], &mut wb[qi * fw + a - f0..][..b - a]);
             }
         }
+    } else {
+        lay_out_span_weights(p, j0, j1, heads, s0, s1, scores, w_pairs);
     }
     let ring = p.cache.ring_rows(p.il, s0);
     let value = |pos: usize| (s0..s1).contains(&pos).then(|| &vc[ring.row(pos) * p.vw + kvh * hv..][..hv]);
@@ -1394,23 +1418,13 @@ unsafe fn weigh_rows_bf16<L: Lanes>(
     o: &mut [f32],
 ) {
     let Rows::BF16(vc) = p.values else { unreachable!("bf16 values") };
-    let (hv, heads, width) = (p.hv, p.heads, s1 - s0);
+    let (hv, heads) = (p.hv, p.heads);
     let hh = heads * p.kv_groups;
-    let (kvh0, nq) = (h0 / p.group, (j1 - j0) * hh);
-    let (f0, f1) = (s0 & !1, (s1 + 1) & !1);
-    let fw = f1 - f0;
+    let kvh0 = h0 / p.group;
+    let (f0, fw) = bf16_frame(s0, s1);
+    let f1 = f0 + fw;
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
-    w_pairs.clear();
-    w_pairs.resize(nq * fw, 0.0);
-    for j in j0..j1 {
-        let (a, b) = seen(j);
-        if a >= b {
-            continue;
-        }
-        for qi in (j - j0) * hh..(j - j0 + 1) * hh {
-            lay_out_bf16_weights(&mut w_pairs[qi * fw..][..fw], a, &scores[qi * width + a - s0..][..b - a], f0);
-        }
-    }
+    lay_out_span_weights(p, j0, j1, hh, s0, s1, scores, w_pairs);
     zeros.clear();
     zeros.resize(hv, bf16::ZERO);
     let ring = p.cache.ring_rows(p.il, s0);
@@ -1802,6 +1816,42 @@ mod tests {
             }
         }
         assert_eq!(native.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), chain.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
+    /// The AVX-512 forms of the bf16 layouts, which take no BF16 instruction
+    /// and so run at any AVX-512 level, against the scalar ones: rounding
+    /// ties to even, the smallest normal and what lies below it, signs, and
+    /// rows that are and are not whole registers.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx512_bf16_layouts_are_the_scalar_ones() {
+        if !SimdLevel::Avx512Vnni.runs_here() {
+            return;
+        }
+        let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let special = [f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::MIN_POSITIVE,
+                       f32::from_bits(0x007f_ffff), -f32::MIN_POSITIVE, -1.0e-39, 0.0, -0.0, 1.0, 3.0e38];
+        let mut rng = Rng(0x1a70);
+        for n in [1, 15, 16, 31, 32, 33, 64, 100] {
+            let mut x = rng.vec(n, 1.0);
+            for (i, &v) in special.iter().enumerate().take(n) {
+                x[(i * 7) % n] = v;
+            }
+            let (mut vector, mut scalar) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
+            unsafe {
+                avx512::Avx512::<false>::narrow_bf16(&x, &mut vector);
+                Scalar::narrow_bf16(&x, &mut scalar);
+            }
+            assert_eq!(bits(&vector), bits(&scalar), "rounding {n}");
+            let a: Vec<bf16> = x.iter().map(|&v| to_bf16(v)).collect();
+            let b: Vec<bf16> = x.iter().rev().map(|&v| to_bf16(v)).collect();
+            for (first, second) in [(Some(&a[..]), Some(&b[..])), (None, Some(&b[..])), (Some(&a[..]), None)] {
+                let (mut vector, mut scalar) = (vec![bf16::ZERO; 2 * n], vec![bf16::ONE; 2 * n]);
+                unsafe { avx512::Avx512::<false>::pair_bf16_values(first, second, &mut vector) };
+                pair_bf16_values(first, second, &mut scalar);
+                assert_eq!(bits(&vector), bits(&scalar), "pairs {n}");
+            }
+        }
     }
 
     /// A pass of several decoded tokens, one per conversation (the plan
