@@ -107,7 +107,7 @@ fn main() {
         for c in 0..cols {
             quantize_act_row(&x[c * k..(c + 1) * k], &mut acts[c * stride..(c + 1) * stride]).unwrap();
         }
-        for level in SimdLevel::all_here().into_iter().filter(|&l| l != SimdLevel::Scalar) {
+        for level in SimdLevel::with_own_matrix_kernels_here() {
             let tile = tile_fn_at(level, fmt).unwrap();
             let gb = fmt.group_bytes(k).unwrap();
             let mv = time(|| {

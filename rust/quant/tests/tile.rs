@@ -14,9 +14,9 @@ use ember_quant::{
     SimdLevel, MAX_TILE_COLS,
 };
 
-/// The SIMD levels this CPU runs: each is held to the scalar twins.
+/// The SIMD levels this CPU runs with kernels of their own: each is held to the scalar twins.
 fn simd_levels() -> Vec<SimdLevel> {
-    SimdLevel::all_here().into_iter().filter(|&l| l != SimdLevel::Scalar).collect()
+    SimdLevel::with_own_matrix_kernels_here()
 }
 
 /// Every SIMD level's packed tile kernel for `fmt`, with its name.

@@ -110,16 +110,10 @@ pub(super) trait Lanes {
     /// rather than widened into a buffer first.
     const BF16_IN_PLACE: bool = false;
     /// [`Lanes::scores8`] of `N` queries (f32 rows in [`bf16_lane_order`], a
-    /// whole number of steps long) with eight bf16 keys read in place.
-    unsafe fn scores8_bf16_n<const N: usize>(q: [&[f32]; N], keys: &[&[bf16]; 8], out: [&mut [f32; 8]; N]) {
-        let n = q[0].len();
-        let mut k = vec![0.0f32; 8 * n];
-        for (key, k) in keys.iter().zip(k.chunks_exact_mut(n)) {
-            Self::widen_bf16_lanes(&key[..n], k);
-        }
-        for (q, out) in q.into_iter().zip(out) {
-            Self::scores8(q, &k, out);
-        }
+    /// whole number of steps long) with eight bf16 keys read in place: the
+    /// keys widened in that order, met as widened keys are.
+    unsafe fn scores8_bf16_n<const N: usize>(_q: [&[f32]; N], _keys: &[&[bf16]; 8], _out: [&mut [f32; 8]; N]) {
+        unreachable!("only the loops with BF16_IN_PLACE read bf16 keys in place")
     }
     /// [`Lanes::weigh_heads`] over bf16 value rows read in place (each
     /// widened exactly), in the order given.

@@ -1742,33 +1742,29 @@ mod tests {
         check(KvType::Q8_0, 10, 2, 32, 32);
     }
 
+    /// Shapes (heads, key heads, key and value widths) the two-byte caches
+    /// are held to the reference at: heads not a whole number of lanes or
+    /// steps; heads sharing value rows in twos (over rows not a whole number
+    /// of 32-float chunks), and in fives; and heads as wide as Gemma 4's
+    /// global layers', past the keys the AVX-512 scores pair on the stack.
+    const TWO_BYTE_SHAPES: [(usize, usize, usize, usize); 7] =
+        [(6, 2, 40, 36), (9, 3, 64, 64), (4, 1, 256, 256), (4, 4, 19, 7), (4, 2, 32, 48), (10, 2, 32, 72), (4, 2, 512, 512)];
+
     #[test]
     fn matches_reference_f16() {
-        check(KvType::F16, 6, 2, 40, 36);
-        check(KvType::F16, 9, 3, 64, 64);
-        check(KvType::F16, 4, 1, 256, 256);
-        check(KvType::F16, 4, 4, 19, 7);
-        // Heads sharing value rows in twos (over rows not a whole number of
-        // 32-float chunks), and in fives.
-        check(KvType::F16, 4, 2, 32, 48);
-        check(KvType::F16, 10, 2, 32, 72);
-        // Heads as wide as Gemma 4's global layers', past the keys the
-        // AVX-512 scores pair on the stack.
-        check(KvType::F16, 4, 2, 512, 512);
+        for (n_head, n_head_kv, hk, hv) in TWO_BYTE_SHAPES {
+            check(KvType::F16, n_head, n_head_kv, hk, hv);
+        }
     }
 
     /// A bf16 cache: every split and level (the paired products where the
-    /// core has them) against the reference, bit for bit, over heads not a
-    /// whole number of steps, windows starting at odd positions, and heads
-    /// sharing value rows.
+    /// core has them) against the reference, bit for bit; the windows of
+    /// `check` start at odd positions too.
     #[test]
     fn matches_reference_bf16() {
-        check(KvType::BF16, 6, 2, 40, 36);
-        check(KvType::BF16, 9, 3, 64, 64);
-        check(KvType::BF16, 4, 1, 256, 256);
-        check(KvType::BF16, 4, 4, 19, 7);
-        check(KvType::BF16, 10, 2, 32, 72);
-        check(KvType::BF16, 4, 2, 512, 512);
+        for (n_head, n_head_kv, hk, hv) in TWO_BYTE_SHAPES {
+            check(KvType::BF16, n_head, n_head_kv, hk, hv);
+        }
     }
 
     /// AVX-512 BF16's paired product, `vdpbf16ps`, adds per lane the odd

@@ -110,6 +110,13 @@ impl SimdLevel {
         Self::ALL.into_iter().filter(|l| l.runs_here()).collect()
     }
 
+    /// The SIMD levels this CPU runs whose matrix kernels are their own
+    /// (AVX-512 BF16's are VNNI's): what a test or bench of those kernels
+    /// measures once each.
+    pub fn with_own_matrix_kernels_here() -> Vec<SimdLevel> {
+        Self::all_here().into_iter().filter(|&l| l != SimdLevel::Scalar && l != SimdLevel::Avx512Bf16).collect()
+    }
+
     const ALL: [SimdLevel; 4] = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512Vnni, SimdLevel::Avx512Bf16];
 
     pub fn parse(name: &str) -> Option<SimdLevel> {
