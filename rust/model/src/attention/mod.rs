@@ -1747,8 +1747,10 @@ mod tests {
     /// steps; heads sharing value rows in twos (over rows not a whole number
     /// of 32-float chunks), and in fives; and heads as wide as Gemma 4's
     /// global layers', past the keys the AVX-512 scores pair on the stack.
-    const TWO_BYTE_SHAPES: [(usize, usize, usize, usize); 7] =
-        [(6, 2, 40, 36), (9, 3, 64, 64), (4, 1, 256, 256), (4, 4, 19, 7), (4, 2, 32, 48), (10, 2, 32, 72), (4, 2, 512, 512)];
+    const TWO_BYTE_SHAPES: [(usize, usize, usize, usize); 7] = [
+        (6, 2, 40, 36), (9, 3, 64, 64), (4, 1, 256, 256), (4, 4, 19, 7),
+        (4, 2, 32, 48), (10, 2, 32, 72), (4, 2, 512, 512),
+    ];
 
     #[test]
     fn matches_reference_f16() {
