@@ -98,6 +98,42 @@ def test_tg_gives_the_bytes_a_token_reads_and_the_limit_they_set(smollm2_path, g
         assert o["limit_ts"] == pytest.approx(o["stream_bytes_per_s"] / (o["weights_bytes"] + o["cache_bytes"]))
 
 
+def test_pp_gives_the_attention_products_and_the_limit_they_set(smollm2_path, gemma3_path):
+    """A pp result carries the multiply-adds of its attention products (each
+    query head against every position its row sees, a sliding window's at
+    most, once for the scores and once for the values) and the threads' peak
+    rate in the instruction that meets the cache: the prompt over their
+    quotient is the limit. A Q8_0 cache, whose products are of two kinds,
+    gives none."""
+    from ember import _native
+
+    for path, depth, kv in [(smollm2_path, 40, "f16"), (gemma3_path, 600, "bf16")]:
+        r = ember("bench", "-m", str(path), "-p", "8", "-n", "0", "-r", "1", "-d", str(depth), "-ctk", kv, "--json")
+        assert r.returncode == 0, r.stderr
+        (o,) = [json.loads(line) for line in r.stdout.strip().splitlines()]
+        meta = dict(_native.inspect(str(path), 0)["metadata"])
+        arch = meta["general.architecture"]
+        n_layer, n_head = meta[f"{arch}.block_count"], meta[f"{arch}.attention.head_count"]
+        hk = meta.get(f"{arch}.attention.key_length") or meta[f"{arch}.embedding_length"] // n_head
+        hv = meta.get(f"{arch}.attention.value_length") or hk
+        rows = range(depth + 1, depth + 9)  # the positions each of the 8 rows sees, up to its own
+        if arch == "gemma3":
+            window = meta["gemma3.attention.sliding_window"]
+            n_global = n_layer // 6
+            assert window < depth
+            seen = n_global * sum(rows) + (n_layer - n_global) * window * len(rows)
+        else:
+            seen = n_layer * sum(rows)
+        assert o["attention_macs"] == seen * n_head * (hk + hv)
+        assert o["product_macs_per_s"] > 1e8
+        assert o["attention_floor_s"] == pytest.approx(o["attention_macs"] / o["product_macs_per_s"])
+        assert o["limit_ts"] == pytest.approx(8 / o["attention_floor_s"])
+    r = ember("bench", "-m", str(smollm2_path), "-p", "8", "-n", "0", "-r", "1", "-ctk", "q8_0", "--json")
+    assert r.returncode == 0, r.stderr
+    (o,) = [json.loads(line) for line in r.stdout.strip().splitlines()]
+    assert "limit_ts" not in o and "attention_macs" not in o
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

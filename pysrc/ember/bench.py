@@ -49,9 +49,27 @@ class TestResult:
     weights_bytes: int | None = None
     cache_bytes: int | None = None
     stream_bytes_per_s: float | None = None
+    #: pp only: the multiply-adds of the pass's attention products (scores
+    #: and values), and the multiply-adds a second the threads issue at best
+    #: in the instruction that meets the test's cache (none for Q8_0),
+    #: measured in the same run: their quotient is the least time the
+    #: products alone take, whatever else the pass does
+    attention_macs: int | None = None
+    product_macs_per_s: float | None = None
+
+    @property
+    def attention_floor_s(self) -> float | None:
+        if self.attention_macs is None or not self.product_macs_per_s:
+            return None
+        return self.attention_macs / self.product_macs_per_s
 
     @property
     def limit_ts(self) -> float | None:
+        """tg: the bytes a token reads at the streaming rate; pp: the
+        prompt's attention products at the instruction's peak, all else free."""
+        if self.n_prompt:
+            floor = self.attention_floor_s
+            return self.n_prompt / floor if floor else None
         if self.stream_bytes_per_s is None or self.weights_bytes is None or self.cache_bytes is None:
             return None
         return self.stream_bytes_per_s / (self.weights_bytes + self.cache_bytes)
@@ -90,6 +108,11 @@ class TestResult:
                 "weights_bytes": self.weights_bytes,
                 "cache_bytes": self.cache_bytes,
                 "stream_bytes_per_s": self.stream_bytes_per_s,
+                "limit_ts": self.limit_ts,
+            } if self.n_gen else {
+                "attention_macs": self.attention_macs,
+                "product_macs_per_s": self.product_macs_per_s,
+                "attention_floor_s": self.attention_floor_s,
                 "limit_ts": self.limit_ts,
             }),
         }
@@ -190,7 +213,11 @@ def run_bench(
         if n_prompt:
             ids = prompt_tokens(depth + n_prompt, model.n_vocab, bos)[depth:] if depth else \
                 prompt_tokens(n_prompt, model.n_vocab, bos)
-            tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **base),
+            floor = {}
+            if not placed:  # the host's peak says nothing of a device's
+                floor = dict(attention_macs=sum(model.attention_work(depth, n_prompt)),
+                             product_macs_per_s=model.product_rate())
+            tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **floor, **base),
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
         if n_gen:
             first = bos if bos is not None else prompt_tokens(1, model.n_vocab, None)[0]

@@ -93,6 +93,79 @@ pub fn token_bytes(model: &Model, depth: usize, kv: KvType) -> TokenBytes {
     TokenBytes { weights, cache }
 }
 
+/// Multiply-adds of the products a pass of `n` tokens after `depth` held
+/// positions takes in attention: each query head of each attention layer
+/// meets every position its row sees (a sliding window's at most) once in
+/// its scores (a key's length) and once in its weighing of the values (a
+/// value's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionWork {
+    pub scores: u64,
+    pub values: u64,
+}
+
+pub fn attention_work(model: &Model, depth: usize, n: usize) -> AttentionWork {
+    let mut work = AttentionWork { scores: 0, values: 0 };
+    for l in model.config.layers.iter().filter(|l| !matches!(l.kv, KvSource::Recurrent(_))) {
+        // Row j sits at position depth + j and sees the positions up to it.
+        let seen: u64 = (depth + 1..=depth + n).map(|p| l.window.map_or(p, |w| w.min(p)) as u64).sum();
+        work.scores += seen * (l.n_head * l.head_dim_k) as u64;
+        work.values += seen * (l.n_head * l.head_dim_v) as u64;
+    }
+    work
+}
+
+/// Multiply-adds a second the model's threads issue at best in the
+/// instruction a prompt's attention meets a `kv` cache with at the kernel
+/// level ember runs at: AVX-512 BF16's paired product for a bf16 cache
+/// where the level has it, the widest fused multiply-add of floats
+/// otherwise (f16 and f32 caches; bf16 below that level). Each thread keeps
+/// independent chains in registers, no memory read, the best of a few
+/// runs: no kernel can issue more. `None` for a Q8_0 cache, whose scores
+/// are byte dots and whose values are floats.
+pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
+    let level = ember_quant::level();
+    let kernel: fn(u64) -> u64 = match kv {
+        KvType::Q8_0 => return None,
+        #[cfg(target_arch = "x86_64")]
+        KvType::BF16 if level == ember_quant::SimdLevel::Avx512Bf16 => x86::paired_bf16_products,
+        #[cfg(target_arch = "x86_64")]
+        _ if matches!(level, ember_quant::SimdLevel::Avx512Vnni | ember_quant::SimdLevel::Avx512Bf16) => {
+            x86::float_products_avx512
+        }
+        #[cfg(target_arch = "x86_64")]
+        _ if level == ember_quant::SimdLevel::Avx2 => x86::float_products_avx2,
+        _ => float_products_scalar,
+    };
+    let threads = model.pool.threads().max(1);
+    let rounds = 1u64 << 22;
+    let mut best = 0.0f64;
+    for _ in 0..4 {
+        let t0 = Instant::now();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        model.pool.for_each(threads, |_| {
+            done.fetch_add(std::hint::black_box(kernel(rounds)), std::sync::atomic::Ordering::Relaxed);
+        });
+        best = best.max(done.into_inner() as f64 / t0.elapsed().as_secs_f64());
+    }
+    Some(best)
+}
+
+/// Twelve independent chains of scalar fused multiply-adds, `rounds` times
+/// each: the multiply-adds done.
+fn float_products_scalar(rounds: u64) -> u64 {
+    let mut acc = [0.0f32; 12];
+    let mut x = std::hint::black_box(0.5f32);
+    for _ in 0..rounds {
+        for a in acc.iter_mut() {
+            *a = a.mul_add(x, x);
+        }
+        x = std::hint::black_box(x);
+    }
+    std::hint::black_box(acc);
+    12 * rounds
+}
+
 /// The wrapping sum of `words`, read with the widest loads the CPU has: the
 /// decode's kernels read weights 32 or 64 bytes at a time, and from a
 /// last-level cache a loop of narrower loads is bound by its loads, not by
@@ -131,6 +204,68 @@ fn sum_words_scalar(words: &[u64]) -> u64 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    /// Twelve chains of `vfmadd` on sixteen floats (the attention loops'
+    /// form at the AVX-512 levels), `rounds` times: the multiply-adds done.
+    /// The operand passes through an empty `asm` each round, so the compiler
+    /// can neither fold the chains nor hoist them.
+    pub(super) fn float_products_avx512(rounds: u64) -> u64 {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run(rounds: u64) {
+            let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
+            let mut x = _mm512_set1_ps(0.5);
+            for _ in 0..rounds {
+                for a in acc.iter_mut() {
+                    *a = _mm512_fmadd_ps(*a, x, x);
+                }
+                std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
+            }
+            std::hint::black_box(acc);
+        }
+        // SAFETY: only reached at an AVX-512 level, which has AVX-512F.
+        unsafe { run(rounds) };
+        12 * 16 * rounds
+    }
+
+    /// [`float_products_avx512`] with `vdpbf16ps`: thirty-two multiply-adds
+    /// an instruction.
+    pub(super) fn paired_bf16_products(rounds: u64) -> u64 {
+        #[target_feature(enable = "avx512f,avx512bf16")]
+        unsafe fn run(rounds: u64) {
+            let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
+            let mut x = _mm512_set1_epi32(0x3f00_3f00);
+            for _ in 0..rounds {
+                for a in acc.iter_mut() {
+                    *a = _mm512_dpbf16_ps(*a, std::mem::transmute::<__m512i, __m512bh>(x),
+                                          std::mem::transmute::<__m512i, __m512bh>(x));
+                }
+                std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
+            }
+            std::hint::black_box(acc);
+        }
+        // SAFETY: only reached at the AVX-512 BF16 level.
+        unsafe { run(rounds) };
+        12 * 32 * rounds
+    }
+
+    /// [`float_products_avx512`] on eight floats, AVX2's form.
+    pub(super) fn float_products_avx2(rounds: u64) -> u64 {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run(rounds: u64) {
+            let mut acc: [__m256; 12] = std::array::from_fn(|i| _mm256_set1_ps(i as f32));
+            let mut x = _mm256_set1_ps(0.5);
+            for _ in 0..rounds {
+                for a in acc.iter_mut() {
+                    *a = _mm256_fmadd_ps(*a, x, x);
+                }
+                std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
+            }
+            std::hint::black_box(acc);
+        }
+        // SAFETY: only reached at the AVX2 level or above, which has AVX2 and FMA.
+        unsafe { run(rounds) };
+        12 * 8 * rounds
+    }
 
     /// Four registers of sums, so the adds keep up with the loads.
     #[target_feature(enable = "avx512f")]

@@ -556,6 +556,21 @@ impl Model {
         (b.weights, b.cache)
     }
 
+    /// Multiply-adds of the products a pass of `n` tokens after `depth` held
+    /// positions takes in attention: (scores, values).
+    fn attention_work(&self, depth: usize, n: usize) -> (u64, u64) {
+        let w = ember_model::bench::attention_work(&self.inner, depth, n);
+        (w.scores, w.values)
+    }
+
+    /// Multiply-adds a second this model's threads issue at best in the
+    /// instruction a prompt's attention meets this model's cache with
+    /// (`None` for a Q8_0 cache).
+    fn product_rate(&self, py: Python<'_>) -> Option<f64> {
+        let kv = self.kv_type;
+        py.detach(|| ember_model::bench::product_rate(&self.inner, kv))
+    }
+
     /// Bytes a second this model's threads re-read a buffer of `bytes` at best.
     fn stream_rate(&self, py: Python<'_>, bytes: u64) -> f64 {
         py.detach(|| ember_model::bench::stream_rate(&self.inner, bytes))
