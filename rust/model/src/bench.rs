@@ -137,13 +137,13 @@ pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
         _ if level == ember_quant::SimdLevel::Avx2 => x86::float_products_avx2,
         _ => float_products_scalar,
     };
-    let threads = model.pool.threads().max(1);
     let rounds = 1u64 << 22;
     let mut best = 0.0f64;
     for _ in 0..4 {
         let t0 = Instant::now();
         let done = std::sync::atomic::AtomicU64::new(0);
-        model.pool.for_each(threads, |_| {
+        // Once on every thread at the same time, as a pass's attention runs.
+        model.pool.run(|_| {
             done.fetch_add(std::hint::black_box(kernel(rounds)), std::sync::atomic::Ordering::Relaxed);
         });
         best = best.max(done.into_inner() as f64 / t0.elapsed().as_secs_f64());
