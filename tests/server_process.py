@@ -52,7 +52,9 @@ class ServerProcess:
         # Both pipes drained in threads: a full pipe would block the server mid-request.
         for stream in (self.proc.stderr, self.proc.stdout):
             threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
-        self.url = self._wait_listening(timeout)
+        #: the address it listens at, and where its routes are (below --api-prefix's path, where given)
+        self.root = self._wait_listening(timeout)
+        self.url = self.root + (extra[extra.index("--api-prefix") + 1] if "--api-prefix" in extra else "")
         self._wait_healthy(timeout)
 
     def _drain(self, stream) -> None:

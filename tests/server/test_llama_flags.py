@@ -66,7 +66,7 @@ def _valid(spelling: str, files: dict[str, str], model: str) -> list[str] | None
         "--chat-template": ["chatml"], "--pooling": ["mean", "--embeddings"], "-ctk": ["f16"],
         "--cache-type-k": ["q8_0", "-ctv", "q8_0"], "-ctv": ["f16"], "--cache-type-v": ["f16"], "-np": ["2"],
         "--parallel": ["2"], "-m": [model], "--model": [model], "--host": ["127.0.0.1"], "--port": ["0"],
-        "--path": [files["site"]], "--embedding": [], "--embeddings": [], "--api-key": ["k2"],
+        "--path": [files["site"]], "--api-prefix": ["/api"], "--embedding": [], "--embeddings": [], "--api-key": ["k2"],
         "--api-key-file": [files["keys"]], "--timeout": ["60"], "--system-prompt-file": [files["system"]],
         "--metrics": [], "--no-slots": [], "--slot-save-path": [files["slots"]], "-sps": ["0.5"],
         "--slot-prompt-similarity": ["0.0"], "-v": [], "--verbose": [], "--spm-infill": [],

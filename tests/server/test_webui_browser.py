@@ -231,3 +231,21 @@ def test_markup_in_a_reply_is_shown_not_run(page, smol):
     assert page.locator(".message.assistant .body img[onerror]").count() == 0
     assert page.inner_text(".message.assistant .body strong") == "bold"
     assert "12.5 tokens/s" in page.inner_text(".message.assistant .stats")
+
+
+def test_below_an_api_prefix_the_page_loads_its_files_and_talks_to_its_routes(page, smollm2_path):
+    """--api-prefix: the page at PREFIX/ fetches its scripts, /props and the
+    chat route below the prefix; nothing it asks for lies outside it."""
+    with ServerProcess(smollm2_path, "-n", "400", "--api-prefix", "/chat/ui") as s:
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url))
+        page.goto(s.url + "/")
+        page.locator("#model-name", has_text="Smollm2").wait_for()
+        page.click("#settings-toggle")
+        page.fill("#max-tokens", "8")
+        _send(page, "Hello?")
+        page.wait_for_selector(".message.assistant .stats")
+        assert page.inner_text(".message.assistant .body").strip()
+    assert any(u.endswith("/chat/ui/webui/app.js") for u in asked)
+    assert any(u.endswith("/chat/ui/v1/chat/completions") for u in asked)
+    assert all(u.startswith(s.url + "/") for u in asked if u.startswith(s.root)), asked

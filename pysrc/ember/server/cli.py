@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -55,6 +56,10 @@ class _Flag:
     help: str
     default: Any = None
 
+
+#: What one step of --api-prefix's path may hold: characters a URL carries as they are, so the
+#: prefix is the same written or percent-encoded.
+_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 
 _FLAGS = [
     _Flag("model", ("-m", "--model"), str, "LLAMA_ARG_MODEL", "GGUF model file (default: SmolLM2-135M-Instruct, fetched once)"),
@@ -213,6 +218,9 @@ _FLAGS = [
           "do not serve the chat page at / (clients probing / still get their answer)", False),
     _Flag("path", ("--path",), str, "LLAMA_ARG_STATIC_PATH", "a folder of your own files served at / instead of "
           "the chat page"),
+    _Flag("api-prefix", ("--api-prefix",), str, "LLAMA_ARG_API_PREFIX",
+          "a path every route is served under, without the trailing slash, as llama-server's (/api: "
+          "/api/v1/chat/completions, the chat page at /api/; nothing answers outside it)"),
     _Flag("embeddings", ("--embedding", "--embeddings"), bool, "LLAMA_ARG_EMBEDDINGS",
           "serve /v1/embeddings and /embedding (completions stay served too)", False),
     _Flag("spm-infill", ("--spm-infill",), bool, None,
@@ -839,16 +847,24 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         lines.append("metrics: at /metrics")
     if values["verbose"]:
         lines.append("replies carry __verbose (-v): the prompt as the model read it, the stop and the timings")
+    api_prefix = values["api-prefix"] or ""
+    if api_prefix:
+        segments = api_prefix.split("/")
+        if segments[0] or not all(_PREFIX_SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments[1:]):
+            raise bad("api-prefix", "must be a path such as /api: a leading slash, no trailing one, and between "
+                      "slashes only letters, digits, '-', '_', '.' and '~'")
+        lines.append(f"routes: every one under {api_prefix} (--api-prefix): {api_prefix}/v1/chat/completions, "
+                     f"{api_prefix}/health, the page at {api_prefix}/; nothing answers outside it")
     static_path = values["path"]
     if static_path is not None:
         if not Path(static_path).expanduser().is_dir():
             raise bad("path", "is not an existing directory", 1)
         static_path = str(Path(static_path).expanduser().resolve())
-        lines.append(f"web page: the files of {static_path} at / (from {sources['path']})")
+        lines.append(f"web page: the files of {static_path} at {api_prefix}/ (from {sources['path']})")
     elif values["no-webui"]:
-        lines.append("web page: none (--no-webui); GET / answers clients that probe it")
+        lines.append(f"web page: none (--no-webui); GET {api_prefix}/ answers clients that probe it")
     else:
-        lines.append("web page: a chat page at / (--no-webui turns it off)")
+        lines.append(f"web page: a chat page at {api_prefix}/ (--no-webui turns it off)")
     embed = " and embeddings (/v1/embeddings, /embedding, /api/embed)" if values["embeddings"] else ""
     lines.append("APIs: OpenAI's (/v1/chat/completions, /v1/completions, /v1/responses), Anthropic's "
                  "(/v1/messages), llama-server's (/completion, /tokenize, /slots...) and Ollama's (/api/chat, "
@@ -869,7 +885,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
         max_batch=ubatch,
         prompt_chunk=min(values["batch-size"], ubatch), slot_similarity=sps, slots_endpoint=not values["no-slots"],
         ssl_key_file=ssl_files[0], ssl_cert_file=ssl_files[1], webui=not values["no-webui"],
-        static_path=static_path, responses_max=values["responses-max"],
+        static_path=static_path, api_prefix=api_prefix, responses_max=values["responses-max"],
         responses_max_mib=values["responses-max-mib"], verbose=bool(values["verbose"]),
         spm_infill=bool(values["spm-infill"]), n_batch=values["batch-size"],
         sleep_idle_seconds=values["sleep-idle-seconds"], sse_ping_interval=values["sse-ping-interval"],
@@ -1062,8 +1078,6 @@ def _sampling_defaults(values: dict[str, Any], sources: dict[str, str], meta: Ma
 
 
 def _logit_biases(entries: list[str], source: str) -> dict[int, float]:
-    import re
-
     out: dict[int, float] = {}
     for raw in entries:
         m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|\d+(?:\.\d*)?|\.\d+)\s*", raw, re.I)

@@ -322,7 +322,6 @@ COMPAT_FLAGS: list[CompatFlag] = [
         "an origin --cors-origin names may send credentials; * allows any origin without them")),
     CompatFlag(("--no-cors-credentials",), 0, _refused(
         "an origin --cors-origin names may send credentials; * allows any origin without them")),
-    CompatFlag(("--api-prefix",), 1, _refused("ember serves its routes at the root of its address")),
     CompatFlag(("--ui-config", "--webui-config"), 1, _refused("ember's chat page takes no settings file")),
     CompatFlag(("--ui-config-file", "--webui-config-file"), 1, _refused("ember's chat page takes no settings file")),
     CompatFlag(("--ui-mcp-proxy", "--webui-mcp-proxy"), 0, _refused(_NO_TOOLS)),

@@ -158,10 +158,31 @@ async def allow_origin(request: web.Request, response: web.StreamResponse) -> No
             response.headers.update(headers)
 
 
+async def _outside_prefix(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPNotFound()
+
+
+async def _under_prefix(request: web.Request, prefix: str):
+    """The request as the routes see it, and its handler: under --api-prefix
+    its path without the prefix, routed again (aiohttp routed the whole
+    path), or a 404 for a path outside the prefix, as llama-server answers."""
+    raw = request.raw_path
+    if not raw.startswith(prefix + "/"):
+        return request, _outside_prefix
+    sub = request.clone(rel_url=raw[len(prefix):])
+    match = await request.app.router.resolve(sub)
+    match.add_app(request.app)
+    match.freeze()
+    sub._match_info = match  # noqa: SLF001 - as aiohttp sets it on the request it routes
+    return sub, match.handler
+
+
 @web.middleware
 async def middleware(request: web.Request, handler):
     state: ServerState = request.app["state"]
     t0 = time.perf_counter()
+    if state.opts.api_prefix:
+        request, handler = await _under_prefix(request, state.opts.api_prefix)
     shape = envelope_of(request)
     if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
         try:
@@ -235,6 +256,8 @@ def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
 
 
 async def _dispatch(request: web.Request, handler, state: ServerState):
+    if handler is _outside_prefix:  # nothing answers outside --api-prefix's path: no key or model is asked for
+        return await handler(request)
     path = request.path
     keys = state.opts.api_keys
     key = _presented_key(request, keys) if keys else None

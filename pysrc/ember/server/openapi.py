@@ -73,8 +73,11 @@ def document(app: web.Application) -> dict:
         if body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref_of[body]}}}
         paths.setdefault(path, {})[method] = op
-    return {"openapi": "3.1.0", "info": {"title": "ember", "version": __version__},
-            "paths": paths, "components": {"schemas": components}}
+    doc = {"openapi": "3.1.0", "info": {"title": "ember", "version": __version__},
+           "paths": paths, "components": {"schemas": components}}
+    if prefix := app["state"].opts.api_prefix:
+        doc["servers"] = [{"url": prefix}]  # every path above sits under --api-prefix's
+    return doc
 
 
 async def openapi(request: web.Request) -> web.Response:

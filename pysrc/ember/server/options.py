@@ -114,6 +114,8 @@ class ServerOptions:
     webui: bool = True
     #: a folder of the user's own files served at / instead of the page (--path)
     static_path: str | None = None
+    #: the path every route is served under (--api-prefix "/api": /api/health, the page at /api/); "" for none
+    api_prefix: str = ""
     #: responses the Responses API keeps (0: none), and MiB they may take
     responses_max: int = 1024
     responses_max_mib: int = 64

@@ -69,13 +69,16 @@ def is_page_request(request: web.Request) -> bool:
     return (path == "/" and _wants_html(request)) or path.removeprefix("/webui/") in ASSETS
 
 
-def _file_response(path: Path, *, page: bool = False) -> web.Response:
+def _file_response(path: Path, *, page: bool = False, api_prefix: str = "") -> web.Response:
     kind = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    body = path.read_bytes()
     if page:
         headers["Content-Security-Policy"] = _POLICY
         headers["Referrer-Policy"] = "no-referrer"
-    return web.Response(body=path.read_bytes(), content_type=kind,
+        # The page's links and its script's requests go under --api-prefix's path.
+        body = body.replace(b"{{api_prefix}}", api_prefix.encode())
+    return web.Response(body=body, content_type=kind,
                         charset="utf-8" if kind.startswith("text/") else None, headers=headers)
 
 
@@ -88,7 +91,7 @@ async def root(request: web.Request) -> web.Response:
     elif _wants_html(request):
         if not opts.webui:
             raise web.HTTPNotFound(text="no page here (--no-webui)")
-        return _file_response(HERE / "index.html", page=True)
+        return _file_response(HERE / "index.html", page=True, api_prefix=opts.api_prefix)
     # Ollama's clients probe the root for this line.
     return web.Response(text="Ollama is running (ember)", content_type="text/plain")
 

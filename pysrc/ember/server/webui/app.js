@@ -9,6 +9,8 @@ const SETTINGS = "ember.settings";
 const DEFAULTS = { system: "", temperature: 0.8, maxTokens: "", thinking: true, apiKey: "" };
 
 const $ = (id) => document.getElementById(id);
+// The path the server's routes sit under (its --api-prefix; empty at the root).
+const API = document.querySelector('meta[name="ember-api-prefix"]').content;
 let conversations = load(STORE, []);
 let current = conversations.find((c) => c.id === localStorage.getItem(CURRENT)) || null;
 let settings = { ...DEFAULTS, ...load(SETTINGS, {}) };
@@ -167,7 +169,7 @@ async function send(text) {
   conv.messages.push(reply);
   // The server keeps the reply's stream under the conversation's id, so a page reloaded
   // before it ends reads it again (see `resume`).
-  await follow(conv, reply, (signal) => fetch("/v1/chat/completions", {
+  await follow(conv, reply, (signal) => fetch(API + "/v1/chat/completions", {
     method: "POST", headers: { ...headers(), "X-Conversation-Id": conv.id }, body: JSON.stringify(body), signal,
   }));
 }
@@ -179,7 +181,7 @@ async function resume() {
     const reply = conv.messages[conv.messages.length - 1];
     if (!reply || reply.role !== "assistant" || reply.done || reply.error) continue;
     Object.assign(reply, { content: "", reasoning: "", tool_calls: undefined, finish: undefined });
-    await follow(conv, reply, (signal) => fetch("/v1/stream?conv_id=" + encodeURIComponent(conv.id),
+    await follow(conv, reply, (signal) => fetch(API + "/v1/stream?conv_id=" + encodeURIComponent(conv.id),
       { headers: headers(), signal }), "The reply was cut off when the page closed, and the server no longer has it.");
   }
 }
@@ -242,7 +244,7 @@ function stopReply() {
   if (!controller) return;
   const convId = controller.convId;
   controller.abort();
-  fetch("/v1/stream?conv_id=" + encodeURIComponent(convId), { method: "DELETE", headers: headers() })
+  fetch(API + "/v1/stream?conv_id=" + encodeURIComponent(convId), { method: "DELETE", headers: headers() })
     .catch(() => {});
 }
 
@@ -269,7 +271,7 @@ function bindSettings() {
 
 async function describeServer() {
   try {
-    const res = await fetch("/props", { headers: headers() });
+    const res = await fetch(API + "/props", { headers: headers() });
     if (!res.ok) return;
     const props = await res.json();
     $("model-name").textContent = props.model_alias || "ember";
