@@ -207,6 +207,8 @@ def run_bench(
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
+    # The peak of attention's products, for pp's limit at every depth (the host's: none on a device).
+    peak = model.product_rate() if n_prompt and not placed else None
     for depth in depths:
         # The held tokens start with the BOS; the measured ones follow them.
         held = prompt_tokens(depth, model.n_vocab, bos)
@@ -215,8 +217,7 @@ def run_bench(
                 prompt_tokens(n_prompt, model.n_vocab, bos)
             floor = {}
             if not placed:  # the host's peak says nothing of a device's
-                floor = dict(attention_macs=sum(model.attention_work(depth, n_prompt)),
-                             product_macs_per_s=model.product_rate())
+                floor = dict(attention_macs=sum(model.attention_work(depth, n_prompt)), product_macs_per_s=peak)
             tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **floor, **base),
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
         if n_gen:

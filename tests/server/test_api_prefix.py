@@ -24,16 +24,21 @@ def server(smollm2_path):
 
 
 def test_the_routes_answer_below_the_prefix_and_nothing_outside_it(server):
-    assert server.url == server.root + PREFIX
     for path in ("/health", "/v1/models", "/props", "/api/tags", "/openapi.json"):
         status, _, body = http(server.url + path)
         assert status == 200, (path, body)
     models = json.loads(http(server.url + "/v1/models")[2])
     assert [m["id"] for m in models["data"]]
-    for path in ("/health", "/v1/models", "/", "/llm/health", PREFIX, PREFIX + "x/health", "/webui/app.js"):
+    for path in ("/health", "/v1/models", "/", "/llm/health", PREFIX, PREFIX + "x/health", "/webui/app.js",
+                 PREFIX + "//health", PREFIX + "//evil.example/v1/models"):
         status, _, body = http(server.root + path, headers=HTML)
         assert status == 404, (path, body)
-        assert b"no such route" in body
+        assert f"GET {path}: no such route".encode() in body, body
+    # A preflight outside the prefix is no route's either.
+    status, headers, _ = http(server.root + "/v1/models", method="OPTIONS",
+                              headers={"Origin": "http://localhost:1", "Access-Control-Request-Method": "GET"})
+    assert status == 404 and "Access-Control-Allow-Origin" not in headers
+    assert http(server.url + "/health", method="HEAD")[0] == 200
     assert any(f"routes: every one under {PREFIX} (--api-prefix)" in line for line in server.lines)
 
 
@@ -41,7 +46,9 @@ def test_a_query_and_an_encoded_path_pass_below_the_prefix(server):
     status, _, body = http(server.url + "/v1/stream?conv_id=ab%20c")
     assert status == 404 and "no stream is kept under 'ab c'" in json.loads(body)["error"]["message"]
     status, _, body = http(server.url + "/v1/no%20such")
-    assert status == 404 and b"/v1/no such: no such route" in body
+    assert status == 404 and f"GET {PREFIX}/v1/no such: no such route".encode() in body
+    # The log names the path as sent.
+    assert server.saw(f"GET {PREFIX}/v1/no such 404")
 
 
 def test_the_official_client_streams_and_answers_below_the_prefix(server):
@@ -77,3 +84,16 @@ def test_the_environment_names_the_prefix_as_llama_server_s_does(smollm2_path):
     opts, lines = parse_options(["-m", str(smollm2_path)], {"LLAMA_ARG_API_PREFIX": "/api"})
     assert opts.api_prefix == "/api" and any("every one under /api" in line for line in lines)
     assert parse_options(["-m", str(smollm2_path)], {})[0].api_prefix == ""
+    _, lines = parse_options(["-m", str(smollm2_path), "--api-prefix", "/api", "--metrics"], {})
+    assert "metrics: at /api/metrics" in lines and "web page: a chat page at /api/ (--no-webui turns it off)" in lines
+
+
+def test_with_a_key_the_prefix_s_routes_ask_for_it_and_outside_them_is_no_route(smollm2_path):
+    """Outside the prefix nothing answers, keyed or not (404, not 401); below
+    it a route asks for the key as at the root."""
+    with ServerProcess(smollm2_path, "--api-prefix", "/p", "--api-key", "k1") as s:
+        key = {"Authorization": "Bearer k1"}
+        assert http(s.url + "/v1/models")[0] == 401
+        assert http(s.url + "/v1/models", headers=key)[0] == 200
+        for headers in ({}, key):
+            assert http(s.root + "/v1/models", headers=headers)[0] == 404

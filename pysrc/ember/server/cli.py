@@ -844,7 +844,7 @@ def parse_options(argv: list[str], environ: Mapping[str, str], *, prog: str = "e
     else:
         lines.append("responses kept: none (--responses-max 0); store and previous_response_id are refused")
     if values["metrics"]:
-        lines.append("metrics: at /metrics")
+        lines.append(f"metrics: at {values['api-prefix'] or ''}/metrics")
     if values["verbose"]:
         lines.append("replies carry __verbose (-v): the prompt as the model read it, the stop and the timings")
     api_prefix = values["api-prefix"] or ""

@@ -9,6 +9,7 @@ import time
 import traceback
 
 from aiohttp import web
+from yarl import URL
 
 from ember.chat.errors import ModelOutputError
 from ember.chat.events import Stop
@@ -166,15 +167,24 @@ async def _under_prefix(request: web.Request, prefix: str):
     """The request as the routes see it, and its handler: under --api-prefix
     its path without the prefix, routed again (aiohttp routed the whole
     path), or a 404 for a path outside the prefix, as llama-server answers."""
-    raw = request.raw_path
-    if not raw.startswith(prefix + "/"):
+    url = request.rel_url
+    if not url.raw_path.startswith(prefix + "/"):
         return request, _outside_prefix
-    sub = request.clone(rel_url=raw[len(prefix):])
+    # Built from its parts as aiohttp builds a request's: a rest starting "//" stays a path, not a host.
+    rest = URL.build(path=url.raw_path[len(prefix):], query_string=url.raw_query_string, encoded=True)
+    sub = request.clone(rel_url=rest)
     match = await request.app.router.resolve(sub)
     match.add_app(request.app)
     match.freeze()
     sub._match_info = match  # noqa: SLF001 - as aiohttp sets it on the request it routes
+    sub["prefix"] = prefix
     return sub, match.handler
+
+
+def _shown_path(request: web.Request) -> str:
+    """The path as the client sent it, for logs and messages (under
+    --api-prefix the routes see it without the prefix)."""
+    return request.get("prefix", "") + request.path
 
 
 @web.middleware
@@ -184,7 +194,8 @@ async def middleware(request: web.Request, handler):
     if state.opts.api_prefix:
         request, handler = await _under_prefix(request, state.opts.api_prefix)
     shape = envelope_of(request)
-    if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+    preflight = request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
+    if preflight and handler is not _outside_prefix:
         try:
             _browser_guard(request, state)
             resp = web.Response(status=200, headers=_CORS_PREFLIGHT)  # as llama-server answers one
@@ -218,7 +229,7 @@ async def middleware(request: web.Request, handler):
         return resp if resp is not None else web.Response(status=499)
     except Exception as e:
         if not isinstance(e, ModelOutputError):  # the model's doing, not a bug: no traceback
-            state.log(f"{request.method} {request.path}: internal error\n{traceback.format_exc().rstrip()}")
+            state.log(f"{request.method} {_shown_path(request)}: internal error\n{traceback.format_exc().rstrip()}")
         err = from_engine_error(e)
         stream = request.get("sse")
         if stream is not None and stream.prepared:
@@ -238,7 +249,7 @@ def _log_request(request, resp, t0, state: ServerState) -> None:
     else:
         status = resp.status
         n = resp.body_length if resp.prepared else len(resp.body or b"") if isinstance(resp, web.Response) else 0
-    line = f"{request.method} {request.path} {status} {n} {ms:.0f}ms"
+    line = f"{request.method} {_shown_path(request)} {status} {n} {ms:.0f}ms"
     g = request.get("generation")
     if g is not None:
         line += " " + _gen_log(g)
@@ -247,9 +258,10 @@ def _log_request(request, resp, t0, state: ServerState) -> None:
 
 def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
     if e.status == 404:
-        return ApiError(404, f"{request.method} {request.path}: no such route")
+        return ApiError(404, f"{request.method} {_shown_path(request)}: no such route")
     if e.status == 405:
-        return ApiError(405, f"{request.method} {request.path}: method not allowed", headers={"Allow": e.headers.get("Allow", "")})
+        return ApiError(405, f"{request.method} {_shown_path(request)}: method not allowed",
+                        headers={"Allow": e.headers.get("Allow", "")})
     if e.status == 413:
         return ApiError(413, "the request body is too large")
     return ApiError(e.status, e.reason or "error")

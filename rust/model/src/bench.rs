@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use crate::config::KvSource;
+use crate::config::{KvSource, LayerConfig};
 use crate::error::Result;
 use crate::forward::Logits;
 use crate::{KvType, Model};
@@ -105,8 +105,14 @@ pub struct AttentionWork {
 }
 
 pub fn attention_work(model: &Model, depth: usize, n: usize) -> AttentionWork {
+    attention_work_of(&model.config.layers, depth, n)
+}
+
+/// [`attention_work`] of these layers: a layer that reads another's keys
+/// and values attends as its own do; a recurrent one takes no attention.
+fn attention_work_of(layers: &[LayerConfig], depth: usize, n: usize) -> AttentionWork {
     let mut work = AttentionWork { scores: 0, values: 0 };
-    for l in model.config.layers.iter().filter(|l| !matches!(l.kv, KvSource::Recurrent(_))) {
+    for l in layers.iter().filter(|l| !matches!(l.kv, KvSource::Recurrent(_))) {
         // Row j sits at position depth + j and sees the positions up to it.
         let seen: u64 = (depth + 1..=depth + n).map(|p| l.window.map_or(p, |w| w.min(p)) as u64).sum();
         work.scores += seen * (l.n_head * l.head_dim_k) as u64;
@@ -124,27 +130,28 @@ pub fn attention_work(model: &Model, depth: usize, n: usize) -> AttentionWork {
 /// runs: no kernel can issue more. `None` for a Q8_0 cache, whose scores
 /// are byte dots and whose values are floats.
 pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
-    let level = ember_quant::level();
-    let kernel: fn(u64) -> u64 = match kv {
-        KvType::Q8_0 => return None,
+    // (kernel, rounds): a few milliseconds of each at full rate.
+    let (kernel, rounds): (unsafe fn(u64) -> u64, u64) = match (kv, ember_quant::level()) {
+        (KvType::Q8_0, _) => return None,
         #[cfg(target_arch = "x86_64")]
-        KvType::BF16 if level == ember_quant::SimdLevel::Avx512Bf16 => x86::paired_bf16_products,
+        (KvType::BF16, ember_quant::SimdLevel::Avx512Bf16) => (x86::paired_bf16_products, 1 << 22),
         #[cfg(target_arch = "x86_64")]
-        _ if matches!(level, ember_quant::SimdLevel::Avx512Vnni | ember_quant::SimdLevel::Avx512Bf16) => {
-            x86::float_products_avx512
+        (_, ember_quant::SimdLevel::Avx512Vnni | ember_quant::SimdLevel::Avx512Bf16) => {
+            (x86::float_products_avx512, 1 << 22)
         }
         #[cfg(target_arch = "x86_64")]
-        _ if level == ember_quant::SimdLevel::Avx2 => x86::float_products_avx2,
-        _ => float_products_scalar,
+        (_, ember_quant::SimdLevel::Avx2) => (x86::float_products_avx2, 1 << 22),
+        _ => (float_products_scalar, 1 << 18),
     };
-    let rounds = 1u64 << 22;
     let mut best = 0.0f64;
     for _ in 0..4 {
         let t0 = Instant::now();
         let done = std::sync::atomic::AtomicU64::new(0);
         // Once on every thread at the same time, as a pass's attention runs.
         model.pool.run(|_| {
-            done.fetch_add(std::hint::black_box(kernel(rounds)), std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the kernel is the level's, and ember runs at a level only where the CPU has it.
+            let macs = unsafe { kernel(rounds) };
+            done.fetch_add(std::hint::black_box(macs), std::sync::atomic::Ordering::Relaxed);
         });
         best = best.max(done.into_inner() as f64 / t0.elapsed().as_secs_f64());
     }
@@ -152,8 +159,8 @@ pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
 }
 
 /// Twelve independent chains of scalar fused multiply-adds, `rounds` times
-/// each: the multiply-adds done.
-fn float_products_scalar(rounds: u64) -> u64 {
+/// each: the multiply-adds done. (Unsafe only to share the vector forms' type.)
+unsafe fn float_products_scalar(rounds: u64) -> u64 {
     let mut acc = [0.0f32; 12];
     let mut x = std::hint::black_box(0.5f32);
     for _ in 0..rounds {
@@ -209,61 +216,49 @@ mod x86 {
     /// form at the AVX-512 levels), `rounds` times: the multiply-adds done.
     /// The operand passes through an empty `asm` each round, so the compiler
     /// can neither fold the chains nor hoist them.
-    pub(super) fn float_products_avx512(rounds: u64) -> u64 {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn run(rounds: u64) {
-            let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
-            let mut x = _mm512_set1_ps(0.5);
-            for _ in 0..rounds {
-                for a in acc.iter_mut() {
-                    *a = _mm512_fmadd_ps(*a, x, x);
-                }
-                std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn float_products_avx512(rounds: u64) -> u64 {
+        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
+        let mut x = _mm512_set1_ps(0.5);
+        for _ in 0..rounds {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(*a, x, x);
             }
-            std::hint::black_box(acc);
+            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
         }
-        // SAFETY: only reached at an AVX-512 level, which has AVX-512F.
-        unsafe { run(rounds) };
+        std::hint::black_box(acc);
         12 * 16 * rounds
     }
 
     /// [`float_products_avx512`] with `vdpbf16ps`: thirty-two multiply-adds
     /// an instruction.
-    pub(super) fn paired_bf16_products(rounds: u64) -> u64 {
-        #[target_feature(enable = "avx512f,avx512bf16")]
-        unsafe fn run(rounds: u64) {
-            let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
-            let mut x = _mm512_set1_epi32(0x3f00_3f00);
-            for _ in 0..rounds {
-                for a in acc.iter_mut() {
-                    *a = _mm512_dpbf16_ps(*a, std::mem::transmute::<__m512i, __m512bh>(x),
-                                          std::mem::transmute::<__m512i, __m512bh>(x));
-                }
-                std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn paired_bf16_products(rounds: u64) -> u64 {
+        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
+        let mut x = _mm512_set1_epi32(0x3f00_3f00);
+        for _ in 0..rounds {
+            let pairs = std::mem::transmute::<__m512i, __m512bh>(x);
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbf16_ps(*a, pairs, pairs);
             }
-            std::hint::black_box(acc);
+            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
         }
-        // SAFETY: only reached at the AVX-512 BF16 level.
-        unsafe { run(rounds) };
+        std::hint::black_box(acc);
         12 * 32 * rounds
     }
 
     /// [`float_products_avx512`] on eight floats, AVX2's form.
-    pub(super) fn float_products_avx2(rounds: u64) -> u64 {
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn run(rounds: u64) {
-            let mut acc: [__m256; 12] = std::array::from_fn(|i| _mm256_set1_ps(i as f32));
-            let mut x = _mm256_set1_ps(0.5);
-            for _ in 0..rounds {
-                for a in acc.iter_mut() {
-                    *a = _mm256_fmadd_ps(*a, x, x);
-                }
-                std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn float_products_avx2(rounds: u64) -> u64 {
+        let mut acc: [__m256; 12] = std::array::from_fn(|i| _mm256_set1_ps(i as f32));
+        let mut x = _mm256_set1_ps(0.5);
+        for _ in 0..rounds {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, x, x);
             }
-            std::hint::black_box(acc);
+            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
         }
-        // SAFETY: only reached at the AVX2 level or above, which has AVX2 and FMA.
-        unsafe { run(rounds) };
+        std::hint::black_box(acc);
         12 * 8 * rounds
     }
 
@@ -335,6 +330,25 @@ pub fn stream_rate(model: &Model, bytes: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prompt's attention products counted by hand: rows 6-9 of a pass of
+    /// four after five held positions see 6, 7, 8 and 9 positions in a
+    /// global layer, 6, 7, 7 and 7 in a window of 7 (rows on both sides of
+    /// its edge); a layer reading another's cache attends as its own do, a
+    /// recurrent one takes none.
+    #[test]
+    fn attention_work_counts_the_positions_each_row_sees() {
+        use crate::config::FfnShape;
+        let layer = |window, kv| LayerConfig {
+            n_head: 4, n_head_kv: 2, head_dim_k: 16, head_dim_v: 8, window, rope: 0, kv,
+            ffn: FfnShape::Dense { n_ff: 8 }, attn_scale: 1.0, attn_gate: false, delta: None,
+        };
+        let layers = [layer(None, KvSource::Own(0)), layer(Some(7), KvSource::Own(1)), layer(None, KvSource::Shared(0)),
+                      layer(None, KvSource::Recurrent(0))];
+        let seen = 30 + 27 + 30;
+        assert_eq!(attention_work_of(&layers, 5, 4), AttentionWork { scores: seen * 4 * 16, values: seen * 4 * 8 });
+        assert_eq!(attention_work_of(&layers, 0, 0), AttentionWork { scores: 0, values: 0 });
+    }
 
     /// Every form of the probe's sum reads every word once, the tail past
     /// its last whole step included: a form that skipped words would time
