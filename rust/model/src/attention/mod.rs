@@ -1115,6 +1115,18 @@ const KEYS_AHEAD: usize = 32;
 /// Value rows a [`span_rows`] walk weighs for every group before the next.
 const ROWS_AT_ONCE: usize = 16;
 
+/// While a walk of whole rows weighs the value rows `done` on from its
+/// span's start, the next span's whole key rows (from `next`, short of
+/// `last`) in the same share of that span, so they are on their way when
+/// its scoring starts.
+#[inline(always)]
+fn ask_for_next_span_keys(p: &Plan, next: usize, last: usize, done: usize) {
+    let ahead = next + done * KEYS_AHEAD / SPAN;
+    for pos in ahead.min(last)..(ahead + ROWS_AT_ONCE * KEYS_AHEAD / SPAN).min(last) {
+        prefetch_head_row(&p.keys, p.cache.row_of(p.il, pos), p.kw, 0, p.kw);
+    }
+}
+
 /// [`span`] for an item of whole cache rows ([`reads_rows_at_once`]), its
 /// queries those of rows j0..j1 and heads h0..h0 + heads * kv_groups: each
 /// block of eight rows is met by every group's queries in turn, then the
@@ -1198,10 +1210,7 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
         let c1 = (c0 + ROWS_AT_ONCE).min(hi + 1).min(c0 + ring.consecutive_from(c0));
         let r0 = ring.row(c0);
         assert!((r0 + c1 - c0) * p.vw <= vc.len());
-        let ahead = next + (c0 - s0) * KEYS_AHEAD / SPAN;
-        for pos in ahead.min(last)..(ahead + ROWS_AT_ONCE * KEYS_AHEAD / SPAN).min(last) {
-            prefetch_head_row(&p.keys, p.cache.row_of(p.il, pos), p.kw, 0, p.kw);
-        }
+        ask_for_next_span_keys(p, next, last, c0 - s0);
         for g in 0..p.kv_groups {
             let kvh = kvh0 + g;
             for j in j0..j1 {
@@ -1432,10 +1441,7 @@ unsafe fn weigh_rows_bf16<L: Lanes>(
     let mut c0 = f0;
     while c0 < f1 {
         let c1 = (c0 + ROWS_AT_ONCE).min(f1);
-        let ahead = next + (c0 - f0) * KEYS_AHEAD / SPAN;
-        for pos in ahead.min(last)..(ahead + ROWS_AT_ONCE * KEYS_AHEAD / SPAN).min(last) {
-            prefetch_head_row(&p.keys, p.cache.row_of(p.il, pos), p.kw, 0, p.kw);
-        }
+        ask_for_next_span_keys(p, next, last, c0 - f0);
         for g in 0..p.kv_groups {
             let kvh = kvh0 + g;
             for j in j0..j1 {
