@@ -165,12 +165,14 @@ fn level() -> SimdLevel {
     ember_quant::level()
 }
 
-/// Query row budget of one item: its outputs and queries stay around 32 KiB
-/// each. A larger tile meets each widened key and value row with more
-/// queries: 8192 floats against 4096 took a prompt of 512 at depth 4096 up
-/// by 6% (f16 cache) and 11% (Q8_0) on SmolLM2, 6-9% on Gemma 3; 16384 gave
-/// no more.
-const ITEM_FLOATS: usize = 8192;
+/// Query row budget of one item: its outputs (and a span's scores, a row
+/// per query) stay in the core's second-level cache. A larger tile meets
+/// each laid out key and value row with more queries: 24576 floats against
+/// 8192 took a prompt of 512 at depth 4096 up by 8% (f16 cache), 13% (Q8_0)
+/// and 3% (bf16) on SmolLM2 (heads of 64: tiles of 128 rows), by 2-4% on
+/// Gemma 3; 16384 gave less, and 49152 (two tiles a head group) left a
+/// thread idle. (Widening value blocks of 8192 floats apart gained nothing.)
+const ITEM_FLOATS: usize = 24576;
 
 /// Below this many queries, an item reads f16 keys (and values) in place
 /// instead of widening each block once for all its queries. At four, a
