@@ -539,33 +539,113 @@ unsafe fn scores8_queries(query: impl Fn(usize) -> *const f32, count: usize, n: 
     }
 }
 
-/// [`Lanes::scores8_bf16_scaled`] for `N` queries: per step of sixteen
-/// elements the four registers of paired keys ([`super::lanes::pair_bf16_keys`])
-/// are loaded once, each query's sixteen bf16s fill both halves of one, and
-/// `vdpbf16ps` adds per lane the product of the odd element, then the even's
-/// (`4 N` accumulators: six queries take 24 of the 32 registers); the lanes
-/// are summed by [`reduce_pairs`], as the f32 loops' are.
+/// [`Lanes::scores16_bf16_scaled`] for `N` queries and `B` blocks of keys:
+/// sixteen keys to a register ([`super::lanes::transpose_bf16_keys`]), met by
+/// a query's pair of elements in every lane. Lane `l` of a score is its own
+/// chain of paired products over the pairs `l`, `l + 8`, ..., summed as
+/// [`reduce_pairs`] sums them, `(l0 + l1) + (l2 + l3)` plus
+/// `(l4 + l5) + (l6 + l7)`: the products and sums of the f32 loops over
+/// [`super::lanes::bf16_lane_order`], in vertical additions. A lane's
+/// chain is finished before the next begins, so an accumulator a query and
+/// block is live per lane and at most three partial sums beside it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn scores8_bf16_n<const N: usize>(q: [*const bf16; N], n: usize, paired: *const bf16, scale: f32,
-                                         dst: *mut f32, stride: usize) {
-    let mut acc = [[_mm512_setzero_ps(); 4]; N];
-    let mut i = 0;
-    while i < n {
-        let kv: [__m512bh; 4] =
-            std::array::from_fn(|r| std::mem::transmute(_mm512_loadu_si512(paired.add((i / 16 * 4 + r) * 32).cast())));
-        for (a, &q) in acc.iter_mut().zip(&q) {
-            let qv: __m512bh = std::mem::transmute(_mm512_broadcast_i64x4(_mm256_loadu_si256(q.add(i).cast())));
-            for (a, &kv) in a.iter_mut().zip(&kv) {
-                *a = _mm512_dpbf16_ps(*a, qv, kv);
+unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const bf16; N], n: usize, keys: *const bf16, valid: usize,
+                                                          scale: f32, dst: *mut f32, stride: usize) {
+    type Acc<const N: usize, const B: usize> = [[__m512; B]; N];
+    let pairs = n / 2;
+    let lane = |l: usize| -> Acc<N, B> {
+        let mut acc = [[_mm512_setzero_ps(); B]; N];
+        let mut p = l;
+        while p < pairs {
+            let k: [__m512bh; B] =
+                std::array::from_fn(|b| std::mem::transmute(_mm512_loadu_si512(keys.add((b * pairs + p) * 32).cast())));
+            for (a, &q) in acc.iter_mut().zip(&q) {
+                let qv: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::ptr::read_unaligned(q.add(2 * p).cast::<i32>())));
+                for (a, &k) in a.iter_mut().zip(&k) {
+                    *a = _mm512_dpbf16_ps(*a, qv, k);
+                }
             }
+            p += 8;
         }
-        i += 16;
+        acc
+    };
+    let add = |x: Acc<N, B>, y: Acc<N, B>| -> Acc<N, B> {
+        std::array::from_fn(|i| std::array::from_fn(|b| _mm512_add_ps(x[i][b], y[i][b])))
+    };
+    let low = add(add(lane(0), lane(1)), add(lane(2), lane(3)));
+    let high = add(add(lane(4), lane(5)), add(lane(6), lane(7)));
+    let scale = _mm512_set1_ps(scale);
+    for (i, (lo, hi)) in low.iter().zip(&high).enumerate() {
+        for b in 0..B {
+            let kept = valid.saturating_sub(16 * b).min(16);
+            let s = _mm512_mul_ps(scale, _mm512_add_ps(lo[b], hi[b]));
+            _mm512_mask_storeu_ps(dst.add(i * stride + 16 * b), ((1u32 << kept) - 1) as u16, s);
+        }
     }
-    let scale = _mm256_set1_ps(scale);
-    for (i, a) in acc.iter().enumerate() {
-        _mm256_storeu_ps(dst.add(i * stride), _mm256_mul_ps(scale, reduce_pairs(a)));
+}
+
+/// [`super::lanes::transpose_bf16_keys`] sixteen pairs of sixteen keys at a
+/// time: the keys' pairs loaded as rows (masked to what a key holds) and
+/// transposed as sixteen by sixteen 32-bit elements.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
+    assert!(n.is_multiple_of(16) && keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n);
+    if keys.iter().any(|k| !k.len().is_multiple_of(2)) {
+        return super::lanes::transpose_bf16_keys(keys, blocks, n, out);
     }
+    let (pairs, o) = (n / 2, out.as_mut_ptr());
+    for b in 0..blocks {
+        let mut c = 0;
+        while c < pairs {
+            let rows: [__m512i; 16] = std::array::from_fn(|i| match keys.get(16 * b + i) {
+                Some(k) => {
+                    let held = (k.len() / 2).saturating_sub(c).min(16);
+                    _mm512_maskz_loadu_epi32(((1u32 << held) - 1) as u16, k.as_ptr().add(2 * c).cast())
+                }
+                None => _mm512_setzero_si512(),
+            });
+            let t = transpose16(rows);
+            for (r, t) in t.iter().enumerate().take(pairs - c) {
+                _mm512_storeu_si512(o.add((b * pairs + c + r) * 32).cast(), *t);
+            }
+            c += 16;
+        }
+    }
+}
+
+/// Sixteen registers of sixteen 32-bit elements transposed: element `j` of
+/// row `i` becomes element `i` of row `j`. Interleaving 32-bit then 64-bit
+/// elements leaves, in quarter `k` of register `4 g + j`, element `4 k + j`
+/// of rows `4 g..4 g + 4`; two steps of quarter shuffles gather row `4 k + j`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+    let a: [__m512i; 16] = std::array::from_fn(|i| match i % 2 {
+        0 => _mm512_unpacklo_epi32(r[i], r[i + 1]),
+        _ => _mm512_unpackhi_epi32(r[i - 1], r[i]),
+    });
+    let b: [__m512i; 16] = std::array::from_fn(|i| {
+        let (g, j) = (i / 4, i % 4);
+        let (x, y) = (a[4 * g + j / 2], a[4 * g + j / 2 + 2]);
+        match j % 2 {
+            0 => _mm512_unpacklo_epi64(x, y),
+            _ => _mm512_unpackhi_epi64(x, y),
+        }
+    });
+    let mut t = [_mm512_setzero_si512(); 16];
+    for j in 0..4 {
+        let c0 = _mm512_shuffle_i32x4::<0x44>(b[j], b[4 + j]);
+        let c1 = _mm512_shuffle_i32x4::<0xEE>(b[j], b[4 + j]);
+        let c2 = _mm512_shuffle_i32x4::<0x44>(b[8 + j], b[12 + j]);
+        let c3 = _mm512_shuffle_i32x4::<0xEE>(b[8 + j], b[12 + j]);
+        t[j] = _mm512_shuffle_i32x4::<0x88>(c0, c2);
+        t[4 + j] = _mm512_shuffle_i32x4::<0xDD>(c0, c2);
+        t[8 + j] = _mm512_shuffle_i32x4::<0x88>(c1, c3);
+        t[12 + j] = _mm512_shuffle_i32x4::<0xDD>(c1, c3);
+    }
+    t
 }
 
 /// [`Lanes::weigh_bf16_heads`] for `H` heads and the `16 * U` floats of
@@ -736,21 +816,29 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
         pair_bf16_values(first, second, out)
     }
     #[inline(always)]
-    unsafe fn scores8_bf16_scaled(q: &[bf16], count: usize, n: usize, keys: &[bf16], scale: f32, dst: *mut f32,
-                                  stride: usize) {
-        assert!(BF16 && n.is_multiple_of(16) && count * n <= q.len() && keys.len() >= 8 * n);
+    unsafe fn scores16_bf16_scaled(q: &[bf16], count: usize, n: usize, keys: &[bf16], valid: usize, scale: f32,
+                                   dst: *mut f32, stride: usize) {
+        let blocks = valid.div_ceil(16);
+        assert!(BF16 && n.is_multiple_of(16) && count * n <= q.len() && keys.len() >= 16 * blocks * n);
+        assert!((1..=2).contains(&blocks));
         let (qp, kp) = (q.as_ptr(), keys.as_ptr());
         let query = |i: usize| qp.add(i * n);
         let mut i = 0;
         while i < count {
             let d = dst.add(i * stride);
-            i += match count - i {
-                6.. => { scores8_bf16_n::<6>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 6 }
-                4 | 5 => { scores8_bf16_n::<4>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 4 }
-                2 | 3 => { scores8_bf16_n::<2>(std::array::from_fn(|j| query(i + j)), n, kp, scale, d, stride); 2 }
-                _ => { scores8_bf16_n::<1>([query(i)], n, kp, scale, d, stride); 1 }
+            let at = |j: usize| query(i + j);
+            i += match (blocks, count - i) {
+                (2, 3..) => { scores16_bf16_n::<3, 2>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 3 }
+                (2, _) => { scores16_bf16_n::<1, 2>([at(0)], n, kp, valid, scale, d, stride); 1 }
+                (_, 6..) => { scores16_bf16_n::<6, 1>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 6 }
+                (_, 3..) => { scores16_bf16_n::<3, 1>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 3 }
+                _ => { scores16_bf16_n::<1, 1>([at(0)], n, kp, valid, scale, d, stride); 1 }
             };
         }
+    }
+    #[inline(always)]
+    unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
+        transpose_bf16_keys(keys, blocks, n, out)
     }
     #[inline(always)]
     unsafe fn weigh_bf16_heads(w: &[bf16], stride: usize, heads: usize, v: &[bf16], o: &mut [f32]) {

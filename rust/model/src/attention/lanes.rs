@@ -74,16 +74,23 @@ pub(super) trait Lanes {
     /// `e = f16(e * inv)` widened back, for every e.
     unsafe fn probs_f16(row: &mut [f32], inv: f32);
     /// Whether a bf16 cache's full blocks are met by AVX-512 BF16's paired
-    /// products ([`Lanes::scores8_bf16_scaled`], [`Lanes::weigh_bf16_heads`])
+    /// products ([`Lanes::scores16_bf16_scaled`], [`Lanes::weigh_bf16_heads`])
     /// rather than by the f32 loops over rows in [`bf16_lane_order`] and
     /// weights in [`bf16_pair_order`], which round the same.
     const BF16_PAIRS: bool = false;
     /// [`Lanes::scores8_scaled`] for a bf16 cache with the operands as
-    /// stored: queries `0..count` bf16 rows of `n` (a multiple of 16), eight
-    /// keys laid out by [`pair_bf16_keys`].
-    unsafe fn scores8_bf16_scaled(_q: &[bf16], _count: usize, _n: usize, _keys: &[bf16], _scale: f32, _dst: *mut f32,
-                                  _stride: usize) {
+    /// stored: queries `0..count` bf16 rows of `n` (a multiple of 16), the
+    /// `valid` keys (at most 32) laid out by [`transpose_bf16_keys`] in
+    /// whole blocks of sixteen; each query's `valid` dots times `scale`
+    /// written at `dst + i * stride`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores16_bf16_scaled(_q: &[bf16], _count: usize, _n: usize, _keys: &[bf16], _valid: usize, _scale: f32,
+                                   _dst: *mut f32, _stride: usize) {
         unreachable!("only the loops with BF16_PAIRS take bf16 operands")
+    }
+    /// [`transpose_bf16_keys`], as each level writes it.
+    unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
+        transpose_bf16_keys(keys, blocks, n, out)
     }
     /// [`Lanes::weigh_heads`] for bf16 values with the operands as stored:
     /// head `g`'s weights the bf16s at `w[g * stride..]` (an even count of
@@ -293,23 +300,19 @@ pub(super) fn bf16_pair_order(pos: usize) -> usize {
     pos ^ 1
 }
 
-/// Eight bf16 keys of `n` elements (a multiple of [`BF16_STEP`]) laid out for
-/// [`Lanes::scores8_bf16_scaled`]: per step, four pieces of 32, the `r`-th
-/// holding key `r`'s sixteen elements then key `r + 4`'s.
-/// Elements past a key's end are zero.
-pub(super) fn pair_bf16_keys(keys: &[&[bf16]; 8], n: usize, out: &mut [bf16]) {
-    assert!(n.is_multiple_of(BF16_STEP) && out.len() >= 8 * n);
-    for (c, piece) in out[..8 * n].chunks_exact_mut(2 * BF16_STEP).enumerate() {
-        let (step, r) = (c / 4, c % 4);
-        for (half, key) in piece.chunks_exact_mut(BF16_STEP).zip([keys[r], keys[r + 4]]) {
-            match key.get(BF16_STEP * step..BF16_STEP * (step + 1)) {
-                Some(whole) => half.copy_from_slice(whole),
-                None => {
-                    for (i, d) in half.iter_mut().enumerate() {
-                        *d = key.get(BF16_STEP * step + i).copied().unwrap_or(bf16::ZERO);
-                    }
-                }
-            }
+/// Up to `16 * blocks` bf16 keys of `n` elements (a multiple of
+/// [`BF16_STEP`]) laid out for [`Lanes::scores16_bf16_scaled`]: per block of
+/// sixteen keys and pair of elements `p`, the sixteen keys' pairs `p`, key
+/// `i` of the block at 32-bit lane `i`, so that one register holds a pair of
+/// sixteen keys. Keys past `keys.len()` and elements past a key's end are zero.
+pub(super) fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
+    assert!(n.is_multiple_of(BF16_STEP) && keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n);
+    let pairs = n / 2;
+    for (c, lane) in out[..16 * blocks * n].chunks_exact_mut(2).enumerate() {
+        let (b, p, i) = (c / (16 * pairs), c / 16 % pairs, c % 16);
+        let key = keys.get(16 * b + i);
+        for (e, d) in lane.iter_mut().enumerate() {
+            *d = key.and_then(|k| k.get(2 * p + e)).copied().unwrap_or(bf16::ZERO);
         }
     }
 }

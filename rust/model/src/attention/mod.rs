@@ -23,7 +23,9 @@
 //! the value rows are weighed in pairs of positions from an even one, the
 //! second's product added first ([`lanes::bf16_pair_order`]). Where the
 //! core has AVX-512 BF16 a prompt's full blocks take the paired products,
-//! twice the multiply-adds of an f32 instruction; elsewhere the f32 loops
+//! twice the multiply-adds of an f32 instruction, with the keys every query
+//! of an item sees laid out sixteen to a register, so that a score's lanes
+//! are chains of their own, summed without shuffles; elsewhere the f32 loops
 //! meet the same operands in that order and round the same (as long as no
 //! sum falls below f32's smallest normal, which the paired form makes zero).
 //!
@@ -62,9 +64,9 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
-use lanes::{bf16_pair_order, pair_bf16_keys, Lanes, Q8Queries, Scalar, BF16_STEP};
+use lanes::{bf16_pair_order, Lanes, Q8Queries, Scalar, BF16_STEP};
 #[cfg(test)]
-use lanes::{bf16_lane_order, pair_bf16_values};
+use lanes::{bf16_lane_order, pair_bf16_values, transpose_bf16_keys};
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -96,10 +98,11 @@ struct Scratch {
     dk: Vec<f32>,
     k8: Vec<f32>,
     /// For a bf16 cache: the queries rounded to bf16, as stored; a block of
-    /// eight keys paired for the paired products; the span's weights in
-    /// their order ([`lanes::bf16_pair_order`]), or as bf16s for the paired
-    /// products; and a block of value rows paired for them (or a row of
-    /// zeros, for a decoded token's in-place weighing).
+    /// up to thirty-two keys laid out sixteen to a register for the paired
+    /// products; the span's weights in their order
+    /// ([`lanes::bf16_pair_order`]), or as bf16s for the paired products;
+    /// and a block of value rows paired for them (or a row of zeros, for a
+    /// decoded token's in-place weighing).
     qb: Vec<bf16>,
     kb: Vec<bf16>,
     w_pairs: Vec<f32>,
@@ -188,8 +191,9 @@ const DIRECT_QUERIES: usize = 5;
 const Q8_0_TRANSPOSED_QUERIES: usize = 8;
 
 /// From this many queries on, an item with a bf16 cache on a core with
-/// paired bf16 products lays out each full block of keys, and each block of
-/// value rows, in pairs once for them all; fewer meet the keys and values
+/// paired bf16 products lays out the keys they all see, sixteen to a
+/// register, and each block of value rows in pairs, once for them all;
+/// fewer meet the keys and values
 /// widened, as the other levels do (same roundings). A decoded token of
 /// SmolLM2 (three queries to a key head) at depth 4096 spent a fifth of its
 /// time pairing them.
@@ -815,6 +819,34 @@ unsafe fn span<L: Lanes>(
             b0 += 16;
             continue;
         }
+        // Up to thirty-two bf16 keys that every query of the item sees, on a
+        // core with paired bf16 products: laid out sixteen to a register
+        // once, met by every query of the item.
+        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
+            let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
+            if p.first(j1 - 1) <= b0 && b1 >= b0 + 8 {
+                for pos in b1..(b1 + 32).min(hi + 1) {
+                    match whole_rows {
+                        true => prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw),
+                        false => prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk),
+                    }
+                }
+                for pos in b0..b1 {
+                    match whole_rows {
+                        true => prefetch_head_row(&p.values, ring.row(pos), p.vw, 0, p.vw),
+                        false => prefetch_head_row(&p.values, ring.row(pos), p.vw, kvh, hv),
+                    }
+                }
+                let keys: [&[bf16]; 32] = std::array::from_fn(|i| &kc[ring.row((b0 + i).min(b1 - 1)) * p.kw + kvh * hk..][..hk]);
+                let blocks = (b1 - b0).div_ceil(16);
+                kb.resize(32 * hkp, bf16::ZERO);
+                L::transpose_bf16_keys(&keys[..b1 - b0], blocks, hkp, kb);
+                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qb.len() >= nq * hkp);
+                L::scores16_bf16_scaled(qb, nq, hkp, kb, b1 - b0, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
+                b0 = b1;
+                continue;
+            }
+        }
         let b1 = (b0 + 8).min(hi + 1);
         let mut rows8 = [0usize; 8];
         for (i, r) in rows8.iter_mut().enumerate() {
@@ -834,19 +866,6 @@ unsafe fn span<L: Lanes>(
             match whole_rows {
                 true => prefetch_head_row(&p.values, row, p.vw, 0, p.vw),
                 false => prefetch_head_row(&p.values, row, p.vw, kvh, hv),
-            }
-        }
-        // A full block of bf16 keys, on a core with paired bf16 products:
-        // paired once, met by every query of the item.
-        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
-            if b1 - b0 == 8 && all_see(b0, b1) {
-                let keys8: [&[bf16]; 8] = rows8.map(|row| &kc[row * p.kw + kvh * hk..][..hk]);
-                kb.resize(8 * hkp, bf16::ZERO);
-                pair_bf16_keys(&keys8, hkp, kb);
-                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qb.len() >= nq * hkp);
-                L::scores8_bf16_scaled(qb, nq, hkp, kb, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
-                b0 = b1;
-                continue;
             }
         }
         let keys8 = q8_keys.then(|| rows8.map(|row| p.keys.slice(row * p.kw + kvh * hk, hk).bytes()));
@@ -1792,10 +1811,7 @@ mod tests {
         }
         let mut rng = Rng(0xbf16);
         let q: Vec<bf16> = rng.vec(32 * 64, 3.0).into_iter().map(to_bf16).collect();
-        let k: Vec<bf16> = rng.vec(8 * 64, 2.0).into_iter().map(to_bf16).collect();
-        let mut paired = vec![bf16::ZERO; 8 * 64];
-        pair_bf16_keys(&std::array::from_fn(|i| &k[i * 64..][..64]), 64, &mut paired);
-        let (mut native, mut lanes) = (vec![0.0f32; 32 * 8], vec![0.0f32; 32 * 8]);
+        let k: Vec<bf16> = rng.vec(32 * 64, 2.0).into_iter().map(to_bf16).collect();
         let widen = |row: &[bf16]| {
             let mut x = vec![0.0; 64];
             bf16_lane_order(row, &mut x);
@@ -1803,11 +1819,29 @@ mod tests {
         };
         let qw: Vec<f32> = q.chunks_exact(64).flat_map(widen).collect();
         let kw: Vec<f32> = k.chunks_exact(64).flat_map(widen).collect();
-        unsafe {
-            avx512::Avx512::<true>::scores8_bf16_scaled(&q, 32, 64, &paired, 0.125, native.as_mut_ptr(), 8);
-            Scalar::scores8_scaled(&qw, 32, 64, &kw, 0.125, lanes.as_mut_ptr(), 8);
+        let mut lanes = vec![0.0f32; 32 * 32];
+        for b in 0..4 {
+            unsafe { Scalar::scores8_scaled(&qw, 32, 64, &kw[b * 8 * 64..], 0.125, lanes.as_mut_ptr().add(8 * b), 32) };
         }
-        assert_eq!(native.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), lanes.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        // Whole and partial blocks, one and two to a call, and each count of
+        // queries the kernels take at once; a key past `valid` is not written.
+        for (keys, count) in [(32, 32), (20, 31), (16, 11), (9, 7), (8, 1), (25, 2)] {
+            let rows: Vec<&[bf16]> = k.chunks_exact(64).take(keys).collect();
+            let blocks = keys.div_ceil(16);
+            let mut transposed = vec![bf16::ONE; 16 * blocks * 64];
+            transpose_bf16_keys(&rows, blocks, 64, &mut transposed);
+            let mut native = vec![f32::NAN; 32 * 32];
+            unsafe {
+                avx512::Avx512::<true>::scores16_bf16_scaled(&q, count, 64, &transposed, keys, 0.125,
+                                                            native.as_mut_ptr(), 32)
+            };
+            for (i, (native, lanes)) in native.chunks_exact(32).zip(lanes.chunks_exact(32)).enumerate() {
+                let written = if i < count { keys } else { 0 };
+                assert_eq!(native[..written].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                           lanes[..written].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{keys} keys, query {i}");
+                assert!(native[written..].iter().all(|x| x.is_nan()), "{keys} keys, query {i}: past the valid keys");
+            }
+        }
         // And the weighing: pairs of positions, the second's product first.
         let (heads, n, pairs) = (3, 40, 9);
         let w: Vec<bf16> = rng.vec(heads * 2 * pairs, 1.0).into_iter().map(|x| to_bf16(x.abs())).collect();
@@ -1836,6 +1870,19 @@ mod tests {
     fn the_avx512_bf16_layouts_are_the_scalar_ones() {
         if !SimdLevel::Avx512Vnni.runs_here() {
             return;
+        }
+        let mut rng = Rng(0x7a05);
+        let k: Vec<bf16> = rng.vec(32 * 80, 2.0).into_iter().map(to_bf16).collect();
+        // Keys shorter than the laid-out width (zeros after), odd ones, and
+        // fewer keys than the blocks hold.
+        for (n, hk, keys) in [(16, 16, 16), (64, 64, 32), (48, 40, 17), (80, 80, 1), (48, 41, 20), (32, 30, 31)] {
+            let rows: Vec<&[bf16]> = k.chunks_exact(80).take(keys).map(|r| &r[..hk]).collect();
+            let blocks = keys.div_ceil(16);
+            let (mut vector, mut scalar) = (vec![bf16::ONE; 16 * blocks * n], vec![bf16::ZERO; 16 * blocks * n]);
+            unsafe { avx512::Avx512::<false>::transpose_bf16_keys(&rows, blocks, n, &mut vector) };
+            transpose_bf16_keys(&rows, blocks, n, &mut scalar);
+            assert_eq!(vector.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                       scalar.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "n {n} hk {hk} keys {keys}");
         }
         let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let special = [f32::from_bits(0x3f80_8000), f32::from_bits(0x3f81_8000), f32::MIN_POSITIVE,
