@@ -652,13 +652,16 @@ unsafe fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
 /// each from `e`: per pair of positions each head's two weights fill a
 /// register (the pair's bf16s in every lane) and meet sixteen of the
 /// interleaved value pairs in one `vdpbf16ps`, the second position's product
-/// added first, as the f32 loops add them.
+/// added first, as the f32 loops add them. `fresh`: from zero, whatever `o` holds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn weigh_bf16_chunk<const H: usize, const U: usize>(w: *const bf16, stride: usize, pairs: usize,
-                                                           v: *const bf16, n: usize, o: *mut f32, e: usize) {
+                                                           v: *const bf16, n: usize, o: *mut f32, e: usize,
+                                                           fresh: bool) {
     let at = |g: usize, u: usize| o.add(g * n + e + 16 * u);
-    let mut acc: [[__m512; U]; H] = std::array::from_fn(|g| std::array::from_fn(|u| _mm512_loadu_ps(at(g, u))));
+    let start = |g: usize, u: usize| if fresh { _mm512_setzero_ps() } else { _mm512_loadu_ps(at(g, u)) };
+    let mut acc: [[__m512; U]; H] = std::array::from_fn(|g| std::array::from_fn(|u| start(g, u)));
     for k in 0..pairs {
         let wg: [__m512bh; H] = std::array::from_fn(|g| {
             std::mem::transmute(_mm512_set1_epi32(std::ptr::read_unaligned(w.add(g * stride + 2 * k).cast::<i32>())))
@@ -682,19 +685,22 @@ unsafe fn weigh_bf16_chunk<const H: usize, const U: usize>(w: *const bf16, strid
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn weigh_bf16_all<const H: usize>(w: *const bf16, stride: usize, pairs: usize, v: *const bf16, n: usize,
-                                         o: *mut f32) {
+                                         o: *mut f32, fresh: bool) {
     let mut e = 0;
     while e + 64 <= n {
-        weigh_bf16_chunk::<H, 4>(w, stride, pairs, v, n, o, e);
+        weigh_bf16_chunk::<H, 4>(w, stride, pairs, v, n, o, e, fresh);
         e += 64;
     }
     while e + 16 <= n {
-        weigh_bf16_chunk::<H, 1>(w, stride, pairs, v, n, o, e);
+        weigh_bf16_chunk::<H, 1>(w, stride, pairs, v, n, o, e, fresh);
         e += 16;
     }
     for g in 0..H {
         for d in e..n {
             let out = &mut *o.add(g * n + d);
+            if fresh {
+                *out = 0.0;
+            }
             for k in 0..pairs {
                 let (w0, w1) = ((*w.add(g * stride + 2 * k)).to_f32(), (*w.add(g * stride + 2 * k + 1)).to_f32());
                 let (v0, v1) = ((*v.add(2 * (k * n + d))).to_f32(), (*v.add(2 * (k * n + d) + 1)).to_f32());
@@ -841,17 +847,17 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
         transpose_bf16_keys(keys, blocks, n, out)
     }
     #[inline(always)]
-    unsafe fn weigh_bf16_heads(w: &[bf16], stride: usize, heads: usize, v: &[bf16], o: &mut [f32]) {
+    unsafe fn weigh_bf16_heads(w: &[bf16], stride: usize, heads: usize, v: &[bf16], o: &mut [f32], fresh: bool) {
         let n = o.len() / heads;
         let pairs = v.len() / (2 * n).max(1);
         assert!(BF16 && stride.is_multiple_of(2) && w.len() >= (heads - 1) * stride + 2 * pairs && v.len() >= 2 * pairs * n);
         in_groups(heads, 4, |g, count| {
             let (ws, os) = (w.as_ptr().add(g * stride), o.as_mut_ptr().add(g * n));
             match count {
-                1 => weigh_bf16_all::<1>(ws, stride, pairs, v.as_ptr(), n, os),
-                2 => weigh_bf16_all::<2>(ws, stride, pairs, v.as_ptr(), n, os),
-                3 => weigh_bf16_all::<3>(ws, stride, pairs, v.as_ptr(), n, os),
-                _ => weigh_bf16_all::<4>(ws, stride, pairs, v.as_ptr(), n, os),
+                1 => weigh_bf16_all::<1>(ws, stride, pairs, v.as_ptr(), n, os, fresh),
+                2 => weigh_bf16_all::<2>(ws, stride, pairs, v.as_ptr(), n, os, fresh),
+                3 => weigh_bf16_all::<3>(ws, stride, pairs, v.as_ptr(), n, os, fresh),
+                _ => weigh_bf16_all::<4>(ws, stride, pairs, v.as_ptr(), n, os, fresh),
             }
         });
     }

@@ -96,8 +96,9 @@ pub(super) trait Lanes {
     /// head `g`'s weights the bf16s at `w[g * stride..]` (an even count of
     /// positions from an even one), the value rows interleaved in pairs by
     /// [`pair_bf16_values`]; per pair of positions the second's product is
-    /// added, then the first's, as [`bf16_pair_order`] has it.
-    unsafe fn weigh_bf16_heads(_w: &[bf16], _stride: usize, _heads: usize, _v: &[bf16], _o: &mut [f32]) {
+    /// added, then the first's, as [`bf16_pair_order`] has it. `fresh`: the
+    /// sums start from zero, whatever `o` held.
+    unsafe fn weigh_bf16_heads(_w: &[bf16], _stride: usize, _heads: usize, _v: &[bf16], _o: &mut [f32], _fresh: bool) {
         unreachable!("only the loops with BF16_PAIRS take bf16 operands")
     }
     /// Each f32 rounded to bf16 as [`to_bf16`] rounds it.

@@ -961,13 +961,15 @@ unsafe fn span<L: Lanes>(
     // Outputs: the value rows weighted by the exponentials, in position
     // order (bf16 values in pairs of positions, apart), a block of value rows
     // (widened to f32) at a time.
-    o.clear();
-    o.resize(nq * hv, 0.0);
     if let Rows::BF16(vc) = p.values {
+        // Zeroed where it must be by the weighing itself.
+        o.resize(nq * hv, 0.0);
         let bufs = Bf16Weighing { w_pairs, wb, v32, vb };
         weigh_bf16_span::<L>(p, j0, j1, heads, kvh, s0, s1, vc, scores, bufs, o);
         return;
     }
+    o.clear();
+    o.resize(nq * hv, 0.0);
     // With few queries an item reads f16 values in place, converting each as
     // it meets it: widened into a buffer first, a value would be stored and
     // read back for a single multiply-add.
@@ -1313,7 +1315,8 @@ struct Bf16Weighing<'s> {
 /// framed on even positions, f0..f1; a block of value rows is laid out once
 /// for all the queries: in pair order and widened for the f32 loops, or
 /// interleaved in pairs for the paired products. A decoded token's few
-/// queries read the rows in place instead.
+/// queries read the rows in place instead. `o` (`nq` rows of `hv`) may
+/// hold anything: each row is zeroed, or written whole by its first sums.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn weigh_bf16_span<L: Lanes>(
@@ -1336,8 +1339,9 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
     let paired = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES;
     if paired {
-        // As bf16s in position order: the paired products take each pair of positions as stored.
-        wb.clear();
+        // As bf16s in position order: the paired products take each pair of
+        // positions as stored, and a row is read over the whole pairs of
+        // what it sees, so only a pair's unseen half need be zero.
         wb.resize(nq * fw, bf16::ZERO);
         for j in j0..j1 {
             let (a, b) = seen(j);
@@ -1345,7 +1349,14 @@ unsafe fn weigh_bf16_span<L: Lanes>(
                 continue;
             }
             for qi in (j - j0) * heads..(j - j0 + 1) * heads {
-                L::narrow_bf16(&scores[qi * width + a - s0..][..b - a], &mut wb[qi * fw + a - f0..][..b - a]);
+                let row = &mut wb[qi * fw..][..fw];
+                L::narrow_bf16(&scores[qi * width + a - s0..][..b - a], &mut row[a - f0..b - f0]);
+                if a % 2 == 1 {
+                    row[a - 1 - f0] = bf16::ZERO;
+                }
+                if b % 2 == 1 {
+                    row[b - f0] = bf16::ZERO;
+                }
             }
         }
     } else {
@@ -1356,6 +1367,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     if !paired && L::BF16_IN_PLACE && nq < DIRECT_QUERIES {
         // A decoded token's few queries read the rows in place, a row of
         // zeros standing for a position of a pair the query does not see.
+        o.fill(0.0);
         vb.clear();
         vb.resize(hv, bf16::ZERO);
         let zeros = &vb[..hv];
@@ -1375,6 +1387,17 @@ unsafe fn weigh_bf16_span<L: Lanes>(
         return;
     }
     let block = ((ITEM_FLOATS / hv.max(1)).max(2) & !1).min(fw);
+    // In one block of value rows each row that sees the span is weighed
+    // once, its sums starting from zero; otherwise every block adds to them.
+    let once = paired && block == fw;
+    match once {
+        true => {
+            for j in (j0..j1).filter(|&j| seen(j).0 >= seen(j).1) {
+                o[(j - j0) * heads * hv..][..heads * hv].fill(0.0);
+            }
+        }
+        false => o.fill(0.0),
+    }
     let mut c0 = f0;
     while c0 < f1 {
         let c1 = (c0 + block).min(f1);
@@ -1411,7 +1434,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
                 let v_at = (ae - c0) * hv;
                 match paired {
                     true => L::weigh_bf16_heads(&wb[w_at..][..(n - 1) * fw + be - ae], fw, n,
-                                                &vb[v_at..][..(be - ae) * hv], out),
+                                                &vb[v_at..][..(be - ae) * hv], out, once),
                     false => L::weigh_heads(&w_pairs[w_at..][..(n - 1) * fw + be - ae], fw, n,
                                             &v32[v_at..][..(be - ae) * hv], out),
                 }
@@ -1852,7 +1875,7 @@ mod tests {
         }
         let mut native = rng.vec(heads * n, 1.0);
         let mut chain = native.clone();
-        unsafe { avx512::Avx512::<true>::weigh_bf16_heads(&w, 2 * pairs, heads, &v, &mut native) };
+        unsafe { avx512::Avx512::<true>::weigh_bf16_heads(&w, 2 * pairs, heads, &v, &mut native, false) };
         for (g, o) in chain.chunks_exact_mut(n).enumerate() {
             for pos in (0..2 * pairs).map(bf16_pair_order) {
                 fma_row(w[g * 2 * pairs + pos].to_f32(), &rows[pos].iter().map(|x| x.to_f32()).collect::<Vec<_>>(), o);
@@ -2002,3 +2025,4 @@ mod tests {
         check(KvType::F32, 8, 1, 32, 48);
     }
 }
+
