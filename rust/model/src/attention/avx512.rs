@@ -545,25 +545,31 @@ unsafe fn scores8_queries(query: impl Fn(usize) -> *const f32, count: usize, n: 
 /// chain of paired products over the pairs `l`, `l + 8`, ..., summed as
 /// [`reduce_pairs`] sums them, `(l0 + l1) + (l2 + l3)` plus
 /// `(l4 + l5) + (l6 + l7)`: the products and sums of the f32 loops over
-/// [`super::lanes::bf16_lane_order`], in vertical additions. A lane's
-/// chain is finished before the next begins, so an accumulator a query and
-/// block is live per lane and at most three partial sums beside it.
+/// [`super::lanes::bf16_lane_order`], in vertical additions. Two lanes'
+/// chains are taken at once and finished before the next two begin, so two
+/// accumulators a query and block are live, and at most two partial sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const bf16; N], n: usize, keys: *const bf16, valid: usize,
                                                           scale: f32, dst: *mut f32, stride: usize) {
     type Acc<const N: usize, const B: usize> = [[__m512; B]; N];
     let pairs = n / 2;
-    let lane = |l: usize| -> Acc<N, B> {
-        let mut acc = [[_mm512_setzero_ps(); B]; N];
+    // Lanes `l` and `l + 1` side by side: twelve chains for three queries
+    // and two blocks, enough to cover the paired product's latency.
+    let lanes = |l: usize| -> [Acc<N, B>; 2] {
+        let mut acc = [[[_mm512_setzero_ps(); B]; N]; 2];
         let mut p = l;
         while p < pairs {
-            let k: [__m512bh; B] =
-                std::array::from_fn(|b| std::mem::transmute(_mm512_loadu_si512(keys.add((b * pairs + p) * 32).cast())));
-            for (a, &q) in acc.iter_mut().zip(&q) {
-                let qv: __m512bh = std::mem::transmute(_mm512_set1_epi32(std::ptr::read_unaligned(q.add(2 * p).cast::<i32>())));
-                for (a, &k) in a.iter_mut().zip(&k) {
-                    *a = _mm512_dpbf16_ps(*a, qv, k);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let k: [__m512bh; B] = std::array::from_fn(|b| {
+                    std::mem::transmute(_mm512_loadu_si512(keys.add((b * pairs + p + h) * 32).cast()))
+                });
+                for (a, &q) in acc.iter_mut().zip(&q) {
+                    let pair = std::ptr::read_unaligned(q.add(2 * (p + h)).cast::<i32>());
+                    let qv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                    for (a, &k) in a.iter_mut().zip(&k) {
+                        *a = _mm512_dpbf16_ps(*a, qv, k);
+                    }
                 }
             }
             p += 8;
@@ -573,8 +579,9 @@ unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const bf16; N], n
     let add = |x: Acc<N, B>, y: Acc<N, B>| -> Acc<N, B> {
         std::array::from_fn(|i| std::array::from_fn(|b| _mm512_add_ps(x[i][b], y[i][b])))
     };
-    let low = add(add(lane(0), lane(1)), add(lane(2), lane(3)));
-    let high = add(add(lane(4), lane(5)), add(lane(6), lane(7)));
+    let sum_pair = |[x, y]: [Acc<N, B>; 2]| add(x, y);
+    let low = add(sum_pair(lanes(0)), sum_pair(lanes(2)));
+    let high = add(sum_pair(lanes(4)), sum_pair(lanes(6)));
     let scale = _mm512_set1_ps(scale);
     for (i, (lo, hi)) in low.iter().zip(&high).enumerate() {
         for b in 0..B {
