@@ -539,62 +539,140 @@ unsafe fn scores8_queries(query: impl Fn(usize) -> *const f32, count: usize, n: 
     }
 }
 
-/// [`Lanes::scores16_bf16_scaled`] for `N` queries and `B` blocks of keys:
-/// sixteen keys to a register ([`super::lanes::transpose_bf16_keys`]), met by
-/// a query's pair of elements in every lane. Lane `l` of a score is its own
-/// chain of paired products over the pairs `l`, `l + 8`, ..., summed as
+/// Scores of `N` queries with `B` blocks of sixteen keys laid out sixteen to
+/// a register, in 32-bit units (a float, or a pair of bf16s): unit `u` of
+/// block `b` at `keys + 64 (b units + u)` bytes, key `i` of the block at lane
+/// `i`; unit `u` of query `i` at `q[i] + 4 u`, met by `madd`. Lane `l` of a
+/// score is its own chain over the units `l`, `l + 8`, ..., summed as
 /// [`reduce_pairs`] sums them, `(l0 + l1) + (l2 + l3)` plus
-/// `(l4 + l5) + (l6 + l7)`: the products and sums of the f32 loops over
-/// [`super::lanes::bf16_lane_order`], in vertical additions. Two lanes'
-/// chains are taken at once and finished before the next two begin, so two
-/// accumulators a query and block are live, and at most two partial sums.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const bf16; N], n: usize, keys: *const bf16, valid: usize,
-                                                          scale: f32, dst: *mut f32, stride: usize) {
-    type Acc<const N: usize, const B: usize> = [[__m512; B]; N];
-    let pairs = n / 2;
-    // Lanes `l` and `l + 1` side by side: twelve chains for three queries
-    // and two blocks, enough to cover the paired product's latency.
-    let lanes = |l: usize| -> [Acc<N, B>; 2] {
-        let mut acc = [[[_mm512_setzero_ps(); B]; N]; 2];
-        let mut p = l;
-        while p < pairs {
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let k: [__m512bh; B] = std::array::from_fn(|b| {
-                    std::mem::transmute(_mm512_loadu_si512(keys.add((b * pairs + p + h) * 32).cast()))
-                });
-                for (a, &q) in acc.iter_mut().zip(&q) {
-                    let pair = std::ptr::read_unaligned(q.add(2 * (p + h)).cast::<i32>());
-                    let qv: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                    for (a, &k) in a.iter_mut().zip(&k) {
-                        *a = _mm512_dpbf16_ps(*a, qv, k);
+/// `(l4 + l5) + (l6 + l7)`: the products and sums of the paired forms, in
+/// vertical additions where they shuffle. Two lanes' chains are taken at
+/// once and finished before the next two begin: twelve chains for three
+/// queries and two blocks, enough to cover a product's latency, with two
+/// accumulators a query and block live and at most two partial sums. The
+/// first `valid` scores of each query, times `scale`, go to `dst + i stride`.
+/// A macro, expanded inside each kernel: its closures then take the
+/// kernel's target features and inline (in a generic function they were
+/// calls, one a product).
+macro_rules! scores16 {
+    ($N:ident, $B:ident, $q:expr, $units:expr, $keys:expr, $valid:expr, $scale:expr, $dst:expr, $stride:expr,
+     $madd:expr) => {{
+        type Acc<const N: usize, const B: usize> = [[__m512; B]; N];
+        let (q, units, keys, valid, scale, dst, stride) = ($q, $units, $keys, $valid, $scale, $dst, $stride);
+        let madd = $madd;
+        let lanes = |l: usize| -> [Acc<$N, $B>; 2] {
+            let mut acc = [[[_mm512_setzero_ps(); $B]; $N]; 2];
+            let mut u = l;
+            while u < units {
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let k: [__m512i; $B] =
+                        std::array::from_fn(|b| _mm512_loadu_si512(keys.add((b * units + u + h) * 64).cast()));
+                    for (a, &q) in acc.iter_mut().zip(&q) {
+                        for (a, &k) in a.iter_mut().zip(&k) {
+                            *a = madd(*a, q.add(4 * (u + h)), k);
+                        }
                     }
                 }
+                u += 8;
             }
-            p += 8;
+            acc
+        };
+        let add = |x: Acc<$N, $B>, y: Acc<$N, $B>| -> Acc<$N, $B> {
+            std::array::from_fn(|i| std::array::from_fn(|b| _mm512_add_ps(x[i][b], y[i][b])))
+        };
+        let sum_pair = |[x, y]: [Acc<$N, $B>; 2]| add(x, y);
+        let low = add(sum_pair(lanes(0)), sum_pair(lanes(2)));
+        let high = add(sum_pair(lanes(4)), sum_pair(lanes(6)));
+        let scale = _mm512_set1_ps(scale);
+        for (i, (lo, hi)) in low.iter().zip(&high).enumerate() {
+            for b in 0..$B {
+                let kept = valid.saturating_sub(16 * b).min(16);
+                let s = _mm512_mul_ps(scale, _mm512_add_ps(lo[b], hi[b]));
+                _mm512_mask_storeu_ps(dst.add(i * stride + 16 * b), ((1u32 << kept) - 1) as u16, s);
+            }
         }
-        acc
-    };
-    let add = |x: Acc<N, B>, y: Acc<N, B>| -> Acc<N, B> {
-        std::array::from_fn(|i| std::array::from_fn(|b| _mm512_add_ps(x[i][b], y[i][b])))
-    };
-    let sum_pair = |[x, y]: [Acc<N, B>; 2]| add(x, y);
-    let low = add(sum_pair(lanes(0)), sum_pair(lanes(2)));
-    let high = add(sum_pair(lanes(4)), sum_pair(lanes(6)));
-    let scale = _mm512_set1_ps(scale);
-    for (i, (lo, hi)) in low.iter().zip(&high).enumerate() {
-        for b in 0..B {
-            let kept = valid.saturating_sub(16 * b).min(16);
-            let s = _mm512_mul_ps(scale, _mm512_add_ps(lo[b], hi[b]));
-            _mm512_mask_storeu_ps(dst.add(i * stride + 16 * b), ((1u32 << kept) - 1) as u16, s);
+    }};
+}
+
+/// The queries `0..count` (rows of `units` 32-bit units from `q`) through
+/// [`scores16!`] in the runs its kernels take: three at a time with two
+/// blocks of keys, six with one, then fewer.
+macro_rules! scores16_runs {
+    ($kernel:ident, $q:expr, $count:expr, $units:expr, $keys:expr, $valid:expr, $scale:expr, $dst:expr,
+     $stride:expr) => {{
+        let (q, count, units, keys, valid, scale, dst, stride) =
+            ($q, $count, $units, $keys, $valid, $scale, $dst, $stride);
+        let blocks = valid.div_ceil(16);
+        assert!((1..=2).contains(&blocks));
+        let query = |i: usize| q.add(4 * i * units);
+        let mut i = 0;
+        while i < count {
+            let d = dst.add(i * stride);
+            let at = |j: usize| query(i + j);
+            i += match (blocks, count - i) {
+                (2, 3..) => { $kernel::<3, 2>(std::array::from_fn(at), units, keys, valid, scale, d, stride); 3 }
+                (2, _) => { $kernel::<1, 2>([at(0)], units, keys, valid, scale, d, stride); 1 }
+                (_, 6..) => { $kernel::<6, 1>(std::array::from_fn(at), units, keys, valid, scale, d, stride); 6 }
+                (_, 3..) => { $kernel::<3, 1>(std::array::from_fn(at), units, keys, valid, scale, d, stride); 3 }
+                _ => { $kernel::<1, 1>([at(0)], units, keys, valid, scale, d, stride); 1 }
+            };
+        }
+    }};
+}
+
+/// [`scores16!`] with bf16 keys and queries, a pair to a unit: `vdpbf16ps`
+/// meets a key's pair with the query's in every lane, the odd element's
+/// product added first.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8, valid: usize,
+                                                          scale: f32, dst: *mut f32, stride: usize) {
+    scores16!(N, B, q, units, keys, valid, scale, dst, stride, |a: __m512, q: *const u8, k: __m512i| {
+        let q: __m512bh = std::mem::transmute(_mm512_set1_epi32(q.cast::<i32>().read_unaligned()));
+        _mm512_dpbf16_ps(a, q, std::mem::transmute::<__m512i, __m512bh>(k))
+    })
+}
+
+/// [`scores16!`] with f32 keys and queries, an element to a unit: one fused
+/// multiply-add per element, as the f32 loops' lanes take it.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn scores16_f32_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8, valid: usize,
+                                                         scale: f32, dst: *mut f32, stride: usize) {
+    scores16!(N, B, q, units, keys, valid, scale, dst, stride, |a: __m512, q: *const u8, k: __m512i| {
+        _mm512_fmadd_ps(_mm512_set1_ps(q.cast::<f32>().read_unaligned()), _mm512_castsi512_ps(k), a)
+    })
+}
+
+/// Up to `16 * blocks` rows of 32-bit units (each row's start and the units
+/// it holds; units past them, and rows past the last, are zero) laid out
+/// sixteen rows to a register, `units` a row: unit `u` of block `b` at
+/// `out + 64 (b units + u)` bytes. Sixteen units of sixteen rows at a time,
+/// loaded as rows (masked to what a row holds) and transposed.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_units(rows: &[(*const u8, usize)], blocks: usize, units: usize, out: *mut u8) {
+    for b in 0..blocks {
+        let mut c = 0;
+        while c < units {
+            let loaded: [__m512i; 16] = std::array::from_fn(|i| match rows.get(16 * b + i) {
+                Some(&(row, held)) => {
+                    let held = held.saturating_sub(c).min(16);
+                    _mm512_maskz_loadu_epi32(((1u32 << held) - 1) as u16, row.add(4 * c).cast())
+                }
+                None => _mm512_setzero_si512(),
+            });
+            let t = transpose16(loaded);
+            for (r, t) in t.iter().enumerate().take(units - c) {
+                _mm512_storeu_si512(out.add((b * units + c + r) * 64).cast(), *t);
+            }
+            c += 16;
         }
     }
 }
 
-/// [`super::lanes::transpose_bf16_keys`] sixteen pairs of sixteen keys at a
-/// time: the keys' pairs loaded as rows (masked to what a key holds) and
-/// transposed as sixteen by sixteen 32-bit elements.
+/// [`super::lanes::transpose_bf16_keys`] by [`transpose_units`], a pair of
+/// elements to a unit.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
@@ -602,24 +680,23 @@ unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &m
     if keys.iter().any(|k| !k.len().is_multiple_of(2)) {
         return super::lanes::transpose_bf16_keys(keys, blocks, n, out);
     }
-    let (pairs, o) = (n / 2, out.as_mut_ptr());
-    for b in 0..blocks {
-        let mut c = 0;
-        while c < pairs {
-            let rows: [__m512i; 16] = std::array::from_fn(|i| match keys.get(16 * b + i) {
-                Some(k) => {
-                    let held = (k.len() / 2).saturating_sub(c).min(16);
-                    _mm512_maskz_loadu_epi32(((1u32 << held) - 1) as u16, k.as_ptr().add(2 * c).cast())
-                }
-                None => _mm512_setzero_si512(),
-            });
-            let t = transpose16(rows);
-            for (r, t) in t.iter().enumerate().take(pairs - c) {
-                _mm512_storeu_si512(o.add((b * pairs + c + r) * 32).cast(), *t);
-            }
-            c += 16;
-        }
+    let mut rows = [(std::ptr::null::<u8>(), 0); 32];
+    for (r, k) in rows.iter_mut().zip(keys) {
+        *r = (k.as_ptr().cast(), k.len() / 2);
     }
+    transpose_units(&rows[..keys.len()], blocks, n / 2, out.as_mut_ptr().cast())
+}
+
+/// [`super::lanes::transpose_f32_keys`] by [`transpose_units`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_f32_keys(keys: &[&[f32]], blocks: usize, n: usize, out: &mut [f32]) {
+    assert!(keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n && blocks <= 2);
+    let mut rows = [(std::ptr::null::<u8>(), 0); 32];
+    for (r, k) in rows.iter_mut().zip(keys) {
+        *r = (k.as_ptr().cast(), k.len());
+    }
+    transpose_units(&rows[..keys.len()], blocks, n, out.as_mut_ptr().cast())
 }
 
 /// Sixteen registers of sixteen 32-bit elements transposed: element `j` of
@@ -831,27 +908,25 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     #[inline(always)]
     unsafe fn scores16_bf16_scaled(q: &[bf16], count: usize, n: usize, keys: &[bf16], valid: usize, scale: f32,
                                    dst: *mut f32, stride: usize) {
-        let blocks = valid.div_ceil(16);
-        assert!(BF16 && n.is_multiple_of(16) && count * n <= q.len() && keys.len() >= 16 * blocks * n);
-        assert!((1..=2).contains(&blocks));
-        let (qp, kp) = (q.as_ptr(), keys.as_ptr());
-        let query = |i: usize| qp.add(i * n);
-        let mut i = 0;
-        while i < count {
-            let d = dst.add(i * stride);
-            let at = |j: usize| query(i + j);
-            i += match (blocks, count - i) {
-                (2, 3..) => { scores16_bf16_n::<3, 2>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 3 }
-                (2, _) => { scores16_bf16_n::<1, 2>([at(0)], n, kp, valid, scale, d, stride); 1 }
-                (_, 6..) => { scores16_bf16_n::<6, 1>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 6 }
-                (_, 3..) => { scores16_bf16_n::<3, 1>(std::array::from_fn(at), n, kp, valid, scale, d, stride); 3 }
-                _ => { scores16_bf16_n::<1, 1>([at(0)], n, kp, valid, scale, d, stride); 1 }
-            };
-        }
+        assert!(BF16 && n.is_multiple_of(16) && count * n <= q.len() && keys.len() >= 16 * valid.div_ceil(16) * n);
+        let (qp, kp) = (q.as_ptr().cast::<u8>(), keys.as_ptr().cast::<u8>());
+        scores16_runs!(scores16_bf16_n, qp, count, n / 2, kp, valid, scale, dst, stride)
     }
     #[inline(always)]
     unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
         transpose_bf16_keys(keys, blocks, n, out)
+    }
+    const F32_TRANSPOSED: bool = true;
+    #[inline(always)]
+    unsafe fn scores16_scaled(q: &[f32], count: usize, n: usize, keys: &[f32], valid: usize, scale: f32,
+                              dst: *mut f32, stride: usize) {
+        assert!(n.is_multiple_of(8) && count * n <= q.len() && keys.len() >= 16 * valid.div_ceil(16) * n);
+        let (qp, kp) = (q.as_ptr().cast::<u8>(), keys.as_ptr().cast::<u8>());
+        scores16_runs!(scores16_f32_n, qp, count, n, kp, valid, scale, dst, stride)
+    }
+    #[inline(always)]
+    unsafe fn transpose_f32_keys(keys: &[&[f32]], blocks: usize, n: usize, out: &mut [f32]) {
+        transpose_f32_keys(keys, blocks, n, out)
     }
     #[inline(always)]
     unsafe fn weigh_bf16_heads(w: &[bf16], stride: usize, heads: usize, v: &[bf16], o: &mut [f32], fresh: bool) {

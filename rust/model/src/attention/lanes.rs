@@ -92,6 +92,22 @@ pub(super) trait Lanes {
     unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
         transpose_bf16_keys(keys, blocks, n, out)
     }
+    /// Whether widened keys that every query of an item sees are met sixteen
+    /// to a register ([`Lanes::scores16_scaled`]) rather than eight at a time.
+    const F32_TRANSPOSED: bool = false;
+    /// [`Lanes::scores8_scaled`] with sixteen keys to a register: `valid`
+    /// widened keys (at most 32) laid out by [`transpose_f32_keys`] in whole
+    /// blocks of sixteen; each query's `valid` dots times `scale` written at
+    /// `dst + i * stride`, the same lanes and sums.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores16_scaled(_q: &[f32], _count: usize, _n: usize, _keys: &[f32], _valid: usize, _scale: f32,
+                              _dst: *mut f32, _stride: usize) {
+        unreachable!("only the loops with F32_TRANSPOSED lay widened keys out sixteen to a register")
+    }
+    /// [`transpose_f32_keys`], as each level writes it.
+    unsafe fn transpose_f32_keys(keys: &[&[f32]], blocks: usize, n: usize, out: &mut [f32]) {
+        transpose_f32_keys(keys, blocks, n, out)
+    }
     /// [`Lanes::weigh_heads`] for bf16 values with the operands as stored:
     /// head `g`'s weights the bf16s at `w[g * stride..]` (an even count of
     /// positions from an even one), the value rows interleaved in pairs by
@@ -315,6 +331,18 @@ pub(super) fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out
         for (e, d) in lane.iter_mut().enumerate() {
             *d = key.and_then(|k| k.get(2 * p + e)).copied().unwrap_or(bf16::ZERO);
         }
+    }
+}
+
+/// Up to `16 * blocks` widened keys of `n` floats laid out for
+/// [`Lanes::scores16_scaled`]: per block of sixteen keys and element `d`, the
+/// sixteen keys' elements `d`, key `i` of the block at lane `i`. Keys past
+/// `keys.len()` and elements past a key's end are zero.
+pub(super) fn transpose_f32_keys(keys: &[&[f32]], blocks: usize, n: usize, out: &mut [f32]) {
+    assert!(keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n);
+    for (c, d) in out[..16 * blocks * n].iter_mut().enumerate() {
+        let (b, e, i) = (c / (16 * n), c / 16 % n, c % 16);
+        *d = keys.get(16 * b + i).and_then(|k| k.get(e)).copied().unwrap_or(0.0);
     }
 }
 

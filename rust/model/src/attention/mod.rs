@@ -52,7 +52,7 @@
 
 use std::cell::RefCell;
 
-use ember_kv::{to_bf16, KvCache, Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use ember_kv::{to_bf16, KvCache, RingRows, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use ember_quant::SimdLevel;
 use half::{bf16, f16};
 
@@ -66,7 +66,7 @@ mod avx512;
 
 use lanes::{bf16_pair_order, Lanes, Q8Queries, Scalar, BF16_STEP};
 #[cfg(test)]
-use lanes::{bf16_lane_order, pair_bf16_values, transpose_bf16_keys};
+use lanes::{bf16_lane_order, pair_bf16_values, transpose_bf16_keys, transpose_f32_keys};
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -96,7 +96,10 @@ struct Scratch {
     q8_scales: Vec<f32>,
     dk16: Vec<f16>,
     dk: Vec<f32>,
+    /// Widened keys: a block of eight (of up to thirty-two, where the loops
+    /// lay them out sixteen to a register), and that layout.
     k8: Vec<f32>,
+    kt: Vec<f32>,
     /// For a bf16 cache: the queries rounded to bf16, as stored; a block of
     /// up to thirty-two keys laid out sixteen to a register for the paired
     /// products; the span's weights in their order
@@ -772,8 +775,8 @@ unsafe fn span<L: Lanes>(
     let hkp = key_stride(&p.keys, hk);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, v32, o, span_m, span_l, met, met_seen, met_s8, qb, kb,
-                  w_pairs, wb, vb, .. } = sc;
+    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, kt, v32, o, span_m, span_l, met, met_seen, met_s8, qb,
+                  kb, w_pairs, wb, vb, .. } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -797,7 +800,7 @@ unsafe fn span<L: Lanes>(
         dk.resize(8 * kblocks, 0.0);
     } else if !direct {
         k8.clear();
-        k8.resize(8 * hkp, 0.0);
+        k8.resize(if L::F32_TRANSPOSED { 32 } else { 8 } * hkp, 0.0);
     }
     // Whether every query of the item sees positions a..b.
     let all_see = |a: usize, b: usize| p.first(j1 - 1) <= a && p.start + j0 + 1 >= b;
@@ -825,24 +828,33 @@ unsafe fn span<L: Lanes>(
         if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
             let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
             if p.first(j1 - 1) <= b0 && b1 >= b0 + 8 {
-                for pos in b1..(b1 + 32).min(hi + 1) {
-                    match whole_rows {
-                        true => prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw),
-                        false => prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, hk),
-                    }
-                }
-                for pos in b0..b1 {
-                    match whole_rows {
-                        true => prefetch_head_row(&p.values, ring.row(pos), p.vw, 0, p.vw),
-                        false => prefetch_head_row(&p.values, ring.row(pos), p.vw, kvh, hv),
-                    }
-                }
+                prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
                 let keys: [&[bf16]; 32] = std::array::from_fn(|i| &kc[ring.row((b0 + i).min(b1 - 1)) * p.kw + kvh * hk..][..hk]);
                 let blocks = (b1 - b0).div_ceil(16);
                 kb.resize(32 * hkp, bf16::ZERO);
                 L::transpose_bf16_keys(&keys[..b1 - b0], blocks, hkp, kb);
                 assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qb.len() >= nq * hkp);
                 L::scores16_bf16_scaled(qb, nq, hkp, kb, b1 - b0, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
+                b0 = b1;
+                continue;
+            }
+        }
+        // Up to thirty-two widened keys that every query of the item sees,
+        // where the loops lay them out sixteen to a register: widened and
+        // laid out once, met by every query of the item.
+        if L::F32_TRANSPOSED && !q8_keys && !direct {
+            let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
+            if p.first(j1 - 1) <= b0 && b1 >= b0 + 8 {
+                prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
+                for (i, row) in k8.chunks_exact_mut(hkp).take(b1 - b0).enumerate() {
+                    key_row::<L>(&p.keys, ring.row(b0 + i), p.kw, kvh, hk, row);
+                }
+                let keys: [&[f32]; 32] = std::array::from_fn(|i| &k8[i * hkp..][..hkp]);
+                let blocks = (b1 - b0).div_ceil(16);
+                kt.resize(32 * hkp, 0.0);
+                L::transpose_f32_keys(&keys[..b1 - b0], blocks, hkp, kt);
+                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qw.len() >= nq * hkp);
+                L::scores16_scaled(qw, nq, hkp, kt, b1 - b0, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
                 b0 = b1;
                 continue;
             }
@@ -1263,6 +1275,26 @@ unsafe fn key_row<L: Lanes>(keys: &Rows, row: usize, width: usize, head: usize, 
     match keys.slice(row * width + head * dim, dim) {
         Rows::BF16(r) => L::widen_bf16_lanes(r, dst),
         _ => head_row::<L>(keys, row, width, head, dim, &mut dst[..dim]),
+    }
+}
+
+/// A long cache comes from memory, a row of a head at a time: while the
+/// keys of positions b0..b1 are scored, ask for the next as many keys (up to
+/// `hi`) and for these positions' values, read after the softmax (whole
+/// rows for an item that meets every head group).
+#[inline(always)]
+fn prefetch_block(p: &Plan, ring: &RingRows, kvh: usize, whole_rows: bool, b0: usize, b1: usize, hi: usize) {
+    for pos in b1..(2 * b1 - b0).min(hi + 1) {
+        match whole_rows {
+            true => prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw),
+            false => prefetch_head_row(&p.keys, ring.row(pos), p.kw, kvh, p.hk),
+        }
+    }
+    for pos in b0..b1 {
+        match whole_rows {
+            true => prefetch_head_row(&p.values, ring.row(pos), p.vw, 0, p.vw),
+            false => prefetch_head_row(&p.values, ring.row(pos), p.vw, kvh, p.hv),
+        }
     }
 }
 
@@ -1882,6 +1914,49 @@ mod tests {
             }
         }
         assert_eq!(native.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), chain.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
+    /// Widened keys laid out sixteen to a register: the AVX-512 layout is
+    /// the scalar one (keys shorter than the layout, fewer than its blocks
+    /// hold), and each kernel run (one and two blocks, each count of
+    /// queries taken at once) gives the eight-lane loops' scores, bit for
+    /// bit, writing no score past the keys it was given.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn widened_keys_sixteen_to_a_register_score_as_eight() {
+        if !SimdLevel::Avx512Vnni.runs_here() {
+            return;
+        }
+        type V = avx512::Avx512<false>;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut rng = Rng(0x16f3);
+        let k = rng.vec(32 * 80, 2.0);
+        for (n, hk, keys) in [(8, 8, 16), (64, 64, 32), (48, 40, 17), (80, 80, 1), (24, 21, 20), (32, 30, 31)] {
+            let rows: Vec<&[f32]> = k.chunks_exact(80).take(keys).map(|r| &r[..hk]).collect();
+            let blocks = keys.div_ceil(16);
+            let (mut vector, mut scalar) = (vec![1.0; 16 * blocks * n], vec![0.0; 16 * blocks * n]);
+            unsafe { V::transpose_f32_keys(&rows, blocks, n, &mut vector) };
+            transpose_f32_keys(&rows, blocks, n, &mut scalar);
+            assert_eq!(bits(&vector), bits(&scalar), "n {n} hk {hk} keys {keys}");
+        }
+        let q = rng.vec(32 * 64, 3.0);
+        let mut lanes = vec![0.0f32; 32 * 32];
+        for b in 0..4 {
+            unsafe { Scalar::scores8_scaled(&q, 32, 64, &k[b * 8 * 64..], 0.125, lanes.as_mut_ptr().add(8 * b), 32) };
+        }
+        for (keys, count) in [(32, 32), (20, 31), (16, 11), (9, 7), (8, 1), (25, 2)] {
+            let rows: Vec<&[f32]> = k.chunks_exact(64).take(keys).collect();
+            let blocks = keys.div_ceil(16);
+            let mut transposed = vec![1.0; 16 * blocks * 64];
+            transpose_f32_keys(&rows, blocks, 64, &mut transposed);
+            let mut native = vec![f32::NAN; 32 * 32];
+            unsafe { V::scores16_scaled(&q, count, 64, &transposed, keys, 0.125, native.as_mut_ptr(), 32) };
+            for (i, (native, lanes)) in native.chunks_exact(32).zip(lanes.chunks_exact(32)).enumerate() {
+                let written = if i < count { keys } else { 0 };
+                assert_eq!(bits(&native[..written]), bits(&lanes[..written]), "{keys} keys, query {i}");
+                assert!(native[written..].iter().all(|x| x.is_nan()), "{keys} keys, query {i}: past the valid keys");
+            }
+        }
     }
 
     /// The AVX-512 forms of the bf16 layouts, which take no BF16 instruction
