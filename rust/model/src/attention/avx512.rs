@@ -4,7 +4,10 @@
 //! A score keeps the eight lanes of the module's doc, two keys to a
 //! register, and widened keys are met by up to six queries at once (keys
 //! read in place, widened two at a time, by three);
-//! the lanes are summed in 512-bit steps, the same additions as AVX2's. A
+//! the lanes are summed in 512-bit steps, the same additions as AVX2's.
+//! Keys that every query of a prompt's item sees are laid out sixteen to a
+//! register instead (widened, or as bf16 pairs for AVX-512 BF16), each lane
+//! of a score a chain of its own, summed in the same order without shuffles. A
 //! Q8_0 key's block dots are VNNI's byte dots, exact as AVX2's are. An
 //! output element's chain of multiply-adds is its own whatever the width:
 //! f16 value rows read in place are walked once for all sixty-four floats of
@@ -625,8 +628,8 @@ macro_rules! scores16_runs {
 /// product added first.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8, valid: usize,
-                                                          scale: f32, dst: *mut f32, stride: usize) {
+unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8,
+                                                          valid: usize, scale: f32, dst: *mut f32, stride: usize) {
     scores16!(N, B, q, units, keys, valid, scale, dst, stride, |a: __m512, q: *const u8, k: __m512i| {
         let q: __m512bh = std::mem::transmute(_mm512_set1_epi32(q.cast::<i32>().read_unaligned()));
         _mm512_dpbf16_ps(a, q, std::mem::transmute::<__m512i, __m512bh>(k))
@@ -637,8 +640,8 @@ unsafe fn scores16_bf16_n<const N: usize, const B: usize>(q: [*const u8; N], uni
 /// multiply-add per element, as the f32 loops' lanes take it.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn scores16_f32_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8, valid: usize,
-                                                         scale: f32, dst: *mut f32, stride: usize) {
+unsafe fn scores16_f32_n<const N: usize, const B: usize>(q: [*const u8; N], units: usize, keys: *const u8,
+                                                         valid: usize, scale: f32, dst: *mut f32, stride: usize) {
     scores16!(N, B, q, units, keys, valid, scale, dst, stride, |a: __m512, q: *const u8, k: __m512i| {
         _mm512_fmadd_ps(_mm512_set1_ps(q.cast::<f32>().read_unaligned()), _mm512_castsi512_ps(k), a)
     })

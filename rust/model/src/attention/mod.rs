@@ -39,7 +39,9 @@
 //! The work is split into items of (a tile of consecutive query rows, a run of
 //! query heads sharing one kv head, a run of spans). An item widens each block
 //! of eight key rows of its span once and meets it with every query of the
-//! tile, eight scores at a time in the lanes of one register. An item that
+//! tile, eight scores at a time in the lanes of one register; at the AVX-512
+//! levels it lays out up to thirty-two keys that all its queries see sixteen
+//! to a register, each lane of a score a chain of its own. An item that
 //! covers every span of its rows folds them itself; where there are too few
 //! rows to keep the threads busy (a decoded token), a head group's spans are
 //! shared out among several items, each writing its spans' results apart, and
@@ -196,8 +198,8 @@ const Q8_0_TRANSPOSED_QUERIES: usize = 8;
 /// From this many queries on, an item with a bf16 cache on a core with
 /// paired bf16 products lays out the keys they all see, sixteen to a
 /// register, and each block of value rows in pairs, once for them all;
-/// fewer meet the keys and values
-/// widened, as the other levels do (same roundings). A decoded token of
+/// fewer meet the keys and values widened, as the other levels do (same
+/// roundings). A decoded token of
 /// SmolLM2 (three queries to a key head) at depth 4096 spent a fifth of its
 /// time pairing them.
 const BF16_PAIRED_QUERIES: usize = 8;
@@ -775,8 +777,10 @@ unsafe fn span<L: Lanes>(
     let hkp = key_stride(&p.keys, hk);
     let width = s1 - s0;
     let hi = s1 - 1;
-    let Scratch { scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, kt, v32, o, span_m, span_l, met, met_seen, met_s8, qb,
-                  kb, w_pairs, wb, vb, .. } = sc;
+    let Scratch {
+        scores, qw, q8, q8_sums, q8_scales, dk16, dk, k8, kt, v32, o, span_m, span_l, met, met_seen, met_s8, qb, kb,
+        w_pairs, wb, vb, ..
+    } = sc;
     let ring = p.cache.ring_rows(p.il, s0);
     if scores.len() < nq * width {
         scores.resize(nq * width, 0.0);
@@ -804,6 +808,12 @@ unsafe fn span<L: Lanes>(
     }
     // Whether every query of the item sees positions a..b.
     let all_see = |a: usize, b: usize| p.first(j1 - 1) <= a && p.start + j0 + 1 >= b;
+    // The end of a run of eight to thirty-two positions from `b0` that every
+    // query of the item sees, if there is one.
+    let run_all_see = |b0: usize| {
+        let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
+        (p.first(j1 - 1) <= b0 && b1 >= b0 + 8).then_some(b1)
+    };
     let mut b0 = s0;
     while b0 <= hi {
         // Sixteen Q8_0 keys that every query of a prompt's item sees are
@@ -826,10 +836,10 @@ unsafe fn span<L: Lanes>(
         // core with paired bf16 products: laid out sixteen to a register
         // once, met by every query of the item.
         if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
-            let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
-            if p.first(j1 - 1) <= b0 && b1 >= b0 + 8 {
+            if let Some(b1) = run_all_see(b0) {
                 prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
-                let keys: [&[bf16]; 32] = std::array::from_fn(|i| &kc[ring.row((b0 + i).min(b1 - 1)) * p.kw + kvh * hk..][..hk]);
+                let key = |i: usize| &kc[ring.row((b0 + i).min(b1 - 1)) * p.kw + kvh * hk..][..hk];
+                let keys: [&[bf16]; 32] = std::array::from_fn(key);
                 let blocks = (b1 - b0).div_ceil(16);
                 kb.resize(32 * hkp, bf16::ZERO);
                 L::transpose_bf16_keys(&keys[..b1 - b0], blocks, hkp, kb);
@@ -843,8 +853,7 @@ unsafe fn span<L: Lanes>(
         // where the loops lay them out sixteen to a register: widened and
         // laid out once, met by every query of the item.
         if L::F32_TRANSPOSED && !q8_keys && !direct {
-            let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
-            if p.first(j1 - 1) <= b0 && b1 >= b0 + 8 {
+            if let Some(b1) = run_all_see(b0) {
                 prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
                 for (i, row) in k8.chunks_exact_mut(hkp).take(b1 - b0).enumerate() {
                     key_row::<L>(&p.keys, ring.row(b0 + i), p.kw, kvh, hk, row);
