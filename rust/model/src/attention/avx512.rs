@@ -679,7 +679,7 @@ unsafe fn transpose_units(rows: &[(*const u8, usize)], blocks: usize, units: usi
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn transpose_bf16_keys(keys: &[&[bf16]], blocks: usize, n: usize, out: &mut [bf16]) {
-    assert!(n.is_multiple_of(16) && keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n);
+    assert!(n.is_multiple_of(16) && keys.len() <= 16 * blocks && out.len() >= 16 * blocks * n && blocks <= 2);
     if keys.iter().any(|k| !k.len().is_multiple_of(2)) {
         return super::lanes::transpose_bf16_keys(keys, blocks, n, out);
     }

@@ -832,41 +832,39 @@ unsafe fn span<L: Lanes>(
             b0 += 16;
             continue;
         }
-        // Up to thirty-two bf16 keys that every query of the item sees, on a
-        // core with paired bf16 products: laid out sixteen to a register
+        // Up to thirty-two keys that every query of the item sees, where the
+        // loops lay them out sixteen to a register (as bf16 pairs on a core
+        // with paired bf16 products, widened for the f32 loops): laid out
         // once, met by every query of the item.
-        if let (true, Rows::BF16(kc)) = (L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES, &p.keys) {
-            if let Some(b1) = run_all_see(b0) {
-                prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
-                let key = |i: usize| &kc[ring.row((b0 + i).min(b1 - 1)) * p.kw + kvh * hk..][..hk];
-                let keys: [&[bf16]; 32] = std::array::from_fn(key);
-                let blocks = (b1 - b0).div_ceil(16);
-                kb.resize(32 * hkp, bf16::ZERO);
-                L::transpose_bf16_keys(&keys[..b1 - b0], blocks, hkp, kb);
-                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qb.len() >= nq * hkp);
-                L::scores16_bf16_scaled(qb, nq, hkp, kb, b1 - b0, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
-                b0 = b1;
-                continue;
-            }
-        }
-        // Up to thirty-two widened keys that every query of the item sees,
-        // where the loops lay them out sixteen to a register: widened and
-        // laid out once, met by every query of the item.
-        if L::F32_TRANSPOSED && !q8_keys && !direct {
-            if let Some(b1) = run_all_see(b0) {
-                prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
-                for (i, row) in k8.chunks_exact_mut(hkp).take(b1 - b0).enumerate() {
-                    key_row::<L>(&p.keys, ring.row(b0 + i), p.kw, kvh, hk, row);
+        let bf16_pairs = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES && matches!(p.keys, Rows::BF16(_));
+        let widened = L::F32_TRANSPOSED && !q8_keys && !direct;
+        if let Some(b1) = (bf16_pairs || widened).then(|| run_all_see(b0)).flatten() {
+            prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
+            assert!(scores.len() >= (nq - 1) * width + b1 - s0);
+            let (n, dst) = (b1 - b0, scores.as_mut_ptr().add(b0 - s0));
+            let blocks = n.div_ceil(16);
+            match &p.keys {
+                Rows::BF16(kc) if bf16_pairs => {
+                    let keys: [&[bf16]; 32] =
+                        std::array::from_fn(|i| &kc[ring.row(b0 + i.min(n - 1)) * p.kw + kvh * hk..][..hk]);
+                    kb.resize(32 * hkp, bf16::ZERO);
+                    L::transpose_bf16_keys(&keys[..n], blocks, hkp, kb);
+                    assert!(qb.len() >= nq * hkp);
+                    L::scores16_bf16_scaled(qb, nq, hkp, kb, n, p.scale, dst, width);
                 }
-                let keys: [&[f32]; 32] = std::array::from_fn(|i| &k8[i * hkp..][..hkp]);
-                let blocks = (b1 - b0).div_ceil(16);
-                kt.resize(32 * hkp, 0.0);
-                L::transpose_f32_keys(&keys[..b1 - b0], blocks, hkp, kt);
-                assert!(scores.len() >= (nq - 1) * width + b1 - s0 && qw.len() >= nq * hkp);
-                L::scores16_scaled(qw, nq, hkp, kt, b1 - b0, p.scale, scores.as_mut_ptr().add(b0 - s0), width);
-                b0 = b1;
-                continue;
+                _ => {
+                    for (i, row) in k8.chunks_exact_mut(hkp).take(n).enumerate() {
+                        key_row::<L>(&p.keys, ring.row(b0 + i), p.kw, kvh, hk, row);
+                    }
+                    let keys: [&[f32]; 32] = std::array::from_fn(|i| &k8[i * hkp..][..hkp]);
+                    kt.resize(32 * hkp, 0.0);
+                    L::transpose_f32_keys(&keys[..n], blocks, hkp, kt);
+                    assert!(qw.len() >= nq * hkp);
+                    L::scores16_scaled(qw, nq, hkp, kt, n, p.scale, dst, width);
+                }
             }
+            b0 = b1;
+            continue;
         }
         let b1 = (b0 + 8).min(hi + 1);
         let mut rows8 = [0usize; 8];
