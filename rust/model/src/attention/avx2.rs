@@ -392,39 +392,6 @@ mod avx {
         out
     }
 
-    /// [`super::lanes::sum4`]: four f64 lanes, element `i` into lane `i % 4`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn sum(row: &[f32]) -> f64 {
-        let mut out = [0.0f64];
-        sums::<1>(row.as_ptr(), 0, row.len(), &mut out);
-        out[0]
-    }
-
-    /// [`sum`] of `N` rows of `n` elements side by side, row `g` at
-    /// `r[g * stride..]`: `N` chains of additions in flight where one row's
-    /// chain waits on each addition before the next.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn sums<const N: usize>(r: *const f32, stride: usize, n: usize, out: &mut [f64]) {
-        let mut acc = [_mm256_setzero_pd(); N];
-        let mut i = 0;
-        while i + 4 <= n {
-            for (g, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_add_pd(*a, _mm256_cvtps_pd(_mm_loadu_ps(r.add(g * stride + i))));
-            }
-            i += 4;
-        }
-        for (g, (a, out)) in acc.iter().zip(out).enumerate() {
-            let mut l = [0.0f64; 4];
-            _mm256_storeu_pd(l.as_mut_ptr(), *a);
-            for (k, j) in (i..n).enumerate() {
-                l[k] += *r.add(g * stride + j) as f64;
-            }
-            *out = (l[0] + l[1]) + (l[2] + l[3]);
-        }
-    }
-
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn probs_f16(row: &mut [f32], inv: f32) {
@@ -682,24 +649,6 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn max(row: &[f32]) -> f32 {
         avx::max(row)
-    }
-    #[inline(always)]
-    unsafe fn sum(row: &[f32]) -> f64 {
-        avx::sum(row)
-    }
-    #[inline(always)]
-    unsafe fn sums(rows: &[f32], stride: usize, n: usize, out: &mut [f64]) {
-        assert!(out.is_empty() || (out.len() - 1) * stride + n <= rows.len());
-        let mut g = 0;
-        while g < out.len() {
-            let (r, out) = (rows.as_ptr().add(g * stride), &mut out[g..]);
-            g += match out.len() {
-                4.. => { avx::sums::<4>(r, stride, n, out); 4 }
-                3 => { avx::sums::<3>(r, stride, n, out); 3 }
-                2 => { avx::sums::<2>(r, stride, n, out); 2 }
-                _ => { avx::sums::<1>(r, stride, n, out); 1 }
-            };
-        }
     }
     #[inline(always)]
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {

@@ -1008,14 +1008,6 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
         max(row)
     }
     #[inline(always)]
-    unsafe fn sum(row: &[f32]) -> f64 {
-        Avx2::sum(row)
-    }
-    #[inline(always)]
-    unsafe fn sums(rows: &[f32], stride: usize, n: usize, out: &mut [f64]) {
-        Avx2::sums(rows, stride, n, out)
-    }
-    #[inline(always)]
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]) {
         let n = o.len();
         let rows = w.len().min(v.len() / n.max(1));

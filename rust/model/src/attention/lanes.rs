@@ -165,16 +165,6 @@ pub(super) trait Lanes {
     unsafe fn max(row: &[f32]) -> f32 {
         row.iter().fold(f32::NEG_INFINITY, |m, &e| m.max(e))
     }
-    /// The elements' sum in f64 as [`sum4`] takes it.
-    unsafe fn sum(row: &[f32]) -> f64 {
-        sum4(row)
-    }
-    /// [`Lanes::sum`] of `out.len()` rows of `n` elements, row `g` at `rows[g * stride..]`.
-    unsafe fn sums(rows: &[f32], stride: usize, n: usize, out: &mut [f64]) {
-        for (g, out) in out.iter_mut().enumerate() {
-            *out = Self::sum(&rows[g * stride..][..n]);
-        }
-    }
     /// `o = fma(w[i], v[i], o)` for the rows `v[i]` (of `o.len()` floats) in order.
     unsafe fn weigh(w: &[f32], v: &[f32], o: &mut [f32]);
     /// [`Lanes::weigh`] over f16 rows read in place (each widened exactly).
@@ -416,18 +406,6 @@ fn dot8_by(q: &[f32], key: impl Fn(usize) -> f32) -> f32 {
         }
     }
     ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
-}
-
-/// A row's sum in f64: element `i` into lane `i % 4`, the lanes summed
-/// pairwise (`(l0 + l1) + (l2 + l3)`): four sums at a time instead of one
-/// long chain of dependent additions.
-#[inline]
-pub(super) fn sum4(row: &[f32]) -> f64 {
-    let mut l = [0.0f64; 4];
-    for (i, &e) in row.iter().enumerate() {
-        l[i % 4] += e as f64;
-    }
-    (l[0] + l[1]) + (l[2] + l[3])
 }
 
 #[inline]

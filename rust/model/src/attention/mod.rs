@@ -7,8 +7,8 @@
 //! score is a dot whose products are accumulated by fused multiply-adds into
 //! eight lanes (element `d` into lane `d % 8`), the lanes summed pairwise
 //! (`((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), then scaled;
-//! scores are exponentiated in f32 with `ops::exp_shifted` (rounded to f16 for
-//! an f16 cache) and summed in f64 over four lanes (`lanes::sum4`); and the
+//! scores are exponentiated in f32 and summed over sixteen lanes with
+//! `ops::exp_shifted_sum` (then rounded to f16 for an f16 cache); and the
 //! outputs are the value rows weighted by fused multiply-adds in position
 //! order. With a Q8_0 cache the query is quantized to Q8_0 once per head (as
 //! llama.cpp does) and a score is taken in integers: per block of 32 the
@@ -31,7 +31,7 @@
 //!
 //! Positions are met in spans of [`SPAN`], aligned on multiples of it. A
 //! query's softmax is taken over each span it sees (the span's maximum, the
-//! sum of its exponentials in f64, the value rows weighted by them), and the
+//! sum of its exponentials, the value rows weighted by them), and the
 //! spans are folded in position order ([`fold`]): the running outputs and sum
 //! scaled to the larger maximum, the next span's added, the outputs divided by
 //! the sum at the end. No row of scores longer than a span is ever held.
@@ -1125,10 +1125,8 @@ unsafe fn span_softmax<L: Lanes>(
         for qi in q0..q0 + heads {
             let row = &mut scores[qi * width..][a - s0..b - s0];
             span_m[qi] = L::max(row);
-            crate::ops::exp_shifted(row, span_m[qi]);
+            span_l[qi] = crate::ops::exp_shifted_sum(row, span_m[qi]) as f64;
         }
-        // The row's heads see the same positions: their sums are taken side by side.
-        L::sums(&scores[q0 * width + a - s0..], width, b - a, &mut span_l[q0..q0 + heads]);
         if f16_values {
             for qi in q0..q0 + heads {
                 L::probs_f16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
@@ -1643,10 +1641,7 @@ mod tests {
                     max = max.max(score);
                     scores.push(score);
                 }
-                for e in scores.iter_mut() {
-                    *e = crate::ops::exp_fast(*e - max);
-                }
-                let sum = lanes::sum4(&scores);
+                let sum = crate::ops::exp_shifted_sum_scalar(&mut scores, max) as f64;
                 let mut o_k = vec![0.0f32; hv];
                 // bf16 values are met in pairs from an even position, the second first.
                 let order: Vec<usize> = match &values {

@@ -29,16 +29,27 @@ unsafe fn exp8(x: __m256) -> __m256 {
     _mm256_mul_ps(y, scale)
 }
 
+/// [`super::exp_shifted_sum`] on eight lanes, the sum's sixteen lanes in two
+/// vectors, a row's eight elements into one and the next eight into the other.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
+pub(super) unsafe fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
     let (n, p) = (row.len(), row.as_mut_ptr());
     let s = _mm256_set1_ps(shift);
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
-    while i + 8 <= n {
-        _mm256_storeu_ps(p.add(i), exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s)));
-        i += 8;
+    while i + 16 <= n {
+        let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s));
+        let b = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), s));
+        _mm256_storeu_ps(p.add(i), a);
+        _mm256_storeu_ps(p.add(i + 8), b);
+        lo = _mm256_add_ps(lo, a);
+        hi = _mm256_add_ps(hi, b);
+        i += 16;
     }
-    exp_shifted_scalar(&mut row[i..], shift);
+    let mut lanes = [0.0f32; 16];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+    _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+    exp_shifted_sum_from(&mut row[i..], shift, lanes)
 }
 
 /// [`gelu_table`] on eight lanes: rounded to f16 as `f16::from_f32`

@@ -34,10 +34,12 @@ unsafe fn exp16(x: __m512) -> __m512 {
     _mm512_scalef_ps(y, n)
 }
 
+/// [`super::exp_shifted_sum`] on sixteen lanes, the sum's lanes in one vector.
 #[target_feature(enable = "avx2,fma,avx512f")]
-pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
+pub(super) unsafe fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
     let (n, p) = (row.len(), row.as_mut_ptr());
     let s = _mm512_set1_ps(shift);
+    let mut sum = _mm512_setzero_ps();
     let mut i = 0;
     // Two at a time: each is a chain of some twenty dependent operations.
     while i + 32 <= n {
@@ -45,11 +47,18 @@ pub(super) unsafe fn exp_shifted(row: &mut [f32], shift: f32) {
         let b = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), s));
         _mm512_storeu_ps(p.add(i), a);
         _mm512_storeu_ps(p.add(i + 16), b);
+        sum = _mm512_add_ps(_mm512_add_ps(sum, a), b);
         i += 32;
     }
-    if i + 16 <= n {
-        _mm512_storeu_ps(p.add(i), exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s)));
+    // The last sixteen or fewer under a mask: element i + k into lane k.
+    while i < n {
+        let m: __mmask16 = (1u32 << (n - i).min(16)).wrapping_sub(1) as u16;
+        let a = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), s)));
+        _mm512_mask_storeu_ps(p.add(i), m, a);
+        sum = _mm512_add_ps(sum, a);
         i += 16;
     }
-    exp_shifted_scalar(&mut row[i..], shift);
+    let mut lanes = [0.0f32; 16];
+    _mm512_storeu_ps(lanes.as_mut_ptr(), sum);
+    sum_lanes(lanes)
 }

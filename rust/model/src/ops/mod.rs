@@ -75,26 +75,52 @@ pub fn exp_fast(x: f32) -> f32 {
     y * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
-/// `row[i] = exp(row[i] - shift)` for every element (a softmax's numerators).
-pub fn exp_shifted(row: &mut [f32], shift: f32) {
+/// A softmax's numerators and their sum: `row[i] = exp(row[i] - shift)`
+/// for every element, and the sum of the results, element `i` added into
+/// lane `i % 16` in order, the lanes summed pairwise (lane `l` with `l + 8`,
+/// then with `l + 4`, `l + 2` and `l + 1`). The sum is taken as the
+/// exponentials are made, where a pass of its own would read the row again;
+/// sixteen lanes of f32 fill one AVX-512 vector, so that an addition per
+/// vector of exponentials is all it costs.
+pub fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
         // SAFETY: the CPU has the features `avx512` needs.
-        return unsafe { avx512::exp_shifted(row, shift) };
+        return unsafe { avx512::exp_shifted_sum(row, shift) };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has the features `avx` needs.
-        return unsafe { avx2::exp_shifted(row, shift) };
+        return unsafe { avx2::exp_shifted_sum(row, shift) };
     }
-    exp_shifted_scalar(row, shift)
+    exp_shifted_sum_scalar(row, shift)
 }
 
-/// [`exp_shifted`] without SIMD: the definition the vector form is tested against.
-pub fn exp_shifted_scalar(row: &mut [f32], shift: f32) {
-    for e in row.iter_mut() {
+/// [`exp_shifted_sum`] without SIMD: the definition the vector forms are tested against.
+pub fn exp_shifted_sum_scalar(row: &mut [f32], shift: f32) -> f32 {
+    exp_shifted_sum_from(row, shift, [0.0; 16])
+}
+
+/// [`exp_shifted_sum`] of a row's last elements, its first ones (a multiple
+/// of sixteen) already summed into `lanes`.
+#[inline]
+fn exp_shifted_sum_from(row: &mut [f32], shift: f32, mut lanes: [f32; 16]) -> f32 {
+    for (i, e) in row.iter_mut().enumerate() {
         *e = exp_fast(*e - shift);
+        lanes[i % 16] += *e;
     }
+    sum_lanes(lanes)
+}
+
+/// Sixteen lanes summed pairwise, as an AVX-512 vector is folded in halves.
+#[inline]
+fn sum_lanes(mut l: [f32; 16]) -> f32 {
+    for half in [8, 4, 2, 1] {
+        for i in 0..half {
+            l[i] += l[i + half];
+        }
+    }
+    l[0]
 }
 
 /// `out[i] = silu(g[i]) * u[i]`, with `silu(x) = x / (1 + exp(-x))` and the
@@ -233,20 +259,33 @@ mod tests {
             assert!(((got as f64 - want) / want).abs() < 4e-7, "exp({x}) = {got}, want {want}");
         }
         for shift in [0.0f32, 3.25, -7.5] {
-            let (mut a, mut b) = (xs.clone(), xs.clone());
-            exp_shifted(&mut a, shift);
-            exp_shifted_scalar(&mut b, shift);
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "shift {shift}");
-            // Each vector form where the CPU has it, whatever level was chosen.
+            let mut b = xs.clone();
+            let want = exp_shifted_sum_scalar(&mut b, shift);
+            // The sum as its definition takes it, lane by lane.
+            let mut l = [0.0f32; 16];
+            b.iter().enumerate().for_each(|(i, &e)| l[i % 16] += e);
+            let l: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
+            let l: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
+            assert_eq!(want.to_bits(), ((l[0] + l[2]) + (l[1] + l[3])).to_bits());
+            for (i, (&x, &e)) in xs.iter().zip(&b).enumerate() {
+                assert_eq!(e.to_bits(), exp_fast(x - shift).to_bits(), "element {i}");
+            }
+            // Each vector form where the CPU has it, whatever level was
+            // chosen, on lengths that end in every lane.
             #[cfg(target_arch = "x86_64")]
             for (name, form, here) in [
-                ("avx2", avx2::exp_shifted as unsafe fn(&mut [f32], f32), avx2::available()),
-                ("avx512", avx512::exp_shifted, avx512::available()),
+                ("avx2", avx2::exp_shifted_sum as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
+                ("avx512", avx512::exp_shifted_sum, avx512::available()),
+                ("chosen", |r: &mut [f32], s| exp_shifted_sum(r, s), true),
             ] {
-                if here {
-                    let mut a = xs.clone();
-                    unsafe { form(&mut a, shift) };
-                    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
+                for n in [xs.len(), xs.len() - 1, 47, 33, 16, 7, 0] {
+                    if here {
+                        let (mut a, mut b) = (xs[..n].to_vec(), xs[..n].to_vec());
+                        let got = unsafe { form(&mut a, shift) };
+                        let want = exp_shifted_sum_scalar(&mut b, shift);
+                        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
+                        assert_eq!(got.to_bits(), want.to_bits(), "{name} sum of {n}, shift {shift}");
+                    }
                 }
             }
         }
