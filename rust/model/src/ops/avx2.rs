@@ -13,14 +13,24 @@ pub(super) fn available() -> bool {
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exp8(x: __m256) -> __m256 {
-    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+unsafe fn exp8<const SOFTMAX: bool>(x: __m256) -> __m256 {
+    // A NaN to the lower clamp (the second operand), as `f32::max` takes it.
+    let x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
+    let x = match SOFTMAX {
+        true => x,
+        false => _mm256_min_ps(x, _mm256_set1_ps(EXP_HI)),
+    };
     let n =
         _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
-    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-    let mut p = _mm256_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
+    let (r, poly): (_, &[f32]) = match SOFTMAX {
+        true => (_mm256_fmadd_ps(n, _mm256_set1_ps(-LN2), x), &SOFTMAX_POLY),
+        false => {
+            let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+            (_mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r), &EXP_POLY)
+        }
+    };
+    let mut p = _mm256_set1_ps(poly[0]);
+    for &c in &poly[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
@@ -38,8 +48,8 @@ pub(super) unsafe fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
     while i + 16 <= n {
-        let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s));
-        let b = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), s));
+        let a = exp8::<true>(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s));
+        let b = exp8::<true>(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), s));
         _mm256_storeu_ps(p.add(i), a);
         _mm256_storeu_ps(p.add(i + 8), b);
         lo = _mm256_add_ps(lo, a);
@@ -84,7 +94,7 @@ pub(super) unsafe fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
     let mut i = 0;
     while i + 8 <= n {
         let gv = _mm256_loadu_ps(gp.add(i));
-        let e = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
+        let e = exp8::<false>(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
         let v = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(up.add(i)));
         _mm256_storeu_ps(o.add(i), v);
         i += 8;

@@ -15,16 +15,16 @@ pub(super) fn available() -> bool {
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f")]
 unsafe fn exp16(x: __m512) -> __m512 {
-    let x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(EXP_LO)), _mm512_set1_ps(EXP_HI));
+    // A NaN to the clamp (the second operand), as `f32::max` takes it.
+    let x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
     // Round to nearest, halves to even, as `_mm256_round_ps` and `round_ties_even`.
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
         x,
         _mm512_set1_ps(LOG2E),
     ));
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
-    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-    let mut p = _mm512_set1_ps(EXP_POLY[0]);
-    for &c in &EXP_POLY[1..] {
+    let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2), x);
+    let mut p = _mm512_set1_ps(SOFTMAX_POLY[0]);
+    for &c in &SOFTMAX_POLY[1..] {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
     let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0));

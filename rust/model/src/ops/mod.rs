@@ -46,29 +46,57 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-// The exponential of the softmax and of SiLU, in one arithmetic that the
-// scalar form, the AVX2 form (eight lanes) and the softmax's AVX-512 form
+// The exponentials of SiLU and of the softmax, each in one arithmetic that
+// the scalar form, the AVX2 form (eight lanes) and the AVX-512 form
 // (sixteen) follow operation for operation, fused multiply-adds included,
-// so they agree bit for bit: x = n ln2 + r with
-// n = round(x log2 e) (halves to even) and ln2 split in two, a degree-6
-// polynomial in r (Cephes' expf coefficients, within a couple of ulp of
-// exp), scaled by 2^n. Inputs are clamped to where 2^n is a normal float.
+// so they agree bit for bit: x = n ln2 + r with n = round(x log2 e) (halves
+// to even), a polynomial in r, scaled by 2^n; inputs are clamped to where
+// 2^n is a normal float.
+//
+// SiLU's ([`exp_fast`]) splits ln2 in two and takes a degree-6 polynomial
+// (Cephes' expf coefficients): within a couple of ulp of exp. The softmax's
+// ([`exp_softmax`]) takes ln2 whole and a degree-4 polynomial (minimax for
+// the relative error on |r| <= ln2 / 2): within 6e-6 of exp, in three fewer
+// multiply-adds of some ten. Its results are a softmax's numerators, which
+// an f16 or bf16 cache rounds to 11 or 8 bits before they weigh a value,
+// and which an f32 cache meets with values far less exact than that. Its
+// inputs are scores less their maximum, never above 0, so it clamps them
+// only from below (a NaN to the lower clamp, as in every form).
 const EXP_HI: f32 = 88.376_26;
 const EXP_LO: f32 = -87.336_54;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+const LN2: f32 = std::f32::consts::LN_2;
+const SOFTMAX_POLY: [f32; 3] = [4.127_721_5e-2, 1.675_358_4e-1, 5.000_512_6e-1];
 
-/// `exp(x)` in the arithmetic above, scalar form.
+/// `exp(x)` in SiLU's arithmetic above, scalar form.
 #[inline]
 pub fn exp_fast(x: f32) -> f32 {
-    let x = x.clamp(EXP_LO, EXP_HI);
+    exp_in::<false>(x)
+}
+
+/// `exp(x)` in the softmax's arithmetic above, scalar form, for `x <= 0`
+/// (above, the forms may part where the result overflows).
+#[inline]
+pub fn exp_softmax(x: f32) -> f32 {
+    exp_in::<true>(x)
+}
+
+#[inline(always)]
+fn exp_in<const SOFTMAX: bool>(x: f32) -> f32 {
+    let x = match SOFTMAX {
+        true => x.max(EXP_LO),
+        false => x.clamp(EXP_LO, EXP_HI),
+    };
     let n = (x * LOG2E).round_ties_even();
-    let r = n.mul_add(-LN2_HI, x);
-    let r = n.mul_add(-LN2_LO, r);
-    let mut p = EXP_POLY[0];
-    for &c in &EXP_POLY[1..] {
+    let (r, poly): (f32, &[f32]) = match SOFTMAX {
+        true => (n.mul_add(-LN2, x), &SOFTMAX_POLY),
+        false => (n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x)), &EXP_POLY),
+    };
+    let mut p = poly[0];
+    for &c in &poly[1..] {
         p = p.mul_add(r, c);
     }
     let y = p.mul_add(r * r, r) + 1.0;
@@ -76,7 +104,8 @@ pub fn exp_fast(x: f32) -> f32 {
 }
 
 /// A softmax's numerators and their sum: `row[i] = exp(row[i] - shift)`
-/// for every element, and the sum of the results, element `i` added into
+/// for every element (by [`exp_softmax`]: `shift` is at least every
+/// element, a NaN aside), and the sum of the results, element `i` added into
 /// lane `i % 16` in order, the lanes summed pairwise (lane `l` with `l + 8`,
 /// then with `l + 4`, `l + 2` and `l + 1`). The sum is taken as the
 /// exponentials are made, where a pass of its own would read the row again;
@@ -106,7 +135,7 @@ pub fn exp_shifted_sum_scalar(row: &mut [f32], shift: f32) -> f32 {
 #[inline]
 fn exp_shifted_sum_from(row: &mut [f32], shift: f32, mut lanes: [f32; 16]) -> f32 {
     for (i, e) in row.iter_mut().enumerate() {
-        *e = exp_fast(*e - shift);
+        *e = exp_softmax(*e - shift);
         lanes[i % 16] += *e;
     }
     sum_lanes(lanes)
@@ -255,11 +284,19 @@ mod tests {
     fn exp_is_accurate_and_the_vector_form_equals_the_scalar() {
         let xs = exp_inputs();
         for &x in &xs {
-            let (got, want) = (exp_fast(x), (x.clamp(EXP_LO, EXP_HI) as f64).exp());
+            let want = (x.clamp(EXP_LO, EXP_HI) as f64).exp();
+            let got = exp_fast(x);
             assert!(((got as f64 - want) / want).abs() < 4e-7, "exp({x}) = {got}, want {want}");
+            if x <= 0.0 {
+                let got = exp_softmax(x);
+                assert!(((got as f64 - want) / want).abs() < 6e-6, "softmax's exp({x}) = {got}, want {want}");
+            }
         }
-        for shift in [0.0f32, 3.25, -7.5] {
-            let mut b = xs.clone();
+        // The softmax's inputs: scores never above the shift (a NaN aside).
+        let mut scores: Vec<f32> = xs.iter().map(|x| -x.abs()).collect();
+        scores.push(f32::NAN);
+        for shift in [0.0f32, 3.25, 7.5] {
+            let mut b = scores.clone();
             let want = exp_shifted_sum_scalar(&mut b, shift);
             // The sum as its definition takes it, lane by lane.
             let mut l = [0.0f32; 16];
@@ -267,8 +304,8 @@ mod tests {
             let l: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
             let l: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
             assert_eq!(want.to_bits(), ((l[0] + l[2]) + (l[1] + l[3])).to_bits());
-            for (i, (&x, &e)) in xs.iter().zip(&b).enumerate() {
-                assert_eq!(e.to_bits(), exp_fast(x - shift).to_bits(), "element {i}");
+            for (i, (&x, &e)) in scores.iter().zip(&b).enumerate() {
+                assert_eq!(e.to_bits(), exp_softmax(x - shift).to_bits(), "element {i}");
             }
             // Each vector form where the CPU has it, whatever level was
             // chosen, on lengths that end in every lane.
@@ -278,9 +315,9 @@ mod tests {
                 ("avx512", avx512::exp_shifted_sum, avx512::available()),
                 ("chosen", |r: &mut [f32], s| exp_shifted_sum(r, s), true),
             ] {
-                for n in [xs.len(), xs.len() - 1, 47, 33, 16, 7, 0] {
+                for n in [scores.len(), scores.len() - 1, 47, 33, 16, 7, 0] {
                     if here {
-                        let (mut a, mut b) = (xs[..n].to_vec(), xs[..n].to_vec());
+                        let (mut a, mut b) = (scores[..n].to_vec(), scores[..n].to_vec());
                         let got = unsafe { form(&mut a, shift) };
                         let want = exp_shifted_sum_scalar(&mut b, shift);
                         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
