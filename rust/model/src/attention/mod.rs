@@ -124,10 +124,12 @@ struct Scratch {
     /// query sees none of the span).
     span_m: Vec<f32>,
     span_l: Vec<f64>,
-    /// The spans folded so far, per query.
+    /// The spans folded so far, per query, and the factors a fold scales
+    /// them and the next span by.
     acc_m: Vec<f32>,
     acc_l: Vec<f64>,
     acc_o: Vec<f32>,
+    fold_scales: Vec<f32>,
 }
 
 /// One span's results, or the spans folded so far: the maximum score, the
@@ -135,6 +137,17 @@ struct Scratch {
 /// them. A maximum of -inf is nothing (no position seen).
 #[inline(always)]
 fn fold(acc_m: &mut f32, acc_l: &mut f64, acc_o: &mut [f32], m: f32, l: f64, o: &[f32]) {
+    let mx = acc_m.max(m);
+    let (a, b) = (crate::ops::exp_softmax(*acc_m - mx), crate::ops::exp_softmax(m - mx));
+    fold_scaled(acc_m, acc_l, acc_o, m, l, o, a, b);
+}
+
+/// [`fold`] with its factors `a = exp(acc_m - mx)` and `b = exp(m - mx)`
+/// (`mx` the larger maximum) taken already, for many queries at once by
+/// [`fold_span`]; where either maximum is -inf they are not read.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fold_scaled(acc_m: &mut f32, acc_l: &mut f64, acc_o: &mut [f32], m: f32, l: f64, o: &[f32], a: f32, b: f32) {
     if m == f32::NEG_INFINITY {
         return;
     }
@@ -143,14 +156,31 @@ fn fold(acc_m: &mut f32, acc_l: &mut f64, acc_o: &mut [f32], m: f32, l: f64, o: 
         acc_o.copy_from_slice(o);
         return;
     }
-    let mx = acc_m.max(m);
-    let (a, b) = (crate::ops::exp_fast(*acc_m - mx), crate::ops::exp_fast(m - mx));
     for (x, &y) in acc_o.iter_mut().zip(o) {
         // One rounding, the same in the scalar and the vector paths.
         *x = x.mul_add(a, y * b);
     }
     *acc_l = *acc_l * a as f64 + l * b as f64;
-    *acc_m = mx;
+    *acc_m = acc_m.max(m);
+}
+
+/// Every query's span (`span_m`, `span_l`, `o`) folded into its running
+/// results, as [`fold`] folds one, the factors' exponentials taken together
+/// as one row (the same bits as one at a time).
+#[inline(always)]
+fn fold_span(sc: &mut Scratch, hv: usize) {
+    let nq = sc.span_m.len();
+    let Scratch { acc_m, acc_l, acc_o, span_m, span_l, o, fold_scales, .. } = sc;
+    fold_scales.clear();
+    fold_scales.extend(acc_m.iter().zip(span_m.iter()).map(|(&am, &m)| am - am.max(m)));
+    fold_scales.extend(acc_m.iter().zip(span_m.iter()).map(|(&am, &m)| m - am.max(m)));
+    // Where both maxima are -inf the differences are NaN, not read.
+    crate::ops::exp_shifted_sum(fold_scales, 0.0);
+    for qi in 0..nq {
+        let (a, b) = (fold_scales[qi], fold_scales[nq + qi]);
+        let (acc, span) = (&mut acc_o[qi * hv..][..hv], &o[qi * hv..][..hv]);
+        fold_scaled(&mut acc_m[qi], &mut acc_l[qi], acc, span_m[qi], span_l[qi], span, a, b);
+    }
 }
 
 /// The folded outputs of one query's head, divided by their sum.
@@ -656,18 +686,16 @@ unsafe fn run_item<L: Lanes>(p: &Plan, i: usize, sc: &mut Scratch, dst: OutPtr, 
             }
             // The first group of a whole-row item asks for the rows whole.
             span::<L>(p, j0, j1, hg, s0, s1, p.kv_groups > 1 && g == 0, sc);
+            if inline {
+                fold_span(sc, hv);
+                continue;
+            }
             for qi in 0..nq {
-                let (m, l) = (sc.span_m[qi], sc.span_l[qi]);
-                let o = &sc.o[qi * hv..][..hv];
-                if inline {
-                    fold(&mut sc.acc_m[qi], &mut sc.acc_l[qi], &mut sc.acc_o[qi * hv..][..hv], m, l, o);
-                } else {
-                    let (j, h) = (j0 + qi / heads, hg + qi % heads);
-                    let e = p.entry(j, h, k);
-                    *kept.m.add(e) = m;
-                    *kept.l.add(e) = l;
-                    std::slice::from_raw_parts_mut(kept.o.add(e * hv), hv).copy_from_slice(o);
-                }
+                let (j, h) = (j0 + qi / heads, hg + qi % heads);
+                let e = p.entry(j, h, k);
+                *kept.m.add(e) = sc.span_m[qi];
+                *kept.l.add(e) = sc.span_l[qi];
+                std::slice::from_raw_parts_mut(kept.o.add(e * hv), hv).copy_from_slice(&sc.o[qi * hv..][..hv]);
             }
         }
     }
