@@ -821,6 +821,22 @@ unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
     Scalar::narrow_bf16(&src[i..n], &mut dst[i..n]);
 }
 
+/// [`Lanes::narrow_bf16`] by AVX-512 BF16's conversion, which rounds the
+/// same: to nearest even, a subnormal input read as a zero of its sign.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn narrow_bf16_converting(src: &[f32], dst: &mut [bf16]) {
+    let n = src.len().min(dst.len());
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let mut i = 0;
+    while i < n {
+        let m: __mmask16 = (1u32 << (n - i).min(16)).wrapping_sub(1) as u16;
+        let x = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s.add(i)));
+        _mm256_mask_storeu_epi16(d.add(i).cast(), m, std::mem::transmute::<__m256bh, __m256i>(x));
+        i += 16;
+    }
+}
+
 /// [`Lanes::pair_bf16_values`] thirty-two elements at a time: the two rows'
 /// elements interleaved by one two-source permutation per output register.
 #[inline]
@@ -902,7 +918,10 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     }
     #[inline(always)]
     unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
-        narrow_bf16(src, dst)
+        match BF16 {
+            true => narrow_bf16_converting(src, dst),
+            false => narrow_bf16(src, dst),
+        }
     }
     #[inline(always)]
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {

@@ -2027,6 +2027,13 @@ mod tests {
                 Scalar::narrow_bf16(&x, &mut scalar);
             }
             assert_eq!(bits(&vector), bits(&scalar), "rounding {n}");
+            // The conversion instruction, where the core has it.
+            if SimdLevel::Avx512Bf16.runs_here() {
+                let mut converted = vec![bf16::ONE; n + 1];
+                unsafe { avx512::Avx512::<true>::narrow_bf16(&x, &mut converted[..n]) };
+                assert_eq!(bits(&converted[..n]), bits(&scalar), "converting {n}");
+                assert_eq!(converted[n], bf16::ONE, "nothing written past {n}");
+            }
             let a: Vec<bf16> = x.iter().map(|&v| to_bf16(v)).collect();
             let b: Vec<bf16> = x.iter().rev().map(|&v| to_bf16(v)).collect();
             for (first, second) in [(Some(&a[..]), Some(&b[..])), (None, Some(&b[..])), (Some(&a[..]), None)] {
