@@ -836,12 +836,9 @@ unsafe fn span<L: Lanes>(
     }
     // Whether every query of the item sees positions a..b.
     let all_see = |a: usize, b: usize| p.first(j1 - 1) <= a && p.start + j0 + 1 >= b;
-    // The end of a run of eight to thirty-two positions from `b0` that every
-    // query of the item sees, if there is one.
-    let run_all_see = |b0: usize| {
-        let b1 = (b0 + 32).min(hi + 1).min(p.start + j0 + 1);
-        (p.first(j1 - 1) <= b0 && b1 >= b0 + 8).then_some(b1)
-    };
+    // The end of a run of up to thirty-two positions from `b0`, each seen by
+    // some query of the item (all of s0..=hi are).
+    let run = |b0: usize| (b0 + 32).min(hi + 1);
     let mut b0 = s0;
     while b0 <= hi {
         // Sixteen Q8_0 keys that every query of a prompt's item sees are
@@ -860,13 +857,16 @@ unsafe fn span<L: Lanes>(
             b0 += 16;
             continue;
         }
-        // Up to thirty-two keys that every query of the item sees, where the
-        // loops lay them out sixteen to a register (as bf16 pairs on a core
-        // with paired bf16 products, widened for the f32 loops): laid out
-        // once, met by every query of the item.
+        // Up to thirty-two keys, where the loops lay them out sixteen to a
+        // register (as bf16 pairs on a core with paired bf16 products,
+        // widened for the f32 loops): laid out once, met by every query of
+        // the item, even one that does not see some of them (near the
+        // diagonal, or the window's start); such a score is written and
+        // never read, which costs less than meeting the keys apart.
         let bf16_pairs = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES && matches!(p.keys, Rows::BF16(_));
         let widened = L::F32_TRANSPOSED && !q8_keys && !direct;
-        if let Some(b1) = (bf16_pairs || widened).then(|| run_all_see(b0)).flatten() {
+        if bf16_pairs || widened {
+            let b1 = run(b0);
             prefetch_block(p, &ring, kvh, whole_rows, b0, b1, hi);
             assert!(scores.len() >= (nq - 1) * width + b1 - s0);
             let (n, dst) = (b1 - b0, scores.as_mut_ptr().add(b0 - s0));
