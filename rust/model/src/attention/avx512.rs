@@ -797,46 +797,6 @@ unsafe fn weigh_bf16_all<const H: usize>(w: *const bf16, stride: usize, pairs: u
     }
 }
 
-/// [`Lanes::narrow_bf16`] sixteen at a time, in integers: the bits plus
-/// half a step less one, plus the kept half's lowest bit (to nearest even),
-/// shifted down; a float below the smallest normal becomes its sign alone.
-/// (Exponentials are never NaN.)
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
-    let n = src.len().min(dst.len());
-    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-    let (half, one, smallest) = (_mm512_set1_epi32(0x7fff), _mm512_set1_epi32(1), _mm512_set1_epi32(0x0080_0000));
-    let (magnitude, sign) = (_mm512_set1_epi32(0x7fff_ffff), _mm512_set1_epi32(0x8000));
-    let mut i = 0;
-    while i + 16 <= n {
-        let x = _mm512_loadu_si512(s.add(i).cast());
-        let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(x), one);
-        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, _mm512_add_epi32(half, odd)));
-        let tiny = _mm512_cmplt_epu32_mask(_mm512_and_si512(x, magnitude), smallest);
-        let kept = _mm512_mask_blend_epi32(tiny, rounded, _mm512_and_si512(_mm512_srli_epi32::<16>(x), sign));
-        _mm256_storeu_si256(d.add(i).cast(), _mm512_cvtepi32_epi16(kept));
-        i += 16;
-    }
-    Scalar::narrow_bf16(&src[i..n], &mut dst[i..n]);
-}
-
-/// [`Lanes::narrow_bf16`] by AVX-512 BF16's conversion, which rounds the
-/// same: to nearest even, a subnormal input read as a zero of its sign.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn narrow_bf16_converting(src: &[f32], dst: &mut [bf16]) {
-    let n = src.len().min(dst.len());
-    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-    let mut i = 0;
-    while i < n {
-        let m: __mmask16 = (1u32 << (n - i).min(16)).wrapping_sub(1) as u16;
-        let x = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s.add(i)));
-        _mm256_mask_storeu_epi16(d.add(i).cast(), m, std::mem::transmute::<__m256bh, __m256i>(x));
-        i += 16;
-    }
-}
-
 /// [`Lanes::pair_bf16_values`] thirty-two elements at a time: the two rows'
 /// elements interleaved by one two-source permutation per output register.
 #[inline]
@@ -915,13 +875,6 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
                 _ => weigh_bf16_in_place::<4>(w, stride, v.clone(), o, n),
             }
         });
-    }
-    #[inline(always)]
-    unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
-        match BF16 {
-            true => narrow_bf16_converting(src, dst),
-            false => narrow_bf16(src, dst),
-        }
     }
     #[inline(always)]
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {

@@ -1,7 +1,7 @@
 //! The element loops attention is written over ([`Lanes`]), and their
 //! scalar form ([`Scalar`]): the definition the vector forms round as.
 
-use ember_kv::{to_bf16, Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::{bf16, f16};
 
 /// Queries quantized to Q8_0 (as long as a key each, query `i` at
@@ -116,12 +116,6 @@ pub(super) trait Lanes {
     /// sums start from zero, whatever `o` held.
     unsafe fn weigh_bf16_heads(_w: &[bf16], _stride: usize, _heads: usize, _v: &[bf16], _o: &mut [f32], _fresh: bool) {
         unreachable!("only the loops with BF16_PAIRS take bf16 operands")
-    }
-    /// Each f32 rounded to bf16 as [`to_bf16`] rounds it.
-    unsafe fn narrow_bf16(src: &[f32], dst: &mut [bf16]) {
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = to_bf16(x);
-        }
     }
     /// bf16 to f32 (exact).
     unsafe fn widen_bf16(src: &[bf16], dst: &mut [f32]) {

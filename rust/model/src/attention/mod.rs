@@ -1002,7 +1002,8 @@ unsafe fn span<L: Lanes>(
         b0 = b1;
     }
 
-    span_softmax::<L>(p, j0, j1, heads, s0, s1, scores, span_m, span_l);
+    let paired = weighs_paired::<L>(p, nq).then_some(&mut *wb);
+    span_softmax::<L>(p, j0, j1, heads, s0, s1, scores, paired, span_m, span_l);
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
 
     // Outputs: the value rows weighted by the exponentials, in position
@@ -1121,9 +1122,10 @@ fn store_scaled(row: &mut [f32], s8: &[f32], scale: f32) {
 
 /// The exponentials per query of rows j0..j1 and `heads` heads over the
 /// positions of s0..s1 it sees, shifted by their maximum, in position order;
-/// they replace the scores (rounded to f16 for f16 values). Each query's
-/// maximum and sum go to `span_m` and `span_l` (-inf and 0 where it sees
-/// none of the span).
+/// they replace the scores (rounded to f16 for f16 values), or, for bf16
+/// values weighed by the paired products, go to `paired` rounded to bf16,
+/// laid out as [`weigh_bf16_span`] reads them. Each query's maximum and sum
+/// go to `span_m` and `span_l` (-inf and 0 where it sees none of the span).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn span_softmax<L: Lanes>(
@@ -1134,10 +1136,15 @@ unsafe fn span_softmax<L: Lanes>(
     s0: usize,
     s1: usize,
     scores: &mut [f32],
+    mut paired: Option<&mut Vec<bf16>>,
     span_m: &mut Vec<f32>,
     span_l: &mut Vec<f64>,
 ) {
     let (nq, width) = ((j1 - j0) * heads, s1 - s0);
+    let (f0, fw) = bf16_frame(s0, s1);
+    if let Some(wb) = &mut paired {
+        wb.resize(nq * fw, bf16::ZERO);
+    }
     // (bf16 values' exponentials are rounded where they are laid out to be weighed.)
     let f16_values = matches!(p.values, Rows::F16(_));
     span_m.clear();
@@ -1153,7 +1160,21 @@ unsafe fn span_softmax<L: Lanes>(
         for qi in q0..q0 + heads {
             let row = &mut scores[qi * width..][a - s0..b - s0];
             span_m[qi] = L::max(row);
-            span_l[qi] = crate::ops::exp_shifted_sum(row, span_m[qi]) as f64;
+            span_l[qi] = match &mut paired {
+                // The paired products take a row over whole pairs of
+                // positions, so only a pair's unseen half need be zero.
+                Some(wb) => {
+                    let frame = &mut wb[qi * fw..][..fw];
+                    if a % 2 == 1 {
+                        frame[a - 1 - f0] = bf16::ZERO;
+                    }
+                    if b % 2 == 1 {
+                        frame[b - f0] = bf16::ZERO;
+                    }
+                    crate::ops::exp_shifted_sum_bf16(row, span_m[qi], &mut frame[a - f0..b - f0])
+                }
+                None => crate::ops::exp_shifted_sum(row, span_m[qi]),
+            } as f64;
         }
         if f16_values {
             for qi in q0..q0 + heads {
@@ -1161,6 +1182,14 @@ unsafe fn span_softmax<L: Lanes>(
             }
         }
     }
+}
+
+/// Whether a span of an item of `nq` queries is weighed by AVX-512 BF16's
+/// paired products: bf16 values, on a core that has them, with queries
+/// enough to fill their kernels.
+#[inline(always)]
+fn weighs_paired<L: Lanes>(p: &Plan, nq: usize) -> bool {
+    L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES && matches!(p.values, Rows::BF16(_))
 }
 
 /// Whether an item of `rows` query rows meets every head group in one walk
@@ -1265,7 +1294,7 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
         }
         b0 = b1;
     }
-    span_softmax::<L>(p, j0, j1, hh, s0, s1, scores, span_m, span_l);
+    span_softmax::<L>(p, j0, j1, hh, s0, s1, scores, None, span_m, span_l);
     o.clear();
     o.resize(nq * hv, 0.0);
     if bf16 {
@@ -1398,33 +1427,14 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     o: &mut [f32],
 ) {
     let Bf16Weighing { w_pairs, wb, v32, vb } = bufs;
-    let (hv, width, nq) = (p.hv, s1 - s0, (j1 - j0) * heads);
+    let (hv, nq) = (p.hv, (j1 - j0) * heads);
     let (f0, fw) = bf16_frame(s0, s1);
     let f1 = f0 + fw;
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
-    let paired = L::BF16_PAIRS && nq >= BF16_PAIRED_QUERIES;
-    if paired {
-        // As bf16s in position order: the paired products take each pair of
-        // positions as stored, and a row is read over the whole pairs of
-        // what it sees, so only a pair's unseen half need be zero.
-        wb.resize(nq * fw, bf16::ZERO);
-        for j in j0..j1 {
-            let (a, b) = seen(j);
-            if a >= b {
-                continue;
-            }
-            for qi in (j - j0) * heads..(j - j0 + 1) * heads {
-                let row = &mut wb[qi * fw..][..fw];
-                L::narrow_bf16(&scores[qi * width + a - s0..][..b - a], &mut row[a - f0..b - f0]);
-                if a % 2 == 1 {
-                    row[a - 1 - f0] = bf16::ZERO;
-                }
-                if b % 2 == 1 {
-                    row[b - f0] = bf16::ZERO;
-                }
-            }
-        }
-    } else {
+    // Weighed by the paired products, the weights are laid out already, as
+    // bf16s in position order, by the softmax.
+    let paired = weighs_paired::<L>(p, nq);
+    if !paired {
         lay_out_span_weights(p, j0, j1, heads, s0, s1, scores, w_pairs);
     }
     let ring = p.cache.ring_rows(p.il, s0);
@@ -1990,9 +2000,10 @@ mod tests {
     }
 
     /// The AVX-512 forms of the bf16 layouts, which take no BF16 instruction
-    /// and so run at any AVX-512 level, against the scalar ones: rounding
-    /// ties to even, the smallest normal and what lies below it, signs, and
-    /// rows that are and are not whole registers.
+    /// and so run at any AVX-512 level, against the scalar ones: keys of
+    /// every shape the blocks take, and value rows (with the smallest normal,
+    /// zeros of both signs and the largest values among their elements) that
+    /// are and are not whole registers.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_avx512_bf16_layouts_are_the_scalar_ones() {
@@ -2020,19 +2031,6 @@ mod tests {
             let mut x = rng.vec(n, 1.0);
             for (i, &v) in special.iter().enumerate().take(n) {
                 x[(i * 7) % n] = v;
-            }
-            let (mut vector, mut scalar) = (vec![bf16::ZERO; n], vec![bf16::ZERO; n]);
-            unsafe {
-                avx512::Avx512::<false>::narrow_bf16(&x, &mut vector);
-                Scalar::narrow_bf16(&x, &mut scalar);
-            }
-            assert_eq!(bits(&vector), bits(&scalar), "rounding {n}");
-            // The conversion instruction, where the core has it.
-            if SimdLevel::Avx512Bf16.runs_here() {
-                let mut converted = vec![bf16::ONE; n + 1];
-                unsafe { avx512::Avx512::<true>::narrow_bf16(&x, &mut converted[..n]) };
-                assert_eq!(bits(&converted[..n]), bits(&scalar), "converting {n}");
-                assert_eq!(converted[n], bf16::ONE, "nothing written past {n}");
             }
             let a: Vec<bf16> = x.iter().map(|&v| to_bf16(v)).collect();
             let b: Vec<bf16> = x.iter().rev().map(|&v| to_bf16(v)).collect();

@@ -5,11 +5,18 @@
 
 use std::arch::x86_64::*;
 
+use half::bf16;
+
 use super::*;
 
 /// The level ember runs at has AVX-512 (see `ember_quant::level`).
 pub(super) fn available() -> bool {
     ember_quant::level() >= ember_quant::SimdLevel::Avx512Vnni
+}
+
+/// The level ember runs at has AVX-512 BF16.
+pub(super) fn bf16_available() -> bool {
+    ember_quant::level() >= ember_quant::SimdLevel::Avx512Bf16
 }
 
 #[inline]
@@ -34,31 +41,60 @@ unsafe fn exp16(x: __m512) -> __m512 {
     _mm512_scalef_ps(y, n)
 }
 
-/// [`super::exp_shifted_sum`] on sixteen lanes, the sum's lanes in one vector.
+/// The loop of both `exp_shifted_sum` forms over `n` floats at `src`:
+/// sixteen at a time, the last sixteen or fewer under a mask (element
+/// `i + k` into lane `k`), the sum's lanes in one vector; `store(i, e, mask)`
+/// keeps the exponentials of elements `i..` (those of the mask). A macro,
+/// so that `store` is a closure of the function it expands in and takes
+/// that function's target features.
+macro_rules! exp_sum_loop {
+    ($src:expr, $n:expr, $shift:expr, $store:expr) => {{
+        let (p, n, s, store) = ($src, $n, _mm512_set1_ps($shift), $store);
+        let mut sum = _mm512_setzero_ps();
+        let mut i = 0;
+        // Two at a time: each is a chain of some fifteen dependent operations.
+        while i + 32 <= n {
+            let a = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s));
+            let b = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), s));
+            store(i, a, u16::MAX);
+            store(i + 16, b, u16::MAX);
+            sum = _mm512_add_ps(_mm512_add_ps(sum, a), b);
+            i += 32;
+        }
+        while i < n {
+            let m: __mmask16 = (1u32 << (n - i).min(16)).wrapping_sub(1) as u16;
+            let a = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), s)));
+            store(i, a, m);
+            sum = _mm512_add_ps(sum, a);
+            i += 16;
+        }
+        let mut lanes = [0.0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), sum);
+        sum_lanes(lanes)
+    }};
+}
+
+/// [`super::exp_shifted_sum`] on sixteen lanes.
 #[target_feature(enable = "avx2,fma,avx512f")]
 pub(super) unsafe fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
     let (n, p) = (row.len(), row.as_mut_ptr());
-    let s = _mm512_set1_ps(shift);
-    let mut sum = _mm512_setzero_ps();
-    let mut i = 0;
-    // Two at a time: each is a chain of some twenty dependent operations.
-    while i + 32 <= n {
-        let a = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s));
-        let b = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), s));
-        _mm512_storeu_ps(p.add(i), a);
-        _mm512_storeu_ps(p.add(i + 16), b);
-        sum = _mm512_add_ps(_mm512_add_ps(sum, a), b);
-        i += 32;
-    }
-    // The last sixteen or fewer under a mask: element i + k into lane k.
-    while i < n {
-        let m: __mmask16 = (1u32 << (n - i).min(16)).wrapping_sub(1) as u16;
-        let a = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), s)));
-        _mm512_mask_storeu_ps(p.add(i), m, a);
-        sum = _mm512_add_ps(sum, a);
-        i += 16;
-    }
-    let mut lanes = [0.0f32; 16];
-    _mm512_storeu_ps(lanes.as_mut_ptr(), sum);
-    sum_lanes(lanes)
+    exp_sum_loop!(p.cast_const(), n, shift, |i: usize, e: __m512, m: __mmask16| match m {
+        u16::MAX => _mm512_storeu_ps(p.add(i), e),
+        _ => _mm512_mask_storeu_ps(p.add(i), m, e),
+    })
+}
+
+/// [`super::exp_shifted_sum_bf16`] on sixteen lanes, each vector of
+/// exponentials rounded by AVX-512 BF16's conversion (to nearest even, a
+/// subnormal read as a zero of its sign, as `to_bf16` rounds).
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(super) unsafe fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16]) -> f32 {
+    let (n, o) = (row.len().min(out.len()), out.as_mut_ptr());
+    exp_sum_loop!(row.as_ptr(), n, shift, |i: usize, e: __m512, m: __mmask16| {
+        let narrowed = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
+        match m {
+            u16::MAX => _mm256_storeu_si256(o.add(i).cast(), narrowed),
+            _ => _mm256_mask_storeu_epi16(o.add(i).cast(), m, narrowed),
+        }
+    })
 }

@@ -1,6 +1,7 @@
 //! Elementwise and per-row operations of the forward pass, on f32 rows.
 
-use half::f16;
+use ember_kv::to_bf16;
+use half::{bf16, f16};
 
 use crate::config::RopeStyle;
 
@@ -123,6 +124,31 @@ pub fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
         return unsafe { avx2::exp_shifted_sum(row, shift) };
     }
     exp_shifted_sum_scalar(row, shift)
+}
+
+/// [`exp_shifted_sum`] with each exponential rounded to bf16 (as
+/// [`to_bf16`] rounds) into `out` rather than kept in `row`: a bf16 cache's
+/// weights, laid out as the exponentials are made rather than read back.
+/// The sum is that of the unrounded exponentials, as in [`exp_shifted_sum`].
+pub fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16]) -> f32 {
+    assert!(out.len() >= row.len(), "one bf16 per exponential");
+    #[cfg(target_arch = "x86_64")]
+    if avx512::bf16_available() {
+        // SAFETY: the CPU has the features `avx512::exp_shifted_sum_bf16` needs.
+        return unsafe { avx512::exp_shifted_sum_bf16(row, shift, out) };
+    }
+    exp_shifted_sum_bf16_scalar(row, shift, out)
+}
+
+/// [`exp_shifted_sum_bf16`] without SIMD.
+pub fn exp_shifted_sum_bf16_scalar(row: &[f32], shift: f32, out: &mut [bf16]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    for (i, (&x, o)) in row.iter().zip(out).enumerate() {
+        let e = exp_softmax(x - shift);
+        lanes[i % 16] += e;
+        *o = to_bf16(e);
+    }
+    sum_lanes(lanes)
 }
 
 /// [`exp_shifted_sum`] without SIMD: the definition the vector forms are tested against.
@@ -323,6 +349,31 @@ mod tests {
                         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
                         assert_eq!(got.to_bits(), want.to_bits(), "{name} sum of {n}, shift {shift}");
                     }
+                }
+            }
+        }
+        // Rounded to bf16 as they are made: the same sum, each exponential as
+        // `to_bf16` rounds it, nothing written past the row.
+        for shift in [0.0f32, 3.25] {
+            for n in [scores.len(), scores.len() - 1, 47, 33, 16, 7, 0] {
+                let mut exps = scores[..n].to_vec();
+                let want = exp_shifted_sum_scalar(&mut exps, shift);
+                let mut scalar = vec![bf16::ZERO; n];
+                let sum = exp_shifted_sum_bf16_scalar(&scores[..n], shift, &mut scalar);
+                assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}");
+                assert!(scalar.iter().zip(&exps).all(|(b, &e)| b.to_bits() == to_bf16(e).to_bits()), "{n} rounded");
+                let mut chosen = vec![bf16::ONE; n + 1];
+                let sum = exp_shifted_sum_bf16(&scores[..n], shift, &mut chosen);
+                assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}, as chosen");
+                assert!(chosen[..n].iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} as chosen");
+                assert_eq!(chosen[n], bf16::ONE, "past the row");
+                #[cfg(target_arch = "x86_64")]
+                if ember_quant::SimdLevel::Avx512Bf16.runs_here() {
+                    let mut vector = vec![bf16::ONE; n + 1];
+                    let sum = unsafe { avx512::exp_shifted_sum_bf16(&scores[..n], shift, &mut vector) };
+                    assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}, AVX-512 BF16");
+                    assert!(vector[..n].iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} converted");
+                    assert_eq!(vector[n], bf16::ONE, "past the row, AVX-512 BF16");
                 }
             }
         }
