@@ -392,26 +392,6 @@ mod avx {
         out
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn probs_f16(row: &mut [f32], inv: f32) {
-        let n = row.len();
-        let r = row.as_mut_ptr();
-        let vinv = _mm256_set1_ps(inv);
-        let mut i = 0;
-        while i + 8 <= n {
-            let x = _mm256_mul_ps(_mm256_loadu_ps(r.add(i)), vinv);
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
-            _mm256_storeu_ps(r.add(i), _mm256_cvtph_ps(h));
-            i += 8;
-        }
-        while i < n {
-            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(*r.add(i) * inv));
-            *r.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(h));
-            i += 1;
-        }
-    }
-
     /// Eight dots of one query with eight keys: one accumulator per key, the
     /// query loaded once per eight elements and met by every key, then the
     /// eight accumulators reduced by pairwise horizontal adds into one vector
@@ -641,10 +621,6 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn weigh_f16<'r>(w: &[f32], v: impl Iterator<Item = &'r [f16]> + Clone, o: &mut [f32]) {
         avx::weigh_f16(w, v, o)
-    }
-    #[inline(always)]
-    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
-        avx::probs_f16(row, inv)
     }
     #[inline(always)]
     unsafe fn max(row: &[f32]) -> f32 {

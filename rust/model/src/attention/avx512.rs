@@ -339,20 +339,6 @@ unsafe fn weigh_all<const H: usize>(w: *const f32, stride: usize, rows: usize, v
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn probs_f16(row: &mut [f32], inv: f32) {
-    let (n, r) = (row.len(), row.as_mut_ptr());
-    let vinv = _mm512_set1_ps(inv);
-    let mut i = 0;
-    while i + 16 <= n {
-        let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_mul_ps(_mm512_loadu_ps(r.add(i)), vinv));
-        _mm512_storeu_ps(r.add(i), _mm512_cvtph_ps(h));
-        i += 16;
-    }
-    Avx2::probs_f16(&mut row[i..], inv)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn max(row: &[f32]) -> f32 {
     let (n, r) = (row.len(), row.as_ptr());
     let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -970,10 +956,6 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     #[inline(always)]
     unsafe fn widen_bf16_lanes(src: &[bf16], dst: &mut [f32]) {
         Avx2::widen_bf16_lanes(src, dst)
-    }
-    #[inline(always)]
-    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
-        probs_f16(row, inv)
     }
     #[inline(always)]
     unsafe fn max(row: &[f32]) -> f32 {

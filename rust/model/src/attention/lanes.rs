@@ -71,8 +71,6 @@ pub(super) trait Lanes {
     unsafe fn widen(src: &[f16], dst: &mut [f32]);
     /// Q8_0 blocks to f32: each quant times its block's scale (exact).
     unsafe fn widen_q8_0(src: &[u8], dst: &mut [f32]);
-    /// `e = f16(e * inv)` widened back, for every e.
-    unsafe fn probs_f16(row: &mut [f32], inv: f32);
     /// Whether a bf16 cache's full blocks are met by AVX-512 BF16's paired
     /// products ([`Lanes::scores16_bf16_scaled`], [`Lanes::weigh_bf16_heads`])
     /// rather than by the f32 loops over rows in [`bf16_lane_order`] and
@@ -252,12 +250,6 @@ impl Lanes for Scalar {
             for (o, x) in o.iter_mut().zip(row) {
                 *o = w.mul_add(x.to_f32(), *o);
             }
-        }
-    }
-    #[inline(always)]
-    unsafe fn probs_f16(row: &mut [f32], inv: f32) {
-        for e in row.iter_mut() {
-            *e = f16::from_f32(*e * inv).to_f32();
         }
     }
     #[inline(always)]

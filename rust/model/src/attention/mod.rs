@@ -1173,13 +1173,9 @@ unsafe fn span_softmax<L: Lanes>(
                     }
                     crate::ops::exp_shifted_sum_bf16(row, span_m[qi], &mut frame[a - f0..b - f0])
                 }
+                None if f16_values => crate::ops::exp_shifted_sum_f16(row, span_m[qi]),
                 None => crate::ops::exp_shifted_sum(row, span_m[qi]),
             } as f64;
-        }
-        if f16_values {
-            for qi in q0..q0 + heads {
-                L::probs_f16(&mut scores[qi * width..][a - s0..b - s0], 1.0);
-            }
         }
     }
 }

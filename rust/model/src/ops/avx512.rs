@@ -74,13 +74,20 @@ macro_rules! exp_sum_loop {
     }};
 }
 
-/// [`super::exp_shifted_sum`] on sixteen lanes.
+/// [`super::exp_shifted_sum`] on sixteen lanes (`F16`: the exponentials
+/// kept rounded to f16, as [`super::exp_shifted_sum_f16`] keeps them).
 #[target_feature(enable = "avx2,fma,avx512f")]
-pub(super) unsafe fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
+pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f32) -> f32 {
     let (n, p) = (row.len(), row.as_mut_ptr());
-    exp_sum_loop!(p.cast_const(), n, shift, |i: usize, e: __m512, m: __mmask16| match m {
-        u16::MAX => _mm512_storeu_ps(p.add(i), e),
-        _ => _mm512_mask_storeu_ps(p.add(i), m, e),
+    exp_sum_loop!(p.cast_const(), n, shift, |i: usize, e: __m512, m: __mmask16| {
+        let e = match F16 {
+            true => _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(e)),
+            false => e,
+        };
+        match m {
+            u16::MAX => _mm512_storeu_ps(p.add(i), e),
+            _ => _mm512_mask_storeu_ps(p.add(i), m, e),
+        }
     })
 }
 

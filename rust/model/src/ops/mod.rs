@@ -113,17 +113,29 @@ fn exp_in<const SOFTMAX: bool>(x: f32) -> f32 {
 /// sixteen lanes of f32 fill one AVX-512 vector, so that an addition per
 /// vector of exponentials is all it costs.
 pub fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
+    exp_shifted_sum_in::<false>(row, shift)
+}
+
+/// [`exp_shifted_sum`] with each exponential kept rounded to f16 (as
+/// `f16::from_f32` rounds) and widened back: an f16 cache's weights, rounded
+/// as they are made rather than in a pass of their own. The sum is that of
+/// the unrounded exponentials.
+pub fn exp_shifted_sum_f16(row: &mut [f32], shift: f32) -> f32 {
+    exp_shifted_sum_in::<true>(row, shift)
+}
+
+fn exp_shifted_sum_in<const F16: bool>(row: &mut [f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
         // SAFETY: the CPU has the features `avx512` needs.
-        return unsafe { avx512::exp_shifted_sum(row, shift) };
+        return unsafe { avx512::exp_shifted_sum::<F16>(row, shift) };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has the features `avx` needs.
-        return unsafe { avx2::exp_shifted_sum(row, shift) };
+        return unsafe { avx2::exp_shifted_sum::<F16>(row, shift) };
     }
-    exp_shifted_sum_scalar(row, shift)
+    exp_shifted_sum_from::<F16>(row, shift, [0.0; 16])
 }
 
 /// [`exp_shifted_sum`] with each exponential rounded to bf16 (as
@@ -152,17 +164,28 @@ pub fn exp_shifted_sum_bf16_scalar(row: &[f32], shift: f32, out: &mut [bf16]) ->
 }
 
 /// [`exp_shifted_sum`] without SIMD: the definition the vector forms are tested against.
+#[cfg(test)]
 pub fn exp_shifted_sum_scalar(row: &mut [f32], shift: f32) -> f32 {
-    exp_shifted_sum_from(row, shift, [0.0; 16])
+    exp_shifted_sum_from::<false>(row, shift, [0.0; 16])
 }
 
-/// [`exp_shifted_sum`] of a row's last elements, its first ones (a multiple
-/// of sixteen) already summed into `lanes`.
+/// [`exp_shifted_sum_f16`] without SIMD.
+#[cfg(test)]
+pub fn exp_shifted_sum_f16_scalar(row: &mut [f32], shift: f32) -> f32 {
+    exp_shifted_sum_from::<true>(row, shift, [0.0; 16])
+}
+
+/// [`exp_shifted_sum`] (`F16`: [`exp_shifted_sum_f16`]) of a row's last
+/// elements, its first ones (a multiple of sixteen) already summed into `lanes`.
 #[inline]
-fn exp_shifted_sum_from(row: &mut [f32], shift: f32, mut lanes: [f32; 16]) -> f32 {
-    for (i, e) in row.iter_mut().enumerate() {
-        *e = exp_softmax(*e - shift);
-        lanes[i % 16] += *e;
+fn exp_shifted_sum_from<const F16: bool>(row: &mut [f32], shift: f32, mut lanes: [f32; 16]) -> f32 {
+    for (i, x) in row.iter_mut().enumerate() {
+        let e = exp_softmax(*x - shift);
+        lanes[i % 16] += e;
+        *x = match F16 {
+            true => f16::from_f32(e).to_f32(),
+            false => e,
+        };
     }
     sum_lanes(lanes)
 }
@@ -337,8 +360,8 @@ mod tests {
             // chosen, on lengths that end in every lane.
             #[cfg(target_arch = "x86_64")]
             for (name, form, here) in [
-                ("avx2", avx2::exp_shifted_sum as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
-                ("avx512", avx512::exp_shifted_sum, avx512::available()),
+                ("avx2", avx2::exp_shifted_sum::<false> as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
+                ("avx512", avx512::exp_shifted_sum::<false>, avx512::available()),
                 ("chosen", |r: &mut [f32], s| exp_shifted_sum(r, s), true),
             ] {
                 for n in [scores.len(), scores.len() - 1, 47, 33, 16, 7, 0] {
@@ -348,6 +371,31 @@ mod tests {
                         let want = exp_shifted_sum_scalar(&mut b, shift);
                         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
                         assert_eq!(got.to_bits(), want.to_bits(), "{name} sum of {n}, shift {shift}");
+                    }
+                }
+            }
+        }
+        // Kept rounded to f16: the same sum, each exponential as `f16` rounds it.
+        for shift in [0.0f32, 3.25] {
+            for n in [scores.len(), scores.len() - 1, 47, 33, 16, 7, 0] {
+                let mut exps = scores[..n].to_vec();
+                let want = exp_shifted_sum_scalar(&mut exps, shift);
+                let mut scalar = scores[..n].to_vec();
+                let sum = exp_shifted_sum_f16_scalar(&mut scalar, shift);
+                assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}");
+                let rounded = |e: &f32| f16::from_f32(*e).to_f32().to_bits();
+                assert!(scalar.iter().zip(&exps).all(|(r, e)| r.to_bits() == rounded(e)), "{n} rounded");
+                #[cfg(target_arch = "x86_64")]
+                for (name, form, here) in [
+                    ("avx2", avx2::exp_shifted_sum::<true> as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
+                    ("avx512", avx512::exp_shifted_sum::<true>, avx512::available()),
+                    ("chosen", |r: &mut [f32], s| exp_shifted_sum_f16(r, s), true),
+                ] {
+                    if here {
+                        let mut vector = scores[..n].to_vec();
+                        let sum = unsafe { form(&mut vector, shift) };
+                        assert_eq!(sum.to_bits(), want.to_bits(), "{name}: sum of {n}");
+                        assert!(vector.iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: {n}");
                     }
                 }
             }
