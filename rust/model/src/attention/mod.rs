@@ -1145,7 +1145,8 @@ unsafe fn span_softmax<L: Lanes>(
     if let Some(wb) = &mut paired {
         wb.resize(nq * fw, bf16::ZERO);
     }
-    // (bf16 values' exponentials are rounded where they are laid out to be weighed.)
+    // (bf16 values' exponentials are rounded where they are laid out to be
+    // weighed: into `paired` here, or by the weighing's f32 loops.)
     let f16_values = matches!(p.values, Rows::F16(_));
     span_m.clear();
     span_m.resize(nq, f32::NEG_INFINITY);
@@ -1404,9 +1405,11 @@ struct Bf16Weighing<'s> {
 /// a position of a pair the query does not see weighs zero). The span is
 /// framed on even positions, f0..f1; a block of value rows is laid out once
 /// for all the queries: in pair order and widened for the f32 loops, or
-/// interleaved in pairs for the paired products. A decoded token's few
-/// queries read the rows in place instead. `o` (`nq` rows of `hv`) may
-/// hold anything: each row is zeroed, or written whole by its first sums.
+/// interleaved in pairs for the paired products, whose weights the softmax
+/// laid out in `wb` already ([`span_softmax`]); the f32 loops' are laid out
+/// here from the exponentials in `scores`. A decoded token's few queries
+/// read the rows in place instead. `o` (`nq` rows of `hv`) may hold
+/// anything: each row is zeroed, or written whole by its first sums.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn weigh_bf16_span<L: Lanes>(
