@@ -175,7 +175,7 @@ fn fold_span(sc: &mut Scratch, hv: usize) {
     fold_scales.extend(acc_m.iter().zip(span_m.iter()).map(|(&am, &m)| am - am.max(m)));
     fold_scales.extend(acc_m.iter().zip(span_m.iter()).map(|(&am, &m)| m - am.max(m)));
     // Where both maxima are -inf the differences are NaN, not read.
-    crate::ops::exp_shifted_sum(fold_scales, 0.0);
+    crate::ops::exp_shifted_sum(fold_scales, 0.0, &[]);
     for qi in 0..nq {
         let (a, b) = (fold_scales[qi], fold_scales[nq + qi]);
         let (acc, span) = (&mut acc_o[qi * hv..][..hv], &o[qi * hv..][..hv]);
@@ -1152,32 +1152,43 @@ unsafe fn span_softmax<L: Lanes>(
     span_m.resize(nq, f32::NEG_INFINITY);
     span_l.clear();
     span_l.resize(nq, 0.0);
-    for j in j0..j1 {
+    // Query `qi`'s positions in the span, if it sees any.
+    let seen = |qi: usize| {
+        let j = j0 + qi / heads;
         let (a, b) = (p.first(j).max(s0), (p.start + j + 1).min(s1));
-        if a >= b {
-            continue;
-        }
-        let q0 = (j - j0) * heads;
-        for qi in q0..q0 + heads {
-            let row = &mut scores[qi * width..][a - s0..b - s0];
-            span_m[qi] = L::max(row);
-            span_l[qi] = match &mut paired {
-                // The paired products take a row over whole pairs of
-                // positions, so only a pair's unseen half need be zero.
-                Some(wb) => {
-                    let frame = &mut wb[qi * fw..][..fw];
-                    if a % 2 == 1 {
-                        frame[a - 1 - f0] = bf16::ZERO;
-                    }
-                    if b % 2 == 1 {
-                        frame[b - f0] = bf16::ZERO;
-                    }
-                    crate::ops::exp_shifted_sum_bf16(row, span_m[qi], &mut frame[a - f0..b - f0])
+        (a < b).then_some((a, b))
+    };
+    let mut rows = (0..nq).filter_map(|qi| seen(qi).map(|ab| (qi, ab))).peekable();
+    let Some(&(qi, (a, b))) = rows.peek() else { return };
+    // Each later row's maximum is read by the loop that exponentiates the row
+    // before it.
+    let mut m = L::max(&scores[qi * width..][a - s0..b - s0]);
+    while let Some((qi, (a, b))) = rows.next() {
+        span_m[qi] = m;
+        // The next row seen lies past this one.
+        let (this, rest) = scores.split_at_mut((qi + 1) * width);
+        let row = &mut this[qi * width..][a - s0..b - s0];
+        let next: &[f32] = match rows.peek() {
+            Some(&(qn, (a, b))) => &rest[(qn - qi - 1) * width..][a - s0..b - s0],
+            None => &[],
+        };
+        let e = match &mut paired {
+            // The paired products take a row over whole pairs of
+            // positions, so only a pair's unseen half need be zero.
+            Some(wb) => {
+                let frame = &mut wb[qi * fw..][..fw];
+                if a % 2 == 1 {
+                    frame[a - 1 - f0] = bf16::ZERO;
                 }
-                None if f16_values => crate::ops::exp_shifted_sum_f16(row, span_m[qi]),
-                None => crate::ops::exp_shifted_sum(row, span_m[qi]),
-            } as f64;
-        }
+                if b % 2 == 1 {
+                    frame[b - f0] = bf16::ZERO;
+                }
+                crate::ops::exp_shifted_sum_bf16(row, m, &mut frame[a - f0..b - f0], next)
+            }
+            None if f16_values => crate::ops::exp_shifted_sum_f16(row, m, next),
+            None => crate::ops::exp_shifted_sum(row, m, next),
+        };
+        (span_l[qi], m) = (e.sum as f64, e.next_max);
     }
 }
 

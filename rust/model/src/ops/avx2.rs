@@ -42,30 +42,48 @@ unsafe fn exp8<const SOFTMAX: bool>(x: __m256) -> __m256 {
 /// [`super::exp_shifted_sum`] on eight lanes, the sum's sixteen lanes in two
 /// vectors, a row's eight elements into one and the next eight into the
 /// other (`F16`: the exponentials kept rounded to f16, as
-/// [`super::exp_shifted_sum_f16`] keeps them).
+/// [`super::exp_shifted_sum_f16`] keeps them); `next` read beside, sixteen
+/// floats a step while they last, for its maximum.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f32) -> f32 {
+pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f32, next: &[f32]) -> ExpSum {
     let (n, p) = (row.len(), row.as_mut_ptr());
+    let (nn, q) = (next.len(), next.as_ptr());
     let s = _mm256_set1_ps(shift);
     let kept = |e: __m256| match F16 {
         true => _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(e)),
         false => e,
     };
     let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
+    let none = _mm256_set1_ps(f32::NEG_INFINITY);
+    let (mut max_a, mut max_b) = (none, none);
+    let (mut i, mut k) = (0, 0);
     while i + 16 <= n {
         let a = exp8::<true>(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), s));
         let b = exp8::<true>(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), s));
+        if k + 16 <= nn {
+            max_a = _mm256_max_ps(max_a, _mm256_loadu_ps(q.add(k)));
+            max_b = _mm256_max_ps(max_b, _mm256_loadu_ps(q.add(k + 8)));
+            k += 16;
+        }
         _mm256_storeu_ps(p.add(i), kept(a));
         _mm256_storeu_ps(p.add(i + 8), kept(b));
         lo = _mm256_add_ps(lo, a);
         hi = _mm256_add_ps(hi, b);
         i += 16;
     }
+    while k + 8 <= nn {
+        max_a = _mm256_max_ps(max_a, _mm256_loadu_ps(q.add(k)));
+        k += 8;
+    }
     let mut lanes = [0.0f32; 16];
     _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
     _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
-    exp_shifted_sum_from::<F16>(&mut row[i..], shift, lanes)
+    let mut maxima = [0.0f32; 8];
+    _mm256_storeu_ps(maxima.as_mut_ptr(), _mm256_max_ps(max_a, max_b));
+    ExpSum {
+        sum: exp_shifted_sum_from::<F16>(&mut row[i..], shift, lanes),
+        next_max: max_of(&next[k..]).max(max_of(&maxima)),
+    }
 }
 
 /// [`gelu_table`] on eight lanes: rounded to f16 as `f16::from_f32`

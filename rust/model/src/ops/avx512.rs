@@ -44,18 +44,26 @@ unsafe fn exp16(x: __m512) -> __m512 {
 /// The loop of both `exp_shifted_sum` forms over `n` floats at `src`:
 /// sixteen at a time, the last sixteen or fewer under a mask (element
 /// `i + k` into lane `k`), the sum's lanes in one vector; `store(i, e, mask)`
-/// keeps the exponentials of elements `i..` (those of the mask). A macro,
-/// so that `store` is a closure of the function it expands in and takes
-/// that function's target features.
+/// keeps the exponentials of elements `i..` (those of the mask). The `nn`
+/// floats at `next` are read beside, thirty-two a step while they last, for
+/// their maximum. A macro, so that `store` is a closure of the function it
+/// expands in and takes that function's target features.
 macro_rules! exp_sum_loop {
-    ($src:expr, $n:expr, $shift:expr, $store:expr) => {{
+    ($src:expr, $n:expr, $shift:expr, $next:expr, $store:expr) => {{
         let (p, n, s, store) = ($src, $n, _mm512_set1_ps($shift), $store);
-        let mut sum = _mm512_setzero_ps();
-        let mut i = 0;
+        let (q, nn): (*const f32, usize) = ($next.as_ptr(), $next.len());
+        let none = _mm512_set1_ps(f32::NEG_INFINITY);
+        let (mut sum, mut max_a, mut max_b) = (_mm512_setzero_ps(), none, none);
+        let (mut i, mut k) = (0, 0);
         // Two at a time: each is a chain of some fifteen dependent operations.
         while i + 32 <= n {
             let a = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), s));
             let b = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), s));
+            if k + 32 <= nn {
+                max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(q.add(k)));
+                max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(q.add(k + 16)));
+                k += 32;
+            }
             store(i, a, u16::MAX);
             store(i + 16, b, u16::MAX);
             sum = _mm512_add_ps(_mm512_add_ps(sum, a), b);
@@ -68,18 +76,23 @@ macro_rules! exp_sum_loop {
             sum = _mm512_add_ps(sum, a);
             i += 16;
         }
+        while k < nn {
+            let m: __mmask16 = (1u32 << (nn - k).min(16)).wrapping_sub(1) as u16;
+            max_a = _mm512_max_ps(max_a, _mm512_mask_loadu_ps(none, m, q.add(k)));
+            k += 16;
+        }
         let mut lanes = [0.0f32; 16];
         _mm512_storeu_ps(lanes.as_mut_ptr(), sum);
-        sum_lanes(lanes)
+        ExpSum { sum: sum_lanes(lanes), next_max: _mm512_reduce_max_ps(_mm512_max_ps(max_a, max_b)) }
     }};
 }
 
 /// [`super::exp_shifted_sum`] on sixteen lanes (`F16`: the exponentials
 /// kept rounded to f16, as [`super::exp_shifted_sum_f16`] keeps them).
 #[target_feature(enable = "avx2,fma,avx512f")]
-pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f32) -> f32 {
+pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f32, next: &[f32]) -> ExpSum {
     let (n, p) = (row.len(), row.as_mut_ptr());
-    exp_sum_loop!(p.cast_const(), n, shift, |i: usize, e: __m512, m: __mmask16| {
+    exp_sum_loop!(p.cast_const(), n, shift, next, |i: usize, e: __m512, m: __mmask16| {
         let e = match F16 {
             true => _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(e)),
             false => e,
@@ -95,9 +108,9 @@ pub(super) unsafe fn exp_shifted_sum<const F16: bool>(row: &mut [f32], shift: f3
 /// exponentials rounded by AVX-512 BF16's conversion (to nearest even, a
 /// subnormal read as a zero of its sign, as `to_bf16` rounds).
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(super) unsafe fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16]) -> f32 {
+pub(super) unsafe fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16], next: &[f32]) -> ExpSum {
     let (n, o) = (row.len().min(out.len()), out.as_mut_ptr());
-    exp_sum_loop!(row.as_ptr(), n, shift, |i: usize, e: __m512, m: __mmask16| {
+    exp_sum_loop!(row.as_ptr(), n, shift, next, |i: usize, e: __m512, m: __mmask16| {
         let narrowed = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
         match m {
             u16::MAX => _mm256_storeu_si256(o.add(i).cast(), narrowed),

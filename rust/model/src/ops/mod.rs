@@ -112,44 +112,59 @@ fn exp_in<const SOFTMAX: bool>(x: f32) -> f32 {
 /// exponentials are made, where a pass of its own would read the row again;
 /// sixteen lanes of f32 fill one AVX-512 vector, so that an addition per
 /// vector of exponentials is all it costs.
-pub fn exp_shifted_sum(row: &mut [f32], shift: f32) -> f32 {
-    exp_shifted_sum_in::<false>(row, shift)
+///
+/// `next` is the row whose numerators are taken after these: its largest
+/// element, the shift it needs, is read in the same loop, its loads hidden
+/// under this row's arithmetic. Taken in a pass of its own, from the
+/// second-level cache where a span's scores are, it was a quarter of the
+/// softmax's time (a prompt's at depth, sixteen lanes).
+pub fn exp_shifted_sum(row: &mut [f32], shift: f32, next: &[f32]) -> ExpSum {
+    exp_shifted_sum_in::<false>(row, shift, next)
+}
+
+/// What the `exp_shifted_sum` forms return.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpSum {
+    /// The sum of the row's exponentials (those not rounded).
+    pub sum: f32,
+    /// The largest element of `next` (-inf for none; exact, NaNs aside).
+    pub next_max: f32,
 }
 
 /// [`exp_shifted_sum`] with each exponential kept rounded to f16 (as
 /// `f16::from_f32` rounds) and widened back: an f16 cache's weights, rounded
 /// as they are made rather than in a pass of their own. The sum is that of
 /// the unrounded exponentials.
-pub fn exp_shifted_sum_f16(row: &mut [f32], shift: f32) -> f32 {
-    exp_shifted_sum_in::<true>(row, shift)
+pub fn exp_shifted_sum_f16(row: &mut [f32], shift: f32, next: &[f32]) -> ExpSum {
+    exp_shifted_sum_in::<true>(row, shift, next)
 }
 
-fn exp_shifted_sum_in<const F16: bool>(row: &mut [f32], shift: f32) -> f32 {
+fn exp_shifted_sum_in<const F16: bool>(row: &mut [f32], shift: f32, next: &[f32]) -> ExpSum {
     #[cfg(target_arch = "x86_64")]
     if avx512::available() {
         // SAFETY: the CPU has the features `avx512` needs.
-        return unsafe { avx512::exp_shifted_sum::<F16>(row, shift) };
+        return unsafe { avx512::exp_shifted_sum::<F16>(row, shift, next) };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has the features `avx` needs.
-        return unsafe { avx2::exp_shifted_sum::<F16>(row, shift) };
+        return unsafe { avx2::exp_shifted_sum::<F16>(row, shift, next) };
     }
-    exp_shifted_sum_from::<F16>(row, shift, [0.0; 16])
+    ExpSum { sum: exp_shifted_sum_from::<F16>(row, shift, [0.0; 16]), next_max: max_of(next) }
 }
 
 /// [`exp_shifted_sum`] with each exponential rounded to bf16 (as
 /// [`to_bf16`] rounds) into `out` rather than kept in `row`: a bf16 cache's
 /// weights, laid out as the exponentials are made rather than read back.
 /// The sum is that of the unrounded exponentials, as in [`exp_shifted_sum`].
-pub fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16]) -> f32 {
+pub fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf16], next: &[f32]) -> ExpSum {
     assert!(out.len() >= row.len(), "one bf16 per exponential");
     #[cfg(target_arch = "x86_64")]
     if avx512::bf16_available() {
         // SAFETY: the CPU has the features `avx512::exp_shifted_sum_bf16` needs.
-        return unsafe { avx512::exp_shifted_sum_bf16(row, shift, out) };
+        return unsafe { avx512::exp_shifted_sum_bf16(row, shift, out, next) };
     }
-    exp_shifted_sum_bf16_scalar(row, shift, out)
+    ExpSum { sum: exp_shifted_sum_bf16_scalar(row, shift, out), next_max: max_of(next) }
 }
 
 /// [`exp_shifted_sum_bf16`] without SIMD.
@@ -161,6 +176,11 @@ pub fn exp_shifted_sum_bf16_scalar(row: &[f32], shift: f32, out: &mut [bf16]) ->
         *o = to_bf16(e);
     }
     sum_lanes(lanes)
+}
+
+/// The largest element of `row`, -inf for none (NaNs aside).
+fn max_of(row: &[f32]) -> f32 {
+    row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
 }
 
 /// [`exp_shifted_sum`] without SIMD: the definition the vector forms are tested against.
@@ -344,6 +364,11 @@ mod tests {
         // The softmax's inputs: scores never above the shift (a NaN aside).
         let mut scores: Vec<f32> = xs.iter().map(|x| -x.abs()).collect();
         scores.push(f32::NAN);
+        // The rows read beside for their maxima: longer and shorter than the
+        // row, ending in every lane, and none.
+        let ahead: Vec<f32> = xs.iter().rev().map(|x| x * 0.5 - 3.0).collect();
+        let next = |n: usize| &ahead[..(n * 7 + 5) % ahead.len().min(97)];
+        let next_max = |n: usize| next(n).iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         for shift in [0.0f32, 3.25, 7.5] {
             let mut b = scores.clone();
             let want = exp_shifted_sum_scalar(&mut b, shift);
@@ -360,17 +385,18 @@ mod tests {
             // chosen, on lengths that end in every lane.
             #[cfg(target_arch = "x86_64")]
             for (name, form, here) in [
-                ("avx2", avx2::exp_shifted_sum::<false> as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
+                ("avx2", avx2::exp_shifted_sum::<false> as unsafe fn(&mut [f32], f32, &[f32]) -> ExpSum, avx2::available()),
                 ("avx512", avx512::exp_shifted_sum::<false>, avx512::available()),
-                ("chosen", |r: &mut [f32], s| exp_shifted_sum(r, s), true),
+                ("chosen", |r: &mut [f32], s, next: &[f32]| exp_shifted_sum(r, s, next), true),
             ] {
                 for n in [scores.len(), scores.len() - 1, 47, 33, 16, 7, 0] {
                     if here {
                         let (mut a, mut b) = (scores[..n].to_vec(), scores[..n].to_vec());
-                        let got = unsafe { form(&mut a, shift) };
+                        let got = unsafe { form(&mut a, shift, next(n)) };
                         let want = exp_shifted_sum_scalar(&mut b, shift);
                         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name} shift {shift}");
-                        assert_eq!(got.to_bits(), want.to_bits(), "{name} sum of {n}, shift {shift}");
+                        assert_eq!(got.sum.to_bits(), want.to_bits(), "{name} sum of {n}, shift {shift}");
+                        assert_eq!(got.next_max, next_max(n), "{name}: the next row's maximum ({n})");
                     }
                 }
             }
@@ -387,14 +413,15 @@ mod tests {
                 assert!(scalar.iter().zip(&exps).all(|(r, e)| r.to_bits() == rounded(e)), "{n} rounded");
                 #[cfg(target_arch = "x86_64")]
                 for (name, form, here) in [
-                    ("avx2", avx2::exp_shifted_sum::<true> as unsafe fn(&mut [f32], f32) -> f32, avx2::available()),
+                    ("avx2", avx2::exp_shifted_sum::<true> as unsafe fn(&mut [f32], f32, &[f32]) -> ExpSum, avx2::available()),
                     ("avx512", avx512::exp_shifted_sum::<true>, avx512::available()),
-                    ("chosen", |r: &mut [f32], s| exp_shifted_sum_f16(r, s), true),
+                    ("chosen", |r: &mut [f32], s, next: &[f32]| exp_shifted_sum_f16(r, s, next), true),
                 ] {
                     if here {
                         let mut vector = scores[..n].to_vec();
-                        let sum = unsafe { form(&mut vector, shift) };
-                        assert_eq!(sum.to_bits(), want.to_bits(), "{name}: sum of {n}");
+                        let got = unsafe { form(&mut vector, shift, next(n)) };
+                        assert_eq!(got.sum.to_bits(), want.to_bits(), "{name}: sum of {n}");
+                        assert_eq!(got.next_max, next_max(n), "{name}: the next row's maximum ({n})");
                         assert!(vector.iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: {n}");
                     }
                 }
@@ -411,15 +438,17 @@ mod tests {
                 assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}");
                 assert!(scalar.iter().zip(&exps).all(|(b, &e)| b.to_bits() == to_bf16(e).to_bits()), "{n} rounded");
                 let mut chosen = vec![bf16::ONE; n + 1];
-                let sum = exp_shifted_sum_bf16(&scores[..n], shift, &mut chosen);
-                assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}, as chosen");
+                let got = exp_shifted_sum_bf16(&scores[..n], shift, &mut chosen, next(n));
+                assert_eq!(got.sum.to_bits(), want.to_bits(), "sum of {n}, as chosen");
+                assert_eq!(got.next_max, next_max(n), "the next row's maximum ({n}), as chosen");
                 assert!(chosen[..n].iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} as chosen");
                 assert_eq!(chosen[n], bf16::ONE, "past the row");
                 #[cfg(target_arch = "x86_64")]
                 if ember_quant::SimdLevel::Avx512Bf16.runs_here() {
                     let mut vector = vec![bf16::ONE; n + 1];
-                    let sum = unsafe { avx512::exp_shifted_sum_bf16(&scores[..n], shift, &mut vector) };
-                    assert_eq!(sum.to_bits(), want.to_bits(), "sum of {n}, AVX-512 BF16");
+                    let got = unsafe { avx512::exp_shifted_sum_bf16(&scores[..n], shift, &mut vector, next(n + 1)) };
+                    assert_eq!(got.sum.to_bits(), want.to_bits(), "sum of {n}, AVX-512 BF16");
+                    assert_eq!(got.next_max, next_max(n + 1), "the next row's maximum ({n}), AVX-512 BF16");
                     assert!(vector[..n].iter().zip(&scalar).all(|(a, b)| a.to_bits() == b.to_bits()), "{n} converted");
                     assert_eq!(vector[n], bf16::ONE, "past the row, AVX-512 BF16");
                 }
