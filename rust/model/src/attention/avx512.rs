@@ -806,6 +806,31 @@ unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out:
     super::lanes::pair_bf16_values(first.map(|r| &r[i..]), second.map(|r| &r[i..]), &mut out[2 * i..]);
 }
 
+/// [`super::lanes::round_bf16_pairs`] sixteen at a time, the rounding in
+/// integers (to nearest even; a subnormal to a zero of its sign), the pairs
+/// swapped within each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn round_bf16_pairs(src: &[f32], dst: &mut [f32]) {
+    assert!(src.len().is_multiple_of(2) && dst.len() >= src.len(), "whole pairs");
+    let n = src.len();
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let (half, exponent, sign) =
+        (_mm512_set1_epi32(0x7fff), _mm512_set1_epi32(0x7f80_0000), _mm512_set1_epi32(i32::MIN));
+    let mut i = 0;
+    while i + 16 <= n {
+        let x = _mm512_loadu_si512(s.add(i).cast());
+        let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
+        let rounded = _mm512_add_epi32(x, _mm512_add_epi32(half, odd));
+        let rounded = _mm512_and_si512(rounded, _mm512_set1_epi32(-0x1_0000));
+        let subnormal = _mm512_testn_epi32_mask(x, exponent);
+        let rounded = _mm512_mask_and_epi32(rounded, subnormal, x, sign);
+        _mm512_storeu_ps(d.add(i), _mm512_permute_ps::<0b10_11_00_01>(_mm512_castsi512_ps(rounded)));
+        i += 16;
+    }
+    super::lanes::round_bf16_pairs(&src[i..], &mut dst[i..n]);
+}
+
 /// [`Lanes::scores8_bf16_n`]: per step of sixteen elements, the halves of
 /// keys `r` and `r + 4` in one register, its 32-bit lanes split into the odd
 /// elements (the high halves) and the even ones (the low halves, shifted
@@ -865,6 +890,10 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     #[inline(always)]
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
         pair_bf16_values(first, second, out)
+    }
+    #[inline(always)]
+    unsafe fn round_bf16_pairs(src: &[f32], dst: &mut [f32]) {
+        round_bf16_pairs(src, dst)
     }
     #[inline(always)]
     unsafe fn scores16_bf16_scaled(q: &[bf16], count: usize, n: usize, keys: &[bf16], valid: usize, scale: f32,

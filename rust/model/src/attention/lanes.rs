@@ -1,7 +1,7 @@
 //! The element loops attention is written over ([`Lanes`]), and their
 //! scalar form ([`Scalar`]): the definition the vector forms round as.
 
-use ember_kv::{Rows, Q8_0_BLOCK, Q8_0_BYTES};
+use ember_kv::{to_bf16, Rows, Q8_0_BLOCK, Q8_0_BYTES};
 use half::{bf16, f16};
 
 /// Queries quantized to Q8_0 (as long as a key each, query `i` at
@@ -151,6 +151,10 @@ pub(super) trait Lanes {
     /// [`pair_bf16_values`].
     unsafe fn pair_bf16_values(first: Option<&[bf16]>, second: Option<&[bf16]>, out: &mut [bf16]) {
         pair_bf16_values(first, second, out)
+    }
+    /// [`round_bf16_pairs`].
+    unsafe fn round_bf16_pairs(src: &[f32], dst: &mut [f32]) {
+        round_bf16_pairs(src, dst)
     }
     /// The largest element (-inf for none; the scores are never NaN). Exact,
     /// so any order gives it.
@@ -319,6 +323,17 @@ pub(super) fn transpose_f32_keys(keys: &[&[f32]], blocks: usize, n: usize, out: 
     for (c, d) in out[..16 * blocks * n].iter_mut().enumerate() {
         let (b, e, i) = (c / (16 * n), c / 16 % n, c % 16);
         *d = keys.get(16 * b + i).and_then(|k| k.get(e)).copied().unwrap_or(0.0);
+    }
+}
+
+/// A run of exponentials from an even position rounded to bf16 (as
+/// `to_bf16` rounds), widened, and laid out in [`bf16_pair_order`]:
+/// `dst[i ^ 1]` from `src[i]`, over an even count. Exponentials are never
+/// NaN (the vector forms need not quiet one).
+pub(super) fn round_bf16_pairs(src: &[f32], dst: &mut [f32]) {
+    assert!(src.len().is_multiple_of(2) && dst.len() >= src.len(), "whole pairs");
+    for (i, &w) in src.iter().enumerate() {
+        dst[bf16_pair_order(i)] = to_bf16(w).to_f32();
     }
 }
 

@@ -68,7 +68,7 @@ mod avx512;
 
 use lanes::{bf16_pair_order, Lanes, Q8Queries, Scalar, BF16_STEP};
 #[cfg(test)]
-use lanes::{bf16_lane_order, pair_bf16_values, transpose_bf16_keys, transpose_f32_keys};
+use lanes::{bf16_lane_order, pair_bf16_values, round_bf16_pairs, transpose_bf16_keys, transpose_f32_keys};
 #[cfg(test)]
 use lanes::{dot8, fma_row};
 
@@ -1382,8 +1382,8 @@ fn bf16_frame(s0: usize, s1: usize) -> (usize, usize) {
 /// span's frame ([`bf16_frame`]); a position a query does not see weighs 0.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn lay_out_span_weights(p: &Plan, j0: usize, j1: usize, per_row: usize, s0: usize, s1: usize, scores: &[f32],
-                        w_pairs: &mut Vec<f32>) {
+unsafe fn lay_out_span_weights<L: Lanes>(p: &Plan, j0: usize, j1: usize, per_row: usize, s0: usize, s1: usize,
+                                         scores: &[f32], w_pairs: &mut Vec<f32>) {
     let (f0, fw) = bf16_frame(s0, s1);
     let width = s1 - s0;
     w_pairs.clear();
@@ -1393,10 +1393,20 @@ fn lay_out_span_weights(p: &Plan, j0: usize, j1: usize, per_row: usize, s0: usiz
         if a >= b {
             continue;
         }
+        // Whole pairs from the first even position on; an odd first position
+        // and an even last one have their pairs' other halves unseen.
+        let (ae, be) = (a.next_multiple_of(2), b & !1);
+        let weight = |row: &[f32], pos: usize| to_bf16(row[pos - s0]).to_f32();
         for qi in (j - j0) * per_row..(j - j0 + 1) * per_row {
-            let frame = &mut w_pairs[qi * fw..][..fw];
-            for (pos, &w) in (a..b).zip(&scores[qi * width + a - s0..]) {
-                frame[bf16_pair_order(pos) - f0] = to_bf16(w).to_f32();
+            let (frame, row) = (&mut w_pairs[qi * fw..][..fw], &scores[qi * width..][..width]);
+            if a % 2 == 1 {
+                frame[bf16_pair_order(a) - f0] = weight(row, a);
+            }
+            if ae < be {
+                L::round_bf16_pairs(&row[ae - s0..be - s0], &mut frame[ae - f0..be - f0]);
+            }
+            if b % 2 == 1 {
+                frame[bf16_pair_order(b - 1) - f0] = weight(row, b - 1);
             }
         }
     }
@@ -1445,7 +1455,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     // bf16s in position order, by the softmax.
     let paired = weighs_paired::<L>(p, nq);
     if !paired {
-        lay_out_span_weights(p, j0, j1, heads, s0, s1, scores, w_pairs);
+        lay_out_span_weights::<L>(p, j0, j1, heads, s0, s1, scores, w_pairs);
     }
     let ring = p.cache.ring_rows(p.il, s0);
     let value = |pos: usize| (s0..s1).contains(&pos).then(|| &vc[ring.row(pos) * p.vw + kvh * hv..][..hv]);
@@ -1565,7 +1575,7 @@ unsafe fn weigh_rows_bf16<L: Lanes>(
     let (f0, fw) = bf16_frame(s0, s1);
     let f1 = f0 + fw;
     let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
-    lay_out_span_weights(p, j0, j1, hh, s0, s1, scores, w_pairs);
+    lay_out_span_weights::<L>(p, j0, j1, hh, s0, s1, scores, w_pairs);
     zeros.clear();
     zeros.resize(hv, bf16::ZERO);
     let ring = p.cache.ring_rows(p.il, s0);
@@ -2050,6 +2060,21 @@ mod tests {
                 pair_bf16_values(first, second, &mut scalar);
                 assert_eq!(bits(&vector), bits(&scalar), "pairs {n}");
             }
+        }
+        // Exponentials rounded in pair order: ties both ways, subnormals,
+        // zeros of both signs, a value that rounds to infinity.
+        let special = [special.as_slice(), &[f32::from_bits(0x7f7f_ffff)]].concat();
+        for n in [0, 2, 14, 16, 30, 32, 34, 64, 100] {
+            let mut x = rng.vec(n, 1.0);
+            for (i, &v) in special.iter().enumerate().take(n) {
+                x[(i * 7) % n] = v;
+            }
+            let (mut vector, mut scalar) = (vec![f32::NAN; n + 1], vec![f32::NAN; n + 1]);
+            unsafe { avx512::Avx512::<false>::round_bf16_pairs(&x, &mut vector) };
+            round_bf16_pairs(&x, &mut scalar);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&vector), bits(&scalar), "rounded pairs {n}");
+            assert!(vector[n].is_nan(), "nothing written past the run");
         }
     }
 
