@@ -23,34 +23,109 @@ impl Throughput {
     }
 }
 
-/// A session of room for `extra` tokens after `depth`, holding `depth` already.
-fn session_at(model: &Model, depth: &[u32], extra: usize, max_batch: usize, kv: KvType) -> Result<crate::forward::Session> {
-    let mut s = model.try_new_session((depth.len() + extra).max(1), max_batch, kv)?;
-    if !depth.is_empty() {
-        model.prefill(&mut s, depth, Logits::Last)?;
-    }
-    Ok(s)
+/// One test's context, kept from run to run as llama-bench keeps its
+/// context: the held tokens read once, each run's tokens cut off again after
+/// it. Every run after the first then meets cache rows already in memory,
+/// where a fresh session's timed pass faulted in the pages of the rows it
+/// wrote.
+pub struct Context {
+    held: Vec<u32>,
+    room: usize,
+    max_batch: usize,
+    kv: KvType,
+    session: crate::forward::Session,
+    runs: usize,
 }
 
-/// Prompt processing: `prompt` read after `depth` tokens.
-pub fn prompt_processing(model: &Model, depth: &[u32], prompt: &[u32], max_batch: usize, kv: KvType) -> Result<Throughput> {
-    let mut s = session_at(model, depth, prompt.len(), max_batch, kv)?;
+impl Context {
+    /// The positions the context holds between runs.
+    pub fn positions(&self) -> usize {
+        self.session.cache.len()
+    }
+
+    /// The runs this context has served.
+    pub fn runs(&self) -> usize {
+        self.runs
+    }
+
+    /// The context `kept` if it holds `depth` with room for `extra` tokens
+    /// more (in the same batch size and cache type), else a new one holding
+    /// `depth`, kept there instead.
+    fn for_test<'c>(kept: &'c mut Option<Context>, model: &Model, depth: &[u32], extra: usize, max_batch: usize,
+                    kv: KvType) -> Result<&'c mut crate::forward::Session> {
+        let fits = |c: &Context| {
+            c.held == depth && c.room >= depth.len() + extra && c.max_batch == max_batch && c.kv == kv
+        };
+        if !kept.as_ref().is_some_and(fits) {
+            *kept = None;
+            let room = (depth.len() + extra).max(1);
+            let mut session = model.try_new_session(room, max_batch, kv)?;
+            if !depth.is_empty() {
+                model.prefill(&mut session, depth, Logits::Last)?;
+            }
+            *kept = Some(Context { held: depth.to_vec(), room, max_batch, kv, session, runs: 0 });
+        }
+        Ok(&mut kept.as_mut().expect("kept above").session)
+    }
+
+    /// Cuts a run's tokens off again; where the cache cannot give back only
+    /// those (a recurrent state holds every position), the context is
+    /// dropped and the next run reads the held tokens afresh.
+    fn after_run(kept: &mut Option<Context>) {
+        if let Some(c) = kept {
+            let n = c.held.len();
+            c.runs += 1;
+            if c.session.cache.truncate(n) != n {
+                *kept = None;
+            }
+        }
+    }
+}
+
+/// Prompt processing: `prompt` read after `depth` tokens, in the context
+/// `kept` holds where it fits (see [`Context`]).
+pub fn prompt_processing(model: &Model, kept: &mut Option<Context>, depth: &[u32], prompt: &[u32], max_batch: usize,
+                         kv: KvType) -> Result<Throughput> {
+    let s = Context::for_test(kept, model, depth, prompt.len(), max_batch, kv)?;
     let t0 = Instant::now();
-    model.prefill(&mut s, prompt, Logits::Last)?;
-    Ok(Throughput { tokens: prompt.len(), seconds: t0.elapsed().as_secs_f64() })
+    let read = model.prefill(s, prompt, Logits::Last);
+    let seconds = t0.elapsed().as_secs_f64();
+    match read {
+        Ok(_) => Context::after_run(kept),
+        Err(e) => {
+            *kept = None;
+            return Err(e);
+        }
+    }
+    Ok(Throughput { tokens: prompt.len(), seconds })
 }
 
 /// Text generation: `n` single-token passes after `depth` tokens, each token
-/// the argmax of the last logits (the first is `first`).
-pub fn text_generation(model: &Model, depth: &[u32], first: u32, n: usize, max_batch: usize, kv: KvType) -> Result<Throughput> {
-    let mut s = session_at(model, depth, n, max_batch, kv)?;
+/// the argmax of the last logits (the first is `first`), in the context
+/// `kept` holds where it fits.
+pub fn text_generation(model: &Model, kept: &mut Option<Context>, depth: &[u32], first: u32, n: usize,
+                       max_batch: usize, kv: KvType) -> Result<Throughput> {
+    let s = Context::for_test(kept, model, depth, n, max_batch, kv)?;
     let mut token = first;
     let t0 = Instant::now();
-    for _ in 0..n {
-        let logits = model.forward(&mut s, &[token], Logits::Last)?;
-        token = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
+    let mut decode = || -> Result<()> {
+        for _ in 0..n {
+            let logits = model.forward(s, &[token], Logits::Last)?;
+            token = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
+                as u32;
+        }
+        Ok(())
+    };
+    let decoded = decode();
+    let seconds = t0.elapsed().as_secs_f64();
+    match decoded {
+        Ok(()) => Context::after_run(kept),
+        Err(e) => {
+            *kept = None;
+            return Err(e);
+        }
     }
-    Ok(Throughput { tokens: n, seconds: t0.elapsed().as_secs_f64() })
+    Ok(Throughput { tokens: n, seconds })
 }
 
 /// What decoding one token reads: the weights and the cache, in bytes.

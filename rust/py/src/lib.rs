@@ -237,6 +237,8 @@ pub(crate) struct Model {
     slot: Arc<std::sync::Mutex<Option<Slot>>>,
     /// Why a device was asked for and the model runs on the CPU all the same.
     device_note: Option<String>,
+    /// The last bench test's context, kept for its next run.
+    bench: std::sync::Mutex<Option<ember_model::bench::Context>>,
 }
 
 #[pymethods]
@@ -275,7 +277,8 @@ impl Model {
             None => None,
         };
         let n_ctx = if n_ctx == 0 { inner.config.n_ctx_train } else { n_ctx };
-        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default(), device_note })
+        Ok(Model { inner: Arc::new(inner), n_ctx, max_batch, kv_type: kv, slot: Default::default(), device_note,
+                   bench: Default::default() })
     }
 
     /// Where the model runs: None on the CPU, else the device's name,
@@ -538,13 +541,17 @@ impl Model {
 
     /// Seconds to read `ids` (logits of the last position only) into a
     /// context already holding `depth`, read before the clock starts, as
-    /// llama-bench's `pp` measures it.
+    /// llama-bench's `pp` measures it; as llama-bench keeps its context from
+    /// run to run, the context is kept for the next run of the same test.
     #[pyo3(signature = (ids, depth = Vec::new()))]
     fn bench_prompt(&self, py: Python<'_>, ids: Vec<u32>, depth: Vec<u32>) -> PyResult<f64> {
         self.check_ids(&ids)?;
         self.check_ids(&depth)?;
         let (max_batch, kv) = (self.max_batch, self.kv_type);
-        py.detach(|| ember_model::bench::prompt_processing(&self.inner, &depth, &ids, max_batch, kv))
+        py.detach(|| {
+            let mut kept = self.bench.lock().unwrap();
+            ember_model::bench::prompt_processing(&self.inner, &mut kept, &depth, &ids, max_batch, kv)
+        })
             .map(|t| t.seconds)
             .map_err(map_err)
     }
@@ -583,7 +590,10 @@ impl Model {
         self.check_ids(&[first])?;
         self.check_ids(&depth)?;
         let (max_batch, kv) = (self.max_batch, self.kv_type);
-        py.detach(|| ember_model::bench::text_generation(&self.inner, &depth, first, n, max_batch, kv))
+        py.detach(|| {
+            let mut kept = self.bench.lock().unwrap();
+            ember_model::bench::text_generation(&self.inner, &mut kept, &depth, first, n, max_batch, kv)
+        })
             .map(|t| t.seconds)
             .map_err(map_err)
     }
