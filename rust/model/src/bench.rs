@@ -25,9 +25,8 @@ impl Throughput {
 
 /// One test's context, kept from run to run as llama-bench keeps its
 /// context: the held tokens read once, each run's tokens cut off again after
-/// it. Every run after the first then meets cache rows already in memory,
-/// where a fresh session's timed pass faulted in the pages of the rows it
-/// wrote.
+/// it, so that every run after the first meets cache rows already in
+/// memory, as llama-bench's runs do.
 pub struct Context {
     held: Vec<u32>,
     room: usize,
