@@ -67,17 +67,28 @@ impl Context {
         Ok(&mut kept.as_mut().expect("kept above").session)
     }
 
-    /// Cuts a run's tokens off again; where the cache cannot give back only
-    /// those (a recurrent state holds every position), the context is
-    /// dropped and the next run reads the held tokens afresh.
-    fn after_run(kept: &mut Option<Context>) {
-        if let Some(c) = kept {
-            let n = c.held.len();
-            c.runs += 1;
-            if c.session.cache.truncate(n) != n {
-                *kept = None;
+    /// Seconds `run` takes in the test's context, the run's tokens cut off
+    /// after it. Where the cache cannot give back only those (a recurrent
+    /// state holds every position), or the run fails, the context is dropped
+    /// and the next run reads the held tokens afresh.
+    #[allow(clippy::too_many_arguments)]
+    fn timed(kept: &mut Option<Context>, model: &Model, depth: &[u32], extra: usize, max_batch: usize, kv: KvType,
+             run: impl FnOnce(&mut crate::forward::Session) -> Result<()>) -> Result<f64> {
+        let s = Self::for_test(kept, model, depth, extra, max_batch, kv)?;
+        let t0 = Instant::now();
+        let ran = run(s);
+        let seconds = t0.elapsed().as_secs_f64();
+        let cut_back = match (&ran, kept.as_mut()) {
+            (Ok(()), Some(c)) => {
+                c.runs += 1;
+                c.session.cache.truncate(depth.len()) == depth.len()
             }
+            _ => false,
+        };
+        if !cut_back {
+            *kept = None;
         }
+        ran.map(|()| seconds)
     }
 }
 
@@ -85,17 +96,8 @@ impl Context {
 /// `kept` holds where it fits (see [`Context`]).
 pub fn prompt_processing(model: &Model, kept: &mut Option<Context>, depth: &[u32], prompt: &[u32], max_batch: usize,
                          kv: KvType) -> Result<Throughput> {
-    let s = Context::for_test(kept, model, depth, prompt.len(), max_batch, kv)?;
-    let t0 = Instant::now();
-    let read = model.prefill(s, prompt, Logits::Last);
-    let seconds = t0.elapsed().as_secs_f64();
-    match read {
-        Ok(_) => Context::after_run(kept),
-        Err(e) => {
-            *kept = None;
-            return Err(e);
-        }
-    }
+    let read = |s: &mut crate::forward::Session| model.prefill(s, prompt, Logits::Last).map(|_| ());
+    let seconds = Context::timed(kept, model, depth, prompt.len(), max_batch, kv, read)?;
     Ok(Throughput { tokens: prompt.len(), seconds })
 }
 
@@ -104,10 +106,8 @@ pub fn prompt_processing(model: &Model, kept: &mut Option<Context>, depth: &[u32
 /// `kept` holds where it fits.
 pub fn text_generation(model: &Model, kept: &mut Option<Context>, depth: &[u32], first: u32, n: usize,
                        max_batch: usize, kv: KvType) -> Result<Throughput> {
-    let s = Context::for_test(kept, model, depth, n, max_batch, kv)?;
-    let mut token = first;
-    let t0 = Instant::now();
-    let mut decode = || -> Result<()> {
+    let decode = |s: &mut crate::forward::Session| {
+        let mut token = first;
         for _ in 0..n {
             let logits = model.forward(s, &[token], Logits::Last)?;
             token = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
@@ -115,15 +115,7 @@ pub fn text_generation(model: &Model, kept: &mut Option<Context>, depth: &[u32],
         }
         Ok(())
     };
-    let decoded = decode();
-    let seconds = t0.elapsed().as_secs_f64();
-    match decoded {
-        Ok(()) => Context::after_run(kept),
-        Err(e) => {
-            *kept = None;
-            return Err(e);
-        }
-    }
+    let seconds = Context::timed(kept, model, depth, n, max_batch, kv, decode)?;
     Ok(Throughput { tokens: n, seconds })
 }
 
