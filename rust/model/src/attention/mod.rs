@@ -548,6 +548,14 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// The positions of s0..s1 (a span, or a block of it) query row `j`
+    /// sees, as (first, end): none
+    /// where first >= end.
+    #[inline]
+    fn seen(&self, j: usize, s0: usize, s1: usize) -> (usize, usize) {
+        (self.first(j).max(s0), (self.start + j + 1).min(s1))
+    }
+
     /// The query rows among j0..j1 that see position `p`.
     #[inline]
     fn rows_seeing(&self, p: usize, j0: usize, j1: usize) -> std::ops::Range<usize> {
@@ -951,7 +959,7 @@ unsafe fn span<L: Lanes>(
         // DIRECT_QUERIES) at once.
         let (mut direct_q, mut n_direct) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
         for j in ja..jb {
-            let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
+            let (a, b) = p.seen(j, b0, b1);
             if a >= b {
                 continue;
             }
@@ -1004,7 +1012,7 @@ unsafe fn span<L: Lanes>(
 
     let paired = weighs_paired::<L>(p, nq).then_some(&mut *wb);
     span_softmax::<L>(p, j0, j1, heads, s0, s1, scores, paired, span_m, span_l);
-    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
+    let seen = |j: usize| p.seen(j, s0, s1);
 
     // Outputs: the value rows weighted by the exponentials, in position
     // order (bf16 values in pairs of positions, apart), a block of value rows
@@ -1055,7 +1063,7 @@ unsafe fn span<L: Lanes>(
             head_row::<L>(&p.values, ring.row(pos), p.vw, kvh, hv, &mut v32[(pos - c0) * hv..][..hv]);
         }
         let (ja, jb) = (p.rows_seeing(c0, j0, j1).start, p.rows_seeing(c1 - 1, j0, j1).end);
-        let seen = |j: usize| (p.first(j).max(c0), (p.start + j + 1).min(c1));
+        let seen = |j: usize| p.seen(j, c0, c1);
         let mut j = ja;
         while j < jb {
             let (a, b) = seen(j);
@@ -1155,7 +1163,7 @@ unsafe fn span_softmax<L: Lanes>(
     // Query `qi`'s positions in the span, if it sees any.
     let seen = |qi: usize| {
         let j = j0 + qi / heads;
-        let (a, b) = (p.first(j).max(s0), (p.start + j + 1).min(s1));
+        let (a, b) = p.seen(j, s0, s1);
         (a < b).then_some((a, b))
     };
     let mut rows = (0..nq).filter_map(|qi| seen(qi).map(|ab| (qi, ab))).peekable();
@@ -1279,7 +1287,7 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
             let key = |i: usize| kc.as_ptr().add(2 * (rows8[i] * p.kw + kvh * hk));
             let (mut seen, mut n) = ([(0usize, 0usize, 0usize); DIRECT_QUERIES], 0);
             for j in ja..jb {
-                let (a, b) = (p.first(j).max(b0), (p.start + j + 1).min(b1));
+                let (a, b) = p.seen(j, b0, b1);
                 if a >= b {
                     continue;
                 }
@@ -1322,7 +1330,7 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
         for g in 0..p.kv_groups {
             let kvh = kvh0 + g;
             for j in j0..j1 {
-                let (a, b) = (p.first(j).max(c0), (p.start + j + 1).min(c1));
+                let (a, b) = p.seen(j, c0, c1);
                 if a >= b {
                     continue;
                 }
@@ -1389,7 +1397,7 @@ unsafe fn lay_out_span_weights<L: Lanes>(p: &Plan, j0: usize, j1: usize, per_row
     w_pairs.clear();
     w_pairs.resize((j1 - j0) * per_row * fw, 0.0);
     for j in j0..j1 {
-        let (a, b) = (p.first(j).max(s0), (p.start + j + 1).min(s1));
+        let (a, b) = p.seen(j, s0, s1);
         if a >= b {
             continue;
         }
@@ -1450,7 +1458,7 @@ unsafe fn weigh_bf16_span<L: Lanes>(
     let (hv, nq) = (p.hv, (j1 - j0) * heads);
     let (f0, fw) = bf16_frame(s0, s1);
     let f1 = f0 + fw;
-    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
+    let seen = |j: usize| p.seen(j, s0, s1);
     // Weighed by the paired products, the weights are laid out already, as
     // bf16s in position order, by the softmax.
     let paired = weighs_paired::<L>(p, nq);
@@ -1574,7 +1582,7 @@ unsafe fn weigh_rows_bf16<L: Lanes>(
     let kvh0 = h0 / p.group;
     let (f0, fw) = bf16_frame(s0, s1);
     let f1 = f0 + fw;
-    let seen = |j: usize| (p.first(j).max(s0), (p.start + j + 1).min(s1));
+    let seen = |j: usize| p.seen(j, s0, s1);
     lay_out_span_weights::<L>(p, j0, j1, hh, s0, s1, scores, w_pairs);
     zeros.clear();
     zeros.resize(hv, bf16::ZERO);
