@@ -28,6 +28,11 @@ const SPIN: u32 = 1 << 11;
 /// model leave the cores to others.
 const YIELDS_BEFORE_PARK: u32 = 1 << 12;
 
+/// Runs of rows [`Pool::rows_mut`] makes per thread: enough that a thread
+/// slowed by others on its core still finds work left, few enough that the
+/// shared counter is taken rarely.
+const RUNS_PER_THREAD: usize = 8;
+
 /// The job in flight: a type-erased `&dyn Fn(usize)` as a data pointer and a
 /// monomorphized caller, each stored atomically before the generation bump.
 struct Shared {
@@ -150,14 +155,20 @@ impl Pool {
         });
     }
 
-    /// Calls `f(j, row)` for each `width`-wide row of `data`.
+    /// Calls `f(j, row)` for each `width`-wide row of `data`, the rows
+    /// handed out in runs: a prompt's rows are short work (a norm, a
+    /// quantized activation), and one shared counter taken per row cost more
+    /// than many of them, its cache line going from core to core.
     pub fn rows_mut<T: Send>(&self, data: &mut [T], width: usize, f: impl Fn(usize, &mut [T]) + Sync) {
         let n = data.len() / width;
+        let run = n.div_ceil(RUNS_PER_THREAD * self.threads()).max(1);
         let base = SyncPtr(data.as_mut_ptr());
-        self.for_each(n, |j| {
-            // SAFETY: item j is handed to exactly one thread and rows are disjoint.
-            let row = unsafe { std::slice::from_raw_parts_mut(base.get().add(j * width), width) };
-            f(j, row)
+        self.for_each(n.div_ceil(run), |r| {
+            for j in r * run..((r + 1) * run).min(n) {
+                // SAFETY: each run is handed to exactly one thread and rows are disjoint.
+                let row = unsafe { std::slice::from_raw_parts_mut(base.get().add(j * width), width) };
+                f(j, row)
+            }
         });
     }
 }
@@ -250,10 +261,13 @@ mod tests {
     #[test]
     fn rows_are_disjoint_and_complete() {
         let pool = Pool::new(2).unwrap();
-        let mut data = vec![0usize; 12 * 5];
-        pool.rows_mut(&mut data, 5, |j, row| row.iter_mut().for_each(|v| *v += j + 1));
-        for (j, row) in data.chunks(5).enumerate() {
-            assert!(row.iter().all(|&v| v == j + 1));
+        // Fewer rows than runs, a whole number of runs, and a short last run.
+        for n in [1, 12, 32, 1001] {
+            let mut data = vec![0usize; n * 5];
+            pool.rows_mut(&mut data, 5, |j, row| row.iter_mut().for_each(|v| *v += j + 1));
+            for (j, row) in data.chunks(5).enumerate() {
+                assert!(row.iter().all(|&v| v == j + 1), "row {j} of {n}");
+            }
         }
     }
 
