@@ -125,3 +125,22 @@ pub(super) unsafe fn silu_mul(out: &mut [f32], g: &[f32], u: &[f32]) {
     }
     silu_mul_scalar(&mut out[i..n], &g[i..n], &u[i..n]);
 }
+
+/// [`super::sum_squares`] on eight lanes: lanes 0-7 in one vector and 8-15
+/// in the other, each square rounded before it is added, as the scalar form.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn sum_squares(x: &[f32]) -> f32 {
+    let (n, p) = (x.len(), x.as_ptr());
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        let (a, b) = (_mm256_loadu_ps(p.add(i)), _mm256_loadu_ps(p.add(i + 8)));
+        lo = _mm256_add_ps(lo, _mm256_mul_ps(a, a));
+        hi = _mm256_add_ps(hi, _mm256_mul_ps(b, b));
+        i += 16;
+    }
+    let mut lanes = [0.0f32; 16];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), lo);
+    _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi);
+    sum_squares_from(&x[i..], lanes)
+}

@@ -118,3 +118,20 @@ pub(super) unsafe fn exp_shifted_sum_bf16(row: &[f32], shift: f32, out: &mut [bf
         }
     })
 }
+
+/// [`super::sum_squares`] on sixteen lanes, each square rounded before it is
+/// added, as the scalar form.
+#[target_feature(enable = "avx2,fma,avx512f")]
+pub(super) unsafe fn sum_squares(x: &[f32]) -> f32 {
+    let (n, p) = (x.len(), x.as_ptr());
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        let a = _mm512_loadu_ps(p.add(i));
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(a, a));
+        i += 16;
+    }
+    let mut lanes = [0.0f32; 16];
+    _mm512_storeu_ps(lanes.as_mut_ptr(), acc);
+    sum_squares_from(&x[i..], lanes)
+}

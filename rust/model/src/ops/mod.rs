@@ -8,7 +8,7 @@ use crate::config::RopeStyle;
 /// `out = x / rms(x) * w`.
 #[inline]
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let ss = sum_squares(x) / x.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = v * scale * g;
@@ -18,7 +18,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 /// RMS norm in place.
 #[inline]
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let ss = sum_squares(x) / x.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();
     for (v, &g) in x.iter_mut().zip(w) {
         *v *= scale * g;
@@ -28,7 +28,7 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 /// RMS norm without a weight, in place (gemma4's values).
 #[inline]
 pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let ss = sum_squares(x) / x.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();
     x.iter_mut().for_each(|v| *v *= scale);
 }
@@ -36,7 +36,7 @@ pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
 /// RMS norm without a weight, `x` into `out` (gemma4's router input).
 #[inline]
 pub fn rms_norm_plain_into(x: &[f32], eps: f32, out: &mut [f32]) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let ss = sum_squares(x) / x.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();
     out.iter_mut().zip(x).for_each(|(o, v)| *o = v * scale);
 }
@@ -206,6 +206,34 @@ fn exp_shifted_sum_from<const F16: bool>(row: &mut [f32], shift: f32, mut lanes:
             true => f16::from_f32(e).to_f32(),
             false => e,
         };
+    }
+    sum_lanes(lanes)
+}
+
+/// The sum of the squares of `x` (a norm's), element `i`'s square added
+/// into lane `i % 16` in order and the lanes summed pairwise, as
+/// [`exp_shifted_sum`] sums: the vector forms agree with it bit for bit.
+/// One chain of additions, a latency each, was a few percent of a prompt.
+pub fn sum_squares(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU has the features `avx512` needs.
+        return unsafe { avx512::sum_squares(x) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has the features `avx2` needs.
+        return unsafe { avx2::sum_squares(x) };
+    }
+    sum_squares_from(x, [0.0; 16])
+}
+
+/// [`sum_squares`] of a row's last elements, its first ones (a multiple of
+/// sixteen) already summed into `lanes`.
+#[inline]
+fn sum_squares_from(x: &[f32], mut lanes: [f32; 16]) -> f32 {
+    for (i, &v) in x.iter().enumerate() {
+        lanes[i % 16] += v * v;
     }
     sum_lanes(lanes)
 }
@@ -519,6 +547,31 @@ mod tests {
         gelu_mul_scalar(&mut b, &g, &u);
         for i in 0..g.len() {
             assert_eq!(a[i].to_bits(), b[i].to_bits(), "gelu({}) * {}: {} vs {}", g[i], u[i], a[i], b[i]);
+        }
+    }
+
+    #[test]
+    fn sum_squares_forms_agree_with_their_definition() {
+        let x: Vec<f32> = (0..1000).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173 + 1e-3 * i as f32).collect();
+        for n in [x.len(), 999, 576, 47, 33, 17, 16, 15, 1, 0] {
+            let x = &x[..n];
+            // The definition, written out: lanes, then halves folded.
+            let mut l = [0.0f32; 16];
+            x.iter().enumerate().for_each(|(i, &v)| l[i % 16] += v * v);
+            let l: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
+            let l: [f32; 4] = std::array::from_fn(|i| l[i] + l[i + 4]);
+            let want = (l[0] + l[2]) + (l[1] + l[3]);
+            assert_eq!(sum_squares_from(x, [0.0; 16]).to_bits(), want.to_bits(), "scalar, {n}");
+            assert_eq!(sum_squares(x).to_bits(), want.to_bits(), "chosen, {n}");
+            #[cfg(target_arch = "x86_64")]
+            for (name, form, here) in [
+                ("avx2", avx2::sum_squares as unsafe fn(&[f32]) -> f32, avx2::available()),
+                ("avx512", avx512::sum_squares, avx512::available()),
+            ] {
+                if here {
+                    assert_eq!(unsafe { form(x) }.to_bits(), want.to_bits(), "{name}, {n}");
+                }
+            }
         }
     }
 
