@@ -4,36 +4,59 @@
 
 use std::arch::x86_64::*;
 
-/// The largest magnitude of a 32-element block, by the scalar loop's `max`
-/// on every lane, then across lanes.
+/// The largest magnitudes of up to eight 32-element blocks (`n` of them),
+/// lane `b` block `b`'s (0 past `n`). Each block's lanes are folded by the
+/// scalar loop's `max`, in halves, then pairs, then neighbours, the first
+/// operand always the lower lanes, so a NaN goes where a block alone would
+/// take it; the eight blocks are folded side by side, so the scales meet
+/// their maxima in a register rather than through eight scalar stores read
+/// back as a vector, a load that waits for every one of them.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_amax(x: *const f32) -> f32 {
+unsafe fn blocks_amax(x: *const f32, n: usize) -> __m256 {
     let sign = _mm256_set1_ps(-0.0);
-    let abs = |i: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(x.add(8 * i)));
-    let m = _mm256_max_ps(_mm256_max_ps(abs(0), abs(1)), _mm256_max_ps(abs(2), abs(3)));
-    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)))
+    let m: [__m256; 8] = std::array::from_fn(|b| match b < n {
+        true => {
+            let abs = |i: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(x.add(32 * b + 8 * i)));
+            _mm256_max_ps(_mm256_max_ps(abs(0), abs(1)), _mm256_max_ps(abs(2), abs(3)))
+        }
+        false => _mm256_setzero_ps(),
+    });
+    // Lane l with l + 4: block b's four in the low half, block c's in the high.
+    let halves = |b: usize, c: usize| {
+        _mm256_max_ps(_mm256_permute2f128_ps::<0x20>(m[b], m[c]), _mm256_permute2f128_ps::<0x31>(m[b], m[c]))
+    };
+    // Lane l with l + 2: two blocks' pairs in each half.
+    let pairs = |p: __m256, r: __m256| {
+        _mm256_max_ps(_mm256_shuffle_ps::<0b01_00_01_00>(p, r), _mm256_shuffle_ps::<0b11_10_11_10>(p, r))
+    };
+    let (p0, p1) = (pairs(halves(0, 1), halves(2, 3)), pairs(halves(4, 5), halves(6, 7)));
+    // Lane l with l + 1: blocks 0 2 4 6 in the low half, 1 3 5 7 in the high.
+    let m1 = _mm256_max_ps(_mm256_shuffle_ps::<0b10_00_10_00>(p0, p1), _mm256_shuffle_ps::<0b11_01_11_01>(p0, p1));
+    _mm256_permutevar8x32_ps(m1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// The sums of eight vectors' lanes, lane `i` vector `i`'s (integers: in any order).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lane_sums(v: [__m256i; 8]) -> __m256i {
+    let h = |a: usize, b: usize| _mm256_hadd_epi32(v[a], v[b]);
+    let (u0, u1) = (_mm256_hadd_epi32(h(0, 1), h(2, 3)), _mm256_hadd_epi32(h(4, 5), h(6, 7)));
+    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(u0, u1), _mm256_permute2x128_si256::<0x31>(u0, u1))
 }
 
 /// A block's quants for the multiplier `id` (rounded half to even, as the
-/// scalar loop's magic-number rounding), written to `q`; returns the sums of
-/// each half.
+/// scalar loop's magic-number rounding), written to `q`; returns each
+/// half's quants summed into eight lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_quants(x: *const f32, id: __m256, q: *mut u8) -> (i32, i32) {
+unsafe fn block_quants(x: *const f32, id: __m256, q: *mut u8) -> (__m256i, __m256i) {
     let v = [_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)), _mm256_loadu_ps(x.add(16)), _mm256_loadu_ps(x.add(24))];
     let i = v.map(|v| _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v, id))));
-    let hsum = |a: __m256i| {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
-    };
     let p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(q.cast(), p);
-    (hsum(_mm256_add_epi32(i[0], i[1])), hsum(_mm256_add_epi32(i[2], i[3])))
+    (_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]))
 }
 
 /// A whole activation row (`nb` blocks of `x`) in the tile kernels' layout
@@ -51,32 +74,28 @@ pub(crate) unsafe fn quantize_row(x: *const f32, nb: usize, head: *mut u8, qs: *
     let mut b0 = 0;
     while b0 < nb {
         let n = (nb - b0).min(8);
-        let mut amax = [0.0f32; 8];
-        for (i, m) in amax[..n].iter_mut().enumerate() {
-            *m = block_amax(x.add(32 * (b0 + i)));
-        }
-        let am = _mm256_loadu_ps(amax.as_ptr());
+        let am = blocks_amax(x.add(32 * b0), n);
         let d = _mm256_div_ps(am, _mm256_set1_ps(127.0));
         // 127 / amax, and 0 for an all-zero block (a NaN amax keeps its NaN).
         let zero = _mm256_cmp_ps::<_CMP_EQ_OQ>(am, _mm256_setzero_ps());
         let id = _mm256_andnot_ps(zero, _mm256_div_ps(_mm256_set1_ps(127.0), am));
-        let mut ids = [0.0f32; 8];
-        _mm256_storeu_ps(ids.as_mut_ptr(), id);
-        let (mut sums, mut halves) = ([0i32; 8], [0i32; 8]);
+        let (mut lo, mut hi) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
         for i in 0..n {
             let b = b0 + i;
-            let (lo, hi) = block_quants(x.add(32 * b), _mm256_set1_ps(ids[i]), qs.add(32 * b));
-            sums[i] = lo + hi;
-            halves[i] = (lo as i16 as u16 as i32) | ((hi as i16 as i32) << 16);
+            let id_i = _mm256_permutevar8x32_ps(id, _mm256_set1_epi32(i as i32));
+            (lo[i], hi[i]) = block_quants(x.add(32 * b), id_i, qs.add(32 * b));
         }
-        let sum = _mm256_cvtepi32_ps(_mm256_loadu_si256(sums.as_ptr().cast()));
+        let (lo, hi) = (lane_sums(lo), lane_sums(hi));
+        // Each half's sum fits 16 bits (16 quants of at most 127).
+        let halves = _mm256_blend_epi16::<0b1010_1010>(lo, _mm256_slli_epi32::<16>(hi));
+        let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
         let round16 = |v: __m256| _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
         let d16 = round16(d);
         let parts = [
             (0, _mm256_castps_si256(d16)),
             (nb, _mm256_castps_si256(round16(_mm256_mul_ps(sum, d)))),
             (2 * nb, _mm256_castps_si256(_mm256_mul_ps(d16, sum))),
-            (3 * nb, _mm256_loadu_si256(halves.as_ptr().cast())),
+            (3 * nb, halves),
         ];
         for (at, v) in parts {
             let dst = head.add(4 * (at + b0));
