@@ -281,7 +281,10 @@ def test_a_thought_is_ended_while_it_runs(server):
     reasoning, content, control = _stream_and_end_thought(server, reasoning_control=True)
     assert control == {"success": True}
     # The thought ends soon after the control (its close written after the next token), then the answer.
-    assert free["reasoning_content"].startswith(reasoning) and len(reasoning) < 100, reasoning
+    # How many tokens come between the first delta and the control's arrival is the machine's timing
+    # (a few dozen at this model's speed): the bound is half the thought the model writes unchecked.
+    free_thought = free["reasoning_content"]
+    assert free_thought.startswith(reasoning) and len(reasoning) < len(free_thought) // 2, (reasoning, free_thought)
     assert content and "</think>" not in content, content
 
 
