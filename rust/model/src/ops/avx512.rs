@@ -1,7 +1,8 @@
-//! The softmax's exponential on sixteen lanes (AVX-512 F), with the same
-//! roundings as the eight-lane form and the scalar twin (operation for
-//! operation but the last, a scaling by a power of two, exact in both
-//! forms), so the three agree bit for bit.
+//! The softmax's exponential and a norm's sum of squares on sixteen lanes
+//! (AVX-512 F), with the same roundings as the eight-lane forms and the
+//! scalar twins (operation for operation but the exponential's last, a
+//! scaling by a power of two, exact in both forms), so the three agree bit
+//! for bit.
 
 use std::arch::x86_64::*;
 
