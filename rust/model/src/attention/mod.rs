@@ -549,8 +549,7 @@ impl<'a> Plan<'a> {
     }
 
     /// The positions of s0..s1 (a span, or a block of it) query row `j`
-    /// sees, as (first, end): none
-    /// where first >= end.
+    /// sees, as (first, end): none where first >= end.
     #[inline]
     fn seen(&self, j: usize, s0: usize, s1: usize) -> (usize, usize) {
         (self.first(j).max(s0), (self.start + j + 1).min(s1))
