@@ -783,7 +783,8 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
-/// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64).
+/// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64),
+/// and the widest key head (the queries it stages are that wide).
 pub const MAX_HEAD_DIM_V: usize = 512;
 
 /// Positions the attention kernel scores at a time (its WG, and
@@ -1408,6 +1409,9 @@ impl Pass<'_> {
         if s.head_dim_v > MAX_HEAD_DIM_V {
             return bad("value heads are wider than the kernel holds");
         }
+        if s.head_dim_k > MAX_HEAD_DIM_V {
+            return bad("key heads are wider than the kernel holds");
+        }
         // A ring must still hold every position a query sees.
         let seen = s.window.map_or(s.start + s.t, |w| (w + s.t - 1).min(s.start + s.t));
         if seen > layer.ring {
@@ -1434,7 +1438,7 @@ impl Pass<'_> {
         let most_blocks = (s.start..s.start + s.t).map(blocks_seen).max().unwrap_or(1);
         let width = s.head_dim_v + 2;
         let parts_floats = s.t * s.n_head * most_blocks * width;
-        let mut pairs = AttentionPairs::of(s.n_head / s.n_head_kv, s.head_dim_v);
+        let mut pairs = AttentionPairs::of(s.n_head / s.n_head_kv, s.head_dim_k.max(s.head_dim_v));
         let head_groups = s.n_head / pairs.group as usize;
         let per_group = match self.gpu.attention_span {
             Some(span) => span / ATTENTION_BLOCK,

@@ -241,11 +241,12 @@ pub(crate) struct AttentionPairs {
 const ATTENTION_SUMS: usize = 16;
 
 impl AttentionPairs {
-    /// The form for heads `dv` wide, `heads_per_kv` of them to a key-value
-    /// head: as many of them as divide it and keep ATTENTION_SUMS, and one
-    /// query a workgroup.
-    pub(crate) fn of(heads_per_kv: usize, dv: usize) -> AttentionPairs {
-        let per_thread = dv.div_ceil(WG as usize).max(1);
+    /// The form for heads `width` wide (the wider of the keys and values:
+    /// the staged queries take `per_thread * 64` floats a pair),
+    /// `heads_per_kv` of them to a key-value head: as many of them as
+    /// divide it and keep ATTENTION_SUMS, and one query a workgroup.
+    pub(crate) fn of(heads_per_kv: usize, width: usize) -> AttentionPairs {
+        let per_thread = width.div_ceil(WG as usize).max(1);
         let group = (1..=heads_per_kv).rev().find(|g| heads_per_kv % g == 0 && g * per_thread <= ATTENTION_SUMS).unwrap_or(1);
         AttentionPairs { group: group as u32, queries: 1, per_thread: per_thread as u32 }
     }

@@ -876,6 +876,10 @@ fn attention_of_prompts_and_decoded_tokens_matches_the_cpu() {
     // Gemma 3's (4 over 1, 256 wide) and Gemma 4's global heads (512).
     check_attention(gpu, shape(4, 1, 256, 256, None), 128, &[33, 1], 52);
     check_attention(gpu, shape(2, 1, 512, 512, None), 64, &[5, 1], 53);
+    // Keys wider than the values, their queries staged as wide as the keys,
+    // and heads of 4k + 2 elements: the last of the keys' chunks staged in
+    // workgroup memory is a short one, ending on a lone pair.
+    check_attention(gpu, shape(6, 2, 98, 64, None), 160, &[70, 1, 60, 1], 54);
 }
 
 /// A Q8_0 cache holds the blocks the CPU's cache would (the same scale and
@@ -942,6 +946,7 @@ fn attention_over_a_q8_0_cache_matches_the_cpu() {
     check_attention_in(gpu, KvFormat::Q8_0, shape(4, 1, 256, 256, None), 128, &[33, 1], 82);
     check_attention_in(gpu, KvFormat::Q8_0, shape(4, 2, 32, 32, Some(40)), 56, &[16, 16, 16, 1, 16, 3, 1], 83);
     check_attention_in(gpu, KvFormat::Q8_0, shape(24, 8, 128, 128, None), 700, &[600, 1, 1], 84);
+    check_attention_in(gpu, KvFormat::Q8_0, shape(6, 2, 96, 64, None), 160, &[70, 1, 60, 1], 85);
 }
 
 #[test]

@@ -8,6 +8,8 @@
 // pair's from its maximum, and weigh the value rows by them, each key and
 // value element read once for all the pairs (GROUP, QUERIES and
 // PER_THREAD, the value elements a thread holds, come from `kernels.rs`).
+// The pairs' queries and, a chunk at a time, the block's keys are staged
+// in workgroup memory (`kv_read_*.wgsl`), read from the buffers in runs.
 // Each pair's arithmetic is one pair's alone, so the bits depend on neither
 // GROUP nor QUERIES. The blocks fold into each pair's output as
 // `attention_blocks.wgsl` says. A query's blocks may be shared out over
@@ -62,6 +64,12 @@ const PAIRS: u32 = GROUP * QUERIES;
 // then its probabilities: pair n's from n * WG.
 var<workgroup> maxes: array<f32, WG * PAIRS>;
 var<workgroup> probs: array<f32, WG * PAIRS>;
+// The pairs' queries, staged once: pair n's dk elements from n * Q_WIDTH
+// (zeros past them), read four at a time by every thread where each read
+// them one at a time from the buffer. Heads are at most Q_WIDTH wide
+// (`kernels.rs` sizes PER_THREAD for the wider of the keys and values).
+const Q_WIDTH: u32 = WG * PER_THREAD;
+var<workgroup> staged_queries: array<vec4<f32>, PAIRS * Q_WIDTH / 4u>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
@@ -69,7 +77,6 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
     let head0 = g.x * GROUP;
     let row0 = g.y * QUERIES;
     let kvh = head0 / (p.n_head / p.n_head_kv);
-    let k_stride = p.n_head_kv * p.dk;
     let v_stride = p.n_head_kv * p.dv;
     // Each query's position and first block (counted from position 0); in
     // a short last workgroup, the queries past the call's last repeat it
@@ -88,6 +95,18 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
             q_at[qi * GROUP + h] = ((p.row0 + row) * p.n_head + head0 + h) * p.dk;
         }
     }
+    for (var n = 0u; n < PAIRS; n++) {
+        for (var v = lid; v < (p.dk + 3u) / 4u; v += WG) {
+            var x = vec4<f32>(0.0);
+            for (var k = 0u; k < 4u; k++) {
+                if (4u * v + k < p.dk) {
+                    x[k] = q[q_at[n] + 4u * v + k];
+                }
+            }
+            staged_queries[n * (Q_WIDTH / 4u) + v] = x;
+        }
+    }
+    workgroupBarrier();
     // This workgroup's blocks: from the first query's first (its blocks
     // start no later than the others') to the last query's last, or a share
     // of the one query's where they are shared out (in a window, the
@@ -125,8 +144,20 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
         for (var n = 0u; n < PAIRS; n++) {
             s[n] = -3.4e38;
         }
+        // Every thread stages each chunk of the block's keys; those whose
+        // position some query sees score it.
+        var dots: array<f32, PAIRS>;
+        for (var ch = 0u; ch < p.dk; ch += KEY_CHUNK) {
+            if (ch > 0u) {
+                workgroupBarrier();
+            }
+            stage_keys(lid, c0, kvh, ch);
+            workgroupBarrier();
+            if (any_sees_lid) {
+                chunk_dots(lid, ch, &dots);
+            }
+        }
         if (any_sees_lid) {
-            let dots = key_dots(q_at, ((c0 + lid) % p.ring) * k_stride + kvh * p.dk, p.dk);
             for (var n = 0u; n < PAIRS; n++) {
                 let qi = n / GROUP;
                 if (lid >= lo[qi] && lid < hi[qi]) {

@@ -1,21 +1,55 @@
 // Attention's reads of a cache of f16 rows (see `kv_write_f16.wgsl`):
 // element i of the ring, counted over its rows.
 
-// Σ_d q[q_at[n] + d] · key element i0 + d over d < dk, in pairs, for each
-// of the PAIRS queries whose rows lie at q_at: the key's words read once
-// for them all, each pair's sum taken as one pair's alone would be.
-fn key_dots(q_at: array<u32, PAIRS>, i0: u32, dk: u32) -> array<f32, PAIRS> {
-    // Rows are f16 pairs from an even start: a word is two of them.
-    let k0 = i0 >> 1u;
-    var dots: array<f32, PAIRS>;
-    for (var d = 0u; d < dk; d += 2u) {
-        let pair = unpack2x16float(cache_k[k0 + (d >> 1u)]);
-        for (var n = 0u; n < PAIRS; n++) {
-            let qn = q_at[n] + d;
-            dots[n] += q[qn] * pair.x + q[qn + 1u] * pair.y;
+// A block's keys are staged KEY_CHUNK elements of every row at a time: the
+// workgroup reads the rows' words in runs (where each thread reading its
+// own row would touch a line per thread), and each thread then reads its
+// row's from workgroup memory, STAGED_ROW words a row (one past the eight
+// used, so that the threads' rows fall in different banks).
+const KEY_CHUNK: u32 = 16u;
+const STAGED_ROW: u32 = 9u;
+var<workgroup> staged_keys: array<u32, WG * STAGED_ROW>;
+
+// Elements ch..ch + KEY_CHUNK (fewer at the head's end) of the key head
+// `kvh` of the rows of the block at position c0. Every thread calls it.
+fn stage_keys(lid: u32, c0: u32, kvh: u32, ch: u32) {
+    let k_stride = p.n_head_kv * p.dk;
+    for (var w = lid; w < WG * 8u; w += WG) {
+        let row = w / 8u;
+        let col = w % 8u;
+        if (ch + 2u * col < p.dk) {
+            // Rows are f16 pairs from an even start: a word is two of them.
+            let at = ((c0 + row) % p.ring) * k_stride + kvh * p.dk + ch;
+            staged_keys[row * STAGED_ROW + col] = cache_k[(at >> 1u) + col];
         }
     }
-    return dots;
+}
+
+// Each pair's Σ q · key over the staged elements ch.. of this thread's row,
+// added to `dots` pair of elements by pair of elements in order, as the sum
+// over the whole head is taken.
+fn chunk_dots(lid: u32, ch: u32, dots: ptr<function, array<f32, PAIRS>>) {
+    let words = min(KEY_CHUNK, p.dk - ch) / 2u;
+    let row = lid * STAGED_ROW;
+    var c = 0u;
+    for (; c + 2u <= words; c += 2u) {
+        let a = unpack2x16float(staged_keys[row + c]);
+        let b = unpack2x16float(staged_keys[row + c + 1u]);
+        for (var n = 0u; n < PAIRS; n++) {
+            let q4 = staged_queries[(n * Q_WIDTH + ch + 2u * c) / 4u];
+            (*dots)[n] += q4.x * a.x + q4.y * a.y;
+            (*dots)[n] += q4.z * b.x + q4.w * b.y;
+        }
+    }
+    if (c < words) {
+        // A head of 4k + 2 elements: its last pair, the first half of a
+        // staged query's four.
+        let a = unpack2x16float(staged_keys[row + c]);
+        for (var n = 0u; n < PAIRS; n++) {
+            let q4 = staged_queries[(n * Q_WIDTH + ch + 2u * c) / 4u];
+            (*dots)[n] += q4.x * a.x + q4.y * a.y;
+        }
+    }
 }
 
 fn value_at(i: u32) -> f32 {

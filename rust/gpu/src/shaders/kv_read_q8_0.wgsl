@@ -7,29 +7,53 @@ fn quant_at(word: u32, i: u32) -> f32 {
     return f32(bitcast<i32>(word << (24u - 8u * (i & 3u))) >> 24u);
 }
 
-// Σ_d q[q_at[n] + d] · key element i0 + d over d < dk (whole blocks), for
-// each of the PAIRS queries whose rows lie at q_at: the key's words read
-// once for them all, each pair's sum taken as one pair's alone would be.
-fn key_dots(q_at: array<u32, PAIRS>, i0: u32, dk: u32) -> array<f32, PAIRS> {
-    let scales = p.ring * p.n_head_kv * p.dk / 4u;
-    var dots: array<f32, PAIRS>;
-    for (var b = 0u; b < dk; b += 32u) {
-        var s: array<f32, PAIRS>;
-        for (var j = 0u; j < 32u; j += 4u) {
-            let word = cache_k[(i0 + b + j) >> 2u];
-            for (var k = 0u; k < 4u; k++) {
-                let quant = quant_at(word, k);
-                for (var n = 0u; n < PAIRS; n++) {
-                    s[n] += q[q_at[n] + b + j + k] * quant;
-                }
-            }
-        }
-        let scale = bitcast<f32>(cache_k[scales + (i0 + b) / 32u]);
-        for (var n = 0u; n < PAIRS; n++) {
-            dots[n] += s[n] * scale;
+// A block's keys are staged a Q8_0 block of every row at a time: the
+// workgroup reads the rows' quants in runs (where each thread reading its
+// own row would touch a line per thread), and each thread then reads its
+// row's from workgroup memory: eight words of quants and the block's scale
+// a row (nine words, so that the threads' rows fall in different banks).
+const KEY_CHUNK: u32 = 32u;
+const STAGED_ROW: u32 = 9u;
+var<workgroup> staged_keys: array<u32, WG * STAGED_ROW>;
+
+// Block ch / 32 of the key head `kvh` of the rows of the block at position
+// c0. Every thread calls it.
+fn stage_keys(lid: u32, c0: u32, kvh: u32, ch: u32) {
+    let k_stride = p.n_head_kv * p.dk;
+    let scales = p.ring * k_stride / 4u;
+    for (var w = lid; w < WG * STAGED_ROW; w += WG) {
+        let row = w / STAGED_ROW;
+        let col = w % STAGED_ROW;
+        let at = ((c0 + row) % p.ring) * k_stride + kvh * p.dk + ch;
+        if (col < 8u) {
+            staged_keys[w] = cache_k[(at >> 2u) + col];
+        } else {
+            staged_keys[w] = cache_k[scales + at / 32u];
         }
     }
-    return dots;
+}
+
+// Each pair's Σ q · key over the staged block ch / 32 of this thread's
+// row: the block's exact sum of quants times query elements in order, then
+// times the block's scale, added to `dots`.
+fn chunk_dots(lid: u32, ch: u32, dots: ptr<function, array<f32, PAIRS>>) {
+    let row = lid * STAGED_ROW;
+    var s: array<f32, PAIRS>;
+    for (var j = 0u; j < 8u; j++) {
+        let word = staged_keys[row + j];
+        let quants = vec4<f32>(quant_at(word, 0u), quant_at(word, 1u), quant_at(word, 2u), quant_at(word, 3u));
+        for (var n = 0u; n < PAIRS; n++) {
+            let q4 = staged_queries[(n * Q_WIDTH + ch) / 4u + j];
+            s[n] += q4.x * quants.x;
+            s[n] += q4.y * quants.y;
+            s[n] += q4.z * quants.z;
+            s[n] += q4.w * quants.w;
+        }
+    }
+    let scale = bitcast<f32>(staged_keys[row + 8u]);
+    for (var n = 0u; n < PAIRS; n++) {
+        (*dots)[n] += s[n] * scale;
+    }
 }
 
 fn value_at(i: u32) -> f32 {
