@@ -1141,6 +1141,20 @@ fn attention_refuses_a_ring_that_no_longer_holds_its_window() {
     assert!(err.to_string().contains("the ring no longer holds every position the queries see"), "{err}");
 }
 
+/// The staged queries are as wide as the widest head the kernel holds: keys
+/// wider than that are refused as values are, never read past their stage.
+#[test]
+fn attention_refuses_heads_wider_than_it_holds() {
+    let Some(gpu) = gpu() else { return };
+    for (dk, dv, why) in [(576, 64, "key heads are wider"), (64, 576, "value heads are wider")] {
+        let layer = gpu.kv_layer(64, dk, dv, KvFormat::F16).unwrap();
+        let s = AttentionShape { t: 1, start: 0, ..shape(1, 1, dk, dv, None) };
+        let (q, out) = (gpu.zeros("q", dk).unwrap(), gpu.zeros("out", dv).unwrap());
+        let err = gpu.pass().attention(&s, &q, &layer, &out).err().unwrap();
+        assert!(err.to_string().contains(why), "{dk} x {dv}: {err}");
+    }
+}
+
 /// The host's routing: each row's softmax, its top `n_used` (ties to the
 /// lower expert), normalised and scaled as `Routing` asks.
 fn route_reference(logits: &[f32], r: &Routing) -> (Vec<u32>, Vec<f64>) {
