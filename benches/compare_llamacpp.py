@@ -31,7 +31,8 @@ kernels use it; none for Q8_0), everything else in the pass taken as free.
 
 Each repetition is one `ember bench -r 1` process and one `llama-bench -r 1`
 process per test; both do one untimed warm-up run of the test before the timed
-one. The table gives the mean over the repetitions and the ratio ember/llama.cpp.
+one. The table gives the mean over the repetitions and the ratio ember/llama.cpp,
+and each run's ratio against ik_llama.cpp where it is given (else llama.cpp).
 Not a test: it takes minutes, and the first run builds llama.cpp.
 """
 
@@ -391,24 +392,30 @@ def main(argv: list[str] | None = None) -> int:
                         line += f" (limit {limit:.1f} t/s)"
                     log(line)
                 e, l = statistics.fmean(ours), statistics.fmean(theirs)
+                # Each run's ratio against the nearer peer, the runs side by side: on a host
+                # whose speed changes between runs, the spread says what the mean hides.
+                runs = " ".join(f"{o / p:.2f}" for o, p in zip(ours, ik or theirs))
                 rows.append((model.name, name, e, l, e / l, statistics.fmean(ik) if ik else None,
-                             statistics.fmean(limits) if limits else None))
+                             statistics.fmean(limits) if limits else None, runs))
 
     w = max([len("model")] + [len(r[0]) for r in rows])
     tw = max(len(r[1]) for r in rows)
     ik_head = f" {'ik_llama.cpp -fa 1 t/s':>22} | {'ember/ik':>8} |" if a.ik_llama_bench else ""
     ik_rule = f" {'-' * 21}: | {'-' * 7}: |" if a.ik_llama_bench else ""
+    runs_head = "ember/ik each run" if a.ik_llama_bench else "ember/llama.cpp each run"
+    rw = max([len(runs_head)] + [len(r[7]) for r in rows])
     print()
     # tg's limit: the bytes a token reads over the bytes a second both threads stream;
     # pp's: the attention products at the instruction's peak.
     print(f"| {'model':<{w}} | {'test':>{tw}} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |"
-          + ik_head + f" {'limit t/s':>9} | {'ember/limit':>11} |")
+          + ik_head + f" {'limit t/s':>9} | {'ember/limit':>11} | {runs_head:>{rw}} |")
     print(f"| {'-' * w} | {'-' * (tw - 1)}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |" + ik_rule
-          + f" {'-' * 8}: | {'-' * 10}: |")
-    for name, test, e, l, ratio, k, limit in rows:
+          + f" {'-' * 8}: | {'-' * 10}: | {'-' * (rw - 1)}: |")
+    for name, test, e, l, ratio, k, limit, runs in rows:
         ik_cells = f" {k:22.2f} | {e / k:7.2f}x |" if k is not None else ""
         limit_cells = f" {limit:9.1f} | {e / limit:10.0%} |" if limit else f" {'':>9} | {'':>11} |"
-        print(f"| {name:<{w}} | {test:>{tw}} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |" + ik_cells + limit_cells)
+        print(f"| {name:<{w}} | {test:>{tw}} | {e:10.2f} | {l:13.2f} | {ratio:14.2f}x |" + ik_cells + limit_cells
+              + f" {runs:>{rw}} |")
     return 0
 
 
