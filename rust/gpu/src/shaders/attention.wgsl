@@ -147,11 +147,12 @@ fn main(@builtin(workgroup_id) g: vec3<u32>, invocation: Invocation) {
         // Every thread stages each chunk of the block's keys; those whose
         // position some query sees score it.
         var dots: array<f32, PAIRS>;
+        let rows = staged_rows(lid, c0, kvh);
         for (var ch = 0u; ch < p.dk; ch += KEY_CHUNK) {
             if (ch > 0u) {
                 workgroupBarrier();
             }
-            stage_keys(lid, c0, kvh, ch);
+            stage_keys(lid, rows, ch);
             workgroupBarrier();
             if (any_sees_lid) {
                 chunk_dots(lid, ch, &dots);

@@ -10,17 +10,30 @@ const KEY_CHUNK: u32 = 16u;
 const STAGED_ROW: u32 = 9u;
 var<workgroup> staged_keys: array<u32, WG * STAGED_ROW>;
 
-// Elements ch..ch + KEY_CHUNK (fewer at the head's end) of the key head
-// `kvh` of the rows of the block at position c0. Every thread calls it.
-fn stage_keys(lid: u32, c0: u32, kvh: u32, ch: u32) {
-    let k_stride = p.n_head_kv * p.dk;
-    for (var w = lid; w < WG * 8u; w += WG) {
-        let row = w / 8u;
-        let col = w % 8u;
-        if (ch + 2u * col < p.dk) {
+// Where the key head `kvh` starts in each row this thread stages of the
+// block at position c0: word lid % 8 of rows lid / 8 + 8 i, so that eight
+// neighbouring threads read a row's eight words. Taken once a block, the
+// ring's wrap (a division) out of every chunk.
+struct StagedRows {
+    at: array<u32, 8>,
+}
+
+fn staged_rows(lid: u32, c0: u32, kvh: u32) -> StagedRows {
+    var rows: StagedRows;
+    for (var i = 0u; i < 8u; i++) {
+        rows.at[i] = ((c0 + lid / 8u + 8u * i) % p.ring) * p.n_head_kv * p.dk + kvh * p.dk;
+    }
+    return rows;
+}
+
+// Elements ch..ch + KEY_CHUNK (fewer at the head's end) of the rows. Every
+// thread calls it.
+fn stage_keys(lid: u32, rows: StagedRows, ch: u32) {
+    let col = lid % 8u;
+    if (ch + 2u * col < p.dk) {
+        for (var i = 0u; i < 8u; i++) {
             // Rows are f16 pairs from an even start: a word is two of them.
-            let at = ((c0 + row) % p.ring) * k_stride + kvh * p.dk + ch;
-            staged_keys[row * STAGED_ROW + col] = cache_k[(at >> 1u) + col];
+            staged_keys[(lid / 8u + 8u * i) * STAGED_ROW + col] = cache_k[((rows.at[i] + ch) >> 1u) + col];
         }
     }
 }

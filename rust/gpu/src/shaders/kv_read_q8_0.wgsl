@@ -16,21 +16,34 @@ const KEY_CHUNK: u32 = 32u;
 const STAGED_ROW: u32 = 9u;
 var<workgroup> staged_keys: array<u32, WG * STAGED_ROW>;
 
-// Block ch / 32 of the key head `kvh` of the rows of the block at position
-// c0. Every thread calls it.
-fn stage_keys(lid: u32, c0: u32, kvh: u32, ch: u32) {
+// Where the key head `kvh` starts in each row this thread stages of the
+// block at position c0: word lid % 8 of the quants of rows lid / 8 + 8 i,
+// so that eight neighbouring threads read a block's eight words, and the
+// scale of row lid. Taken once a block, the ring's wrap (a division) out
+// of every chunk.
+struct StagedRows {
+    at: array<u32, 8>,
+    own: u32,
+}
+
+fn staged_rows(lid: u32, c0: u32, kvh: u32) -> StagedRows {
     let k_stride = p.n_head_kv * p.dk;
-    let scales = p.ring * k_stride / 4u;
-    for (var w = lid; w < WG * STAGED_ROW; w += WG) {
-        let row = w / STAGED_ROW;
-        let col = w % STAGED_ROW;
-        let at = ((c0 + row) % p.ring) * k_stride + kvh * p.dk + ch;
-        if (col < 8u) {
-            staged_keys[w] = cache_k[(at >> 2u) + col];
-        } else {
-            staged_keys[w] = cache_k[scales + at / 32u];
-        }
+    var rows: StagedRows;
+    for (var i = 0u; i < 8u; i++) {
+        rows.at[i] = ((c0 + lid / 8u + 8u * i) % p.ring) * k_stride + kvh * p.dk;
     }
+    rows.own = ((c0 + lid) % p.ring) * k_stride + kvh * p.dk;
+    return rows;
+}
+
+// Block ch / 32 of the rows. Every thread calls it.
+fn stage_keys(lid: u32, rows: StagedRows, ch: u32) {
+    let col = lid % 8u;
+    for (var i = 0u; i < 8u; i++) {
+        staged_keys[(lid / 8u + 8u * i) * STAGED_ROW + col] = cache_k[((rows.at[i] + ch) >> 2u) + col];
+    }
+    let scales = p.ring * p.n_head_kv * p.dk / 4u;
+    staged_keys[lid * STAGED_ROW + 8u] = cache_k[scales + (rows.own + ch) / 32u];
 }
 
 // Each pair's Σ q · key over the staged block ch / 32 of this thread's
