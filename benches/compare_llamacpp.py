@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                         line += f" (limit {limit:.1f} t/s)"
                     log(line)
                 e, l = statistics.fmean(ours), statistics.fmean(theirs)
-                # Each run's ratio against the nearer peer, the runs side by side: on a host
+                # Each run's ratio against ik_llama.cpp where it ran (else llama.cpp), side by side: on a host
                 # whose speed changes between runs, the spread says what the mean hides.
                 runs = " ".join(f"{o / p:.2f}" for o, p in zip(ours, ik or theirs))
                 rows.append((model.name, name, e, l, e / l, statistics.fmean(ik) if ik else None,

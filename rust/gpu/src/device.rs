@@ -783,9 +783,10 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
-/// The widest value head the attention kernel holds (its MAX_PER_THREAD * 64),
-/// and the widest key head (the queries it stages are that wide).
-pub const MAX_HEAD_DIM_V: usize = 512;
+/// The widest head, of keys or of values, the attention kernel holds (its
+/// MAX_PER_THREAD * 64: the value elements a thread sums, and the width of
+/// the queries it stages).
+pub const MAX_HEAD_DIM: usize = 512;
 
 /// Positions the attention kernel scores at a time (its WG, and
 /// `attention_blocks.wgsl`'s BLOCK_POSITIONS): blocks counted from position 0.
@@ -1406,10 +1407,10 @@ impl Pass<'_> {
         if s.n_head_kv * s.head_dim_k != layer.width_k || s.n_head_kv * s.head_dim_v != layer.width_v {
             return bad("the head widths do not match the cache's rows");
         }
-        if s.head_dim_v > MAX_HEAD_DIM_V {
+        if s.head_dim_v > MAX_HEAD_DIM {
             return bad("value heads are wider than the kernel holds");
         }
-        if s.head_dim_k > MAX_HEAD_DIM_V {
+        if s.head_dim_k > MAX_HEAD_DIM {
             return bad("key heads are wider than the kernel holds");
         }
         // A ring must still hold every position a query sees.

@@ -18,7 +18,7 @@ mod layout;
 
 pub use device::{
     list_devices, Activation, AttentionShape, DeviceBuffer, DeviceInfo, DeviceKind, DeviceKvLayer, DeviceMatrix, Gpu, KvFormat,
-    Pass, Rotation, StackedMatrix, MAX_HEAD_DIM_V,
+    Pass, Rotation, StackedMatrix, MAX_HEAD_DIM,
 };
 pub use delta::{DeltaShape, MAX_CONV, MAX_DELTA_HEAD_DIM};
 pub use error::{GpuError, Result};

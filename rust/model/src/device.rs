@@ -294,7 +294,7 @@ pub fn device_refusal(model: &Model) -> Option<String> {
             || (l.ffn.is_none() && l.experts.is_none())
         {
             "this layer's shape has no device kernels yet"
-        } else if lc.head_dim_k.max(lc.head_dim_v) > ember_gpu::MAX_HEAD_DIM_V
+        } else if lc.head_dim_k.max(lc.head_dim_v) > ember_gpu::MAX_HEAD_DIM
             || lc.k_width() % 2 != 0
             || lc.v_width() % 2 != 0
         {
