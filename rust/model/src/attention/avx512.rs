@@ -267,6 +267,42 @@ unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out:
     }
 }
 
+/// [`Lanes::scores8_f16_groups`] for `N` queries a head: each head's dots
+/// taken as [`scores8_f16_n`] takes them, scaled and stored by a masked
+/// store, the block's heads in one call rather than a call, a check of the
+/// slices and an array of key rows per head and block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores8_f16_groups<const N: usize>(q: &[f32], hk: usize, groups: usize, rows: &[*const f16; 8], scale: f32,
+                                             out: *mut f32, stride: usize, lo: usize, hi: usize) {
+    assert!(hk.is_multiple_of(8) && q.len() >= groups * N * hk && lo < hi && hi <= 8);
+    let lanes = (0xFFu8 >> (8 - (hi - lo))) << lo;
+    let scale = _mm256_set1_ps(scale);
+    for g in 0..groups {
+        let kp = rows.map(|r| r.add(g * hk));
+        let qg = q.as_ptr().add(g * N * hk);
+        let mut acc = [[_mm512_setzero_ps(); 4]; N];
+        let mut i = 0;
+        while i < hk {
+            let qv: [__m512; N] = std::array::from_fn(|h| {
+                _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(qg.add(h * hk + i)))))
+            });
+            for r in 0..4 {
+                let lo = _mm256_castsi128_si256(_mm_loadu_si128(kp[r].add(i).cast()));
+                let kv = _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(kp[r + 4].add(i).cast())));
+                for (a, qv) in acc.iter_mut().zip(&qv) {
+                    a[r] = _mm512_fmadd_ps(*qv, kv, a[r]);
+                }
+            }
+            i += 8;
+        }
+        for (h, a) in acc.iter().enumerate() {
+            _mm256_mask_storeu_ps(out.add((g * N + h) * stride), lanes, _mm256_mul_ps(scale, reduce_pairs(a)));
+        }
+    }
+}
+
 /// `H` heads' outputs over the same value rows (as the AVX2 form), `U`
 /// registers of sixteen floats of each head held across all the rows: a
 /// value row is loaded once for the `H` heads, and `H * U` chains of
@@ -956,6 +992,17 @@ impl<const BF16: bool> Lanes for Avx512<BF16> {
     #[inline(always)]
     unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out: [&mut [f32; 8]; N]) {
         scores8_f16_n(q, keys, out)
+    }
+    #[inline(always)]
+    unsafe fn scores8_f16_groups(q: &[f32], heads: usize, hk: usize, groups: usize, rows: &[*const f16; 8], scale: f32,
+                                 out: *mut f32, stride: usize, lo: usize, hi: usize) {
+        match heads {
+            1 => scores8_f16_groups::<1>(q, hk, groups, rows, scale, out, stride, lo, hi),
+            2 => scores8_f16_groups::<2>(q, hk, groups, rows, scale, out, stride, lo, hi),
+            3 => scores8_f16_groups::<3>(q, hk, groups, rows, scale, out, stride, lo, hi),
+            4 => scores8_f16_groups::<4>(q, hk, groups, rows, scale, out, stride, lo, hi),
+            _ => panic!("{heads} queries a head: the block's scores hold one to four"),
+        }
     }
     #[inline(always)]
     unsafe fn scores8_q8_0(q: &[u8], keys: &[&[u8]; 8], dk: &[f32], out: &mut [f32; 8]) {

@@ -52,6 +52,37 @@ pub(super) trait Lanes {
             Self::scores8_f16(q, keys, out);
         }
     }
+    /// The scores of a block of eight whole f16 cache rows (`rows[r]` row
+    /// r's first key head, `groups` heads of `hk` elements one after the
+    /// other) for each head's `heads` queries (rows of `hk` floats, head `g`'s
+    /// from `g * heads` on): each dot as [`Lanes::scores8_f16_n`] takes it,
+    /// times `scale` (one rounding, as `store_scaled`), lanes `lo..hi` of
+    /// query `i`'s stored at `out + i * stride + lane`.
+    ///
+    /// # Safety
+    /// Each `rows[r]` starts `groups * hk` elements of one allocation, and
+    /// each query's lanes `lo..hi` lie inside the allocation `out` is in.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores8_f16_groups(q: &[f32], heads: usize, hk: usize, groups: usize, rows: &[*const f16; 8], scale: f32,
+                                 out: *mut f32, stride: usize, lo: usize, hi: usize) {
+        assert!((1..=4).contains(&heads) && lo < hi && hi <= 8, "one to four queries a head, lanes of eight");
+        for g in 0..groups {
+            let keys: [&[f16]; 8] = std::array::from_fn(|r| std::slice::from_raw_parts(rows[r].add(g * hk), hk));
+            let query = |h: usize| &q[(g * heads + h.min(heads - 1)) * hk..][..hk];
+            let mut s8 = [[0.0f32; 8]; 4];
+            let [sa, sb, sc, sd] = &mut s8;
+            match heads {
+                1 => Self::scores8_f16(query(0), &keys, sa),
+                2 | 3 => Self::scores8_f16_n([query(0), query(1), query(2)], &keys, [sa, sb, sc]),
+                _ => Self::scores8_f16_n([query(0), query(1), query(2), query(3)], &keys, [sa, sb, sc, sd]),
+            }
+            for (h, s8) in s8[..heads].iter().enumerate() {
+                for (lane, &x) in s8.iter().enumerate().take(hi).skip(lo) {
+                    *out.add((g * heads + h) * stride + lane) = scale * x;
+                }
+            }
+        }
+    }
     /// The dots of a Q8_0 query `q` (blocks of an f16 scale and 32 quants)
     /// with eight Q8_0 key rows read in place, the keys' block scales given
     /// widened (block `b` of key `i` at `dk[8 * b + i]`): per block the exact
