@@ -1260,7 +1260,6 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
     // f16 or bf16 keys and values: two bytes an element either way.
     let bf16 = matches!(p.keys, Rows::BF16(_));
     let kc = p.keys.bytes();
-    let vcb = p.values.bytes();
     let Scratch { scores, qw, o, span_m, span_l, w_pairs, vb, .. } = sc;
     assert!((kvh0 + p.kv_groups) * hk <= p.kw && (kvh0 + p.kv_groups) * hv <= p.vw);
     let ring = p.cache.ring_rows(p.il, s0);
@@ -1272,9 +1271,12 @@ unsafe fn span_rows<L: Lanes>(p: &Plan, j0: usize, j1: usize, h0: usize, s0: usi
         let b1 = (b0 + 8).min(hi + 1);
         // Past the span, the last row again: those lanes are never stored.
         let rows8: [usize; 8] = std::array::from_fn(|i| ring.row((b0 + i).min(b1 - 1)));
-        let (k0, k1) = ((b1 + KEYS_AHEAD - 8).min(hi + 1), (b1 + KEYS_AHEAD).min(hi + 1));
-        prefetch_rows(kc, 2 * p.kw, &ring, k0, k1);
-        prefetch_rows(vcb, 2 * p.vw, &ring, b0, b1);
+        for pos in (b1 + KEYS_AHEAD - 8).min(hi + 1)..(b1 + KEYS_AHEAD).min(hi + 1) {
+            prefetch_head_row(&p.keys, ring.row(pos), p.kw, 0, p.kw);
+        }
+        for &row in &rows8[..b1 - b0] {
+            prefetch_head_row(&p.values, row, p.vw, 0, p.vw);
+        }
         let (ja, jb) = (p.rows_seeing(b0, j0, j1).start, p.rows_seeing(b1 - 1, j0, j1).end);
         // One check for the block's rows, not one per row and group.
         assert!(rows8.iter().all(|&row| 2 * (row + 1) * p.kw <= kc.len()));
@@ -1632,44 +1634,21 @@ unsafe fn weigh_rows_bf16<L: Lanes>(
 /// Zen 4 that held a decoded token at depth to well under memory's rate).
 #[inline(always)]
 fn prefetch_head_row(rows: &Rows, row: usize, width: usize, head: usize, dim: usize) {
-    prefetch_lines(rows.slice(row * width + head * dim, dim).bytes());
-}
-
-/// Asks the memory system for the cache rows of positions `p0..p1` (rows
-/// `row_bytes` apart in `bytes`), each stretch of them that lies in order in
-/// the ring as one run of lines: with a request per row, each through
-/// `Rows::slice`, SmolLM2's decoded token at depth spent 71 time-stamp
-/// cycles a position scoring from the second-level cache, 57 this way (51
-/// asking for nothing).
-#[inline(always)]
-fn prefetch_rows(bytes: &[u8], row_bytes: usize, ring: &RingRows, p0: usize, p1: usize) {
-    let mut pos = p0;
-    while pos < p1 {
-        let n = (p1 - pos).min(ring.consecutive_from(pos));
-        let r = ring.row(pos);
-        prefetch_lines(&bytes[r * row_bytes..(r + n) * row_bytes]);
-        pos += n;
-    }
-}
-
-/// Asks the memory system for the lines of `run` into the core's
-/// second-level cache (see [`prefetch_head_row`]); reads nothing.
-#[inline(always)]
-fn prefetch_lines(run: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        let p = run.as_ptr();
+        let bytes = rows.slice(row * width + head * dim, dim).bytes();
+        let p = bytes.as_ptr();
         let mut off = 0;
-        while off < run.len() {
+        while off < bytes.len() {
             // SAFETY: a prefetch reads nothing and cannot fault; the address
-            // is inside `run`.
+            // is inside the row sliced above.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(p.add(off).cast()) };
             off += 64;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = run;
+    let _ = (rows, row, width, head, dim);
 }
 
 /// Head `head`'s `dim` elements of cache row `row` (rows `width` wide) as
