@@ -248,11 +248,25 @@ unsafe fn q8_0_dots16<const N: usize>(queries: [(*const u8, *const i32, *const f
 unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out: [&mut [f32; 8]; N]) {
     let n = q[0].len();
     assert!(n.is_multiple_of(8) && q.iter().all(|q| q.len() == n) && keys.iter().all(|k| k.len() >= n));
-    let kp = keys.map(|k| k.as_ptr());
+    let acc = f16_pair_sums::<N>(q.map(|q| q.as_ptr()), &keys.map(|k| k.as_ptr()), n);
+    for (a, out) in acc.iter().zip(out) {
+        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
+    }
+}
+
+/// [`scores8_f16_n`]'s sums before [`reduce_pairs`]: `N` query rows at `q`
+/// against eight f16 key rows at `kp`, `n` elements (a multiple of eight)
+/// of each.
+///
+/// # Safety
+/// Each pointer starts `n` elements of one allocation.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn f16_pair_sums<const N: usize>(q: [*const f32; N], kp: &[*const f16; 8], n: usize) -> [[__m512; 4]; N] {
     let mut acc = [[_mm512_setzero_ps(); 4]; N];
     let mut i = 0;
     while i < n {
-        let qv = q.map(|q| _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.as_ptr().add(i))))));
+        let qv = q.map(|q| _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q.add(i))))));
         for r in 0..4 {
             let lo = _mm256_castsi128_si256(_mm_loadu_si128(kp[r].add(i).cast()));
             let kv = _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(kp[r + 4].add(i).cast())));
@@ -262,9 +276,7 @@ unsafe fn scores8_f16_n<const N: usize>(q: [&[f32]; N], keys: &[&[f16]; 8], out:
         }
         i += 8;
     }
-    for (a, out) in acc.iter().zip(out) {
-        _mm256_storeu_ps(out.as_mut_ptr(), reduce_pairs(a));
-    }
+    acc
 }
 
 /// [`Lanes::scores8_f16_groups`] for `N` queries a head: each head's dots
@@ -280,23 +292,8 @@ unsafe fn scores8_f16_groups<const N: usize>(q: &[f32], hk: usize, groups: usize
     let lanes = (0xFFu8 >> (8 - (hi - lo))) << lo;
     let scale = _mm256_set1_ps(scale);
     for g in 0..groups {
-        let kp = rows.map(|r| r.add(g * hk));
         let qg = q.as_ptr().add(g * N * hk);
-        let mut acc = [[_mm512_setzero_ps(); 4]; N];
-        let mut i = 0;
-        while i < hk {
-            let qv: [__m512; N] = std::array::from_fn(|h| {
-                _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(qg.add(h * hk + i)))))
-            });
-            for r in 0..4 {
-                let lo = _mm256_castsi128_si256(_mm_loadu_si128(kp[r].add(i).cast()));
-                let kv = _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(kp[r + 4].add(i).cast())));
-                for (a, qv) in acc.iter_mut().zip(&qv) {
-                    a[r] = _mm512_fmadd_ps(*qv, kv, a[r]);
-                }
-            }
-            i += 8;
-        }
+        let acc = f16_pair_sums::<N>(std::array::from_fn(|h| qg.add(h * hk)), &rows.map(|r| r.add(g * hk)), hk);
         for (h, a) in acc.iter().enumerate() {
             _mm256_mask_storeu_ps(out.add((g * N + h) * stride), lanes, _mm256_mul_ps(scale, reduce_pairs(a)));
         }
