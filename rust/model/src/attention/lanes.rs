@@ -64,18 +64,14 @@ pub(super) trait Lanes {
     /// each query's lanes `lo..hi` lie inside the allocation `out` is in.
     #[allow(clippy::too_many_arguments)]
     unsafe fn scores8_f16_groups(q: &[f32], heads: usize, hk: usize, groups: usize, rows: &[*const f16; 8], scale: f32,
-                                 out: *mut f32, stride: usize, lo: usize, hi: usize) {
+                                 out: *mut f32, stride: usize, lo: usize, hi: usize)
+    where
+        Self: Sized,
+    {
         assert!((1..=4).contains(&heads) && lo < hi && hi <= 8, "one to four queries a head, lanes of eight");
         for g in 0..groups {
             let keys: [&[f16]; 8] = std::array::from_fn(|r| std::slice::from_raw_parts(rows[r].add(g * hk), hk));
-            let query = |h: usize| &q[(g * heads + h.min(heads - 1)) * hk..][..hk];
-            let mut s8 = [[0.0f32; 8]; 4];
-            let [sa, sb, sc, sd] = &mut s8;
-            match heads {
-                1 => Self::scores8_f16(query(0), &keys, sa),
-                2 | 3 => Self::scores8_f16_n([query(0), query(1), query(2)], &keys, [sa, sb, sc]),
-                _ => Self::scores8_f16_n([query(0), query(1), query(2), query(3)], &keys, [sa, sb, sc, sd]),
-            }
+            let s8 = super::scores_in_place::<Self>(heads, |h| &q[(g * heads + h) * hk..][..hk], &keys);
             for (h, s8) in s8[..heads].iter().enumerate() {
                 for (lane, &x) in s8.iter().enumerate().take(hi).skip(lo) {
                     *out.add((g * heads + h) * stride + lane) = scale * x;
