@@ -23,11 +23,14 @@ bytes a token reads (every weight once, and the keys and values its queries see
 at the test's middle token) over the bytes a second the threads re-read a
 buffer of that size (memory's rate, or a last-level cache's that holds it),
 both from `ember bench`'s run, and ember's share of it. For pp the limit is
-the prompt's attention alone: the multiply-adds of its scores and weighed values
-(every query head against every position its row sees) at the most a second the
-threads issue in the instruction that meets the cache (the widest fused
-multiply-add of floats; AVX-512 BF16's paired product for a bf16 cache where the
-kernels use it; none for Q8_0), everything else in the pass taken as free.
+the prompt's products alone: the multiply-adds of its attention's scores and
+weighed values (every query head against every position its row sees) at the
+most a second the threads issue in the instruction that meets the cache (the
+widest fused multiply-add of floats; AVX-512 BF16's paired product for a bf16
+cache where the kernels use it; none for Q8_0), and those of its weights (each
+meets every token once, the head the last) at the most a second in the
+instruction that takes their 8-bit activations, everything else in the pass
+taken as free.
 
 Each repetition is one `ember bench -r 1` process and one `llama-bench -r 1`
 process per test; both do one untimed warm-up run of the test before the timed
@@ -243,7 +246,7 @@ def ember_rate(model: Path, n_prompt: int, n_gen: int, threads: int, depth: int 
                kv: str = "f16") -> tuple[float, float | None]:
     """ember's rate, and its limit: for tg the fastest decode the machine
     allows (the bytes a token reads against the bytes a second its threads
-    stream), for pp the prompt's attention products at the instruction's peak,
+    stream), for pp the prompt's attention and weight products at their instructions' peaks,
     as `ember bench` measures them in the same run."""
     out = _run([sys.executable, "-m", "ember", "bench", "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen),
                 "-t", str(threads), "-r", "1", "-d", str(depth), "-ctk", kv, "--json"], "ember bench")
@@ -406,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     rw = max([len(runs_head)] + [len(r[7]) for r in rows])
     print()
     # tg's limit: the bytes a token reads over the bytes a second both threads stream;
-    # pp's: the attention products at the instruction's peak.
+    # pp's: the attention and weight products at their instructions' peaks.
     print(f"| {'model':<{w}} | {'test':>{tw}} | {'ember t/s':>10} | {'llama.cpp t/s':>13} | {'ember/llama.cpp':>15} |"
           + ik_head + f" {'limit t/s':>9} | {'ember/limit':>11} | {runs_head:>{rw}} |")
     print(f"| {'-' * w} | {'-' * (tw - 1)}: | {'-' * 9}: | {'-' * 12}: | {'-' * 14}: |" + ik_rule

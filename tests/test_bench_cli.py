@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -102,9 +103,12 @@ def test_pp_gives_the_attention_products_and_the_limit_they_set(smollm2_path, ge
     """A pp result carries the multiply-adds of its attention products (each
     query head against every position its row sees, a sliding window's at
     most, once for the scores and once for the values) and the threads' peak
-    rate in the instruction that meets the cache: the prompt over their
-    quotient is the limit. A Q8_0 cache, whose products are of two kinds,
-    gives none."""
+    rate in the instruction that meets the cache; and the multiply-adds of
+    its weight products (each weight of a block against each token, the head
+    against the last) with the threads' peak rate in the instruction that
+    takes the weights' 8-bit activations: the prompt over the two quotients'
+    sum is the limit. A Q8_0 cache, whose attention products are of two
+    kinds, gives none."""
     from ember import _native
 
     # Gemma 3's rows at 509-516 straddle its window of 512.
@@ -128,7 +132,16 @@ def test_pp_gives_the_attention_products_and_the_limit_they_set(smollm2_path, ge
         assert o["attention_macs"] == seen * n_head * (hk + hv)
         assert o["product_macs_per_s"] > 1e8
         assert o["attention_floor_s"] == pytest.approx(o["attention_macs"] / o["product_macs_per_s"])
-        assert o["limit_ts"] == pytest.approx(8 / o["attention_floor_s"])
+        # Matrices: a norm's weights are a vector, and meet no product.
+        matrices = {name: math.prod(shape) for name, _, shape, _ in _native.inspect(str(path), 0)["tensors"]
+                    if len(shape) >= 2}
+        head = "output.weight" if "output.weight" in matrices else "token_embd.weight"
+        block = sum(n for name, n in matrices.items() if name.startswith("blk."))
+        assert block > 0
+        assert o["weight_macs"] == 8 * block + matrices[head]
+        assert o["byte_macs_per_s"] > 1e8
+        assert o["products_floor_s"] == pytest.approx(o["attention_floor_s"] + o["weight_macs"] / o["byte_macs_per_s"])
+        assert o["limit_ts"] == pytest.approx(8 / o["products_floor_s"])
     r = ember("bench", "-m", str(smollm2_path), "-p", "8", "-n", "0", "-r", "1", "-ctk", "q8_0", "--json")
     assert r.returncode == 0, r.stderr
     (o,) = [json.loads(line) for line in r.stdout.strip().splitlines()]

@@ -51,11 +51,15 @@ class TestResult:
     stream_bytes_per_s: float | None = None
     #: pp only: the multiply-adds of the pass's attention products (scores
     #: and values), and the multiply-adds a second the threads issue at best
-    #: in the instruction that meets the test's cache (none for Q8_0),
-    #: measured in the same run: their quotient is the least time the
-    #: products alone take, whatever else the pass does
+    #: in the instruction that meets the test's cache (none for Q8_0); the
+    #: multiply-adds of its weight products, and the threads' best rate in
+    #: the instruction that takes the weights' 8-bit activations; all
+    #: measured in the same run. The two quotients' sum is the least time the
+    #: products take, whatever else the pass does
     attention_macs: int | None = None
     product_macs_per_s: float | None = None
+    weight_macs: int | None = None
+    byte_macs_per_s: float | None = None
 
     @property
     def attention_floor_s(self) -> float | None:
@@ -64,11 +68,19 @@ class TestResult:
         return self.attention_macs / self.product_macs_per_s
 
     @property
+    def products_floor_s(self) -> float | None:
+        attention = self.attention_floor_s
+        if attention is None or self.weight_macs is None or not self.byte_macs_per_s:
+            return None
+        return attention + self.weight_macs / self.byte_macs_per_s
+
+    @property
     def limit_ts(self) -> float | None:
         """tg: the bytes a token reads at the streaming rate; pp: the
-        prompt's attention products at the instruction's peak, all else free."""
+        prompt's attention and weight products, each at its instruction's
+        peak, all else free."""
         if self.n_prompt:
-            floor = self.attention_floor_s
+            floor = self.products_floor_s
             return self.n_prompt / floor if floor else None
         if self.stream_bytes_per_s is None or self.weights_bytes is None or self.cache_bytes is None:
             return None
@@ -113,6 +125,9 @@ class TestResult:
                 "attention_macs": self.attention_macs,
                 "product_macs_per_s": self.product_macs_per_s,
                 "attention_floor_s": self.attention_floor_s,
+                "weight_macs": self.weight_macs,
+                "byte_macs_per_s": self.byte_macs_per_s,
+                "products_floor_s": self.products_floor_s,
                 "limit_ts": self.limit_ts,
             }),
         }
@@ -207,8 +222,10 @@ def run_bench(
     )
     bos = model.bos_id
     tests: list[tuple[TestResult, Callable[[], float]]] = []
-    # The peak of attention's products, for pp's limit at every depth (the host's: none on a device).
+    # The peaks of attention's and the weights' products, for pp's limit at
+    # every depth (the host's: none on a device).
     peak = model.product_rate() if n_prompt and not placed else None
+    byte_peak = model.byte_product_rate() if peak is not None else None
     for depth in depths:
         # The held tokens start with the BOS; the measured ones follow them.
         held = prompt_tokens(depth, model.n_vocab, bos)
@@ -217,7 +234,8 @@ def run_bench(
                 prompt_tokens(n_prompt, model.n_vocab, bos)
             floor = {}
             if not placed:  # the host's peak says nothing of a device's
-                floor = dict(attention_macs=sum(model.attention_work(depth, n_prompt)), product_macs_per_s=peak)
+                floor = dict(attention_macs=sum(model.attention_work(depth, n_prompt)), product_macs_per_s=peak,
+                             weight_macs=model.weight_work(n_prompt), byte_macs_per_s=byte_peak)
             tests.append((TestResult(n_prompt=n_prompt, n_gen=0, n_depth=depth, **floor, **base),
                           lambda ids=ids, held=held: model.bench_prompt(ids, held)))
         if n_gen:

@@ -187,14 +187,47 @@ fn attention_work_of(layers: &[LayerConfig], depth: usize, n: usize) -> Attentio
     work
 }
 
+/// Multiply-adds of the weights' products in a pass of `n` tokens that asks
+/// for the last one's logits: every element of a tensor of two or more
+/// dimensions meets each token once (a mixture's experts in the share a
+/// token uses), the output head the last token alone; a table read a row
+/// per token (the token table where it is not the head too) takes none.
+pub fn weight_work(model: &Model, n: usize) -> u64 {
+    let header = model.file().header();
+    let head = if header.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
+    let experts = model.config.moe.as_ref().map(|m| (m.n_used, m.n_expert));
+    weight_work_of(header.tensors.iter().map(|t| (t.name.as_str(), t.dims.as_slice())), head, experts, n)
+}
+
+/// [`weight_work`] of these tensors (name, dims), `head` the output head's
+/// name and `experts` a mixture's (used, all).
+fn weight_work_of<'t>(tensors: impl Iterator<Item = (&'t str, &'t [u64])>, head: &str,
+                      experts: Option<(usize, usize)>, n: usize) -> u64 {
+    let lookups = ["token_embd.weight", "per_layer_token_embd.weight"];
+    let mut macs = 0u64;
+    for (name, dims) in tensors.filter(|(_, dims)| dims.len() >= 2) {
+        let elements: u64 = dims.iter().product();
+        let per_token = match experts {
+            Some((used, all)) if name.contains("_exps") && all > 0 => elements * used as u64 / all as u64,
+            _ => elements,
+        };
+        macs += if name == head {
+            elements * u64::from(n > 0)
+        } else if lookups.contains(&name) {
+            0
+        } else {
+            per_token * n as u64
+        };
+    }
+    macs
+}
+
 /// Multiply-adds a second the model's threads issue at best in the
 /// instruction a prompt's attention meets a `kv` cache with at the kernel
 /// level ember runs at: AVX-512 BF16's paired product for a bf16 cache
 /// where the level has it, the widest fused multiply-add of floats
-/// otherwise (f16 and f32 caches; bf16 below that level). Each thread keeps
-/// independent chains in registers, no memory read, the best of a few
-/// runs: no kernel can issue more. `None` for a Q8_0 cache, whose scores
-/// are byte dots and whose values are floats.
+/// otherwise (f16 and f32 caches; bf16 below that level). `None` for a
+/// Q8_0 cache, whose scores are byte dots and whose values are floats.
 pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
     // (kernel, rounds): a few milliseconds of each at full rate.
     let (kernel, rounds): (unsafe fn(u64) -> u64, u64) = match (kv, ember_quant::level()) {
@@ -209,11 +242,35 @@ pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
         (_, ember_quant::SimdLevel::Avx2) => (x86::float_products_avx2, 1 << 22),
         _ => (float_products_scalar, 1 << 18),
     };
+    Some(peak_rate(model, kernel, rounds))
+}
+
+/// Multiply-adds a second the model's threads issue at best in the
+/// instruction the kernel level's weight products take their 8-bit
+/// activations with: AVX-512 VNNI's `dpbusd` (64 an instruction), AVX2's
+/// `maddubs` (32, its widening adds not counted), a scalar fused
+/// multiply-add below them. Weights held as floats take slower ones, so
+/// time at this rate is the least a pass's weights can take.
+pub fn byte_product_rate(model: &Model) -> f64 {
+    let (kernel, rounds): (unsafe fn(u64) -> u64, u64) = match ember_quant::level() {
+        #[cfg(target_arch = "x86_64")]
+        ember_quant::SimdLevel::Avx512Vnni | ember_quant::SimdLevel::Avx512Bf16 => (x86::byte_products_avx512, 1 << 22),
+        #[cfg(target_arch = "x86_64")]
+        ember_quant::SimdLevel::Avx2 => (x86::byte_products_avx2, 1 << 22),
+        _ => (float_products_scalar, 1 << 18),
+    };
+    peak_rate(model, kernel, rounds)
+}
+
+/// The multiply-adds a second of `kernel` run once on every thread at the
+/// same time (as a pass's products run), the best of a few runs. Each
+/// kernel keeps independent chains in registers and reads no memory: no
+/// kernel of its instruction can issue more.
+fn peak_rate(model: &Model, kernel: unsafe fn(u64) -> u64, rounds: u64) -> f64 {
     let mut best = 0.0f64;
     for _ in 0..4 {
         let t0 = Instant::now();
         let done = std::sync::atomic::AtomicU64::new(0);
-        // Once on every thread at the same time, as a pass's attention runs.
         model.pool.run(|_| {
             // SAFETY: the kernel is the level's, and ember runs at a level only where the CPU has it.
             let macs = unsafe { kernel(rounds) };
@@ -221,7 +278,7 @@ pub fn product_rate(model: &Model, kv: KvType) -> Option<f64> {
         });
         best = best.max(done.into_inner() as f64 / t0.elapsed().as_secs_f64());
     }
-    Some(best)
+    best
 }
 
 /// Twelve independent chains of scalar fused multiply-adds, `rounds` times
@@ -328,6 +385,38 @@ mod x86 {
         12 * 8 * rounds
     }
 
+    /// Twelve chains of `vpdpbusd` on 64 byte pairs (the weight products'
+    /// form at the AVX-512 VNNI levels), `rounds` times: the multiply-adds done.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub(super) unsafe fn byte_products_avx512(rounds: u64) -> u64 {
+        let mut acc: [__m512i; 12] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32));
+        let mut x = _mm512_set1_epi8(1);
+        for _ in 0..rounds {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbusd_epi32(*a, x, x);
+            }
+            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
+        }
+        std::hint::black_box(acc);
+        12 * 64 * rounds
+    }
+
+    /// Twelve chains of `vpmaddubsw` on 32 byte pairs, AVX2's form (each
+    /// product fed back as the next one's bytes, so the chains cannot fold).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn byte_products_avx2(rounds: u64) -> u64 {
+        let mut acc: [__m256i; 12] = std::array::from_fn(|i| _mm256_set1_epi8(i as i8));
+        let mut x = _mm256_set1_epi8(1);
+        for _ in 0..rounds {
+            for a in acc.iter_mut() {
+                *a = _mm256_maddubs_epi16(*a, x);
+            }
+            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
+        }
+        std::hint::black_box(acc);
+        12 * 32 * rounds
+    }
+
     /// Four registers of sums, so the adds keep up with the loads.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn sum_words_avx512(words: &[u64]) -> u64 {
@@ -414,6 +503,26 @@ mod tests {
         let seen = 30 + 27 + 30;
         assert_eq!(attention_work_of(&layers, 5, 4), AttentionWork { scores: seen * 4 * 16, values: seen * 4 * 8 });
         assert_eq!(attention_work_of(&layers, 0, 0), AttentionWork { scores: 0, values: 0 });
+    }
+
+    /// A pass's weight products counted by hand: a block's matrices meet
+    /// every token, the experts two of eight, the head (tied to the token
+    /// table, or its own) the last token alone, a norm and a lookup table none.
+    #[test]
+    fn weight_work_counts_each_weight_once_a_token() {
+        let tensors: [(&str, &[u64]); 6] = [
+            ("token_embd.weight", &[16, 100]),
+            ("blk.0.attn_norm.weight", &[16]),
+            ("blk.0.attn_q.weight", &[16, 32]),
+            ("blk.0.ffn_up_exps.weight", &[16, 24, 8]),
+            ("per_layer_token_embd.weight", &[64, 100]),
+            ("output.weight", &[16, 100]),
+        ];
+        let work = |head, experts, n| weight_work_of(tensors.iter().copied(), head, experts, n);
+        assert_eq!(work("output.weight", Some((2, 8)), 5), 5 * (16 * 32 + 16 * 24 * 2) + 16 * 100);
+        // Tied: the token table is the head, and a dense reading takes every expert.
+        assert_eq!(work("token_embd.weight", None, 5), 5 * (16 * 32 + 16 * 24 * 8 + 16 * 100) + 16 * 100);
+        assert_eq!(work("output.weight", None, 0), 0);
     }
 
     /// Every form of the probe's sum reads every word once, the tail past

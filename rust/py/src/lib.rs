@@ -578,6 +578,18 @@ impl Model {
         py.detach(|| ember_model::bench::product_rate(&self.inner, kv))
     }
 
+    /// Multiply-adds of the weights' products in a pass of `n` tokens that
+    /// asks for the last one's logits.
+    fn weight_work(&self, n: usize) -> u64 {
+        ember_model::bench::weight_work(&self.inner, n)
+    }
+
+    /// Multiply-adds a second this model's threads issue at best in the
+    /// instruction the weight products take their 8-bit activations with.
+    fn byte_product_rate(&self, py: Python<'_>) -> f64 {
+        py.detach(|| ember_model::bench::byte_product_rate(&self.inner))
+    }
+
     /// Bytes a second this model's threads re-read a buffer of `bytes` at best.
     fn stream_rate(&self, py: Python<'_>, bytes: u64) -> f64 {
         py.detach(|| ember_model::bench::stream_rate(&self.inner, bytes))
