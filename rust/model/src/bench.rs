@@ -335,86 +335,62 @@ fn sum_words_scalar(words: &[u64]) -> u64 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Twelve chains of `vfmadd` on sixteen floats (the attention loops'
-    /// form at the AVX-512 levels), `rounds` times: the multiply-adds done.
-    /// The operand passes through an empty `asm` each round, so the compiler
-    /// can neither fold the chains nor hoist them.
+    /// Twelve independent chains of one instruction, `$step(acc, x)`, run
+    /// `rounds` times from `$acc(i)` and the operand `$x`: the multiply-adds
+    /// done, `$macs` an instruction. The operand passes through an empty
+    /// `asm` each round, so the compiler can neither fold the chains nor
+    /// hoist them.
+    macro_rules! chains {
+        ($rounds:expr, $acc:expr, $x:expr, $reg:ident, $macs:expr, $step:expr) => {{
+            let mut acc: [_; 12] = std::array::from_fn($acc);
+            let mut x = $x;
+            for _ in 0..$rounds {
+                for a in acc.iter_mut() {
+                    *a = $step(*a, x);
+                }
+                std::arch::asm!("/* {0} */", inout($reg) x, options(pure, nomem, nostack));
+            }
+            std::hint::black_box(acc);
+            12 * $macs * $rounds
+        }};
+    }
+
+    /// `vfmadd` on sixteen floats, the attention loops' form at the AVX-512 levels.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn float_products_avx512(rounds: u64) -> u64 {
-        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
-        let mut x = _mm512_set1_ps(0.5);
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm512_fmadd_ps(*a, x, x);
-            }
-            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
-        }
-        std::hint::black_box(acc);
-        12 * 16 * rounds
+        chains!(rounds, |i| _mm512_set1_ps(i as f32), _mm512_set1_ps(0.5), zmm_reg, 16,
+                |a, x| _mm512_fmadd_ps(a, x, x))
     }
 
-    /// [`float_products_avx512`] with `vdpbf16ps`: thirty-two multiply-adds
-    /// an instruction.
+    /// `vdpbf16ps`: thirty-two multiply-adds an instruction.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn paired_bf16_products(rounds: u64) -> u64 {
-        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(i as f32));
-        let mut x = _mm512_set1_epi32(0x3f00_3f00);
-        for _ in 0..rounds {
+        chains!(rounds, |i| _mm512_set1_ps(i as f32), _mm512_set1_epi32(0x3f00_3f00), zmm_reg, 32, |a, x| {
             let pairs = std::mem::transmute::<__m512i, __m512bh>(x);
-            for a in acc.iter_mut() {
-                *a = _mm512_dpbf16_ps(*a, pairs, pairs);
-            }
-            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
-        }
-        std::hint::black_box(acc);
-        12 * 32 * rounds
+            _mm512_dpbf16_ps(a, pairs, pairs)
+        })
     }
 
-    /// [`float_products_avx512`] on eight floats, AVX2's form.
+    /// `vfmadd` on eight floats, AVX2's form.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn float_products_avx2(rounds: u64) -> u64 {
-        let mut acc: [__m256; 12] = std::array::from_fn(|i| _mm256_set1_ps(i as f32));
-        let mut x = _mm256_set1_ps(0.5);
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm256_fmadd_ps(*a, x, x);
-            }
-            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
-        }
-        std::hint::black_box(acc);
-        12 * 8 * rounds
+        chains!(rounds, |i| _mm256_set1_ps(i as f32), _mm256_set1_ps(0.5), ymm_reg, 8,
+                |a, x| _mm256_fmadd_ps(a, x, x))
     }
 
-    /// Twelve chains of `vpdpbusd` on 64 byte pairs (the weight products'
-    /// form at the AVX-512 VNNI levels), `rounds` times: the multiply-adds done.
+    /// `vpdpbusd` on 64 byte pairs, the weight products' form at the AVX-512 VNNI levels.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub(super) unsafe fn byte_products_avx512(rounds: u64) -> u64 {
-        let mut acc: [__m512i; 12] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32));
-        let mut x = _mm512_set1_epi8(1);
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm512_dpbusd_epi32(*a, x, x);
-            }
-            std::arch::asm!("/* {0} */", inout(zmm_reg) x, options(pure, nomem, nostack));
-        }
-        std::hint::black_box(acc);
-        12 * 64 * rounds
+        chains!(rounds, |i| _mm512_set1_epi32(i as i32), _mm512_set1_epi8(1), zmm_reg, 64,
+                |a, x| _mm512_dpbusd_epi32(a, x, x))
     }
 
-    /// Twelve chains of `vpmaddubsw` on 32 byte pairs, AVX2's form (each
-    /// product fed back as the next one's bytes, so the chains cannot fold).
+    /// `vpmaddubsw` on 32 byte pairs, AVX2's form: each product is the next
+    /// one's bytes, as it has no sum to chain through.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn byte_products_avx2(rounds: u64) -> u64 {
-        let mut acc: [__m256i; 12] = std::array::from_fn(|i| _mm256_set1_epi8(i as i8));
-        let mut x = _mm256_set1_epi8(1);
-        for _ in 0..rounds {
-            for a in acc.iter_mut() {
-                *a = _mm256_maddubs_epi16(*a, x);
-            }
-            std::arch::asm!("/* {0} */", inout(ymm_reg) x, options(pure, nomem, nostack));
-        }
-        std::hint::black_box(acc);
-        12 * 32 * rounds
+        chains!(rounds, |i| _mm256_set1_epi8(i as i8), _mm256_set1_epi8(1), ymm_reg, 32,
+                |a, x| _mm256_maddubs_epi16(a, x))
     }
 
     /// Four registers of sums, so the adds keep up with the loads.
