@@ -99,7 +99,7 @@ def test_tg_gives_the_bytes_a_token_reads_and_the_limit_they_set(smollm2_path, g
         assert o["limit_ts"] == pytest.approx(o["stream_bytes_per_s"] / (o["weights_bytes"] + o["cache_bytes"]))
 
 
-def test_pp_gives_the_attention_products_and_the_limit_they_set(smollm2_path, gemma3_path):
+def test_pp_gives_the_products_and_the_limit_they_set(smollm2_path, gemma3_path):
     """A pp result carries the multiply-adds of its attention products (each
     query head against every position its row sees, a sliding window's at
     most, once for the scores and once for the values) and the threads' peak
