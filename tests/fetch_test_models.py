@@ -88,6 +88,9 @@ def main() -> int:
     # file against the hash its reference logits were made from.
     tiny = Path(__file__).resolve().parent / "fixtures" / "make_tiny_models.py"
     subprocess.run([sys.executable, str(tiny)], check=True, env={**os.environ, "EMBER_TEST_MODELS": str(dest)})
+    # And the tiny multimodal projectors paired with them (mmproj files).
+    projectors = tiny.with_name("make_tiny_projectors.py")
+    subprocess.run([sys.executable, str(projectors)], check=True, env={**os.environ, "EMBER_TEST_MODELS": str(dest)})
     return 0
 
 

@@ -16,7 +16,7 @@ fn main() {
     let arg = |i: usize, d: usize| args.get(i).map(|s| s.parse().expect("a number")).unwrap_or(d);
     let (n_pp, n_tg, threads, reps, depth) = (arg(2, 512), arg(3, 128), arg(4, 0), arg(5, 3), arg(6, 0));
     let kv = args.get(7).map(|s| KvType::parse(s).expect("a cache type: f16, bf16, f32 or q8_0")).unwrap_or(KvType::F16);
-    let model = Model::load(path, LoadOptions { threads, no_repack: std::env::var_os("EMBER_NO_REPACK").is_some() }).expect("model loads");
+    let model = Model::load(path, LoadOptions { threads, no_repack: std::env::var_os("EMBER_NO_REPACK").is_some(), ..Default::default() }).expect("model loads");
     let n_vocab = model.config.n_vocab as u32;
     let prompt: Vec<u32> = (0..n_pp as u32).map(|i| (1 + i * 7919) % n_vocab).collect();
     let held: Vec<u32> = (0..depth as u32).map(|i| (2 + i * 7919) % n_vocab).collect();

@@ -899,6 +899,7 @@ impl Batcher {
                 tokens: &f.tokens,
                 want: f.want,
                 snapshots: &mut f.snapshots,
+                media: &[],
             });
         }
         if let Err(e) = self.model.forward_batch(&mut self.ws, &mut parts) {

@@ -28,6 +28,9 @@ pub enum ModelError {
     Grammar(#[from] ember_grammar::GrammarError),
     #[error("{0}")]
     Invalid(String),
+    /// A multimodal projector that cannot be read, or does not fit its model.
+    #[error("projector: {0}")]
+    Projector(String),
     /// The GPU failed or cannot hold what was asked of it.
     #[error("device: {0}")]
     Device(String),

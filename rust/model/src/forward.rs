@@ -8,7 +8,7 @@
 
 use ember_kv::{KvCache, KvType, LayerShape};
 
-use crate::attention::{attention_many, AttnPart, AttnShape};
+use crate::attention::{attend_rows, attention_many, AttnPart, AttnShape, BothWays};
 use crate::config::{Config, DeltaLayer, FfnActivation, KvSource, LayerConfig, MoeConfig};
 use crate::delta_net::{self, ChunkScratch};
 use crate::device::{DeviceRings, DeviceSeq};
@@ -176,6 +176,29 @@ pub struct SeqPass<'a> {
     /// Copies of a hybrid's recurrent states to take inside the pass, in
     /// order (usually none).
     pub snapshots: &'a mut [Snapshot],
+    /// Rows read in place of some tokens' embeddings (a picture's), in
+    /// order of position (usually none).
+    pub media: &'a [Media<'a>],
+}
+
+/// A run of rows that stand in for the embeddings of the pass's tokens
+/// `at..at + rows.len() / n_embd` (whose ids are then placeholders the cache
+/// remembers them by): a picture's rows from its projector. Where
+/// `bidirectional`, the run's rows attend to each other both ways, as the
+/// family's encoder was trained (llama.cpp's non-causal image batches); the
+/// whole run is then in one pass.
+#[derive(Clone, Copy)]
+pub struct Media<'a> {
+    pub at: usize,
+    pub rows: &'a [f32],
+    pub bidirectional: bool,
+}
+
+impl Media<'_> {
+    /// The tokens of the pass it stands in for.
+    pub fn span(&self, n_embd: usize) -> std::ops::Range<usize> {
+        self.at..self.at + self.rows.len() / n_embd
+    }
 }
 
 /// A hybrid sequence's recurrent states after the first `at` tokens of a
@@ -194,6 +217,7 @@ struct Seq<'a> {
     tokens: &'a [u32],
     want: Logits,
     snapshots: &'a mut [Snapshot],
+    media: &'a [Media<'a>],
 }
 
 impl Session {
@@ -309,13 +333,62 @@ impl Model {
     /// Runs one pass of `tokens` (at most the session's `max_batch`), appended
     /// after what the session holds, and returns the logits asked for.
     pub fn forward<'s>(&self, s: &'s mut Session, tokens: &[u32], want: Logits) -> Result<&'s [f32]> {
+        self.forward_with_media(s, tokens, &[], want)
+    }
+
+    /// [`Model::forward`] with some tokens' embeddings given as rows (`media`).
+    pub fn forward_with_media<'s>(
+        &self,
+        s: &'s mut Session,
+        tokens: &[u32],
+        media: &[Media<'_>],
+        want: Logits,
+    ) -> Result<&'s [f32]> {
         self.check_pass(&s.cache, tokens)?;
+        self.check_media(tokens.len(), media, s.on_device())?;
         let Session { cache, scratch, logits, rings } = s;
         match rings {
             Some(rings) => self.device_pass(vec![(cache, &*rings, tokens, want, logits)])?,
-            None => self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [] }]),
+            None => self.pass(scratch, &mut [Seq { cache, logits, tokens, want, snapshots: &mut [], media }]),
         }
         Ok(&s.logits)
+    }
+
+    /// Refuses rows that do not fit the pass: runs out of order or past its
+    /// tokens, rows of another width, a model whose tokens carry per-layer
+    /// inputs the rows cannot give, or a device pass (which reads tokens only).
+    fn check_media(&self, n_tokens: usize, media: &[Media<'_>], on_device: bool) -> Result<()> {
+        if media.is_empty() {
+            return Ok(());
+        }
+        let e = self.config.n_embd;
+        if on_device {
+            return Err(ModelError::Invalid("pictures are read on the CPU only: a device pass takes tokens".into()));
+        }
+        if self.weights.per_layer.is_some() {
+            return Err(ModelError::Invalid(format!(
+                "{} models read per-layer inputs of each token, which a picture's rows do not have",
+                self.config.arch.name()
+            )));
+        }
+        let mut end = 0;
+        for m in media {
+            if m.rows.is_empty() || m.rows.len() % e != 0 {
+                return Err(ModelError::Invalid(format!(
+                    "a picture's rows are {e} wide: {} values are not whole rows",
+                    m.rows.len()
+                )));
+            }
+            let span = m.span(e);
+            if span.start < end || span.end > n_tokens {
+                return Err(ModelError::Invalid(format!(
+                    "rows for tokens {}..{} overlap another run or pass the {n_tokens} tokens of the pass",
+                    span.start, span.end
+                )));
+            }
+            end = span.end;
+        }
+        Ok(())
     }
 
     /// One pass over several sessions: their tokens go through every matrix
@@ -327,6 +400,7 @@ impl Model {
     pub fn forward_batch(&self, ws: &mut Workspace, seqs: &mut [SeqPass<'_>]) -> Result<()> {
         for sp in seqs.iter() {
             self.check_pass(&sp.session.cache, sp.tokens)?;
+            self.check_media(sp.tokens.len(), sp.media, sp.session.on_device())?;
         }
         if seqs.len() > 1 && seqs.iter().any(|sp| sp.want == Logits::Hidden) {
             return Err(ModelError::Invalid("hidden states are read in a pass of their own sequence".into()));
@@ -354,7 +428,7 @@ impl Model {
             .iter_mut()
             .map(|sp| {
                 let Session { cache, logits, .. } = &mut *sp.session;
-                Seq { cache, logits, tokens: sp.tokens, want: sp.want, snapshots: &mut *sp.snapshots }
+                Seq { cache, logits, tokens: sp.tokens, want: sp.want, snapshots: &mut *sp.snapshots, media: sp.media }
             })
             .collect();
         if !parts.is_empty() {
@@ -448,6 +522,64 @@ impl Model {
         Ok(all)
     }
 
+    /// [`Model::prefill`] with some tokens' embeddings given as rows
+    /// (`media`, positions counted from the first of `tokens`). A pass never
+    /// ends inside a bidirectional run, so each run is read whole; one longer
+    /// than a pass is refused.
+    pub fn prefill_with_media(&self, s: &mut Session, tokens: &[u32], media: &[Media<'_>], want: Logits) -> Result<Vec<f32>> {
+        if media.is_empty() {
+            return self.prefill(s, tokens, want);
+        }
+        let e = self.config.n_embd;
+        self.check_media(tokens.len(), media, s.on_device())?;
+        let step = s.cache.max_batch();
+        if let Some(m) = media.iter().find(|m| m.bidirectional && m.span(e).len() > step) {
+            return Err(ModelError::Invalid(format!(
+                "a picture of {} rows is read in one pass, and a pass holds {step} (raise the batch size)",
+                m.span(e).len()
+            )));
+        }
+        if s.cache.len() + tokens.len() > s.cache.n_ctx() {
+            return Err(ember_kv::KvError::ContextFull { needed: s.cache.len() + tokens.len(), capacity: s.cache.n_ctx() }.into());
+        }
+        let mut all = Vec::new();
+        let mut done = 0;
+        while done < tokens.len() {
+            let mut end = (done + step - s.cache.len() % step).min(tokens.len());
+            // A cut inside a bidirectional run moves to its start, or, where
+            // the pass starts with the run, to its end (a run fits a pass).
+            if let Some(m) = media.iter().find(|m| m.bidirectional && m.span(e).start < end && end < m.span(e).end) {
+                end = if m.span(e).start > done { m.span(e).start } else { m.span(e).end };
+            }
+            let part: Vec<Media<'_>> = media
+                .iter()
+                .filter_map(|m| {
+                    let span = m.span(e);
+                    let (from, to) = (span.start.max(done), span.end.min(end));
+                    (from < to).then(|| Media {
+                        at: from - done,
+                        rows: &m.rows[(from - span.start) * e..(to - span.start) * e],
+                        bidirectional: m.bidirectional,
+                    })
+                })
+                .collect();
+            let last = end == tokens.len();
+            let w = match want {
+                Logits::All | Logits::Hidden => want,
+                Logits::Last | Logits::Top(_) if last => want,
+                _ => Logits::None,
+            };
+            let out = self.forward_with_media(s, &tokens[done..end], &part, w)?;
+            if matches!(w, Logits::All | Logits::Hidden) {
+                all.extend_from_slice(out);
+            } else if matches!(w, Logits::Last | Logits::Top(_)) {
+                all = out.to_vec();
+            }
+            done = end;
+        }
+        Ok(all)
+    }
+
     fn pass(&self, sc: &mut Scratch, seqs: &mut [Seq<'_>]) {
         let c = &self.config;
         let w = &self.weights;
@@ -474,6 +606,14 @@ impl Model {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         });
+        let mut r0 = 0;
+        for q in seqs.iter() {
+            for m in q.media {
+                let span = m.span(e);
+                sc.x[(r0 + span.start) * e..(r0 + span.end) * e].copy_from_slice(m.rows);
+            }
+            r0 += q.tokens.len();
+        }
         if let Some(pe) = &w.per_layer {
             self.per_layer_inputs(pe, sc, t);
         }
@@ -728,6 +868,7 @@ impl Model {
         }
         attention_many(pool, cache_layer, &shape, &mut parts);
         sc.attn_parts = recycled!(parts);
+        self.attend_both_ways(cache_layer, &shape, last, sc, seqs, lc);
         if last {
             t = n_out;
         }
@@ -748,6 +889,45 @@ impl Model {
 
     /// Layer `l`'s feed-forward block over the `t` rows of `sc.x`, into
     /// `sc.o`: dense, a mixture, or both side by side.
+    /// The rows of a bidirectional run again, each over every key of its
+    /// run as well as those before it: the causal attention above gave them
+    /// the keys up to their own position only. In the last layer only the
+    /// wanted rows are there (`attention_block`'s narrowing), and only
+    /// those of a run are done again.
+    fn attend_both_ways(&self, il: usize, shape: &AttnShape, last: bool, sc: &mut Scratch, seqs: &[Seq<'_>], lc: &LayerConfig) {
+        if seqs.iter().all(|q| q.media.iter().all(|m| !m.bidirectional)) {
+            return;
+        }
+        let (e, qw, aw) = (self.config.n_embd, lc.q_width(), lc.att_width());
+        let mut rows = Vec::new();
+        let (mut r0, mut out0) = (0, 0);
+        for q in seqs.iter() {
+            let n = q.tokens.len();
+            let (first, m) = match q.want {
+                _ if !last => (0, n),
+                Logits::None => (0, 0),
+                Logits::Last | Logits::Top(_) => (n - 1, 1),
+                Logits::All | Logits::Hidden => (0, n),
+            };
+            let start = q.cache.len();
+            for media in q.media.iter().filter(|m| m.bidirectional) {
+                let span = media.span(e);
+                for j in span.start.max(first)..span.end.min(first + m) {
+                    rows.push(BothWays {
+                        cache: &*q.cache,
+                        q: (r0 + j) * qw,
+                        out: (out0 + j - first) * aw,
+                        pos: start + j,
+                        keys_end: start + span.end,
+                    });
+                }
+            }
+            r0 += n;
+            out0 += m;
+        }
+        attend_rows(&self.pool, il, shape, &sc.q, &mut sc.att, &rows);
+    }
+
     fn ffn_block(&self, l: &LayerWeights, sc: &mut Scratch, t: usize) {
         let (c, pool) = (&self.config, &self.pool);
         let e = c.n_embd;

@@ -21,6 +21,7 @@ mod model;
 mod ops;
 mod pool;
 mod rope;
+pub mod vision;
 pub mod weights;
 
 pub use config::{Arch, Config, FamilyOptions};
@@ -28,6 +29,7 @@ pub use device::{device_kv_format, device_refusal, DeviceWeights};
 pub use ember_gpu::{DeviceKind, Gpu};
 pub use ember_kv::KvType;
 pub use error::{ModelError, Result};
-pub use forward::{Logits, SeqPass, Session, Snapshot, Workspace};
+pub use forward::{Logits, Media, SeqPass, Session, Snapshot, Workspace};
 pub use generate::{GenerateParams, Generation, Slot, Step, StopReason};
 pub use model::{physical_cores, LoadOptions, Model};
+pub use vision::{Pixels, Projector, ProjectorKind, VisionParams};

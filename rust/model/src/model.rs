@@ -12,6 +12,7 @@ use ember_tokenizer::Tokenizer;
 
 use crate::config::{Arch, Config};
 use crate::error::{ModelError, Result};
+use crate::vision::{Pixels, Projector};
 use crate::{pool, rope, weights};
 
 #[derive(Default)]
@@ -21,6 +22,9 @@ pub struct LoadOptions {
     /// Keep every matrix in the file's layout (no repacking for the tile
     /// kernels): slower, for measuring what repacking gains.
     pub no_repack: bool,
+    /// A multimodal projector (mmproj file) to load beside the model,
+    /// refused unless its rows fit the model.
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 pub struct Model {
@@ -39,6 +43,7 @@ pub struct Model {
     token_index: OnceLock<TokenIndex>,
     /// The device the layers run on, once placed there (`Model::place_on`).
     pub(crate) device: Option<crate::device::DeviceWeights>,
+    projector: Option<Projector>,
     file: Arc<GgufFile>,
 }
 
@@ -60,6 +65,14 @@ impl Model {
         if !weights.unread.is_empty() {
             return Err(ModelError::UnreadTensors { arch: config.arch.name(), names: weights.unread.clone() });
         }
+        let projector = match &opts.mmproj {
+            Some(path) => {
+                let p = Projector::load(path, !opts.no_repack)?;
+                p.check_fits(config.arch, config.n_embd)?;
+                Some(p)
+            }
+            None => None,
+        };
         let rope_tables = config.ropes.iter().map(|r| rope::RopeTable::new(r, &weights)).collect::<Result<Vec<_>>>()?;
         let n_threads = if opts.threads == 0 { physical_cores() } else { opts.threads };
         let pool = pool::Pool::new(n_threads)
@@ -74,8 +87,23 @@ impl Model {
             per_layer_rows_read: Default::default(),
             token_index: OnceLock::new(),
             device: None,
+            projector,
             file,
         })
+    }
+
+    /// The multimodal projector loaded beside the model, if any.
+    pub fn projector(&self) -> Option<&Projector> {
+        self.projector.as_ref()
+    }
+
+    /// One picture's rows for the prompt (`tokens_per_image` of `n_embd`),
+    /// through the projector on this model's worker threads.
+    pub fn encode_image(&self, px: &Pixels<'_>) -> Result<Vec<f32>> {
+        let p = self.projector.as_ref().ok_or_else(|| {
+            ModelError::Projector("the model has no projector loaded: it reads text only (load one with an mmproj file)".into())
+        })?;
+        p.encode(&self.pool, px)
     }
 
     pub fn file(&self) -> &GgufFile {

@@ -33,6 +33,9 @@ pub struct Matrix {
     /// The rows repacked for the tile kernels, where the format has a layout.
     pub packed: Option<PackedRows>,
     data: &'static [u8],
+    /// The bytes `data` points into, where they were made at load (a
+    /// transposed tensor) rather than mapped from the file.
+    _owned: Option<Box<[u8]>>,
 }
 
 /// How a matrix wants its input quantized.
@@ -89,7 +92,7 @@ impl Matrix {
         let input =
             if packed.is_some() { ActFormat::Packed } else { ActFormat::File(ember_quant::activation_type(ty)) };
         let (dot, dot_cols) = (ember_quant::dot_fn(ty).unwrap(), ember_quant::dot_cols_fn(ty));
-        Matrix { name: format!("test.{}", ty.name()), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data }
+        Matrix { name: format!("test.{}", ty.name()), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data, _owned: None }
     }
 }
 
@@ -228,23 +231,71 @@ impl Weights {
     }
 }
 
-struct Binder<'a> {
-    file: &'a Arc<GgufFile>,
-    read: BTreeSet<String>,
-    repack: bool,
+pub(crate) struct Binder<'a> {
+    pub(crate) file: &'a Arc<GgufFile>,
+    pub(crate) read: BTreeSet<String>,
+    pub(crate) repack: bool,
 }
 
 impl<'a> Binder<'a> {
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    pub(crate) fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         self.matrix_opt(name, rows, cols)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
-    fn matrix_opt(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<Matrix>> {
+    pub(crate) fn matrix_opt(&mut self, name: &str, rows: usize, cols: usize) -> Result<Option<Matrix>> {
         let Some(ty) = self.tensor_2d(name, rows, cols)? else {
             return Ok(None);
         };
         let data = self.tensor_bytes(name);
         self.bind_rows(name, ty, rows, cols, data, self.repack).map(Some)
+    }
+
+    /// A tensor of any rank read as `rows` rows (its last dimension) of
+    /// `cols` (the product of the others): a convolution's kernel, whose
+    /// product with a patch is one row's dot.
+    pub(crate) fn matrix_flat(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let inner: u64 = t.dims[..t.dims.len() - 1].iter().product();
+        if t.dims.last() != Some(&(rows as u64)) || inner != cols as u64 {
+            return Err(ModelError::BadTensor {
+                name: name.to_string(),
+                problem: format!("shape {:?}, expected {cols} elements in each of {rows} rows", t.dims),
+            });
+        }
+        let ty = t.ty;
+        let data = self.tensor_bytes(name);
+        self.bind_rows(name, ty, rows, cols, data, self.repack)
+    }
+
+    /// The transpose of 2-D tensor `name` (stored `cols` rows of `rows`) as a
+    /// matrix of `rows` rows of `cols`, in the tensor's own float type: what
+    /// llama.cpp makes of a projection it multiplies by its transpose.
+    pub(crate) fn matrix_transposed(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let ty = self.tensor_2d(name, cols, rows)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let width = match ty {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            _ => {
+                return Err(ModelError::BadTensor {
+                    name: name.to_string(),
+                    problem: format!("type {} cannot be transposed at load (F32, F16 or BF16 can)", ty.name()),
+                })
+            }
+        };
+        let src = self.tensor_bytes(name);
+        let mut owned = vec![0u8; src.len()].into_boxed_slice();
+        for r in 0..rows {
+            for c in 0..cols {
+                let from = (c * rows + r) * width;
+                owned[(r * cols + c) * width..][..width].copy_from_slice(&src[from..from + width]);
+            }
+        }
+        // SAFETY: the bytes live in the box the matrix owns, which never
+        // moves them and drops with the matrix.
+        let data = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(&owned[..]) };
+        let mut m = self.bind_rows(name, ty, rows, cols, data, false)?;
+        m._owned = Some(owned);
+        Ok(m)
     }
 
     /// The type of 2-D tensor `name`, checked to be `rows` rows of `cols`, if the file has it.
@@ -311,7 +362,7 @@ impl<'a> Binder<'a> {
             .collect()
     }
 
-    fn tensor_bytes(&mut self, name: &str) -> &'static [u8] {
+    pub(crate) fn tensor_bytes(&mut self, name: &str) -> &'static [u8] {
         let t = self.file.tensor(name).expect("looked up by the caller");
         self.read.insert(name.to_string());
         // SAFETY: the mapping lives in the `Arc<GgufFile>` that `Model` holds
@@ -319,7 +370,7 @@ impl<'a> Binder<'a> {
         unsafe { std::mem::transmute::<&[u8], &'static [u8]>(self.file.tensor_data(t)) }
     }
 
-    fn bind_rows(
+    pub(crate) fn bind_rows(
         &self,
         name: &str,
         ty: GgmlType,
@@ -344,14 +395,14 @@ impl<'a> Binder<'a> {
         };
         let input = if packed.is_some() { ActFormat::Packed } else { ActFormat::File(act) };
         let dot_cols = ember_quant::dot_cols_fn(ty);
-        Ok(Matrix { name: name.to_string(), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data })
+        Ok(Matrix { name: name.to_string(), ty, rows, cols, row_bytes, input, dot, dot_cols, packed, data, _owned: None })
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+    pub(crate) fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
         self.vector_opt(name, len)?.ok_or_else(|| ModelError::MissingTensor(name.to_string()))
     }
 
-    fn vector_opt(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn vector_opt(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
         let Some(t) = self.file.tensor(name) else {
             return Ok(None);
         };
@@ -375,7 +426,7 @@ impl<'a> Binder<'a> {
     }
 
     /// A vector of whatever length the file gives (checked by its reader).
-    fn vector_any(&mut self, name: &str) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn vector_any(&mut self, name: &str) -> Result<Option<Vec<f32>>> {
         let Some(t) = self.file.tensor(name) else {
             return Ok(None);
         };

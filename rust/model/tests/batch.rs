@@ -41,7 +41,7 @@ fn a_batch_gives_each_session_its_own_results() {
             .iter_mut()
             .zip(&prompts)
             .zip(&wants)
-            .map(|((s, p), &w)| SeqPass { session: s, tokens: p, want: w, snapshots: &mut [] })
+            .map(|((s, p), &w)| SeqPass { session: s, tokens: p, want: w, snapshots: &mut [], media: &[] })
             .collect();
         model.forward_batch(&mut ws, &mut parts).unwrap();
         for (i, s) in together.iter().enumerate() {
@@ -64,7 +64,7 @@ fn a_batch_gives_each_session_its_own_results() {
             let mut parts: Vec<SeqPass> = together
                 .iter_mut()
                 .zip(&step_tokens)
-                .map(|(s, t)| SeqPass { session: s, tokens: t, want: Logits::Last, snapshots: &mut [] })
+                .map(|(s, t)| SeqPass { session: s, tokens: t, want: Logits::Last, snapshots: &mut [], media: &[] })
                 .collect();
             model.forward_batch(&mut ws, &mut parts).unwrap();
             for i in 0..3 {
@@ -86,8 +86,8 @@ fn a_bad_part_runs_nothing() {
     let (good, bad) = ([1u32, 2], [model.config.n_vocab as u32]);
     let mut ws = Workspace::default();
     let mut parts = [
-        SeqPass { session: &mut a, tokens: &good, want: Logits::Last, snapshots: &mut [] },
-        SeqPass { session: &mut b, tokens: &bad, want: Logits::Last, snapshots: &mut [] },
+        SeqPass { session: &mut a, tokens: &good, want: Logits::Last, snapshots: &mut [], media: &[] },
+        SeqPass { session: &mut b, tokens: &bad, want: Logits::Last, snapshots: &mut [], media: &[] },
     ];
     assert!(model.forward_batch(&mut ws, &mut parts).is_err());
     assert_eq!((a.len(), b.len()), (0, 0));

@@ -60,6 +60,9 @@ use half::{bf16, f16};
 
 use crate::pool::Pool;
 
+pub use both_ways::{attend_rows, BothWays};
+
+mod both_ways;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
