@@ -492,34 +492,7 @@ impl Model {
     /// its multiples as a read from zero's do; returns the logits of every
     /// position (`Logits::All`) or of the last one.
     pub fn prefill(&self, s: &mut Session, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let step = s.cache.max_batch();
-        s.cache.reserve(0)?;
-        if s.cache.len() + tokens.len() > s.cache.n_ctx() {
-            return Err(ember_kv::KvError::ContextFull {
-                needed: s.cache.len() + tokens.len(),
-                capacity: s.cache.n_ctx(),
-            }
-            .into());
-        }
-        let mut all = Vec::new();
-        let mut rest = tokens;
-        while !rest.is_empty() {
-            let (chunk, tail) = rest.split_at(rest.len().min(step - s.cache.len() % step));
-            rest = tail;
-            let last = rest.is_empty();
-            let w = match want {
-                Logits::All | Logits::Hidden => want,
-                Logits::Last | Logits::Top(_) if last => want,
-                _ => Logits::None,
-            };
-            let out = self.forward(s, chunk, w)?;
-            if matches!(w, Logits::All | Logits::Hidden) {
-                all.extend_from_slice(out);
-            } else if matches!(w, Logits::Last | Logits::Top(_)) {
-                all = out.to_vec();
-            }
-        }
-        Ok(all)
+        self.prefill_with_media(s, tokens, &[], want)
     }
 
     /// [`Model::prefill`] with some tokens' embeddings given as rows
@@ -527,10 +500,8 @@ impl Model {
     /// ends inside a bidirectional run, so each run is read whole; one longer
     /// than a pass is refused.
     pub fn prefill_with_media(&self, s: &mut Session, tokens: &[u32], media: &[Media<'_>], want: Logits) -> Result<Vec<f32>> {
-        if media.is_empty() {
-            return self.prefill(s, tokens, want);
-        }
         let e = self.config.n_embd;
+        s.cache.reserve(0)?;
         self.check_media(tokens.len(), media, s.on_device())?;
         let step = s.cache.max_batch();
         if let Some(m) = media.iter().find(|m| m.bidirectional && m.span(e).len() > step) {

@@ -148,3 +148,32 @@ fn a_projector_that_does_not_fit_is_refused() {
     let err = model.encode_image(&Pixels { width: 1, height: 1, rgb: &[0.0; 3] }).err().unwrap().to_string();
     assert!(err.contains("no projector"), "{err}");
 }
+
+/// Rows that do not fit their pass are refused, naming why: not whole rows,
+/// runs that overlap, or a run past the pass's tokens.
+#[test]
+fn rows_that_do_not_fit_the_pass_are_refused() {
+    let Some(model) = tiny("gemma3") else { return };
+    let e = model.config.n_embd;
+    let rows = vec![0.5f32; 4 * e];
+    let ids = vec![2u32; 8];
+    let cases: [(&[Media], &str); 3] = [
+        (&[Media { at: 1, rows: &rows[..e + 3], bidirectional: true }], "not whole rows"),
+        (
+            &[Media { at: 1, rows: &rows, bidirectional: true }, Media { at: 3, rows: &rows, bidirectional: true }],
+            "overlap",
+        ),
+        (&[Media { at: 6, rows: &rows, bidirectional: false }], "pass the 8 tokens"),
+    ];
+    for (media, why) in cases {
+        let mut s = model.new_session(64, 16, KvType::F16);
+        let err = model.prefill_with_media(&mut s, &ids, media, Logits::Last).err().unwrap().to_string();
+        assert!(err.contains(why), "{err}");
+        assert_eq!(s.cache.len(), 0, "nothing is read when the rows are refused");
+    }
+    // A bidirectional run longer than a pass cannot be read whole.
+    let mut s = model.new_session(64, 3, KvType::F16);
+    let media = [Media { at: 1, rows: &rows, bidirectional: true }];
+    let err = model.prefill_with_media(&mut s, &ids, &media, Logits::Last).err().unwrap().to_string();
+    assert!(err.contains("one pass"), "{err}");
+}
