@@ -53,6 +53,17 @@ pub enum Logits {
     Hidden,
 }
 
+/// The queries of a sequence's `n` rows that attend in a layer, as (first,
+/// count): all of them, or in the last layer the wanted ones alone.
+fn attending(want: Logits, n: usize, last: bool) -> (usize, usize) {
+    match want {
+        _ if !last => (0, n),
+        Logits::None => (0, 0),
+        Logits::Last | Logits::Top(_) => (n - 1, 1),
+        Logits::All | Logits::Hidden => (0, n),
+    }
+}
+
 /// Tokens of a prompt the gated delta rule reads as one chunk (llama.cpp's
 /// chunked form uses 64).
 const DELTA_CHUNK: usize = 64;
@@ -820,13 +831,10 @@ impl Model {
             let n = q.tokens.len();
             let (qs, qr) = q_rest.split_at(n * qw);
             q_rest = qr;
-            // The queries that attend: all of them, or the wanted ones of the last layer.
-            let (first, m) = match q.want {
-                _ if !last => (0, n),
-                Logits::None => continue,
-                Logits::Last | Logits::Top(_) => (n - 1, 1),
-                Logits::All | Logits::Hidden => (0, n),
-            };
+            let (first, m) = attending(q.want, n, last);
+            if m == 0 {
+                continue;
+            }
             let (os, or) = std::mem::take(&mut out_rest).split_at_mut(m * aw);
             out_rest = or;
             parts.push(AttnPart {
@@ -858,8 +866,6 @@ impl Model {
         Some(t)
     }
 
-    /// Layer `l`'s feed-forward block over the `t` rows of `sc.x`, into
-    /// `sc.o`: dense, a mixture, or both side by side.
     /// The rows of a bidirectional run again, each over every key of its
     /// run as well as those before it: the causal attention above gave them
     /// the keys up to their own position only. In the last layer only the
@@ -874,12 +880,7 @@ impl Model {
         let (mut r0, mut out0) = (0, 0);
         for q in seqs.iter() {
             let n = q.tokens.len();
-            let (first, m) = match q.want {
-                _ if !last => (0, n),
-                Logits::None => (0, 0),
-                Logits::Last | Logits::Top(_) => (n - 1, 1),
-                Logits::All | Logits::Hidden => (0, n),
-            };
+            let (first, m) = attending(q.want, n, last);
             let start = q.cache.len();
             for media in q.media.iter().filter(|m| m.bidirectional) {
                 let span = media.span(e);
@@ -899,6 +900,8 @@ impl Model {
         attend_rows(&self.pool, il, shape, &sc.q, &mut sc.att, &rows);
     }
 
+    /// Layer `l`'s feed-forward block over the `t` rows of `sc.x`, into
+    /// `sc.o`: dense, a mixture, or both side by side.
     fn ffn_block(&self, l: &LayerWeights, sc: &mut Scratch, t: usize) {
         let (c, pool) = (&self.config, &self.pool);
         let e = c.n_embd;

@@ -255,7 +255,7 @@ impl<'a> Binder<'a> {
     /// product with a patch is one row's dot.
     pub(crate) fn matrix_flat(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let t = self.file.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let inner: u64 = t.dims[..t.dims.len() - 1].iter().product();
+        let inner: u64 = t.dims.iter().rev().skip(1).product();
         if t.dims.last() != Some(&(rows as u64)) || inner != cols as u64 {
             return Err(ModelError::BadTensor {
                 name: name.to_string(),

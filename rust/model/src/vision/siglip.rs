@@ -175,7 +175,7 @@ fn layer_norm_rows(pool: &Pool, x: &[f32], (w, b): &(Vec<f32>, Vec<f32>), eps: f
     pool.rows_mut(&mut out[..x.len()], e, |j, row| layer_norm(&x[j * e..(j + 1) * e], w, b, eps, row));
 }
 
-pub(crate) fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let n = x.len() as f64;
     let mean = (x.iter().map(|&v| v as f64).sum::<f64>() / n) as f32;
     let mut var = 0.0f64;
@@ -197,7 +197,7 @@ const QUERY_TILE: usize = 16;
 /// and `out` are `t` rows of `n_head` heads of `d` each. Each task takes a
 /// tile of queries of one head, scores them against every key, and folds
 /// the values in by the softmax of those scores.
-pub(crate) fn attention_full(pool: &Pool, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32], t: usize, n_head: usize, d: usize) {
+fn attention_full(pool: &Pool, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32], t: usize, n_head: usize, d: usize) {
     let e = n_head * d;
     let scale = 1.0 / (d as f32).sqrt();
     // Each head's keys and values gathered into rows of their own, so the
